@@ -1,0 +1,236 @@
+// checkpoint.h: model checkpoints in llm.c's format (FORMATS.md: version 3 = FP32, 5 = BF16) and the
+// trainer's own resumable state (parameters, AdamW moments, step, data position, RNG), which is
+// independent of the process layout. Every file is written to a temporary name, flushed, and renamed,
+// so a crash never leaves a half-written file under the real name.
+#pragma once
+#include <unistd.h>
+#include "common.h"
+#include "gpt.h"
+#include "dataloader.h"
+
+#define CHECKPOINT_MAGIC 20240326
+#define STATE_MAGIC 20261122      // this trainer's resumable state
+#define STATE_VERSION 1
+#define HEADER_INTS 256
+
+// ----------------------------------------------------------------------------
+// writing through a temporary name
+
+typedef struct {
+    FILE* f;
+    char final_path[1024];
+    char tmp_path[1100];
+} AtomicFile;
+
+static void atomic_open(AtomicFile* af, const char* path) {
+    if (strlen(path) >= sizeof(af->final_path)) fatal("output path too long: %s", path);
+    snprintf(af->final_path, sizeof(af->final_path), "%s", path);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
+    af->f = fopenCheck(af->tmp_path, "wb");
+}
+
+static void atomic_commit(AtomicFile* af) {
+    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
+        fprintf(stderr, "error: %s: flush failed: %s (%s:%d)\n", af->tmp_path, strerror(errno), __FILE__, __LINE__);
+        remove(af->tmp_path);
+        exit(EXIT_FAILURE);
+    }
+    fcloseCheck(af->f, af->tmp_path);
+    if (rename(af->tmp_path, af->final_path) != 0) {
+        fprintf(stderr, "error: rename %s -> %s failed: %s (%s:%d)\n", af->tmp_path, af->final_path,
+                strerror(errno), __FILE__, __LINE__);
+        remove(af->tmp_path);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// BF16 on the host without CUDA headers (round to nearest even), for version-5 checkpoints
+
+static inline uint16_t f32_to_bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_bits_to_f32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+// ----------------------------------------------------------------------------
+// llm.c model checkpoints
+
+static size_t config_num_parameters(GPTConfig cfg) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    fill_in_parameter_sizes(sizes, cfg);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += sizes[i];
+    return n;
+}
+
+// Reads the header of an llm.c checkpoint into cfg and returns the parameters as FP32 on the host
+// (malloc'd, num_parameters). Any mismatch ends the program with one line naming the file.
+static float* checkpoint_load(const char* path, GPTConfig* cfg) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) fatal("--model: cannot open checkpoint %s: %s", path, strerror(errno));
+    int header[HEADER_INTS];
+    if (fread(header, sizeof(int), HEADER_INTS, f) != HEADER_INTS) {
+        fatal("checkpoint %s: expected a 1024-byte header, found a shorter file", path);
+    }
+    if (header[0] != CHECKPOINT_MAGIC) {
+        fatal("checkpoint %s: expected magic %d, found %d", path, CHECKPOINT_MAGIC, header[0]);
+    }
+    int version = header[1];
+    if (version != 3 && version != 5) {
+        fatal("checkpoint %s: expected version 3 (fp32) or 5 (bf16), found %d", path, version);
+    }
+    cfg->max_seq_len = header[2];
+    cfg->vocab_size = header[3];
+    cfg->num_layers = header[4];
+    cfg->num_heads = header[5];
+    cfg->channels = header[6];
+    cfg->padded_vocab_size = header[7];
+    if (cfg->max_seq_len <= 0 || cfg->vocab_size <= 0 || cfg->num_layers <= 0 || cfg->num_heads <= 0 ||
+        cfg->channels <= 0 || cfg->padded_vocab_size < cfg->vocab_size || cfg->channels % cfg->num_heads != 0) {
+        fatal("checkpoint %s: invalid config in header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path,
+              cfg->max_seq_len, cfg->vocab_size, cfg->num_layers, cfg->num_heads, cfg->channels,
+              cfg->padded_vocab_size);
+    }
+    size_t n = config_num_parameters(*cfg);
+    size_t elem = version == 3 ? 4 : 2;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    size_t expected = HEADER_INTS * sizeof(int) + n * elem;
+    if (size < 0 || (size_t)size != expected) {
+        fatal("checkpoint %s: expected %zu bytes (header + %zu parameters of %zu bytes), found %ld", path,
+              expected, n, elem, size);
+    }
+    fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
+    float* params = (float*)mallocCheck(n * sizeof(float));
+    if (version == 3) {
+        freadCheck(params, sizeof(float), n, f, path);
+    } else {
+        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        freadCheck(tmp, sizeof(uint16_t), n, f, path);
+        for (size_t i = 0; i < n; i++) params[i] = bf16_bits_to_f32(tmp[i]);
+        free(tmp);
+    }
+    fcloseCheck(f, path);
+    return params;
+}
+
+// Writes params (num_parameters FP32, checkpoint order) as an llm.c checkpoint of version 3 or 5.
+static void checkpoint_save(const char* path, GPTConfig cfg, const float* params, int version) {
+    int header[HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    header[0] = CHECKPOINT_MAGIC;
+    header[1] = version;
+    header[2] = cfg.max_seq_len;
+    header[3] = cfg.vocab_size;
+    header[4] = cfg.num_layers;
+    header[5] = cfg.num_heads;
+    header[6] = cfg.channels;
+    header[7] = cfg.padded_vocab_size;
+    size_t n = config_num_parameters(cfg);
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
+    if (version == 3) {
+        fwriteCheck(params, sizeof(float), n, af.f, path);
+    } else {
+        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16_bits(params[i]);
+        fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
+        free(tmp);
+    }
+    atomic_commit(&af);
+}
+
+// ----------------------------------------------------------------------------
+// resumable training state: one self-contained file, the same whatever the process layout
+//
+// header int32[256]: 0 magic, 1 version, 2 step (optimizer steps done), 3 adam t,
+//   4..9 config (maxT, V, L, NH, C, Vp), 10..11 num_parameters (lo, hi),
+//   12..13 data epoch (lo, hi), 14..15 data sample cursor (lo, hi), 16..17 sampler RNG (lo, hi)
+// then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v.
+
+typedef struct {
+    int step;          // optimizer steps completed
+    int adam_t;
+    DataPosition data;
+    uint64_t rng;      // the sampler's RNG state
+} TrainState;
+
+static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
+static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
+
+static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
+                       const float* m, const float* v) {
+    size_t n = config_num_parameters(cfg);
+    int header[HEADER_INTS];
+    memset(header, 0, sizeof(header));
+    header[0] = STATE_MAGIC;
+    header[1] = STATE_VERSION;
+    header[2] = ts->step;
+    header[3] = ts->adam_t;
+    header[4] = cfg.max_seq_len;
+    header[5] = cfg.vocab_size;
+    header[6] = cfg.num_layers;
+    header[7] = cfg.num_heads;
+    header[8] = cfg.channels;
+    header[9] = cfg.padded_vocab_size;
+    put64(header, 10, n);
+    put64(header, 12, (uint64_t)ts->data.epoch);
+    put64(header, 14, (uint64_t)ts->data.sample);
+    put64(header, 16, ts->rng);
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
+    fwriteCheck(params, sizeof(float), n, af.f, path);
+    fwriteCheck(m, sizeof(float), n, af.f, path);
+    fwriteCheck(v, sizeof(float), n, af.f, path);
+    atomic_commit(&af);
+}
+
+// Reads a state file; cfg must match the model being trained. params, m, v: malloc'd FP32 (n each).
+static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** params, float** m, float** v) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) fatal("--resume: cannot open state file %s: %s", path, strerror(errno));
+    int header[HEADER_INTS];
+    if (fread(header, sizeof(int), HEADER_INTS, f) != HEADER_INTS) {
+        fatal("--resume: state file %s: expected a 1024-byte header, found a shorter file", path);
+    }
+    if (header[0] != STATE_MAGIC) fatal("--resume: state file %s: expected magic %d, found %d", path, STATE_MAGIC, header[0]);
+    if (header[1] != STATE_VERSION) fatal("--resume: state file %s: expected version %d, found %d", path, STATE_VERSION, header[1]);
+    int want[6] = {cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size};
+    for (int i = 0; i < 6; i++) {
+        if (header[4 + i] != want[i]) {
+            fatal("--resume: state file %s: model config (maxT V L NH C Vp) expected %d %d %d %d %d %d, found %d %d %d %d %d %d",
+                  path, want[0], want[1], want[2], want[3], want[4], want[5], header[4], header[5], header[6],
+                  header[7], header[8], header[9]);
+        }
+    }
+    size_t n = config_num_parameters(cfg);
+    if (get64(header, 10) != n) fatal("--resume: state file %s: expected %zu parameters, found %llu", path, n, (unsigned long long)get64(header, 10));
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float);
+    if (size < 0 || (size_t)size != expected) fatal("--resume: state file %s: expected %zu bytes, found %ld", path, expected, size);
+    fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
+    ts->step = header[2];
+    ts->adam_t = header[3];
+    ts->data.epoch = (int64_t)get64(header, 12);
+    ts->data.sample = (int64_t)get64(header, 14);
+    ts->rng = get64(header, 16);
+    *params = (float*)mallocCheck(n * sizeof(float));
+    *m = (float*)mallocCheck(n * sizeof(float));
+    *v = (float*)mallocCheck(n * sizeof(float));
+    freadCheck(*params, sizeof(float), n, f, path);
+    freadCheck(*m, sizeof(float), n, f, path);
+    freadCheck(*v, sizeof(float), n, f, path);
+    fcloseCheck(f, path);
+}

@@ -1,0 +1,169 @@
+// common.h: what every file of the trainer needs: which build this is, floatX, the checked
+// wrappers around CUDA / cuBLAS / NCCL / MPI / file calls (each failure names file:line), the one
+// kernel-launch helper, and small timers and helpers.
+//
+// Three builds compile the same source (see DESIGN.md):
+//   LLM_BUILD_CUDA  nvcc: real CUDA kernels, cuBLASLt, NCCL
+//   LLM_BUILD_EMU   g++ -DLLM_EMU: the same kernel source run on the CPU by dev/emu/
+//   LLM_BUILD_CPU   g++: the CPU reference of every op (OpenMP + OpenBLAS)
+#pragma once
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+
+#if defined(__CUDACC__)
+#define LLM_BUILD_CUDA 1
+#define LLM_BUILD_EMU 0
+#define LLM_BUILD_CPU 0
+#elif defined(LLM_EMU)
+#define LLM_BUILD_CUDA 0
+#define LLM_BUILD_EMU 1
+#define LLM_BUILD_CPU 0
+#else
+#define LLM_BUILD_CUDA 0
+#define LLM_BUILD_EMU 0
+#define LLM_BUILD_CPU 1
+#endif
+// kernels (and the CUDA runtime API) exist in the CUDA build and in the emulated build
+#define LLM_HAS_KERNELS (LLM_BUILD_CUDA || LLM_BUILD_EMU)
+
+#if LLM_BUILD_CUDA
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#elif LLM_BUILD_EMU
+#include "../dev/emu/emu.h"  // CUDA subset on the CPU: __global__, threadIdx, runtime API, bf16
+#else
+typedef void* cudaStream_t;  // the CPU build has no streams; launchers keep one signature
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// errors: one line, file:line, then exit(1). Every rank that sees the error prints it.
+
+[[noreturn]] static inline void die_at(const char* file, int line, const char* msg) {
+    fprintf(stderr, "error: %s (%s:%d)\n", msg, file, line);
+    fflush(stderr);
+    exit(EXIT_FAILURE);
+}
+
+// fatal(fmt, ...): an error about user input (file, flag): print the message alone and exit 1.
+#define fatal(...) do { fprintf(stderr, "error: "); fprintf(stderr, __VA_ARGS__); \
+                        fprintf(stderr, "\n"); fflush(stderr); exit(EXIT_FAILURE); } while (0)
+
+#if LLM_HAS_KERNELS
+static inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA: %s (%s:%d)\n", cudaGetErrorString(err), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
+#endif
+
+// ----------------------------------------------------------------------------
+// checked C library calls
+
+static inline FILE* fopen_check(const char* path, const char* mode, const char* file, int line) {
+    FILE* f = fopen(path, mode);
+    if (f == NULL) {
+        fprintf(stderr, "error: cannot open %s (mode %s): %s (%s:%d)\n", path, mode,
+                strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return f;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void* ptr, size_t size, size_t n, FILE* f, const char* what,
+                               const char* file, int line) {
+    size_t got = fread(ptr, size, n, f);
+    if (got != n) {
+        fprintf(stderr, "error: %s: expected to read %zu bytes, found %zu (truncated file?) (%s:%d)\n",
+                what, size * n, got * size, file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, n, f, what) fread_check(ptr, size, n, f, what, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void* ptr, size_t size, size_t n, FILE* f, const char* what,
+                                const char* file, int line) {
+    if (fwrite(ptr, size, n, f) != n) {
+        fprintf(stderr, "error: %s: write failed: %s (%s:%d)\n", what, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, n, f, what) fwrite_check(ptr, size, n, f, what, __FILE__, __LINE__)
+
+static inline void fclose_check(FILE* f, const char* what, const char* file, int line) {
+    if (fclose(f) != 0) {
+        fprintf(stderr, "error: %s: close failed: %s (%s:%d)\n", what, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fcloseCheck(f, what) fclose_check(f, what, __FILE__, __LINE__)
+
+static inline void* malloc_check(size_t size, const char* file, int line) {
+    void* p = malloc(size > 0 ? size : 1);
+    if (p == NULL) {
+        fprintf(stderr, "error: out of host memory allocating %zu bytes (%s:%d)\n", size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// floatX: the type of parameters, activations and gradients on the device.
+// The CPU build is always FP32; the CUDA and emulated builds follow PRECISION (make PRECISION=...).
+
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+typedef __nv_bfloat16 floatX;
+#define PRECISION_MODE "BF16"
+#else
+typedef float floatX;
+#define PRECISION_MODE "FP32"
+#endif
+
+// ----------------------------------------------------------------------------
+// the kernel launch helper: the only place with <<<>>>. The emulated build defines launch_kernel
+// itself (dev/emu/emu.h) to run the grid on the CPU. Use it as
+//   LAUNCH(my_kernel<float, 4>, grid, block, smem_bytes, stream, arg1, arg2, ...);
+
+#if LLM_BUILD_CUDA
+template <typename... KArgs, typename... Args>
+static inline void launch_kernel(const char* file, int line, void (*kernel)(KArgs...), dim3 grid,
+                                 dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    kernel<<<grid, block, smem, stream>>>(static_cast<KArgs>(args)...);
+    cuda_check(cudaGetLastError(), file, line);
+}
+#endif
+#if LLM_HAS_KERNELS
+#define LAUNCH(...) launch_kernel(__FILE__, __LINE__, __VA_ARGS__)
+#endif
+
+// dynamic shared memory: EXTERN_SHARED(float, buf); declares `buf` as the launch's dynamic shared
+// memory. C++ has no `extern __shared__`, so the emulated build supplies its own definition.
+#if LLM_BUILD_CUDA
+#define EXTERN_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#endif
+
+// ----------------------------------------------------------------------------
+// small helpers
+
+static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+static inline size_t ceil_div_sz(size_t a, size_t b) { return (a + b - 1) / b; }
+
+static inline double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}

@@ -1,0 +1,154 @@
+// fused_classifier.cuh: softmax + cross-entropy + its gradient in one pass over each row of logits.
+//   loss[i] = logsumexp(logits[i, :V]) - logits[i, target[i]]
+//   dlogits[i, v] = dloss * (softmax(logits[i, :V])[v] - [v == target[i]])   for v < V, 0 for padded v >= V
+// The padded vocabulary columns V..Vp-1 are ignored by the loss. dlogits overwrites logits in place,
+// so the (BT, Vp) buffer is touched once for the forward and once for the backward.
+#pragma once
+#include "common.h"
+
+// ----------------------------------------------------------------------------
+// CPU reference
+
+static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out: dlogits if write_dlogits
+                                 float* losses,       // (BT) per-token loss, overwritten
+                                 float dloss,         // d(mean loss)/d(token loss), 1/(B*T*grad_accum)
+                                 const int* targets,  // (BT)
+                                 int BT, int V, int Vp, int write_dlogits) {
+    #pragma omp parallel for
+    for (int i = 0; i < BT; i++) {
+        float* x = logits + (size_t)i * Vp;
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) maxv = fmaxf(maxv, x[v]);
+        double sum = 0.0;  // a 50k-term sum: double keeps the reference exact to float precision
+        for (int v = 0; v < V; v++) sum += expf(x[v] - maxv);
+        float lse = maxv + (float)log(sum);
+        int y = targets[i];
+        losses[i] = lse - x[y];
+        if (write_dlogits) {
+            for (int v = 0; v < V; v++) {
+                float p = expf(x[v] - lse);
+                x[v] = dloss * (p - (v == y ? 1.0f : 0.0f));
+            }
+            for (int v = V; v < Vp; v++) x[v] = 0.0f;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+#if LLM_HAS_KERNELS
+#include "cuda_utils.cuh"
+
+// Online softmax (Milakov & Gimelshein 2018): the state of a partial row is (m, s) with m the running
+// max and s = sum exp(x - m) over the columns seen so far. Two states merge by rescaling both sums to
+// the larger max. An empty state is (-inf, 0); merging two empty states leaves it empty.
+__device__ __forceinline__ void softmax_state_merge(float& m, float& s, float m2, float s2) {
+    float mn = fmaxf(m, m2);
+    if (mn == -INFINITY) return;  // both empty (avoids exp(-inf - -inf) = NaN)
+    s = s * expf(m - mn) + s2 * expf(m2 - mn);
+    m = mn;
+}
+
+// One block per row of the (BT, Vp) logits; blockDim.x a multiple of 32 (<= 1024). Each thread walks
+// the row in 16-byte chunks (x128::size columns), block-strided so that a warp reads 512 contiguous
+// bytes per step. Pass 1: the row's online-softmax state; pass 2: dlogits over the logits, in place.
+// Bytes per logit: pass 1 reads sizeof(floatX) from DRAM; pass 2 (write_dlogits) reads it again,
+// usually from L2 (one row is at most ~100 KB and only the rows of resident blocks are in flight),
+// and writes sizeof(floatX). Per row: one int target read, one float loss written.
+__global__ void __launch_bounds__(1024)
+fused_classifier_kernel(floatX* logits,       // (BT,Vp) in: logits; out: dlogits if write_dlogits
+                        float* losses,        // (BT) out: per-token loss
+                        float dloss,
+                        const int* targets,   // (BT)
+                        int V, int Vp, int write_dlogits) {
+    const int S = x128::size;
+    floatX* x = logits + (size_t)blockIdx.x * Vp;  // this block's row
+    const int y = targets[blockIdx.x];
+    // the target's logit, read before the barrier below: after it, pass 2 may overwrite it
+    const float x_target = threadIdx.x == 0 ? (float)x[y] : 0.0f;
+
+    // pass 1: this thread's state over its chunks of the V valid columns
+    float m = -INFINITY, s = 0.0f;
+    const int valid_chunks = (V + S - 1) / S;  // chunks with at least one column < V
+    for (int c = threadIdx.x; c < valid_chunks; c += blockDim.x) {
+        x128 packed = load128(x + (size_t)c * S);  // cached: pass 2 reads it again
+        float vals[S];
+        float cmax = -INFINITY;
+        #pragma unroll
+        for (int k = 0; k < S; k++) {
+            vals[k] = c * S + k < V ? (float)packed[k] : -INFINITY;  // the tail of the last chunk
+            cmax = fmaxf(cmax, vals[k]);
+        }
+        // cmax is finite (the chunk has a valid column), so the rescale below is exp(-inf) = 0 at first
+        float mn = fmaxf(m, cmax);
+        float cs = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < S; k++) cs += expf(vals[k] - mn);
+        s = s * expf(m - mn) + cs;
+        m = mn;
+    }
+
+    // block reduction of the states: butterfly in each warp, then every warp reduces the per-warp
+    // states, so every thread ends with the same (m, s) (the merge is commutative bit for bit)
+    __shared__ float warp_m[32], warp_s[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        softmax_state_merge(m, s, m2, s2);
+    }
+    if (lane == 0) { warp_m[warp] = m; warp_s[warp] = s; }
+    __syncthreads();
+    m = lane < nwarps ? warp_m[lane] : -INFINITY;
+    s = lane < nwarps ? warp_s[lane] : 0.0f;
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        softmax_state_merge(m, s, m2, s2);
+    }
+    const float lse = m + logf(s);  // logsumexp of the row
+    if (threadIdx.x == 0) losses[blockIdx.x] = lse - x_target;
+    if (!write_dlogits) return;
+
+    // pass 2: dlogits = dloss * (softmax - onehot(y)) over the valid columns, 0 over the padding
+    const int all_chunks = Vp / S;
+    for (int c = threadIdx.x; c < all_chunks; c += blockDim.x) {
+        x128 out = x128::constant((floatX)0.0f);
+        if (c < valid_chunks) {
+            x128 packed = load128cs(x + (size_t)c * S);  // last read of the logits
+            #pragma unroll
+            for (int k = 0; k < S; k++) {
+                int col = c * S + k;
+                float p = expf((float)packed[k] - lse);
+                float d = dloss * (p - (col == y ? 1.0f : 0.0f));
+                out[k] = (floatX)(col < V ? d : 0.0f);
+            }
+        }
+        store128(x + (size_t)c * S, out);
+    }
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// launcher
+
+static void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets,
+                             int BT, int V, int Vp, int write_dlogits, cudaStream_t stream) {
+#if LLM_BUILD_CPU
+    (void)stream;
+    fused_classifier_cpu(logits, losses, dloss, targets, BT, V, Vp, write_dlogits);
+#else
+    // Vp % x128::size == 0 keeps every row 16-byte aligned (the model pads V to a multiple of 128)
+    if (BT <= 0) return;
+    if (V < 1 || V > Vp || Vp % x128::size != 0 || ((uintptr_t)logits) % 16 != 0) {
+        fprintf(stderr, "error: fused_classifier: need 1 <= V <= Vp, Vp a multiple of %d and 16-byte "
+                "aligned logits; got V=%d Vp=%d (%s:%d)\n", x128::size, V, Vp, __FILE__, __LINE__);
+        exit(EXIT_FAILURE);
+    }
+    // one thread per 16-byte chunk of the row, up to 1024 (then each thread takes several chunks)
+    int chunks = Vp / x128::size;
+    int block = chunks >= 1024 ? 1024 : ((chunks + 31) / 32) * 32;
+    LAUNCH(fused_classifier_kernel, dim3(BT), dim3(block), 0, stream, logits, losses, dloss, targets,
+           V, Vp, write_dlogits);
+#endif
+}

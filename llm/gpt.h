@@ -1,0 +1,468 @@
+// gpt.h: the GPT-2 model (Radford et al. 2019): its config, the 16 parameter tensors in one
+// contiguous buffer in llm.c's checkpoint order, the activations, and the forward and backward
+// passes written as calls to the op launchers (encoder, layernorm, matmul, attention, classifier).
+//
+//   x = wte[tokens] + wpe[positions]
+//   for each layer:  x = x + attproj(attention(qkv(ln1(x))));  x = x + fcproj(gelu(fc(ln2(x))))
+//   logits = ln_f(x) @ wte^T    (the LM head is tied to the token embedding)
+//
+// The residual adds are fused into the LayerNorm that follows them.
+#pragma once
+#include "common.h"
+#include "device.h"
+#include "rand.h"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "gelu.cuh"
+#include "matmul.cuh"
+#include "attention.cuh"
+#include "fused_classifier.cuh"
+
+// ----------------------------------------------------------------------------
+// config
+
+typedef struct {
+    int max_seq_len;        // maxT, e.g. 1024
+    int vocab_size;         // V, e.g. 50257
+    int padded_vocab_size;  // Vp, V rounded up to a multiple of 128, e.g. 50304
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPTConfig;
+
+static inline int pad_vocab(int V) { return ((V + 127) / 128) * 128; }
+
+// A fresh model's config from a descriptor "dN[,C=..][,NH=..][,maxT=..][,V=..]" (N layers); returns 0
+// if s is not a descriptor (then it is a checkpoint path). Errors in a descriptor end the program.
+static int gpt_config_from_descriptor(const char* s, GPTConfig* cfg) {
+    if (s[0] != 'd' || s[1] < '0' || s[1] > '9') return 0;
+    char* end;
+    long L = strtol(s + 1, &end, 10);
+    if (L <= 0 || L > 1000 || (*end != '\0' && *end != ',')) return 0;
+    cfg->num_layers = (int)L;
+    // GPT-2's own sizes (124M, 350M, 774M, 1558M); otherwise 64 channels per layer, heads of 64
+    if (L == 12) { cfg->channels = 768; cfg->num_heads = 12; }
+    else if (L == 24) { cfg->channels = 1024; cfg->num_heads = 16; }
+    else if (L == 36) { cfg->channels = 1280; cfg->num_heads = 20; }
+    else if (L == 48) { cfg->channels = 1600; cfg->num_heads = 25; }
+    else { cfg->channels = 64 * (int)L; cfg->num_heads = (int)L; }
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = 50257;
+    while (*end == ',') {
+        const char* key = end + 1;
+        const char* eq = strchr(key, '=');
+        if (eq == NULL) fatal("--model: in '%s' expected key=value after ',', found '%s'", s, key);
+        long v = strtol(eq + 1, &end, 10);
+        if (v <= 0 || (*end != '\0' && *end != ',')) fatal("--model: in '%s' expected a positive integer for '%.*s'", s, (int)(eq - key), key);
+        size_t klen = (size_t)(eq - key);
+        if (klen == 1 && !strncmp(key, "C", 1)) cfg->channels = (int)v;
+        else if (klen == 2 && !strncmp(key, "NH", 2)) cfg->num_heads = (int)v;
+        else if (klen == 4 && !strncmp(key, "maxT", 4)) cfg->max_seq_len = (int)v;
+        else if (klen == 1 && !strncmp(key, "V", 1)) cfg->vocab_size = (int)v;
+        else fatal("--model: in '%s' expected one of the keys C, NH, maxT, V, found '%.*s'", s, (int)klen, key);
+    }
+    if (cfg->channels % cfg->num_heads != 0) {
+        fatal("--model: '%s': expected C divisible by NH, found C=%d NH=%d", s, cfg->channels, cfg->num_heads);
+    }
+    cfg->padded_vocab_size = pad_vocab(cfg->vocab_size);
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// parameters: 16 tensors, back to back, in llm.c's checkpoint order
+
+#define NUM_PARAMETER_TENSORS 16
+typedef struct {
+    floatX* wte;       // (Vp, C)
+    floatX* wpe;       // (maxT, C)
+    floatX* ln1w;      // (L, C)
+    floatX* ln1b;      // (L, C)
+    floatX* qkvw;      // (L, 3*C, C)
+    floatX* qkvb;      // (L, 3*C)
+    floatX* attprojw;  // (L, C, C)
+    floatX* attprojb;  // (L, C)
+    floatX* ln2w;      // (L, C)
+    floatX* ln2b;      // (L, C)
+    floatX* fcw;       // (L, 4*C, C)
+    floatX* fcb;       // (L, 4*C)
+    floatX* fcprojw;   // (L, C, 4*C)
+    floatX* fcprojb;   // (L, C)
+    floatX* lnfw;      // (C)
+    floatX* lnfb;      // (C)
+} ParameterTensors;
+
+static const char* const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+static void fill_in_parameter_sizes(size_t* sizes, GPTConfig cfg) {
+    size_t Vp = cfg.padded_vocab_size, C = cfg.channels, maxT = cfg.max_seq_len, L = cfg.num_layers;
+    sizes[0] = Vp * C;           // wte
+    sizes[1] = maxT * C;         // wpe
+    sizes[2] = L * C;            // ln1w
+    sizes[3] = L * C;            // ln1b
+    sizes[4] = L * (3 * C) * C;  // qkvw
+    sizes[5] = L * (3 * C);      // qkvb
+    sizes[6] = L * C * C;        // attprojw
+    sizes[7] = L * C;            // attprojb
+    sizes[8] = L * C;            // ln2w
+    sizes[9] = L * C;            // ln2b
+    sizes[10] = L * (4 * C) * C; // fcw
+    sizes[11] = L * (4 * C);     // fcb
+    sizes[12] = L * C * (4 * C); // fcprojw
+    sizes[13] = L * C;           // fcprojb
+    sizes[14] = C;               // lnfw
+    sizes[15] = C;               // lnfb
+}
+
+// weight decay applies to the 2-D tensors (embeddings and matmul weights), not to biases and norms
+static inline int parameter_is_decayed(int i) {
+    return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+}
+
+static void point_parameters(ParameterTensors* p, floatX* memory, const size_t* sizes) {
+    floatX** ptrs[NUM_PARAMETER_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
+        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        *ptrs[i] = memory;
+        memory += sizes[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// activations of the forward pass, kept for the backward (sizes for a B x T batch)
+
+typedef struct {
+    floatX* encoded;    // (B, T, C)
+    floatX* ln1;        // (L, B, T, C)
+    float* ln1_mean;    // (L, B, T)
+    float* ln1_rstd;    // (L, B, T)
+    floatX* qkv;        // (L, B, T, 3*C)
+    floatX* qkvr;       // (L, B, T, 3*C)  q, k, v permuted to (B, NH, T, hs) by the CUDA path
+    floatX* att;        // (L, B, NH, T, T)
+    floatX* atty;       // (L, B, T, C)
+    floatX* attproj;    // (L, B, T, C)
+    floatX* residual2;  // (L, B, T, C)
+    floatX* ln2;        // (L, B, T, C)
+    float* ln2_mean;    // (L, B, T)
+    float* ln2_rstd;    // (L, B, T)
+    floatX* fch;        // (L, B, T, 4*C)  before GELU
+    floatX* fch_gelu;   // (L, B, T, 4*C)
+    floatX* fcproj;     // (L, B, T, C)
+    floatX* residual3;  // (L, B, T, C)
+    floatX* lnf;        // (B, T, C)
+    float* lnf_mean;    // (B, T)
+    float* lnf_rstd;    // (B, T)
+    float* losses;      // (B, T)
+    floatX* output;     // (B, T, Vp)  logits, replaced by dlogits when training
+} ActivationTensors;
+
+// buffers of the backward pass, reused by every layer
+typedef struct {
+    floatX* dresidual;  // (B, T, C)  gradient of the residual stream
+    floatX* dbuf_c;     // (B, T, C)
+    floatX* dbuf_4c;    // (B, T, 4*C)
+    floatX* dqkv;       // (B, T, 3*C)
+    floatX* dqkvr;      // (B, T, 3*C)
+    floatX* datt;       // (B, NH, T, T)
+    floatX* dscratch;   // (B, T, C)
+    float* scratch;     // (max(B*T*C, 1024*4*C)) FP32 scratch of the reductions (one op at a time)
+} BackwardBuffers;
+
+typedef struct {
+    GPTConfig config;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params;
+    floatX* params_memory;  // (num_parameters)
+    ParameterTensors grads;
+    floatX* grads_memory;   // (num_parameters)
+    ActivationTensors acts;
+    void* acts_memory;
+    BackwardBuffers bufs;
+    void* bufs_memory;
+    int B, T;                // the largest batch the activations were allocated for
+    int last_B, last_T;      // the batch of the last forward, which gpt_backward differentiates
+    int* inputs;             // (B, T) device
+    int* targets;            // (B, T) device
+    int* inputs_host;        // (B, T)
+    float* losses_host;      // (B, T)
+    float mean_loss;         // of the last forward with targets, -1 if none
+    cudaStream_t stream;
+} GPT;
+
+// ----------------------------------------------------------------------------
+// construction
+
+// allocate parameters and gradients for cfg; contents are undefined until initialised or loaded
+static void gpt_allocate(GPT* model, GPTConfig cfg) {
+    memset(model, 0, sizeof(*model));
+    model->config = cfg;
+    fill_in_parameter_sizes(model->param_sizes, cfg);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += model->param_sizes[i];
+    model->params_memory = (floatX*)device_malloc(model->num_parameters * sizeof(floatX));
+    model->grads_memory = (floatX*)device_malloc(model->num_parameters * sizeof(floatX));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    model->mean_loss = -1.0f;
+#if LLM_HAS_KERNELS
+    cudaCheck(cudaStreamCreate(&model->stream));
+#else
+    model->stream = NULL;
+#endif
+    matmul_init(model->stream);
+}
+
+// copy FP32 host parameters (num_parameters, checkpoint order) into the model
+static void gpt_set_parameters(GPT* model, const float* params_host) {
+    size_t n = model->num_parameters;
+#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+    copy_to_device(model->params_memory, params_host, n * sizeof(float));
+#else
+    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) tmp[i] = (floatX)params_host[i];
+    copy_to_device(model->params_memory, tmp, n * sizeof(floatX));
+    free(tmp);
+#endif
+}
+
+// the model's parameters as FP32 on the host (num_parameters)
+static void gpt_get_parameters(const GPT* model, float* params_host) {
+    size_t n = model->num_parameters;
+#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+    copy_to_host(params_host, model->params_memory, n * sizeof(float));
+#else
+    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
+    copy_to_host(tmp, model->params_memory, n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) params_host[i] = (float)tmp[i];
+    free(tmp);
+#endif
+}
+
+// GPT-2 initialisation: weights N(0, 0.02), the residual projections (attprojw, fcprojw) scaled by
+// 1/sqrt(2L) (GPT-2 paper, section 2.3), biases 0, LayerNorm weights 1; padded wte rows 0.
+static void gpt_init_random(GPT* model, uint64_t seed, float* params_host /*(num_parameters) out*/) {
+    GPTConfig c = model->config;
+    Rng rng;
+    rng_init(&rng, seed);
+    float residual_scale = 1.0f / sqrtf(2.0f * c.num_layers);
+    float* p = params_host;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        if (i == 2 || i == 8 || i == 14) {  // ln1w, ln2w, lnfw
+            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+        } else if (i == 0 || i == 1 || i == 4 || i == 10) {  // wte, wpe, qkvw, fcw
+            rng_normal(&rng, p, n, 0.0f, 0.02f);
+        } else if (i == 6 || i == 12) {  // attprojw, fcprojw
+            rng_normal(&rng, p, n, 0.0f, 0.02f * residual_scale);
+        } else {  // biases
+            memset(p, 0, n * sizeof(float));
+        }
+        if (i == 0) {  // the padded vocabulary rows stay zero
+            size_t first_pad = (size_t)c.vocab_size * c.channels;
+            memset(p + first_pad, 0, (n - first_pad) * sizeof(float));
+        }
+        p += n;
+    }
+    gpt_set_parameters(model, params_host);
+}
+
+// activation and backward buffers for batches up to B x T (reallocated when a larger one comes)
+static void gpt_allocate_activations(GPT* model, int B, int T) {
+    if (model->acts_memory != NULL && B * T <= model->B * model->T && T <= model->T) return;
+    device_free(model->acts_memory);
+    device_free(model->bufs_memory);
+    device_free(model->inputs);
+    device_free(model->targets);
+    free(model->inputs_host);
+    free(model->losses_host);
+    GPTConfig c = model->config;
+    size_t L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    // (pointer, count, is_float32) for every activation, allocated from one block
+    ActivationTensors* a = &model->acts;
+    struct { void** ptr; size_t n; int f32; } acts[] = {
+        {(void**)&a->encoded, BT * C, 0},        {(void**)&a->ln1, L * BT * C, 0},
+        {(void**)&a->ln1_mean, L * BT, 1},       {(void**)&a->ln1_rstd, L * BT, 1},
+        {(void**)&a->qkv, L * BT * 3 * C, 0},    {(void**)&a->qkvr, L * BT * 3 * C, 0},
+        {(void**)&a->att, L * B * NH * T * T, 0}, {(void**)&a->atty, L * BT * C, 0},
+        {(void**)&a->attproj, L * BT * C, 0},    {(void**)&a->residual2, L * BT * C, 0},
+        {(void**)&a->ln2, L * BT * C, 0},        {(void**)&a->ln2_mean, L * BT, 1},
+        {(void**)&a->ln2_rstd, L * BT, 1},       {(void**)&a->fch, L * BT * 4 * C, 0},
+        {(void**)&a->fch_gelu, L * BT * 4 * C, 0}, {(void**)&a->fcproj, L * BT * C, 0},
+        {(void**)&a->residual3, L * BT * C, 0},  {(void**)&a->lnf, BT * C, 0},
+        {(void**)&a->lnf_mean, BT, 1},           {(void**)&a->lnf_rstd, BT, 1},
+        {(void**)&a->losses, BT, 1},             {(void**)&a->output, BT * Vp, 0},
+    };
+    BackwardBuffers* g = &model->bufs;
+    size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
+    struct { void** ptr; size_t n; int f32; } bufs[] = {
+        {(void**)&g->dresidual, BT * C, 0}, {(void**)&g->dbuf_c, BT * C, 0},
+        {(void**)&g->dbuf_4c, BT * 4 * C, 0}, {(void**)&g->dqkv, BT * 3 * C, 0},
+        {(void**)&g->dqkvr, BT * 3 * C, 0}, {(void**)&g->datt, B * NH * T * T, 0},
+        {(void**)&g->dscratch, BT * C, 0},  {(void**)&g->scratch, scratch_n, 1},
+    };
+    // every tensor starts on a 64-byte boundary (128-bit loads, cache lines)
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++)
+        total += ceil_div_sz(acts[i].n * (acts[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+    char* mem = (char*)device_malloc(total);
+    model->acts_memory = mem;
+    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
+        *acts[i].ptr = mem;
+        mem += ceil_div_sz(acts[i].n * (acts[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+    }
+    total = 0;
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        total += ceil_div_sz(bufs[i].n * (bufs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+    mem = (char*)device_malloc(total);
+    model->bufs_memory = mem;
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        *bufs[i].ptr = mem;
+        mem += ceil_div_sz(bufs[i].n * (bufs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+    }
+    model->inputs = (int*)device_malloc(BT * sizeof(int));
+    model->targets = (int*)device_malloc(BT * sizeof(int));
+    model->inputs_host = (int*)mallocCheck(BT * sizeof(int));
+    model->losses_host = (float*)mallocCheck(BT * sizeof(float));
+    model->B = B;
+    model->T = T;
+}
+
+static void gpt_free(GPT* model) {
+    matmul_free();
+    device_free(model->params_memory);
+    device_free(model->grads_memory);
+    device_free(model->acts_memory);
+    device_free(model->bufs_memory);
+    device_free(model->inputs);
+    device_free(model->targets);
+    free(model->inputs_host);
+    free(model->losses_host);
+#if LLM_HAS_KERNELS
+    cudaCheck(cudaStreamDestroy(model->stream));
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// forward and backward
+
+// Runs the model on inputs (B, T) (host token ids). With targets (B, T) (host) it also computes the
+// per-token losses and model->mean_loss. dloss > 0 means training: the classifier then writes
+// dlogits = dloss * d(loss_i)/d(logits) in place of the logits, ready for gpt_backward
+// (dloss = 1 / (B * T * grad_accum_steps) for a mean over the whole optimizer step).
+// With dloss == 0 the logits stay in acts.output (B, T, Vp).
+static void gpt_forward(GPT* model, const int* inputs, const int* targets, int B, int T, float dloss) {
+    GPTConfig c = model->config;
+    int L = c.num_layers, NH = c.num_heads, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
+    if (T > c.max_seq_len) {
+        fatal("--seq-len: T = %d is larger than the model's context length maxT = %d", T, c.max_seq_len);
+    }
+    for (int i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary [0, %d)", inputs[i], i, V);
+    }
+    gpt_allocate_activations(model, B, T);
+    model->last_B = B;
+    model->last_T = T;
+    cudaStream_t s = model->stream;
+    int BT = B * T;
+    copy_to_device(model->inputs, inputs, BT * sizeof(int));
+    memcpy(model->inputs_host, inputs, BT * sizeof(int));
+    if (targets != NULL) copy_to_device(model->targets, targets, BT * sizeof(int));
+
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, s);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, s);
+    for (int l = 0; l < L; l++) {
+        size_t lc = (size_t)l * BT * C;  // offset of layer l in an (L, B, T, C) activation
+        floatX* residual = l == 0 ? a.encoded : a.residual3 + lc - (size_t)BT * C;
+        floatX* ln1 = a.ln1 + lc;
+        floatX* qkv = a.qkv + 3 * lc;
+        floatX* qkvr = a.qkvr + 3 * lc;
+        floatX* att = a.att + (size_t)l * B * NH * T * T;
+        floatX* atty = a.atty + lc;
+        floatX* attproj = a.attproj + lc;
+        floatX* residual2 = a.residual2 + lc;
+        floatX* ln2 = a.ln2 + lc;
+        floatX* fch = a.fch + 4 * lc;
+        floatX* fch_gelu = a.fch_gelu + 4 * lc;
+        floatX* fcproj = a.fcproj + lc;
+        floatX* residual3 = a.residual3 + lc;
+        matmul_forward(qkv, NULL, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, s);
+        attention_forward(atty, qkvr, att, qkv, B, T, C, NH, s);
+        matmul_forward(attproj, NULL, atty, p.attprojw + (size_t)l * C * C, p.attprojb + (size_t)l * C, BT, C, C, s);
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
+                                         residual, attproj, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, BT, C, s);
+        matmul_forward(fch_gelu, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + (size_t)l * 4 * C, BT, C, 4 * C, s);
+        matmul_forward(fcproj, NULL, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + (size_t)l * C, BT, 4 * C, C, s);
+        // the next LayerNorm (ln1 of layer l+1, or the final one) with the residual add fused in
+        if (l + 1 < L) {
+            fused_residual_layernorm_forward(residual3, a.ln1 + lc + (size_t)BT * C, a.ln1_mean + (size_t)(l + 1) * BT,
+                                             a.ln1_rstd + (size_t)(l + 1) * BT, residual2, fcproj,
+                                             p.ln1w + (size_t)(l + 1) * C, p.ln1b + (size_t)(l + 1) * C, BT, C, s);
+        } else {
+            fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, fcproj,
+                                             p.lnfw, p.lnfb, BT, C, s);
+        }
+    }
+    matmul_forward(a.output, NULL, a.lnf, p.wte, NULL, BT, C, Vp, s);
+
+    model->mean_loss = -1.0f;
+    if (targets != NULL) {
+        fused_classifier(a.output, a.losses, dloss, model->targets, BT, V, Vp, dloss > 0.0f, s);
+        copy_to_host(model->losses_host, a.losses, BT * sizeof(float));
+        double sum = 0.0;
+        for (int i = 0; i < BT; i++) sum += model->losses_host[i];
+        model->mean_loss = (float)(sum / BT);
+    }
+}
+
+static void gpt_zero_grad(GPT* model) {
+    device_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX), model->stream);
+}
+
+// Accumulates (+=) the gradients of the last training forward (dloss > 0) into model->grads.
+static void gpt_backward(GPT* model) {
+    GPTConfig c = model->config;
+    int L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size;
+    int B = model->last_B, T = model->last_T;  // the last forward's batch
+    cudaStream_t s = model->stream;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    BackwardBuffers bb = model->bufs;
+    int BT = B * T;
+
+    // LM head (tied to wte), then the final LayerNorm; dresidual starts from zero
+    matmul_backward(bb.dbuf_c, g.wte, NULL, a.output, a.lnf, p.wte, bb.scratch, NULL, BT, C, Vp, s);
+    device_memset_zero(bb.dresidual, (size_t)BT * C * sizeof(floatX), s);
+    floatX* last_residual = a.residual3 + (size_t)(L - 1) * BT * C;
+    layernorm_backward(bb.dresidual, g.lnfw, g.lnfb, bb.scratch, bb.dbuf_c, last_residual, p.lnfw,
+                       a.lnf_mean, a.lnf_rstd, BT, C, s);
+    for (int l = L - 1; l >= 0; l--) {
+        size_t lc = (size_t)l * BT * C;
+        floatX* residual = l == 0 ? a.encoded : a.residual3 + lc - (size_t)BT * C;
+        // dresidual is the gradient of residual3 = residual2 + fcproj: it flows to both unchanged
+        matmul_backward(bb.dbuf_4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + (size_t)l * C, bb.dresidual,
+                        a.fch_gelu + 4 * lc, p.fcprojw + (size_t)l * 4 * C * C, bb.scratch, a.fch + 4 * lc,
+                        BT, 4 * C, C, s);  // dbuf_4c = d fch (GELU's backward fused)
+        matmul_backward(bb.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + (size_t)l * 4 * C, bb.dbuf_4c,
+                        a.ln2 + lc, p.fcw + (size_t)l * 4 * C * C, bb.scratch, NULL, BT, C, 4 * C, s);
+        layernorm_backward(bb.dresidual, g.ln2w + (size_t)l * C, g.ln2b + (size_t)l * C, bb.scratch, bb.dbuf_c,
+                           a.residual2 + lc, p.ln2w + (size_t)l * C, a.ln2_mean + (size_t)l * BT,
+                           a.ln2_rstd + (size_t)l * BT, BT, C, s);
+        // dresidual is now the gradient of residual2 = residual + attproj
+        matmul_backward(bb.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + (size_t)l * C, bb.dresidual,
+                        a.atty + lc, p.attprojw + (size_t)l * C * C, bb.scratch, NULL, BT, C, C, s);
+        attention_backward(bb.dqkv, bb.dqkvr, bb.datt, bb.dscratch, bb.dbuf_c, a.qkv + 3 * lc, a.qkvr + 3 * lc,
+                           a.att + (size_t)l * B * NH * T * T, B, T, C, NH, s);
+        matmul_backward(bb.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + (size_t)l * 3 * C, bb.dqkv,
+                        a.ln1 + lc, p.qkvw + (size_t)l * 3 * C * C, bb.scratch, NULL, BT, C, 3 * C, s);
+        layernorm_backward(bb.dresidual, g.ln1w + (size_t)l * C, g.ln1b + (size_t)l * C, bb.scratch, bb.dbuf_c,
+                           residual, p.ln1w + (size_t)l * C, a.ln1_mean + (size_t)l * BT,
+                           a.ln1_rstd + (size_t)l * BT, BT, C, s);
+    }
+    encoder_backward(g.wte, g.wpe, bb.scratch, bb.dresidual, model->inputs, model->inputs_host, B, T, C, s);
+}

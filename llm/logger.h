@@ -1,0 +1,102 @@
+// logger.h: the training log, one JSON object per line (JSON Lines), flushed after each line so a
+// crashed or running job can be read at any time. Only the process that should log calls it (the
+// trainer's rank 0); a Logger made with path NULL does nothing.
+//
+//   {"step": 12, "train_loss": 2.345678, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 1.23,
+//    "ms": 123.4, "tok_per_s": 4567.8}                    (one line; val_loss only when measured)
+//   {"step": 12, "hellaswag": 0.291}                      (logger_log_eval)
+//
+// Numbers are written with the fewest significant digits (6 to 9) that read back as the same
+// float, so a log can be compared bit for bit between runs. JSON has no NaN or Infinity: a
+// non-finite value is written as null (a diverged loss shows as null, not as a missing key).
+#pragma once
+
+#include "common.h"
+
+typedef struct {
+    FILE* f;     // NULL: logging is off
+    char* path;  // for error messages
+} Logger;
+
+// path NULL: no log. resume 1: append to the file (a resumed run continues its log), 0: truncate.
+static void logger_init(Logger* lg, const char* path, int resume) {
+    lg->f = NULL;
+    lg->path = NULL;
+    if (path == NULL || path[0] == '\0') { return; }
+    lg->f = fopen(path, resume ? "ab" : "wb");
+    if (lg->f == NULL) {
+        fatal("log file '%s': cannot open for %s: %s", path, resume ? "appending" : "writing",
+              strerror(errno));
+    }
+    size_t len = strlen(path) + 1;
+    lg->path = (char*)mallocCheck(len);
+    memcpy(lg->path, path, len);
+}
+
+// a float as the shortest %.Ng (N = 6..9) that parses back to the same float; null if not finite
+static void logger_format_float(char* buf, size_t cap, float v) {
+    if (!isfinite(v)) { snprintf(buf, cap, "null"); return; }
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, cap, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) { break; }
+    }
+}
+
+// appends `, "key": value` to line
+static void logger_append_float(char* line, size_t cap, const char* key, float v) {
+    char num[40];
+    logger_format_float(num, sizeof(num), v);
+    size_t used = strlen(line);
+    snprintf(line + used, cap - used, ", \"%s\": %s", key, num);
+}
+
+static void logger_write_line(Logger* lg, const char* line) {
+    if (fputs(line, lg->f) < 0 || fputc('\n', lg->f) == EOF || fflush(lg->f) != 0) {
+        fatal("log file '%s': write failed: %s", lg->path, strerror(errno));
+    }
+}
+
+// one training step. val_loss NaN: not measured at this step, the key is left out.
+// lr: learning rate used at this step; grad_norm: global L2 norm before clipping;
+// ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks).
+static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
+                            float grad_norm, float ms, float tokens_per_s) {
+    if (lg->f == NULL) { return; }
+    char line[512];
+    snprintf(line, sizeof(line), "{\"step\": %d", step);
+    logger_append_float(line, sizeof(line), "train_loss", train_loss);
+    if (!isnan(val_loss)) { logger_append_float(line, sizeof(line), "val_loss", val_loss); }
+    logger_append_float(line, sizeof(line), "lr", lr);
+    logger_append_float(line, sizeof(line), "grad_norm", grad_norm);
+    logger_append_float(line, sizeof(line), "ms", ms);
+    logger_append_float(line, sizeof(line), "tok_per_s", tokens_per_s);
+    size_t used = strlen(line);
+    snprintf(line + used, sizeof(line) - used, "}");
+    logger_write_line(lg, line);
+}
+
+// one evaluation result: {"step": step, "<name>": value}. name is escaped as a JSON string.
+static void logger_log_eval(Logger* lg, int step, const char* name, float value) {
+    if (lg->f == NULL) { return; }
+    char key[256];
+    size_t k = 0;
+    for (const unsigned char* p = (const unsigned char*)name; *p && k + 7 < sizeof(key); p++) {
+        if (*p == '"' || *p == '\\') { key[k++] = '\\'; key[k++] = (char)*p; }
+        else if (*p < 0x20) { k += snprintf(key + k, sizeof(key) - k, "\\u%04x", *p); }
+        else { key[k++] = (char)*p; }
+    }
+    key[k] = '\0';
+    char line[512];
+    snprintf(line, sizeof(line), "{\"step\": %d", step);
+    logger_append_float(line, sizeof(line), key, value);
+    size_t used = strlen(line);
+    snprintf(line + used, sizeof(line) - used, "}");
+    logger_write_line(lg, line);
+}
+
+static void logger_free(Logger* lg) {
+    if (lg->f != NULL) { fcloseCheck(lg->f, lg->path); }
+    free(lg->path);
+    lg->f = NULL;
+    lg->path = NULL;
+}

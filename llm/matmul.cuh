@@ -1,0 +1,700 @@
+// matmul.cuh: the linear layers of GPT-2 and their gradients, plus one generic batched matrix
+// product that other ops (attention's QK^T and AV) call.
+//
+//   forward:  out = inp @ weight^T + bias                       inp (BT,C), weight (OC,C), out (BT,OC)
+//             with pre_gelu: pre_gelu = inp @ weight^T + bias, out = gelu(pre_gelu)   (the MLP's fc)
+//   backward: dinp = dout @ weight            (overwrites; times gelu'(pre_gelu_of_inp) when given)
+//             dweight += dout^T @ inp         (accumulates)
+//             dbias += column sums of dout    (accumulates)
+//
+// GELU is the tanh approximation GPT-2 uses: gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// All tensors are row-major, as in the rest of the trainer.
+//
+// The three forms, top to bottom:
+//   1. CPU: plain loops (*_naive_cpu: the math, the oracle of the tests) and the CPU build's fast
+//      implementation (*_cpu: OpenBLAS sgemm for the products, OpenMP loops for bias, GELU, dbias).
+//   2. CUDA kernels: the bias gradient (a deterministic column sum), and GELU / dGELU for the cases
+//      where cuBLASLt cannot fuse them into the product.
+//   3. cuBLASLt and the launchers the model calls (matmul_forward, matmul_backward, matmul_batched),
+//      with the same signatures in every build.
+//
+// Row-major vs cuBLAS's column-major: cuBLAS reads a matrix in column-major order, so a row-major
+// X (R rows, S columns, row stride ld) is, to cuBLAS, the column-major matrix X^T (S rows, R columns,
+// same ld), with no copy. A row-major product C = op(A) @ op(B) is therefore computed as the
+// column-major product C^T = op(B)^T @ op(A)^T: swap the operands, keep their transpose flags, and
+// swap the output's dimensions (cuBLAS m = N, n = M). A bias along C's columns (one per output
+// feature) is then cuBLAS's bias along D's rows, which is what its BIAS epilogue adds.
+#pragma once
+#include "common.h"
+
+#if LLM_BUILD_CPU
+#include <cblas.h>
+#elif LLM_BUILD_CUDA
+#include <cublasLt.h>
+#else
+#include "../dev/emu/cublaslt_emu.h"  // the cuBLASLt subset below, run on the CPU
+#endif
+
+// what follows a generic product (matmul_batched)
+typedef enum {
+    MATMUL_EPILOGUE_NONE = 0,  // C = alpha op(A) op(B) + beta C [+ bias]
+    MATMUL_EPILOGUE_GELU = 1,  // aux = alpha op(A) op(B) + beta C [+ bias] (if aux != NULL), C = gelu(that)
+    MATMUL_EPILOGUE_DGELU = 2, // C = (alpha op(A) op(B) + beta C) * gelu'(aux)  (aux read; no bias)
+} MatmulEpilogue;
+
+// GELU and its derivative, shared by the CPU code and the kernels
+#define MATMUL_GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
+#if LLM_HAS_KERNELS
+#define MATMUL_HD __host__ __device__
+#else
+#define MATMUL_HD
+#endif
+
+static inline MATMUL_HD float matmul_gelu(float x) {
+    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+static inline MATMUL_HD float matmul_gelu_grad(float x) {
+    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MATMUL_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// ----------------------------------------------------------------------------
+// 1. CPU: the math as plain loops. Always compiled (FP32), so that every build's tests can use them.
+
+static void matmul_forward_naive_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC) or NULL*/,
+                                     const float* inp /*(BT,C)*/, const float* weight /*(OC,C)*/,
+                                     const float* bias /*(OC) or NULL*/, int BT, int C, int OC) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        for (int o = 0; o < OC; o++) {
+            float val = bias != NULL ? bias[o] : 0.0f;
+            for (int i = 0; i < C; i++) { val += inp[(size_t)bt * C + i] * weight[(size_t)o * C + i]; }
+            if (pre_gelu != NULL) {
+                pre_gelu[(size_t)bt * OC + o] = val;
+                val = matmul_gelu(val);
+            }
+            out[(size_t)bt * OC + o] = val;
+        }
+    }
+}
+
+static void matmul_backward_naive_cpu(float* dinp /*(BT,C)*/, float* dweight /*(OC,C)*/, float* dbias /*(OC) or NULL*/,
+                                      const float* dout /*(BT,OC)*/, const float* inp /*(BT,C)*/,
+                                      const float* weight /*(OC,C)*/, const float* pre_gelu_of_inp /*(BT,C) or NULL*/,
+                                      int BT, int C, int OC) {
+    // dinp = dout @ weight, times gelu'(pre-activation) when inp was gelu(pre-activation).
+    // (Each sum runs over o in order; a row of partial sums keeps the memory access contiguous.)
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        float* s = (float*)mallocCheck((size_t)C * sizeof(float));
+        memset(s, 0, (size_t)C * sizeof(float));
+        for (int o = 0; o < OC; o++) {
+            float d = dout[(size_t)bt * OC + o];
+            for (int i = 0; i < C; i++) { s[i] += d * weight[(size_t)o * C + i]; }
+        }
+        for (int i = 0; i < C; i++) {
+            float v = s[i];
+            if (pre_gelu_of_inp != NULL) v *= matmul_gelu_grad(pre_gelu_of_inp[(size_t)bt * C + i]);
+            dinp[(size_t)bt * C + i] = v;
+        }
+        free(s);
+    }
+    // dweight += dout^T @ inp (sums over bt in order), dbias += sum over rows of dout
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        float* s = (float*)mallocCheck((size_t)C * sizeof(float));
+        memset(s, 0, (size_t)C * sizeof(float));
+        for (int bt = 0; bt < BT; bt++) {
+            float d = dout[(size_t)bt * OC + o];
+            for (int i = 0; i < C; i++) { s[i] += d * inp[(size_t)bt * C + i]; }
+        }
+        for (int i = 0; i < C; i++) { dweight[(size_t)o * C + i] += s[i]; }
+        free(s);
+        if (dbias != NULL) {
+            float sb = 0.0f;
+            for (int bt = 0; bt < BT; bt++) { sb += dout[(size_t)bt * OC + o]; }
+            dbias[o] += sb;
+        }
+    }
+}
+
+// The generic product, row-major, for each batch index b (X_b = X + b * strideX):
+//   C_b (M,N) = epilogue(alpha * op(A_b) @ op(B_b) + beta * C_b [+ bias])
+//   op(A) is (M,K): A is stored (M,K) with row stride lda, or, with transA, stored (K,M) and transposed
+//   op(B) is (K,N): B is stored (K,N) with row stride ldb, or, with transB, stored (N,K) and transposed
+//   C is (M,N) with row stride ldc. beta == 0: C is not read (NaN there does not propagate).
+//   bias (N) or NULL: one value per column of C, the same for every batch (only with NONE or GELU)
+//   aux: packed (batch, M, N) (row stride N, batch stride M*N): GELU writes the pre-activation
+//        there (if not NULL); DGELU reads it
+static void matmul_batched_naive_cpu(float* c, const float* a, const float* b, const float* bias, float* aux,
+                                     int M, int N, int K, bool transA, bool transB, int lda, int ldb, int ldc,
+                                     int batch, size_t strideA, size_t strideB, size_t strideC,
+                                     float alpha, float beta, MatmulEpilogue epilogue) {
+    for (int bi = 0; bi < batch; bi++) {
+        const float* ab = a + bi * strideA;
+        const float* bb = b + bi * strideB;
+        float* cb = c + bi * strideC;
+        #pragma omp parallel for
+        for (int i = 0; i < M; i++) {
+            for (int j = 0; j < N; j++) {
+                float s = 0.0f;
+                for (int p = 0; p < K; p++) {
+                    float av = transA ? ab[(size_t)p * lda + i] : ab[(size_t)i * lda + p];
+                    float bv = transB ? bb[(size_t)j * ldb + p] : bb[(size_t)p * ldb + j];
+                    s += av * bv;
+                }
+                float x = alpha * s;
+                if (beta != 0.0f) x += beta * cb[(size_t)i * ldc + j];
+                if (bias != NULL) x += bias[j];
+                size_t ai = ((size_t)bi * M + i) * N + j;
+                if (epilogue == MATMUL_EPILOGUE_GELU) {
+                    if (aux != NULL) aux[ai] = x;
+                    x = matmul_gelu(x);
+                } else if (epilogue == MATMUL_EPILOGUE_DGELU) {
+                    x *= matmul_gelu_grad(aux[ai]);
+                }
+                cb[(size_t)i * ldc + j] = x;
+            }
+        }
+    }
+}
+
+// The CPU build's implementation: the same math, the products by OpenBLAS's sgemm (row-major
+// cblas), bias/GELU/dGELU in one OpenMP pass over the rows the product just wrote, and the bias
+// gradient as column sums with each thread owning whole columns (no races, and every column sums its
+// rows in order 0..BT-1 whatever the thread count, so the result is deterministic).
+#if LLM_BUILD_CPU
+
+// tanh for the CPU build's GELU loops, written so that a loop over a row vectorizes: glibc's tanhf is
+// a scalar call of about 20 ns, which made the MLP's GELU cost as much as its matmul.
+//   tanh(u) = 1 - 2 / (exp(2u) + 1);  exp(v) = 2^n exp(r), n = round(v / ln2), r = v - n ln2 (ln2 in
+//   two parts, Cody-Waite, so r keeps its accuracy), exp(r) by its Taylor series up to r^7 (|r| <=
+//   ln2/2: truncation error < 6e-9). |error| < 2e-7 for every float u (checked against double tanh
+//   on [-30, 30] in steps of 1e-5); NaN stays NaN. |2u| is clamped to 80, where tanh is +-1 in float.
+static inline float matmul_tanh_cpu(float u) {
+    float v = 2.0f * u;
+    v = v > 80.0f ? 80.0f : (v < -80.0f ? -80.0f : v);
+    float n = v * 1.44269504f + 12582912.0f;  // adding 1.5 * 2^23 rounds to an integer
+    n -= 12582912.0f;
+    float r = v - n * 0.693145752f;           // ln2 = 0.693145752 + 1.42860677e-6
+    r -= n * 1.42860677e-6f;
+    float p = 1.0f + r * (1.0f + r * (1.0f / 2 + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+              r * (1.0f / 720 + r * (1.0f / 5040)))))));
+    int32_t bits = ((int32_t)n + 127) << 23;  // 2^n as a float, |n| <= 116
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return 1.0f - 2.0f / (p * two_n + 1.0f);
+}
+
+static inline float matmul_gelu_cpu(float x) {
+    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + matmul_tanh_cpu(u));
+}
+
+static inline float matmul_gelu_grad_cpu(float x) {
+    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
+    float t = matmul_tanh_cpu(u);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MATMUL_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+static void matmul_forward_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC) or NULL*/, const float* inp /*(BT,C)*/,
+                               const float* weight /*(OC,C)*/, const float* bias /*(OC) or NULL*/, int BT, int C, int OC) {
+    float* dst = pre_gelu != NULL ? pre_gelu : out;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, dst, OC);
+    if (bias == NULL && pre_gelu == NULL) return;
+    // one pass over each row the product just wrote: + bias, then GELU
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < BT; bt++) {
+        float* d = dst + (size_t)bt * OC;
+        if (bias != NULL) {
+            #pragma omp simd
+            for (int o = 0; o < OC; o++) d[o] += bias[o];
+        }
+        if (pre_gelu != NULL) {
+            float* y = out + (size_t)bt * OC;
+            #pragma omp simd
+            for (int o = 0; o < OC; o++) y[o] = matmul_gelu_cpu(d[o]);
+        }
+    }
+}
+
+// dbias (OC) += sum over the BT rows of dout (BT,OC), 64 columns per task
+static void matmul_dbias_cpu(float* dbias, const float* dout, int BT, int OC) {
+    const int W = 64;
+    #pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += W) {
+        int n = OC - o0 < W ? OC - o0 : W;
+        float acc[64] = {0.0f};
+        for (int bt = 0; bt < BT; bt++) {
+            const float* row = dout + (size_t)bt * OC + o0;
+            for (int j = 0; j < n; j++) acc[j] += row[j];
+        }
+        for (int j = 0; j < n; j++) dbias[o0 + j] += acc[j];
+    }
+}
+
+static void matmul_backward_cpu(float* dinp /*(BT,C)*/, float* dweight /*(OC,C)*/, float* dbias /*(OC) or NULL*/,
+                                const float* dout /*(BT,OC)*/, const float* inp /*(BT,C)*/, const float* weight /*(OC,C)*/,
+                                const float* pre_gelu_of_inp /*(BT,C) or NULL*/, int BT, int C, int OC) {
+    if (dbias != NULL) matmul_dbias_cpu(dbias, dout, BT, OC);
+    // dinp (BT,C) = dout (BT,OC) @ weight (OC,C)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    if (pre_gelu_of_inp != NULL) {
+        #pragma omp parallel for schedule(static)
+        for (int bt = 0; bt < BT; bt++) {
+            float* d = dinp + (size_t)bt * C;
+            const float* x = pre_gelu_of_inp + (size_t)bt * C;
+            #pragma omp simd
+            for (int i = 0; i < C; i++) d[i] *= matmul_gelu_grad_cpu(x[i]);
+        }
+    }
+    // dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+}
+
+// matmul_batched_naive_cpu's contract (see there), with sgemm. Many small products (attention's
+// per-head matrices) run one per OpenMP thread with a single-threaded sgemm each; few large ones run
+// one after the other with OpenBLAS's own threads.
+static void matmul_batched_cpu(float* c, const float* a, const float* b, const float* bias, float* aux,
+                               int M, int N, int K, bool transA, bool transB, int lda, int ldb, int ldc,
+                               int batch, size_t strideA, size_t strideB, size_t strideC,
+                               float alpha, float beta, MatmulEpilogue epilogue) {
+    CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+    int per_batch_threads = batch > 1 && (double)M * N * K < 4.0e6;
+    if (per_batch_threads) {
+        #pragma omp parallel for schedule(static)
+        for (int bi = 0; bi < batch; bi++) {
+            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
+                        c + bi * strideC, ldc);
+        }
+    } else {
+        for (int bi = 0; bi < batch; bi++) {
+            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
+                        c + bi * strideC, ldc);
+        }
+    }
+    if (bias == NULL && epilogue == MATMUL_EPILOGUE_NONE) return;
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < (long)batch * M; r++) {  // one row of one batch's C
+        float* crow = c + (r / M) * strideC + (size_t)(r % M) * ldc;
+        float* arow = aux != NULL ? aux + (size_t)r * N : NULL;
+        if (bias != NULL) {
+            for (int j = 0; j < N; j++) crow[j] += bias[j];
+        }
+        if (epilogue == MATMUL_EPILOGUE_GELU) {
+            if (arow != NULL) memcpy(arow, crow, (size_t)N * sizeof(float));
+            #pragma omp simd
+            for (int j = 0; j < N; j++) crow[j] = matmul_gelu_cpu(crow[j]);
+        } else if (epilogue == MATMUL_EPILOGUE_DGELU) {
+            #pragma omp simd
+            for (int j = 0; j < N; j++) crow[j] *= matmul_gelu_grad_cpu(arow[j]);
+        }
+    }
+}
+
+#endif  // LLM_BUILD_CPU
+
+// ----------------------------------------------------------------------------
+// 2. CUDA kernels
+#if LLM_HAS_KERNELS
+
+// VEC consecutive floatX, aligned to their size: VEC = MATMUL_X128 makes one 128-bit load or store
+template <int VEC>
+struct alignas(VEC * sizeof(floatX)) matmul_pack {
+    floatX v[VEC];
+};
+#define MATMUL_X128 ((int)(16 / sizeof(floatX)))
+
+// Bias gradient, stage 1: per-split column sums of dout (BT,OC) into partial (gridDim.y, OC), FP32.
+// A block owns 4*VEC adjacent columns and every gridDim.y-th group of 64 rows. Inside a warp, lane =
+// 8 rows x 4 column groups: each lane reads VEC columns (one 128-bit load) of every 8th row, so a warp
+// reads 8 rows x 64 contiguous bytes at a time. The 8 lanes of a column group are then summed with
+// shuffles, the 8 warps through shared memory, in a fixed order: the result does not depend on timing.
+#define MATMUL_DBIAS_WARPS 8
+#define MATMUL_DBIAS_MAX_SPLITS 32  // gridDim.y at most: the scratch needs MATMUL_DBIAS_MAX_SPLITS * OC floats
+
+template <int VEC>
+__global__ void matmul_dbias_partial_kernel(float* partial /*(gridDim.y, OC)*/, const floatX* dout /*(BT,OC)*/,
+                                            int BT, int OC) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int lcol = lane % 4, lrow = lane / 4;
+    int col0 = (blockIdx.x * 4 + lcol) * VEC;  // with VEC > 1, OC % VEC == 0: a pack is all in or all out
+    float acc[VEC];
+    for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
+    if (col0 < OC) {
+        for (int row = (blockIdx.y * MATMUL_DBIAS_WARPS + warp) * 8 + lrow; row < BT;
+             row += gridDim.y * MATMUL_DBIAS_WARPS * 8) {
+            matmul_pack<VEC> p = *reinterpret_cast<const matmul_pack<VEC>*>(dout + (size_t)row * OC + col0);
+            for (int k = 0; k < VEC; k++) acc[k] += (float)p.v[k];
+        }
+    }
+    // lanes of one column group differ in lane bits 2..4
+    for (int k = 0; k < VEC; k++) {
+        for (int off = 4; off < 32; off *= 2) acc[k] += __shfl_xor_sync(0xffffffff, acc[k], off);
+    }
+    __shared__ float sums[MATMUL_DBIAS_WARPS][4 * VEC];
+    if (lrow == 0) {
+        for (int k = 0; k < VEC; k++) sums[warp][lcol * VEC + k] = acc[k];
+    }
+    __syncthreads();
+    if (threadIdx.x < 4 * VEC) {
+        float s = 0.0f;
+        for (int w = 0; w < MATMUL_DBIAS_WARPS; w++) s += sums[w][threadIdx.x];
+        int col = blockIdx.x * 4 * VEC + threadIdx.x;
+        if (col < OC) partial[(size_t)blockIdx.y * OC + col] = s;
+    }
+}
+
+// Bias gradient, stage 2: dbias[col] += sum of the splits, in order
+__global__ void matmul_dbias_finish_kernel(floatX* dbias /*(OC)*/, const float* partial /*(splits, OC)*/,
+                                           int splits, int OC) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float s = 0.0f;
+    for (int j = 0; j < splits; j++) s += partial[(size_t)j * OC + col];
+    dbias[col] = (floatX)((float)dbias[col] + s);
+}
+
+// GELU and dGELU when cuBLASLt does not fuse them (see matmul_cublaslt). Both walk a batch of row-major
+// (M,N) matrices element by element, VEC at a time (VEC divides N, the row strides and batch strides):
+//   forward:   out = gelu(pre)            out, pre: (batch, M, N), row strides ldo/ldp, batch strides so/sp
+//   backward:  d *= gelu'(pre)            d: (batch, M, N) with ldd/sd; pre packed (batch, M, N)
+template <int VEC>
+__global__ void matmul_gelu_forward_kernel(floatX* out, int ldo, size_t so, const floatX* pre, int ldp, size_t sp,
+                                           int M, int N, int batch) {
+    size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (e >= (size_t)batch * M * N) return;
+    size_t r = e / N;
+    int j = (int)(e % N), i = (int)(r % M), b = (int)(r / M);
+    const floatX* src = pre + b * sp + (size_t)i * ldp + j;
+    floatX* dst = out + b * so + (size_t)i * ldo + j;
+    matmul_pack<VEC> p = *reinterpret_cast<const matmul_pack<VEC>*>(src);
+    for (int k = 0; k < VEC; k++) p.v[k] = (floatX)matmul_gelu((float)p.v[k]);
+    *reinterpret_cast<matmul_pack<VEC>*>(dst) = p;
+}
+
+template <int VEC>
+__global__ void matmul_dgelu_inplace_kernel(floatX* d, int ldd, size_t sd, const floatX* pre /*packed*/,
+                                            int M, int N, int batch) {
+    size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (e >= (size_t)batch * M * N) return;
+    size_t r = e / N;
+    int j = (int)(e % N), i = (int)(r % M), b = (int)(r / M);
+    floatX* dst = d + b * sd + (size_t)i * ldd + j;
+    matmul_pack<VEC> g = *reinterpret_cast<const matmul_pack<VEC>*>(pre + e);
+    matmul_pack<VEC> p = *reinterpret_cast<const matmul_pack<VEC>*>(dst);
+    for (int k = 0; k < VEC; k++) p.v[k] = (floatX)((float)p.v[k] * matmul_gelu_grad((float)g.v[k]));
+    *reinterpret_cast<matmul_pack<VEC>*>(dst) = p;
+}
+
+static inline bool matmul_aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
+
+// dbias (OC) += column sums of dout (BT,OC); scratch: MATMUL_DBIAS_MAX_SPLITS * OC floats
+static void matmul_dbias(floatX* dbias, float* scratch, const floatX* dout, int BT, int OC, cudaStream_t stream) {
+    if (scratch == NULL) die_at(__FILE__, __LINE__, "matmul_backward: dbias needs dbias_scratch (MATMUL_DBIAS_MAX_SPLITS * OC floats)");
+    const int threads = 32 * MATMUL_DBIAS_WARPS;
+    bool vec = OC % MATMUL_X128 == 0 && matmul_aligned16(dout);
+    int cols_per_block = 4 * (vec ? MATMUL_X128 : 1);
+    int gx = ceil_div(OC, cols_per_block);
+    // enough blocks to fill a large GPU (~1024), each with at least 64 rows; the split depends only
+    // on the shape, so the summation order (and the result) is the same on every run
+    int splits = ceil_div(1024, gx);
+    if (splits > ceil_div(BT, 64)) splits = ceil_div(BT, 64);
+    if (splits > MATMUL_DBIAS_MAX_SPLITS) splits = MATMUL_DBIAS_MAX_SPLITS;
+    if (splits < 1) splits = 1;
+    dim3 grid(gx, splits);
+    if (vec) {
+        LAUNCH(matmul_dbias_partial_kernel<MATMUL_X128>, grid, dim3(threads), 0, stream, scratch, dout, BT, OC);
+    } else {
+        LAUNCH(matmul_dbias_partial_kernel<1>, grid, dim3(threads), 0, stream, scratch, dout, BT, OC);
+    }
+    LAUNCH(matmul_dbias_finish_kernel, dim3(ceil_div(OC, 256)), dim3(256), 0, stream, dbias, scratch, splits, OC);
+}
+
+// ----------------------------------------------------------------------------
+// 3. cuBLASLt
+
+#ifndef cublasCheck
+static inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS: %s (%s) (%s:%d)\n", cublasLtGetStatusName(status),
+                cublasLtGetStatusString(status), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
+#endif
+
+#if defined(ENABLE_FP32)
+#define MATMUL_CUDA_FLOATX CUDA_R_32F
+#else
+#define MATMUL_CUDA_FLOATX CUDA_R_16BF
+#endif
+
+static cublasLtHandle_t matmul_lt_handle = NULL;
+static void* matmul_lt_workspace = NULL;
+static size_t matmul_lt_workspace_size = 0;
+// 1: let cuBLASLt fuse GELU / dGELU into the product whenever its heuristic offers an algorithm for
+// it; 0: always use the separate kernels above (the tests run both)
+static int matmul_fuse_gelu = 1;
+
+// One cuBLASLt call in cuBLAS's own terms (column-major, see the top of this file), per batch b:
+//   D_b (m,n) = epilogue(alpha * scale_a * scale_b * op(A_b) op(B_b) + beta * C_b [+ bias_b])
+//   op(A) is (m,k): A stored (m,k) or, with trans_a, (k,m); op(B) is (k,n): B stored (k,n) or (n,k)
+// Types are cudaDataType values, so that FP8 callers can use it too; scale pointers are device
+// pointers to one float, NULL for none. Returns CUBLAS_STATUS_NOT_SUPPORTED when the library has no
+// algorithm for the configuration (the caller decides what to do); any other failure is fatal.
+typedef struct {
+    int m, n, k, batch;
+    const void* a; cudaDataType_t a_type; bool trans_a; int64_t lda; int64_t stride_a;
+    const void* b; cudaDataType_t b_type; bool trans_b; int64_t ldb; int64_t stride_b;
+    const void* c; cudaDataType_t c_type; int64_t ldc; int64_t stride_c;  // c may equal d
+    void* d; cudaDataType_t d_type; int64_t ldd; int64_t stride_d;
+    float alpha, beta;
+    cublasLtEpilogue_t epilogue;               // 0 means CUBLASLT_EPILOGUE_DEFAULT
+    const void* bias; int64_t bias_stride;     // (m) per batch; BIAS epilogues
+    void* aux; int64_t aux_ld; int64_t aux_stride;  // GELU_AUX* (written) / DGELU (read)
+    const float* scale_a; const float* scale_b; const float* scale_d; float* amax_d;  // FP8
+} MatmulLtArgs;
+
+static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t stream) {
+    if (matmul_lt_handle == NULL) die_at(__FILE__, __LINE__, "matmul: matmul_init() was not called");
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasLtEpilogue_t epi = g->epilogue != 0 ? g->epilogue : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (g->bias != NULL) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof(g->bias)));
+        if (g->batch > 1) {
+            cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &g->bias_stride,
+                                                       sizeof(g->bias_stride)));
+        }
+    }
+    if (g->aux != NULL) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof(g->aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->aux_ld, sizeof(g->aux_ld)));
+        if (g->batch > 1) {
+            cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &g->aux_stride,
+                                                       sizeof(g->aux_stride)));
+        }
+    }
+    if (g->scale_a != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof(g->scale_a)));
+    if (g->scale_b != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof(g->scale_b)));
+    if (g->scale_d != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &g->scale_d, sizeof(g->scale_d)));
+    if (g->amax_d != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof(g->amax_d)));
+
+    // layouts: rows/cols as stored (before op), column-major, leading dimension, strided batch
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, g->a_type, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, g->b_type, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, g->c_type, g->m, g->n, g->ldc));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, g->d_type, g->m, g->n, g->ldd));
+    if (g->batch > 1) {
+        cublasLtMatrixLayout_t layouts[4] = {la, lb, lc, ld};
+        int64_t strides[4] = {g->stride_a, g->stride_b, g->stride_c, g->stride_d};
+        for (int i = 0; i < 4; i++) {
+            int32_t count = g->batch;
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                         sizeof(strides[i])));
+        }
+    }
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = matmul_lt_workspace_size;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(matmul_lt_handle, desc, la, lb, lc, ld, pref, 1, &heuristic, &found);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        cublasCheck(cublasLtMatmul(matmul_lt_handle, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
+                                   &heuristic.algo, matmul_lt_workspace, matmul_lt_workspace_size, stream));
+    } else {
+        st = CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return st;
+}
+
+// matmul_batched_naive_cpu's contract (row-major, see there) on floatX, by cuBLASLt: the operands
+// are swapped into the column-major product C^T = op(B)^T op(A)^T (top of this file). GELU and dGELU
+// are fused into the product when matmul_fuse_gelu is on, the aux layout allows it (cuBLASLt wants
+// its leading dimension, here N, divisible by 8) and the library offers an algorithm; otherwise the
+// product runs plain and a kernel applies them after.
+static void matmul_cublaslt(floatX* c, const floatX* a, const floatX* b, const floatX* bias, floatX* aux,
+                            int M, int N, int K, bool transA, bool transB, int lda, int ldb, int ldc,
+                            int batch, size_t strideA, size_t strideB, size_t strideC,
+                            float alpha, float beta, MatmulEpilogue epilogue, cudaStream_t stream) {
+    if (epilogue == MATMUL_EPILOGUE_DGELU && (aux == NULL || bias != NULL)) {
+        die_at(__FILE__, __LINE__, "matmul: the DGELU epilogue needs aux (the pre-activation) and no bias");
+    }
+    MatmulLtArgs g;
+    memset(&g, 0, sizeof(g));
+    g.m = N; g.n = M; g.k = K; g.batch = batch;
+    g.a = b; g.a_type = MATMUL_CUDA_FLOATX; g.trans_a = transB; g.lda = ldb; g.stride_a = (int64_t)strideB;
+    g.b = a; g.b_type = MATMUL_CUDA_FLOATX; g.trans_b = transA; g.ldb = lda; g.stride_b = (int64_t)strideA;
+    g.c = c; g.c_type = MATMUL_CUDA_FLOATX; g.ldc = ldc; g.stride_c = (int64_t)strideC;
+    g.d = c; g.d_type = MATMUL_CUDA_FLOATX; g.ldd = ldc; g.stride_d = (int64_t)strideC;
+    g.alpha = alpha; g.beta = beta;
+    g.bias = bias; g.bias_stride = 0;
+    cublasLtEpilogue_t plain = bias != NULL ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (epilogue == MATMUL_EPILOGUE_NONE) {
+        g.epilogue = plain;
+        if (matmul_cublaslt_call(&g, stream) != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d batch=%d transA=%d transB=%d "
+                    "(pointers 16-byte aligned?) (%s:%d)\n", M, N, K, batch, transA, transB, __FILE__, __LINE__);
+            exit(EXIT_FAILURE);
+        }
+        return;
+    }
+    // the fused attempt
+    if (matmul_fuse_gelu && N % 8 == 0 && (aux == NULL || matmul_aligned16(aux))) {
+        g.aux = aux; g.aux_ld = N; g.aux_stride = (int64_t)M * N;
+        if (epilogue == MATMUL_EPILOGUE_GELU) {
+            g.epilogue = aux != NULL ? (bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                     : (bias != NULL ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+        } else {
+            g.epilogue = CUBLASLT_EPILOGUE_DGELU;
+        }
+        if (matmul_cublaslt_call(&g, stream) == CUBLAS_STATUS_SUCCESS) return;
+        g.aux = NULL; g.aux_ld = 0; g.aux_stride = 0;
+    }
+    // unfused: the product (+ bias) by cuBLASLt, then the kernel. GELU with aux: the product goes to
+    // aux (packed), then c = gelu(aux); without aux: in place in c.
+    g.epilogue = plain;
+    floatX* pre = c;
+    int ldp = ldc;
+    size_t sp = strideC;
+    if (epilogue == MATMUL_EPILOGUE_GELU && aux != NULL) {
+        pre = aux; ldp = N; sp = (size_t)M * N;
+        g.d = aux; g.ldd = N; g.stride_d = (int64_t)sp;
+    }
+    if (matmul_cublaslt_call(&g, stream) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d batch=%d (%s:%d)\n", M, N, K, batch,
+                __FILE__, __LINE__);
+        exit(EXIT_FAILURE);
+    }
+    size_t total = (size_t)batch * M * N;
+    if (total == 0) return;
+    const int threads = 256;
+    const int V = MATMUL_X128;
+    bool vec = N % V == 0 && ldc % V == 0 && strideC % V == 0 && ldp % V == 0 && sp % V == 0 &&
+               matmul_aligned16(c) && matmul_aligned16(pre) && (aux == NULL || matmul_aligned16(aux));
+    if (epilogue == MATMUL_EPILOGUE_GELU) {
+        if (vec) {
+            LAUNCH(matmul_gelu_forward_kernel<MATMUL_X128>, dim3((unsigned)ceil_div_sz(total / V, threads)), dim3(threads), 0,
+                   stream, c, ldc, strideC, (const floatX*)pre, ldp, sp, M, N, batch);
+        } else {
+            LAUNCH(matmul_gelu_forward_kernel<1>, dim3((unsigned)ceil_div_sz(total, threads)), dim3(threads), 0, stream,
+                   c, ldc, strideC, (const floatX*)pre, ldp, sp, M, N, batch);
+        }
+    } else {
+        if (vec) {
+            LAUNCH(matmul_dgelu_inplace_kernel<MATMUL_X128>, dim3((unsigned)ceil_div_sz(total / V, threads)), dim3(threads), 0,
+                   stream, c, ldc, strideC, (const floatX*)aux, M, N, batch);
+        } else {
+            LAUNCH(matmul_dgelu_inplace_kernel<1>, dim3((unsigned)ceil_div_sz(total, threads)), dim3(threads), 0, stream,
+                   c, ldc, strideC, (const floatX*)aux, M, N, batch);
+        }
+    }
+}
+
+#endif  // LLM_HAS_KERNELS
+
+// ----------------------------------------------------------------------------
+// 4. launchers: the same signatures in every build
+
+// the workspace cuBLASLt may use (32 MiB: what Hopper's kernels want; enough for older GPUs too)
+#define MATMUL_LT_WORKSPACE_BYTES ((size_t)32 * 1024 * 1024)
+
+// once per program, before the first matmul (the stream is unused: the handle serves every stream)
+static void matmul_init(cudaStream_t stream) {
+    (void)stream;
+#if LLM_HAS_KERNELS
+    if (matmul_lt_handle != NULL) return;
+    cublasCheck(cublasLtCreate(&matmul_lt_handle));
+    matmul_lt_workspace_size = MATMUL_LT_WORKSPACE_BYTES;
+    cudaCheck(cudaMalloc(&matmul_lt_workspace, matmul_lt_workspace_size));
+#endif
+}
+
+static void matmul_free(void) {
+#if LLM_HAS_KERNELS
+    if (matmul_lt_handle == NULL) return;
+    cudaCheck(cudaFree(matmul_lt_workspace));
+    cublasCheck(cublasLtDestroy(matmul_lt_handle));
+    matmul_lt_workspace = NULL;
+    matmul_lt_workspace_size = 0;
+    matmul_lt_handle = NULL;
+#endif
+}
+
+// The generic batched product (row-major; the contract is matmul_batched_naive_cpu's, above):
+//   C_b (M,N) = epilogue(alpha * op(A_b) @ op(B_b) + beta * C_b [+ bias]),  X_b = X + b * strideX
+// e.g. attention scores per (batch, head): preatt (T,T) = q (T,hs) @ k^T: transB with k stored (T,hs).
+static void matmul_batched(floatX* c, const floatX* a, const floatX* b, const floatX* bias /*(N) or NULL*/,
+                           floatX* aux /*(batch,M,N) or NULL*/, int M, int N, int K, bool transA, bool transB,
+                           int lda, int ldb, int ldc, int batch, size_t strideA, size_t strideB, size_t strideC,
+                           float alpha, float beta, MatmulEpilogue epilogue, cudaStream_t stream) {
+#if LLM_BUILD_CPU
+    (void)stream;
+    matmul_batched_cpu(c, a, b, bias, aux, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
+                       alpha, beta, epilogue);
+#else
+    matmul_cublaslt(c, a, b, bias, aux, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
+                    alpha, beta, epilogue, stream);
+#endif
+}
+
+// forward: out = inp @ weight^T + bias. If pre_gelu != NULL: pre_gelu = inp @ weight^T + bias and
+// out = gelu(pre_gelu).
+static void matmul_forward(floatX* out /*(BT,OC)*/, floatX* pre_gelu /*(BT,OC) or NULL*/, const floatX* inp /*(BT,C)*/,
+                           const floatX* weight /*(OC,C)*/, const floatX* bias /*(OC) or NULL*/, int BT, int C, int OC,
+                           cudaStream_t stream) {
+#if LLM_BUILD_CPU
+    (void)stream;
+    matmul_forward_cpu(out, pre_gelu, inp, weight, bias, BT, C, OC);
+#else
+    // out (BT,OC) = inp (BT,C) @ weight^T, weight stored (OC,C): transB
+    matmul_cublaslt(out, inp, weight, bias, pre_gelu, BT, OC, C, false, true, C, C, OC, 1, 0, 0, 0, 1.0f, 0.0f,
+                    pre_gelu != NULL ? MATMUL_EPILOGUE_GELU : MATMUL_EPILOGUE_NONE, stream);
+#endif
+}
+
+// backward: dinp = dout @ weight (OVERWRITES dinp); dweight += dout^T @ inp (ACCUMULATES);
+// dbias += column sums of dout (ACCUMULATES, if dbias != NULL).
+// If pre_gelu_of_inp != NULL: inp is gelu(pre_gelu_of_inp) and dinp is also multiplied elementwise by
+// gelu'(pre_gelu_of_inp) (the MLP's fused dGELU: the fcproj layer's call, given fc's pre-activation).
+// dbias_scratch: FP32 scratch of MATMUL_DBIAS_MAX_SPLITS * OC floats for the bias gradient in the
+// CUDA builds (unused, may be NULL, in the CPU build or when dbias is NULL).
+static void matmul_backward(floatX* dinp /*(BT,C)*/, floatX* dweight /*(OC,C)*/, floatX* dbias /*(OC) or NULL*/,
+                            const floatX* dout /*(BT,OC)*/, const floatX* inp /*(BT,C)*/, const floatX* weight /*(OC,C)*/,
+                            float* dbias_scratch /*(MATMUL_DBIAS_MAX_SPLITS*OC) or NULL*/,
+                            const floatX* pre_gelu_of_inp /*(BT,C) or NULL*/, int BT, int C, int OC, cudaStream_t stream) {
+#if LLM_BUILD_CPU
+    (void)stream;
+    (void)dbias_scratch;
+    matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, pre_gelu_of_inp, BT, C, OC);
+#else
+    if (dbias != NULL) matmul_dbias(dbias, dbias_scratch, dout, BT, OC, stream);
+    // dinp (BT,C) = dout (BT,OC) @ weight (OC,C) [* gelu'(pre_gelu_of_inp)]
+    matmul_cublaslt(dinp, dout, weight, NULL, (floatX*)pre_gelu_of_inp, BT, C, OC, false, false, OC, C, C, 1, 0, 0, 0,
+                    1.0f, 0.0f, pre_gelu_of_inp != NULL ? MATMUL_EPILOGUE_DGELU : MATMUL_EPILOGUE_NONE, stream);
+    // dweight (OC,C) += dout^T @ inp: dout stored (BT,OC) = (K,M): transA
+    matmul_cublaslt(dweight, dout, inp, NULL, NULL, OC, C, BT, true, false, OC, C, C, 1, 0, 0, 0, 1.0f, 1.0f,
+                    MATMUL_EPILOGUE_NONE, stream);
+#endif
+}

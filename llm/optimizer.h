@@ -1,0 +1,93 @@
+// optimizer.h: the optimizer step of the trainer: the learning-rate schedule (linear warm-up, then
+// cosine decay to a final fraction, as in GPT-3's appendix B), global-norm gradient clipping, and
+// AdamW over the 16 parameter tensors (weight decay on the 2-D ones only).
+#pragma once
+#include "common.h"
+#include "device.h"
+#include "gpt.h"
+#include "adamw.cuh"
+#include "global_norm.cuh"
+
+typedef struct {
+    float lr;             // peak learning rate
+    float lr_final_frac;  // the cosine decays to lr * lr_final_frac at the last step
+    int warmup_steps;     // linear warm-up from lr/warmup to lr
+    int total_steps;
+    float beta1, beta2, eps;
+    float weight_decay;
+    float grad_clip;      // clip the global gradient norm to this (0 = no clipping)
+} OptimConfig;
+
+// learning rate of optimizer step `step` (0-based)
+static float lr_schedule(const OptimConfig* oc, int step) {
+    if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;
+    if (oc->total_steps <= oc->warmup_steps) return oc->lr;
+    float ratio = (float)(step - oc->warmup_steps) / (float)(oc->total_steps - oc->warmup_steps);
+    if (ratio > 1.0f) ratio = 1.0f;
+    float coeff = 0.5f * (1.0f + cosf((float)M_PI * ratio));  // 1 -> 0
+    float lr_final = oc->lr * oc->lr_final_frac;
+    return lr_final + coeff * (oc->lr - lr_final);
+}
+
+// AdamW state of the whole model (issue 4's ZeRO shards it)
+typedef struct {
+    float* m;        // (num_parameters) first moment, device
+    float* v;        // (num_parameters) second moment, device
+    float* master;   // (num_parameters) FP32 master weights when floatX is BF16, else NULL
+    float* norm;     // (1) device accumulator for the squared gradient norm
+    size_t n;
+    int t;           // number of updates done (the bias-correction step)
+} AdamWState;
+
+static void adamw_state_init(AdamWState* st, const GPT* model) {
+    size_t n = model->num_parameters;
+    st->n = n;
+    st->t = 0;
+    st->m = (float*)device_malloc(n * sizeof(float));
+    st->v = (float*)device_malloc(n * sizeof(float));
+    device_memset_zero(st->m, n * sizeof(float), model->stream);
+    device_memset_zero(st->v, n * sizeof(float), model->stream);
+    st->norm = (float*)device_malloc(sizeof(float));
+    st->master = NULL;
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+    // FP32 master weights start as the (BF16) parameters, exactly
+    float* tmp = (float*)mallocCheck(n * sizeof(float));
+    gpt_get_parameters(model, tmp);
+    st->master = (float*)device_malloc(n * sizeof(float));
+    copy_to_device(st->master, tmp, n * sizeof(float));
+    free(tmp);
+#endif
+}
+
+static void adamw_state_free(AdamWState* st) {
+    device_free(st->m);
+    device_free(st->v);
+    device_free(st->master);
+    device_free(st->norm);
+}
+
+// the global L2 norm of all gradients
+static float gpt_grad_norm(GPT* model, AdamWState* st) {
+    device_memset_zero(st->norm, sizeof(float), model->stream);
+    global_norm_squared(st->norm, model->grads_memory, model->num_parameters, model->stream);
+    float norm2;
+    copy_to_host(&norm2, st->norm, sizeof(float));
+    return sqrtf(norm2);
+}
+
+// one AdamW step at learning rate lr; grads are scaled by min(1, grad_clip / grad_norm) first
+static void gpt_update(GPT* model, AdamWState* st, const OptimConfig* oc, float lr, float grad_norm,
+                       unsigned int seed) {
+    float grad_scale = 1.0f;
+    if (oc->grad_clip > 0.0f && grad_norm > oc->grad_clip) grad_scale = oc->grad_clip / grad_norm;
+    st->t += 1;
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        float wd = parameter_is_decayed(i) ? oc->weight_decay : 0.0f;
+        adamw_update(model->params_memory + offset, st->master ? st->master + offset : NULL,
+                     model->grads_memory + offset, st->m + offset, st->v + offset, n, lr,
+                     oc->beta1, oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)i, model->stream);
+        offset += n;
+    }
+}

@@ -1,0 +1,81 @@
+// kernel_check.h: helpers of the kernel-vs-reference harness (test/test_kernels.cu): fresh random
+// inputs (the seed is printed), device buffers poisoned with NaN bytes before each kernel runs so
+// unwritten outputs show, floatX uploads/downloads, and comparison with a tolerance set by precision.
+//
+// In BF16 builds the CPU reference runs on the same bf16-rounded inputs as the kernel (round_floatX),
+// so the comparison measures only the kernel's own rounding, not the rounding of its inputs.
+#pragma once
+#include "../llm/common.h"
+#include "../llm/device.h"
+#include "../llm/rand.h"
+#include "test_common.h"
+#include <vector>
+
+static Rng g_rng;
+
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+static const int KC_BF16 = 1;
+#else
+static const int KC_BF16 = 0;
+#endif
+
+// n draws of N(0, std^2), rounded to what floatX can hold
+static std::vector<float> kc_randn(size_t n, float std) {
+    std::vector<float> v(n);
+    rng_normal(&g_rng, v.data(), n, 0.0f, std);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(floatX)v[i];
+    return v;
+}
+
+static std::vector<int> kc_randint(size_t n, int hi) {
+    std::vector<int> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = (int)(rng_u64(&g_rng) % (uint64_t)hi);
+    return v;
+}
+
+// device memory filled with 0xFF bytes (NaN in float and bf16)
+template <typename T>
+static T* kc_alloc_poisoned(size_t n) {
+    T* d = (T*)device_malloc(n * sizeof(T));
+    cudaCheck(cudaMemset(d, 0xFF, n * sizeof(T)));
+    return d;
+}
+
+static void kc_poison(void* d, size_t bytes) { cudaCheck(cudaMemset(d, 0xFF, bytes)); }
+
+// host floats -> a new device floatX buffer
+static floatX* kc_upload(const std::vector<float>& h) {
+    std::vector<floatX> tmp(h.size());
+    for (size_t i = 0; i < h.size(); i++) tmp[i] = (floatX)h[i];
+    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
+    copy_to_device(d, tmp.data(), h.size() * sizeof(floatX));
+    return d;
+}
+
+template <typename T>
+static T* kc_upload_raw(const std::vector<T>& h) {
+    T* d = (T*)device_malloc(h.size() * sizeof(T));
+    copy_to_device(d, h.data(), h.size() * sizeof(T));
+    return d;
+}
+
+// a device floatX buffer -> host floats
+static std::vector<float> kc_download(const floatX* d, size_t n) {
+    std::vector<float> h(n);
+    copy_to_host_float(h.data(), d, n);
+    return h;
+}
+
+static std::vector<float> kc_download_f32(const float* d, size_t n) {
+    std::vector<float> h(n);
+    copy_to_host(h.data(), d, n * sizeof(float));
+    return h;
+}
+
+// compare with |got - want| <= atol + rtol |want|, the pair chosen by the build's precision
+static int kc_compare(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                      float atol32, float rtol32, float atol16, float rtol16) {
+    if (got.size() != want.size()) return check(0, "%s: size %zu vs %zu", what, got.size(), want.size());
+    return KC_BF16 ? check_close(what, got.data(), want.data(), got.size(), atol16, rtol16)
+                   : check_close(what, got.data(), want.data(), got.size(), atol32, rtol32);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# run_tests.sh: every test of `make test`, in order. Each test prints one line per check and ends with
+# "<name>: N passed, M failed"; this script adds them up and ends with the same kind of line.
+# The full output of each test goes to build/test_logs/<name>.log.
+set -u
+cd "$(dirname "$0")/.."
+mkdir -p build/test_logs
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+total_pass=0; total_fail=0; failed_tests=()
+
+run() {  # run NAME CMD...
+    local name=$1; shift
+    local log=build/test_logs/$name.log t0=$SECONDS
+    echo "== $name: $* (log: $log)"
+    "$@" > "$log" 2>&1
+    local rc=$?
+    grep -E '^(FAIL|error)' "$log" | head -20
+    local line p f
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    p=$(echo "$line" | sed -nE 's/.*[^0-9]?([0-9]+) passed, ([0-9]+) failed.*/\1/p')
+    f=$(echo "$line" | sed -nE 's/.*[^0-9]?([0-9]+) passed, ([0-9]+) failed.*/\2/p')
+    p=${p:-0}; f=${f:-0}
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # a crash counts as a failure
+    if [ $rc -eq 0 ] && [ "$p" -eq 0 ]; then f=$((f+1)); echo "   (ran no check)"; fi
+    total_pass=$((total_pass+p)); total_fail=$((total_fail+f))
+    [ "$f" -ne 0 ] && failed_tests+=("$name")
+    echo "   $name: $p passed, $f failed ($((SECONDS-t0)) s)"
+}
+
+run ops_grad ./build/test_ops_grad_cpu
+run model_vs_pytorch ./build/test_gpt_cpu
+run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm -rf "$d"; exit $rc'
+run data ./build/test_data
+run resume bash test/test_resume.sh
+run bad_input bash test/test_bad_input.sh
+for extra in test/run_tests.d/*.sh; do
+    [ -e "$extra" ] && source "$extra"
+done
+
+[ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
+echo "make test: $total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

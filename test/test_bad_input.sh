@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# test_bad_input.sh: every bad input ends with exactly one line on stderr that names the file or flag
+# and says what was expected and what was found, a non-zero exit, and no file created or changed in
+# the output directory (which already holds a checkpoint from a good run).
+set -uo pipefail
+BIN=${BIN:-./train_gpt_cpu}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+
+python3 dev/data/addition.py --train 2000 --val 100 --test 10 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+model=(--model d2,C=32,NH=4,maxT=64,V=257)
+good=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
+      -b 4 -t 32 --steps 2 --val-every 0 --sample-every 0 --output-dir "$tmp/out")
+# a good run first: its files must survive every bad run untouched
+"$BIN" "${model[@]}" "${good[@]}" --checkpoint-every 2 > /dev/null || { echo "FAIL the good run failed"; exit 1; }
+snapshot() { (cd "$tmp/out" && ls -la --time-style=+%s . | awk '{print $5, $6, $7}' && md5sum ./*) 2>/dev/null; }
+snapshot > "$tmp/before"
+
+# expect NAME "substring1|substring2|..." cmd...: non-zero exit, one stderr line containing each substring
+expect() {
+    local name=$1 subs=$2; shift 2
+    "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+    local rc=$? lines msg why=""
+    lines=$(grep -c . "$tmp/stderr")
+    msg=$(head -1 "$tmp/stderr")
+    [ $rc -ne 0 ] || why="exit code 0"
+    [ "$lines" -eq 1 ] || why="$why; $lines lines on stderr"
+    IFS='|' read -ra parts <<< "$subs"
+    for s in "${parts[@]}"; do [[ "$msg" == *"$s"* ]] || why="$why; message lacks '$s'"; done
+    snapshot > "$tmp/after"
+    cmp -s "$tmp/before" "$tmp/after" || why="$why; the output directory changed"
+    if [ -z "$why" ]; then echo "ok   $name: $msg"; pass=$((pass+1));
+    else echo "FAIL $name: $why: $(cat "$tmp/stderr")"; fail=$((fail+1)); fi
+}
+
+# checkpoints
+cp test/fixtures/tiny_model.bin "$tmp/magic.bin"; printf '\x01\x02\x03\x04' | dd of="$tmp/magic.bin" conv=notrunc 2>/dev/null
+expect "checkpoint with a wrong magic" "$tmp/magic.bin|expected magic 20240326|found 67305985" \
+    "$BIN" --model "$tmp/magic.bin" "${good[@]}"
+cp test/fixtures/tiny_model.bin "$tmp/version.bin"; printf '\x04\x00\x00\x00' | dd of="$tmp/version.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
+expect "checkpoint with a wrong version" "$tmp/version.bin|expected version 3|found 4" \
+    "$BIN" --model "$tmp/version.bin" "${good[@]}"
+head -c 50000 test/fixtures/tiny_model.bin > "$tmp/trunc.bin"
+expect "truncated checkpoint" "$tmp/trunc.bin|expected 121344 bytes|found 50000" \
+    "$BIN" --model "$tmp/trunc.bin" "${good[@]}"
+expect "missing checkpoint" "--model|$tmp/none.bin" "$BIN" --model "$tmp/none.bin" "${good[@]}"
+
+# data shards
+cp "$D/addition_train.bin" "$tmp/long.bin"; printf '\x00\x00' >> "$tmp/long.bin"
+expect "shard whose size disagrees with its header" "--train-data|$tmp/long.bin|expected|found" \
+    "$BIN" "${model[@]}" "${good[@]}" --train-data "$tmp/long.bin"
+expect "token id >= vocab size" "--train-data|addition_train.bin|vocab size 200|found 256" \
+    "$BIN" --model d2,C=32,NH=4,maxT=64,V=200 "${good[@]}"
+expect "missing data file" "--train-data|$tmp/nothing.bin" \
+    "$BIN" "${model[@]}" "${good[@]}" --train-data "$tmp/nothing.bin"
+expect "glob that matches nothing" "--val-data|$tmp/none_*.bin" \
+    "$BIN" "${model[@]}" "${good[@]}" --val-data "$tmp/none_*.bin"
+printf 'garbage' > "$tmp/tok.bin"
+expect "truncated tokenizer" "$tmp/tok.bin|expected|found" \
+    "$BIN" "${model[@]}" "${good[@]}" --tokenizer "$tmp/tok.bin"
+
+# flags
+expect "total batch not a multiple of B*T" "--total-batch|expected a positive multiple of B*T = 4*32 = 128|found 200" \
+    "$BIN" "${model[@]}" "${good[@]}" --total-batch 200
+expect "T larger than the model's context" "--seq-len|maxT = 64|found 128" \
+    "$BIN" "${model[@]}" "${good[@]}" -t 128
+expect "non-numeric flag value" "--batch|expected an integer|found 'four'" \
+    "$BIN" "${model[@]}" "${good[@]}" -b four
+expect "unknown flag" "unknown flag '--bogus'" "$BIN" "${model[@]}" "${good[@]}" --bogus 1
+expect "bad model descriptor" "--model|C divisible by NH" "$BIN" --model d2,C=30,NH=4 "${good[@]}"
+
+# resumable state
+head -c 3000 "$tmp/out/state_00000002.bin" > "$tmp/state_trunc.bin"
+expect "truncated state file" "--resume|$tmp/state_trunc.bin|expected|found 3000" \
+    "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_trunc.bin"
+expect "state of another model" "--resume|model config|expected" \
+    "$BIN" --model d2,C=64,NH=4,maxT=64,V=257 "${good[@]}" --resume "$tmp/out/state_00000002.bin"
+
+echo "test_bad_input: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

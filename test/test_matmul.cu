@@ -1,0 +1,402 @@
+// test_matmul.cu: the launchers of llm/matmul.cuh against the plain loops of the same file.
+//   CPU build (build/test_matmul_cpu): matmul_forward / matmul_backward / matmul_batched, i.e. the
+//     OpenBLAS sgemm + OpenMP path, against matmul_*_naive_cpu.
+//   emulated build (build/test_matmul_emu, BF16; build/test_matmul_emu_fp32): the same launchers
+//     through the emulated cuBLASLt and the bias-gradient / GELU kernels, against the same loops.
+// Inputs are fresh random numbers each run (the seed is printed; pass it as argv[1] to repeat a
+// run), rounded to floatX first so that both sides multiply the same numbers. Every output buffer is
+// poisoned (NaN) before each call: an element left unwritten fails. Where an output lives inside a
+// larger buffer (ld padding, batch gaps), the gaps must still hold the poison afterwards.
+//
+// Tolerances, per element (u = 2^-24, FP32's unit roundoff; S = sum over the k terms of |a||b|,
+// plus |bias| and |old value| where they are added, computed by running the same loops on |inputs|):
+//   FP32 accumulation: any order of summing k products in float is off by at most about (k+1) u S
+//     from the exact sum; both sides do it (the reference and the code under test), and alpha, beta,
+//     bias add a few roundings: 2 (k + 8) u S. GELU's slope is at most 1.13 and dGELU multiplies by
+//     gelu' <= 1.13: x 1.2. tanh is off by up to 2e-7 absolute (tanhf, or the CPU build's vectorized
+//     tanh) and gelu' amplifies that by at most 5, on both sides: + 32 u (S + |y|) (S >= |x|).
+//   BF16 storage (the emulated BF16 build): the inputs are identical on both sides, so only the
+//     output roundings count: at most two per element (a pre-activation stored in bf16 and then the
+//     output; GELU's slope <= 1.13 carries the first), each at most 2^-8 relative (8 significant
+//     bits): 2^-8 (|y| + 1.13 |x|), doubled to 2^-7 (|y| + 1.13 |x|) because the values being rounded
+//     are themselves inexact; x is the pre-activation (0 when there is none).
+#include "../llm/matmul.cuh"
+#include "../llm/device.h"
+#include "test_common.h"
+#include <stdint.h>
+#include <time.h>
+
+static uint64_t g_rng;
+static float rnd(void) {  // uniform in [-1, 1), splitmix64
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((z >> 40) * (2.0 / 16777216.0) - 1.0);
+}
+
+#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+static const int kBF16 = 0;
+#else
+static const int kBF16 = 1;
+#endif
+static const double kU = 1.0 / 16777216.0;
+
+// ----------------------------------------------------------------------------
+// host <-> device helpers
+
+// n fresh random values in [-scale, scale), rounded to floatX precision
+static float* rand_host(size_t n, float scale) {
+    float* h = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = (float)(floatX)(scale * rnd());
+    return h;
+}
+static float* abs_copy(const float* h, size_t n) {
+    if (h == NULL) return NULL;
+    float* a = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = fabsf(h[i]);
+    return a;
+}
+static floatX* dev_alloc(size_t n) { return (floatX*)device_malloc(n * sizeof(floatX) + 16); }
+static void upload(floatX* d, const float* h, size_t n) {
+    floatX* t = (floatX*)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) t[i] = (floatX)h[i];
+    copy_to_device(d, t, n * sizeof(floatX));
+    free(t);
+}
+static floatX* to_device(const float* h, size_t n) {
+    if (h == NULL) return NULL;
+    floatX* d = dev_alloc(n);
+    upload(d, h, n);
+    return d;
+}
+// all bytes 0xFF: NaN in FP32 and in BF16
+static void poison(floatX* d, size_t n) {
+    void* t = mallocCheck(n * sizeof(floatX));
+    memset(t, 0xFF, n * sizeof(floatX));
+    copy_to_device(d, t, n * sizeof(floatX));
+    free(t);
+}
+static float* download(const floatX* d, size_t n) {
+    float* h = (float*)mallocCheck(n * sizeof(float));
+    copy_to_host_float(h, d, n);
+    return h;
+}
+static int is_poison(const floatX* d_host_raw, size_t i) {
+    const unsigned char* b = (const unsigned char*)(d_host_raw + i);
+    for (size_t q = 0; q < sizeof(floatX); q++) if (b[q] != 0xFF) return 0;
+    return 1;
+}
+
+// per-element tolerance (see the top of this file)
+static double tol_of(double S, double y, double x, int K) {
+    double t = 2.0 * (K + 8) * kU * S * 1.2 + 32.0 * kU * (S + fabs(y));
+    if (kBF16) t += ldexp(fabs(y) + 1.13 * fabs(x), -7);
+    return t + 1e-30;
+}
+
+// compare n values; x (pre-activations, may be NULL) and S (magnitudes) are per element
+static void compare(const char* what, const float* got, const float* ref, const float* x, const float* S, size_t n, int K) {
+    size_t bad = 0, worst_i = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double t = tol_of(S[i], ref[i], x != NULL ? x[i] : 0.0, K);
+        double e = fabs((double)got[i] - (double)ref[i]) / t;
+        if (!(e <= 1.0)) bad++;
+        if (!(e <= worst)) { worst = e != e ? INFINITY : e; worst_i = i; }
+    }
+    check(bad == 0, "%s: n=%zu worst err/tol %.3f at [%zu] %.7g vs %.7g, %zu bad", what, n, worst, worst_i,
+          n ? got[worst_i] : 0.0f, n ? ref[worst_i] : 0.0f, bad);
+}
+
+// ----------------------------------------------------------------------------
+// matmul_forward / matmul_backward
+
+static void test_forward(int BT, int C, int OC, int with_bias, int with_gelu, cudaStream_t s) {
+    float* inp = rand_host((size_t)BT * C, 1.0f);
+    float* w = rand_host((size_t)OC * C, 1.0f);
+    float* bias = with_bias ? rand_host(OC, 1.0f) : NULL;
+    size_t n = (size_t)BT * OC;
+    float* out_ref = (float*)mallocCheck(n * sizeof(float));
+    float* pre_ref = (float*)mallocCheck(n * sizeof(float));
+    float* S = (float*)mallocCheck(n * sizeof(float));
+    matmul_forward_naive_cpu(out_ref, with_gelu ? pre_ref : NULL, inp, w, bias, BT, C, OC);
+    float *ainp = abs_copy(inp, (size_t)BT * C), *aw = abs_copy(w, (size_t)OC * C), *abias = abs_copy(bias, OC);
+    matmul_forward_naive_cpu(S, NULL, ainp, aw, abias, BT, C, OC);
+
+    floatX *d_inp = to_device(inp, (size_t)BT * C), *d_w = to_device(w, (size_t)OC * C), *d_bias = to_device(bias, OC);
+    floatX* d_out = dev_alloc(n);
+    floatX* d_pre = with_gelu ? dev_alloc(n) : NULL;
+    poison(d_out, n);
+    if (d_pre) poison(d_pre, n);
+    matmul_forward(d_out, d_pre, d_inp, d_w, d_bias, BT, C, OC, s);
+    device_synchronize();
+    float* out = download(d_out, n);
+    char what[160];
+#if LLM_HAS_KERNELS
+    const char* mode = with_gelu ? (matmul_fuse_gelu ? " fused" : " unfused") : "";
+#else
+    const char* mode = "";
+#endif
+    snprintf(what, sizeof(what), "forward BT=%d C=%d OC=%d%s%s%s: out", BT, C, OC, with_bias ? " bias" : "",
+             with_gelu ? " gelu" : "", mode);
+    compare(what, out, out_ref, with_gelu ? pre_ref : NULL, S, n, C);
+    if (with_gelu) {
+        float* pre = download(d_pre, n);
+        snprintf(what, sizeof(what), "forward BT=%d C=%d OC=%d%s gelu%s: pre_gelu", BT, C, OC, with_bias ? " bias" : "", mode);
+        compare(what, pre, pre_ref, NULL, S, n, C);
+        free(pre);
+    }
+    free(out);
+    free(inp); free(w); free(bias); free(out_ref); free(pre_ref); free(S); free(ainp); free(aw); free(abias);
+    device_free(d_inp); device_free(d_w); device_free(d_bias); device_free(d_out); device_free(d_pre);
+}
+
+static void test_backward(int BT, int C, int OC, int with_dbias, int with_gelu, cudaStream_t s) {
+    float* dout = rand_host((size_t)BT * OC, 1.0f);
+    float* inp = rand_host((size_t)BT * C, 1.0f);
+    float* w = rand_host((size_t)OC * C, 1.0f);
+    float* pre = with_gelu ? rand_host((size_t)BT * C, 3.0f) : NULL;
+    float* dw0 = rand_host((size_t)OC * C, 1.0f);  // gradients accumulate onto these
+    float* db0 = with_dbias ? rand_host(OC, 1.0f) : NULL;
+    size_t nin = (size_t)BT * C, nw = (size_t)OC * C;
+    // reference, and the magnitudes: the same loops on |inputs| (dGELU off: S bounds the product)
+    float* dinp_ref = (float*)mallocCheck(nin * sizeof(float));
+    float* dinp_x = (float*)mallocCheck(nin * sizeof(float));  // dout @ weight before gelu'
+    float* dw_ref = (float*)mallocCheck(nw * sizeof(float));
+    float* db_ref = (float*)mallocCheck(OC * sizeof(float));
+    memcpy(dw_ref, dw0, nw * sizeof(float));
+    if (with_dbias) memcpy(db_ref, db0, OC * sizeof(float));
+    matmul_backward_naive_cpu(dinp_ref, dw_ref, with_dbias ? db_ref : NULL, dout, inp, w, pre, BT, C, OC);
+    float* scratch_w = (float*)mallocCheck(nw * sizeof(float));
+    memset(scratch_w, 0, nw * sizeof(float));
+    matmul_backward_naive_cpu(dinp_x, scratch_w, NULL, dout, inp, w, NULL, BT, C, OC);
+    float *adout = abs_copy(dout, (size_t)BT * OC), *ainp = abs_copy(inp, nin), *aw = abs_copy(w, nw);
+    float* S_in = (float*)mallocCheck(nin * sizeof(float));
+    float* S_w = abs_copy(dw0, nw);
+    float* S_b = (float*)mallocCheck(OC * sizeof(float));
+    for (int o = 0; o < OC; o++) S_b[o] = with_dbias ? fabsf(db0[o]) : 0.0f;
+    matmul_backward_naive_cpu(S_in, S_w, S_b, adout, ainp, aw, NULL, BT, C, OC);
+
+    floatX *d_dout = to_device(dout, (size_t)BT * OC), *d_inp = to_device(inp, nin), *d_w = to_device(w, nw);
+    floatX *d_pre = to_device(pre, nin), *d_dw = to_device(dw0, nw), *d_db = to_device(db0, OC);
+    floatX* d_dinp = dev_alloc(nin);
+    poison(d_dinp, nin);
+    float* d_scratch = NULL;
+#if LLM_HAS_KERNELS
+    d_scratch = (float*)device_malloc((size_t)MATMUL_DBIAS_MAX_SPLITS * OC * sizeof(float));
+#endif
+    matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, d_pre, BT, C, OC, s);
+    device_synchronize();
+    float* dinp = download(d_dinp, nin);
+    float* dw = download(d_dw, nw);
+    char what[160];
+#if LLM_HAS_KERNELS
+    const char* mode = with_gelu ? (matmul_fuse_gelu ? " fused" : " unfused") : "";
+#else
+    const char* mode = "";
+#endif
+    snprintf(what, sizeof(what), "backward BT=%d C=%d OC=%d%s%s%s: dinp", BT, C, OC, with_dbias ? " dbias" : "",
+             with_gelu ? " dgelu" : "", mode);
+    compare(what, dinp, dinp_ref, with_gelu ? dinp_x : NULL, S_in, nin, OC);
+    snprintf(what, sizeof(what), "backward BT=%d C=%d OC=%d%s%s%s: dweight (accumulated)", BT, C, OC,
+             with_dbias ? " dbias" : "", with_gelu ? " dgelu" : "", mode);
+    compare(what, dw, dw_ref, NULL, S_w, nw, BT);
+    if (with_dbias) {
+        float* db = download(d_db, OC);
+        snprintf(what, sizeof(what), "backward BT=%d C=%d OC=%d: dbias (accumulated)", BT, C, OC);
+        compare(what, db, db_ref, NULL, S_b, OC, BT);
+        // determinism: the same call from the same state gives the same bits
+        upload(d_db, db0, OC);
+        upload(d_dw, dw0, nw);
+        matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, d_pre, BT, C, OC, s);
+        device_synchronize();
+        float* db2 = download(d_db, OC);
+        check(memcmp(db, db2, OC * sizeof(float)) == 0, "backward BT=%d C=%d OC=%d: dbias bitwise identical on a rerun", BT, C, OC);
+        free(db); free(db2);
+    }
+    free(dinp); free(dw);
+    free(dout); free(inp); free(w); free(pre); free(dw0); free(db0); free(dinp_ref); free(dinp_x); free(dw_ref);
+    free(db_ref); free(scratch_w); free(adout); free(ainp); free(aw); free(S_in); free(S_w); free(S_b);
+    device_free(d_dout); device_free(d_inp); device_free(d_w); device_free(d_pre); device_free(d_dw); device_free(d_db);
+    device_free(d_dinp); device_free(d_scratch);
+}
+
+// ----------------------------------------------------------------------------
+// matmul_batched: attention-like strided products and the epilogues
+
+typedef struct {
+    const char* name;
+    int M, N, K, batch;
+    bool transA, transB;
+    int lda, ldb, ldc;       // row strides, >= the stored row length
+    size_t sA, sB, sC;       // batch strides
+    float alpha, beta;
+    int bias;
+    MatmulEpilogue epi;
+} BatchedCase;
+
+static void test_batched(BatchedCase t, cudaStream_t s) {
+    size_t na = t.sA * (t.batch - 1) + (size_t)(t.transA ? t.K : t.M) * t.lda;
+    size_t nb = t.sB * (t.batch - 1) + (size_t)(t.transB ? t.N : t.K) * t.ldb;
+    size_t nc = t.sC * (t.batch - 1) + (size_t)t.M * t.ldc;
+    size_t naux = (size_t)t.batch * t.M * t.N;
+    float* a = rand_host(na, 1.0f);
+    float* b = rand_host(nb, 1.0f);
+    float* bias = t.bias ? rand_host(t.N, 1.0f) : NULL;
+    float* aux_in = t.epi == MATMUL_EPILOGUE_DGELU ? rand_host(naux, 3.0f) : NULL;
+    // C: old values inside the matrices when beta != 0, poison everywhere else
+    float* c0 = (float*)mallocCheck(nc * sizeof(float));
+    floatX* c0x = (floatX*)mallocCheck(nc * sizeof(floatX));
+    memset(c0x, 0xFF, nc * sizeof(floatX));
+    for (size_t q = 0; q < nc; q++) c0[q] = NAN;
+    for (int bi = 0; bi < t.batch; bi++)
+        for (int i = 0; i < t.M; i++)
+            for (int j = 0; j < t.N; j++) {
+                size_t q = bi * t.sC + (size_t)i * t.ldc + j;
+                if (t.beta != 0.0f) { c0[q] = (float)(floatX)rnd(); c0x[q] = (floatX)c0[q]; }
+            }
+    // reference and magnitudes (|alpha|, |beta|, the loops on |inputs|, no epilogue)
+    float* c_ref = (float*)mallocCheck(nc * sizeof(float));
+    memcpy(c_ref, c0, nc * sizeof(float));
+    float* aux_ref = (float*)mallocCheck(naux * sizeof(float));
+    if (aux_in) memcpy(aux_ref, aux_in, naux * sizeof(float));
+    matmul_batched_naive_cpu(c_ref, a, b, bias, aux_ref, t.M, t.N, t.K, t.transA, t.transB, t.lda, t.ldb, t.ldc,
+                             t.batch, t.sA, t.sB, t.sC, t.alpha, t.beta, t.epi);
+    float* x_ref = (float*)mallocCheck(nc * sizeof(float));  // the pre-activation, for the tolerance
+    memcpy(x_ref, c0, nc * sizeof(float));
+    matmul_batched_naive_cpu(x_ref, a, b, bias, NULL, t.M, t.N, t.K, t.transA, t.transB, t.lda, t.ldb, t.ldc,
+                             t.batch, t.sA, t.sB, t.sC, t.alpha, t.beta, MATMUL_EPILOGUE_NONE);
+    float *aa = abs_copy(a, na), *ab = abs_copy(b, nb), *abias = abs_copy(bias, t.N), *S = abs_copy(c0, nc);
+    matmul_batched_naive_cpu(S, aa, ab, abias, NULL, t.M, t.N, t.K, t.transA, t.transB, t.lda, t.ldb, t.ldc,
+                             t.batch, t.sA, t.sB, t.sC, fabsf(t.alpha), fabsf(t.beta), MATMUL_EPILOGUE_NONE);
+
+    floatX *d_a = to_device(a, na), *d_b = to_device(b, nb), *d_bias = to_device(bias, t.N);
+    floatX* d_c = dev_alloc(nc);
+    copy_to_device(d_c, c0x, nc * sizeof(floatX));
+    floatX* d_aux = NULL;
+    if (t.epi == MATMUL_EPILOGUE_DGELU) d_aux = to_device(aux_in, naux);
+    if (t.epi == MATMUL_EPILOGUE_GELU) { d_aux = dev_alloc(naux); poison(d_aux, naux); }
+    matmul_batched(d_c, d_a, d_b, d_bias, d_aux, t.M, t.N, t.K, t.transA, t.transB, t.lda, t.ldb, t.ldc, t.batch,
+                   t.sA, t.sB, t.sC, t.alpha, t.beta, t.epi, s);
+    device_synchronize();
+    float* c = download(d_c, nc);
+    floatX* craw = (floatX*)mallocCheck(nc * sizeof(floatX));
+    copy_to_host(craw, d_c, nc * sizeof(floatX));
+    // gather the matrix elements; the gaps must still be poison
+    size_t n = (size_t)t.batch * t.M * t.N, k = 0, gaps_bad = 0;
+    float *g = (float*)mallocCheck(n * sizeof(float)), *r = (float*)mallocCheck(n * sizeof(float));
+    float *xs = (float*)mallocCheck(n * sizeof(float)), *Ss = (float*)mallocCheck(n * sizeof(float));
+    char* inside = (char*)calloc(nc, 1);
+    for (int bi = 0; bi < t.batch; bi++)
+        for (int i = 0; i < t.M; i++)
+            for (int j = 0; j < t.N; j++, k++) {
+                size_t q = bi * t.sC + (size_t)i * t.ldc + j;
+                g[k] = c[q]; r[k] = c_ref[q]; Ss[k] = S[q];
+                xs[k] = t.epi != MATMUL_EPILOGUE_NONE ? x_ref[q] : 0.0f;
+                inside[q] = 1;
+            }
+    for (size_t q = 0; q < nc; q++) if (!inside[q] && !is_poison(craw, q)) gaps_bad++;
+    char what[200];
+#if LLM_HAS_KERNELS
+    const char* mode = t.epi != MATMUL_EPILOGUE_NONE ? (matmul_fuse_gelu ? " fused" : " unfused") : "";
+#else
+    const char* mode = "";
+#endif
+    snprintf(what, sizeof(what), "batched %s M=%d N=%d K=%d batch=%d op=%c%c ld=(%d,%d,%d) alpha=%g beta=%g%s%s%s",
+             t.name, t.M, t.N, t.K, t.batch, t.transA ? 'T' : 'N', t.transB ? 'T' : 'N', t.lda, t.ldb, t.ldc, t.alpha,
+             t.beta, t.bias ? " bias" : "", t.epi == MATMUL_EPILOGUE_GELU ? " gelu" : t.epi == MATMUL_EPILOGUE_DGELU ? " dgelu" : "",
+             mode);
+    compare(what, g, r, xs, Ss, n, t.K);
+    check(gaps_bad == 0, "%s: %zu writes outside the matrices", what, gaps_bad);
+    if (t.epi == MATMUL_EPILOGUE_GELU) {
+        float* aux = download(d_aux, naux);
+        float* Saux = (float*)mallocCheck(naux * sizeof(float));
+        for (int bi = 0, kk = 0; bi < t.batch; bi++)
+            for (int i = 0; i < t.M; i++)
+                for (int j = 0; j < t.N; j++, kk++) Saux[kk] = S[bi * t.sC + (size_t)i * t.ldc + j];
+        strncat(what, ": aux", sizeof(what) - strlen(what) - 1);
+        compare(what, aux, aux_ref, NULL, Saux, naux, t.K);
+        free(aux); free(Saux);
+    }
+    free(a); free(b); free(bias); free(aux_in); free(c0); free(c0x); free(c_ref); free(aux_ref); free(x_ref);
+    free(aa); free(ab); free(abias); free(S); free(c); free(craw); free(g); free(r); free(xs); free(Ss); free(inside);
+    device_free(d_a); device_free(d_b); device_free(d_bias); device_free(d_c); device_free(d_aux);
+}
+
+static void batched_suite(cudaStream_t s) {
+    // attention with B*NH = 6, T = 33, hs = 16, q/k/v interleaved in rows of 3*hs (lda = 48)
+    const int T = 33, hs = 16, BH = 6;
+    BatchedCase qk = {"q@k^T", T, T, hs, BH, false, true, 3 * hs, 3 * hs, T, (size_t)T * 3 * hs, (size_t)T * 3 * hs,
+                      (size_t)T * T + 5, 0.25f, 0.0f, 0, MATMUL_EPILOGUE_NONE};
+    test_batched(qk, s);
+    BatchedCase av = {"att@v", T, hs, T, BH, false, false, T, 3 * hs, hs + 3, (size_t)T * T, (size_t)T * 3 * hs,
+                      (size_t)T * (hs + 3), 1.0f, 0.0f, 0, MATMUL_EPILOGUE_NONE};
+    test_batched(av, s);
+    BatchedCase dv = {"att^T@dout", T, hs, T, BH, true, false, T, hs, hs, (size_t)T * T, (size_t)T * hs, (size_t)T * hs,
+                      1.0f, 1.0f, 0, MATMUL_EPILOGUE_NONE};
+    test_batched(dv, s);
+    BatchedCase tt = {"A^T@B^T", 7, 9, 5, 3, true, true, 7, 5, 9, 40, 50, 70, -0.5f, 0.5f, 0, MATMUL_EPILOGUE_NONE};
+    test_batched(tt, s);
+    // epilogues: N = 24 is fusable in cuBLASLt (aux ld % 8 == 0), N = 20 is not (the kernel path)
+    BatchedCase gb = {"gelu", 20, 24, 40, 3, false, true, 40, 40, 24, 20 * 40, 24 * 40, 20 * 24, 1.0f, 0.0f, 1, MATMUL_EPILOGUE_GELU};
+    test_batched(gb, s);
+    gb.N = 20; gb.ldb = 40; gb.ldc = 21; gb.sB = 20 * 40; gb.sC = 20 * 21; gb.bias = 0;
+    test_batched(gb, s);
+    BatchedCase dg = {"dgelu", 20, 24, 40, 3, false, false, 40, 24, 24, 20 * 40, 40 * 24, 20 * 24, 1.0f, 0.0f, 0, MATMUL_EPILOGUE_DGELU};
+    test_batched(dg, s);
+    dg.N = 20; dg.ldb = 20; dg.ldc = 20; dg.sB = 40 * 20; dg.sC = 20 * 20;
+    test_batched(dg, s);
+    // many small products (the CPU build runs them one per thread) and one large
+    BatchedCase many = {"many", 16, 16, 16, 37, false, true, 16, 16, 16, 256, 256, 256, 1.0f, 0.0f, 0, MATMUL_EPILOGUE_NONE};
+    test_batched(many, s);
+    BatchedCase big = {"big", 200, 300, 256, 2, true, false, 200, 300, 300, 256 * 200, 256 * 300, 200 * 300, 1.0f, 0.0f, 1, MATMUL_EPILOGUE_NONE};
+    test_batched(big, s);
+}
+
+int main(int argc, char** argv) {
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)clock();
+    g_rng = seed;
+#if LLM_BUILD_CPU
+    const char* build = "CPU (OpenBLAS)";
+#else
+    const char* build = "emulated CUDA";
+#endif
+    printf("test_matmul: %s build, floatX %s, seed %llu\n", build, PRECISION_MODE, (unsigned long long)seed);
+    cudaStream_t s = NULL;
+    matmul_init(s);
+    // (BT, C, OC): odd sizes, sizes where 128-bit packs apply, and a GPT-2 small MLP slice
+    const int shapes[][3] = {{1, 1, 1}, {7, 33, 100}, {33, 100, 129}, {64, 128, 96}, {128, 768, 3072}};
+    const int nshapes = sizeof(shapes) / sizeof(shapes[0]);
+#if LLM_HAS_KERNELS
+    const int fuse_modes = 2;  // cuBLASLt's fused GELU/dGELU, then the separate kernels
+#else
+    const int fuse_modes = 1;
+#endif
+    for (int si = 0; si < nshapes; si++) {
+        int BT = shapes[si][0], C = shapes[si][1], OC = shapes[si][2];
+        test_forward(BT, C, OC, 0, 0, s);
+        test_forward(BT, C, OC, 1, 0, s);
+        test_backward(BT, C, OC, 1, 0, s);
+        test_backward(BT, C, OC, 0, 0, s);
+        for (int f = 0; f < fuse_modes; f++) {
+#if LLM_HAS_KERNELS
+            matmul_fuse_gelu = f == 0;
+#endif
+            test_forward(BT, C, OC, 1, 1, s);
+            test_forward(BT, C, OC, 0, 1, s);
+            test_backward(BT, C, OC, 1, 1, s);
+        }
+#if LLM_HAS_KERNELS
+        matmul_fuse_gelu = 1;
+#endif
+    }
+    for (int f = 0; f < fuse_modes; f++) {
+#if LLM_HAS_KERNELS
+        matmul_fuse_gelu = f == 0;
+#endif
+        batched_suite(s);
+    }
+    matmul_free();
+    return test_summary("test_matmul");
+}
