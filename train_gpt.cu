@@ -318,7 +318,6 @@ int main(int argc, char** argv) {
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
-    mkdir(args.output_dir, 0755);  // may already exist; writes below fail loudly if it is unusable
     if (args.resume) {
         char path[1100];
         if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
@@ -337,9 +336,16 @@ int main(int argc, char** argv) {
         free(p); free(m); free(v);
         printf("resumed from %s at step %d\n", path, start_step);
     }
+    // read one batch of each loader now (then rewind), so that a bad shard is reported before the
+    // log or any checkpoint is written
+    DataPosition first = dataloader_position(&train_loader);
+    dataloader_next_batch(&train_loader);
+    dataloader_seek(&train_loader, first);
+    if (args.val_data) { dataloader_next_batch(&val_loader); dataloader_reset(&val_loader); }
     char log_path[1100];
     if (args.log_path) snprintf(log_path, sizeof(log_path), "%s", args.log_path);
     else snprintf(log_path, sizeof(log_path), "%s/log.jsonl", args.output_dir);
+    mkdir(args.output_dir, 0755);  // may already exist; writes below fail loudly if it is unusable
     Logger logger;
     logger_init(&logger, log_path, args.resume != NULL);
     printf("log: %s\n", log_path);

@@ -15,7 +15,7 @@ good=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --to
       -b 4 -t 32 --steps 2 --val-every 0 --sample-every 0 --output-dir "$tmp/out")
 # a good run first: its files must survive every bad run untouched
 "$BIN" "${model[@]}" "${good[@]}" --checkpoint-every 2 > /dev/null || { echo "FAIL the good run failed"; exit 1; }
-snapshot() { (cd "$tmp/out" && ls -la --time-style=+%s . | awk '{print $5, $6, $7}' && md5sum ./*) 2>/dev/null; }
+snapshot() { (cd "$tmp/out" && ls -l --time-style=+%s . | awk '{print $5, $6, $7}' && md5sum ./*) 2>/dev/null; }
 snapshot > "$tmp/before"
 
 # expect NAME "substring1|substring2|..." cmd...: non-zero exit, one stderr line containing each substring
@@ -30,7 +30,7 @@ expect() {
     IFS='|' read -ra parts <<< "$subs"
     for s in "${parts[@]}"; do [[ "$msg" == *"$s"* ]] || why="$why; message lacks '$s'"; done
     snapshot > "$tmp/after"
-    cmp -s "$tmp/before" "$tmp/after" || why="$why; the output directory changed"
+    cmp -s "$tmp/before" "$tmp/after" || why="$why; the output directory changed: $(diff "$tmp/before" "$tmp/after" | tr "\n" " ")"
     if [ -z "$why" ]; then echo "ok   $name: $msg"; pass=$((pass+1));
     else echo "FAIL $name: $why: $(cat "$tmp/stderr")"; fail=$((fail+1)); fi
 }

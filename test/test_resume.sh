@@ -35,7 +35,7 @@ else
 fi
 cmp -s "$tmp/a/model_00000008.bin" "$tmp/b/model_00000008.bin" && ok "final model: identical bytes" || bad "final model differs"
 cmp -s "$tmp/a/state_00000008.bin" "$tmp/b/state_00000008.bin" && ok "final state (moments, data position, RNG): identical bytes" || bad "final state differs"
-grep '^sample' "$tmp/a.out" | tail -1 > "$tmp/a.sample"; grep '^sample' "$tmp/b.out" | tail -1 > "$tmp/b.sample"
+grep -a '^sample' "$tmp/a.out" | tail -1 > "$tmp/a.sample"; grep -a '^sample' "$tmp/b.out" | tail -1 > "$tmp/b.sample"
 cmp -s "$tmp/a.sample" "$tmp/b.sample" && ok "the last sample is the same text (sampler RNG resumed)" || bad "samples differ"
 
 # --resume latest picks state_00000008 in the output dir and has nothing left to do

@@ -1,0 +1,37 @@
+# dev/emu/emu.mk: the CUDA emulator's part of the Makefile (included by the top-level Makefile,
+# which defines CXX, NVCC, EMU_FLAGS, NVCC_FLAGS and CUDA_HOME).
+#
+#   make test-emu        build dev/emu/test_emu.cu three ways into build/emu/ (plain, ASan+UBSan,
+#                        TSan) and run dev/emu/test_emu.sh
+#   make test-emu-nvcc   check that the same test source also compiles with nvcc (no GPU needed)
+#
+# The emulator is header-only (dev/emu/emu.h, included by llm/common.h when -DLLM_EMU): a program
+# built with $(EMU_FLAGS) needs no extra objects. EMU_OBJS stays empty for targets that link it;
+# EMU_LINK is what the emulator itself needs at link time.
+
+EMU_HEADERS := $(wildcard dev/emu/*.h) llm/common.h
+EMU_OBJS :=
+EMU_LINK := -lpthread -ldl
+EMU_BUILD := build/emu
+EMU_SAN_FLAGS := -O1 -g -fno-omit-frame-pointer
+
+.PHONY: test-emu test-emu-nvcc
+
+$(EMU_BUILD)/test_emu: dev/emu/test_emu.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) -Wall -Wextra $< -o $@ $(EMU_LINK)
+
+$(EMU_BUILD)/test_emu_asan: dev/emu/test_emu.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=address,undefined -Wall $< -o $@ $(EMU_LINK)
+
+$(EMU_BUILD)/test_emu_tsan: dev/emu/test_emu.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=thread -DEMU_TSAN -Wall $< -o $@ $(EMU_LINK)
+
+test-emu: $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan
+	bash dev/emu/test_emu.sh $(EMU_BUILD)
+
+test-emu-nvcc: dev/emu/test_emu.cu $(EMU_HEADERS)
+	@mkdir -p $(EMU_BUILD)
+	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_emu_nvcc.o

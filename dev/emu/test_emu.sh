@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# test_emu.sh: the CUDA emulator's tests. Runs dev/emu/test_emu.cu built three ways (plain,
+# AddressSanitizer+UBSan, ThreadSanitizer): correct kernels must give the same results in every
+# thread order, and every planted bug must end with a non-zero exit and its report. Prints one
+# line per case, then "emu: N passed, M failed"; exits 1 if any case failed.
+# Usage: dev/emu/test_emu.sh [dir with test_emu, test_emu_asan, test_emu_tsan]   (make test-emu)
+set -u
+B=${1:-build/emu}
+T=$B/test_emu
+A=$B/test_emu_asan
+S=$B/test_emu_tsan
+for bin in "$T" "$A" "$S"; do
+    if [ ! -x "$bin" ]; then
+        echo "error: $bin not found: build it with 'make test-emu' ($0:${LINENO})" >&2
+        exit 1
+    fi
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+start=$(date +%s)
+# the sanitizers' own options: report to stderr, keep their usual exit codes
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0}
+
+ok() { pass=$((pass + 1)); printf 'ok    %s\n' "$1"; }
+bad() {
+    fail=$((fail + 1))
+    printf 'FAIL  %s: %s\n' "$1" "$2"
+    if [ -n "${3:-}" ] && [ -f "$3" ]; then head -n 25 "$3" | sed 's/^/      | /'; fi
+}
+
+# run OUT ENV BIN ARG: run BIN ARG with the environment words ENV, output in OUT; sets rc
+run() {
+    local out=$1 envs=$2 bin=$3 arg=$4
+    # shellcheck disable=SC2086
+    env $envs timeout 120 "$bin" "$arg" > "$out" 2>&1
+    rc=$?
+}
+
+# check_same NAME ENV BIN ARG REF: exit 0, no sanitizer report, and "results" equal to REF (if given)
+check_same() {
+    local name=$1 envs=$2 bin=$3 arg=$4 ref=${5:-} out="$tmp/$name.out"
+    run "$out" "$envs" "$bin" "$arg"
+    if [ "$rc" -ne 0 ]; then bad "$name" "exit status $rc" "$out"; return; fi
+    if grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer" "$out"; then
+        bad "$name" "a sanitizer reported an error in a correct kernel" "$out"; return
+    fi
+    local got
+    got=$(grep '^results ' "$out" | head -n 1)
+    if [ -z "$got" ]; then bad "$name" "no results line" "$out"; return; fi
+    if [ -n "$ref" ] && [ "$got" != "$ref" ]; then bad "$name" "'$got' differs from the forward order's '$ref'" "$out"; return; fi
+    ok "$name"
+}
+
+# check_fail NAME ENV BIN ARG PATTERN...: non-zero exit and every PATTERN (grep -E) in the output
+check_fail() {
+    local name=$1 envs=$2 bin=$3 arg=$4 out="$tmp/$1.out"
+    shift 4
+    run "$out" "$envs" "$bin" "$arg"
+    if [ "$rc" -eq 0 ]; then bad "$name" "exit status 0: the bug was not caught" "$out"; return; fi
+    if [ "$rc" -eq 124 ]; then bad "$name" "timed out" "$out"; return; fi
+    local p
+    for p in "$@"; do
+        if ! grep -qE -- "$p" "$out"; then bad "$name" "exit status $rc but no '$p' in the output" "$out"; return; fi
+    done
+    ok "$name"
+}
+
+# correct kernels: identical results in every order, on 1 and 2 OS threads, under the sanitizers
+run "$tmp/ref.out" "EMU_ORDER=forward" "$T" correct
+ref=$(grep '^results ' "$tmp/ref.out" | head -n 1)
+check_same "correct kernels, EMU_ORDER=forward" "EMU_ORDER=forward" "$T" correct "$ref"
+check_same "correct kernels, EMU_ORDER=reverse" "EMU_ORDER=reverse" "$T" correct "$ref"
+check_same "correct kernels, EMU_ORDER=random EMU_SEED=1" "EMU_ORDER=random EMU_SEED=1" "$T" correct "$ref"
+check_same "correct kernels, EMU_ORDER=random EMU_SEED=7" "EMU_ORDER=random EMU_SEED=7" "$T" correct "$ref"
+check_same "correct kernels, EMU_THREADS=2 (atomics across OS threads)" "EMU_THREADS=2 EMU_ORDER=random EMU_SEED=3" "$T" correct "$ref"
+check_same "correct kernels under ASan+UBSan, EMU_ORDER=reverse EMU_THREADS=2" "EMU_ORDER=reverse EMU_THREADS=2" "$A" correct "$ref"
+run "$tmp/ref_small.out" "EMU_ORDER=forward" "$T" small
+ref_small=$(grep '^results ' "$tmp/ref_small.out" | head -n 1)
+check_same "correct kernels under TSan, no race reported (small shapes)" "EMU_ORDER=random EMU_SEED=5 EMU_THREADS=2" "$S" small "$ref_small"
+
+# a missing __syncthreads: the results depend on the thread order
+name="missing __syncthreads: forward and reverse orders differ"
+run "$tmp/ms_f.out" "EMU_ORDER=forward" "$T" missing_sync
+rc_f=$rc
+run "$tmp/ms_r.out" "EMU_ORDER=reverse" "$T" missing_sync
+if [ "$rc_f" -ne 0 ] || [ "$rc" -ne 0 ]; then
+    bad "$name" "exit status $rc_f / $rc" "$tmp/ms_r.out"
+elif [ "$(grep '^missing_sync result' "$tmp/ms_f.out")" = "$(grep '^missing_sync result' "$tmp/ms_r.out")" ]; then
+    bad "$name" "the same result in both orders: $(cat "$tmp/ms_f.out")"
+else
+    ok "$name"
+fi
+
+# planted bugs
+check_fail "out-of-bounds write to a device buffer (ASan)" "" "$A" oob_global \
+    "AddressSanitizer: heap-buffer-overflow" "oob_global_kernel" "emu: the report above is from CUDA thread"
+check_fail "out-of-bounds write to dynamic shared memory (ASan)" "" "$A" oob_smem \
+    "AddressSanitizer: heap-buffer-overflow" "oob_smem_kernel"
+check_fail "read-modify-write race on shared memory (TSan)" "" "$S" race \
+    "ThreadSanitizer: data race" "race_kernel"
+check_fail "__syncthreads reached by part of the block" "" "$T" partial_sync \
+    "reached by only part of the block" "partial_sync_kernel" "launched at .*test_emu.cu:[0-9]+"
+check_fail "lane returns during a shuffle (forward order)" "EMU_ORDER=forward" "$T" lane_exit \
+    "lane 16 of warp 0 returned while lanes 0-15 of its warp wait for it in __shfl_down_sync" "lane_exit_kernel"
+check_fail "lane returns during a shuffle (reverse order)" "EMU_ORDER=reverse" "$T" lane_exit \
+    "__shfl_down_sync at .*test_emu.cu:[0-9]+ with mask 0xffffffff waits for lane [0-9]+, which has already returned"
+check_fail "collective with a mask without the calling lane" "" "$T" mask_self \
+    "the mask 0x00000001 does not include the calling lane" "mask_self_kernel"
+check_fail "deadlock between __syncwarp and __syncthreads" "EMU_ORDER=random EMU_SEED=11" "$T" deadlock \
+    "deadlock" "lanes 0-15 wait in __syncwarp" "EMU_SEED=11"
+check_fail "host pointer passed to a kernel" "" "$T" host_ptr \
+    "pointer argument 0 .* is not inside any cudaMalloc allocation" "oob_global_kernel" "test_emu.cu:[0-9]+"
+check_fail "2048 threads per block" "" "$T" too_many_threads "has 2048 threads; a block has at most 1024"
+check_fail "64 KiB dynamic shared memory without the opt-in" "" "$T" smem_optin \
+    "more than the default 49152" "cudaFuncSetAttribute"
+check_fail "240 KiB dynamic shared memory (over 227 KiB)" "" "$T" smem_max "at most 232448"
+check_fail "stack overflow of an emulated thread" "" "$T" stack_overflow "stack overflow of an emulated CUDA thread"
+
+echo "emu: tests took $(($(date +%s) - start)) s"
+echo "emu: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,110 @@
+// test/kernels/encoder.h: encoder_forward and encoder_backward against encoder_forward_cpu and
+// encoder_backward_cpu on the same floatX-rounded inputs.
+//
+// Shapes: (B, T, C) from one position to B*T = 1028, C = 8 (one 16-byte chunk in BF16), 40 (not a
+// multiple of a warp's 32 chunks), 264 (two channel chunks per bucket in BF16, the second nearly
+// empty) and 768; tables larger than the tokens and positions used (Vp > max token, maxT > T), so the
+// rows the backward must leave alone are checked too. Tokens are skewed: half of them are one token,
+// so some buckets pass ENCODER_WTE_LONG positions and take the kernel's many-warp path.
+//
+// The backward accumulates: dwte and dwpe start from random values (uploaded, so defined), and the
+// reference adds to the same values. It is run twice from the same start: bitwise equal (determinism).
+//
+// Tolerances (|got - want| <= atol + rtol |want|):
+// - forward: one addition of two floatX values, in FP32 by both: FP32 exact (atol 0, rtol 2^-24 for
+//   a contracted or reordered add), BF16 one rounding of the sum to bf16 (rtol 2^-8 = 3.9e-3).
+// - backward: each element is a sum of n terms (n = the token's count for dwte, B for dwpe) in another
+//   order than the reference's. FP32: a few ulps times the reduction length, atol = rtol =
+//   4 n 2^-24 R with R = max |reference| (the scale of the partial sums). BF16: the same, plus one
+//   rounding of the result to bf16 (rtol + 2^-8).
+#pragma once
+#include "../kernel_check.h"
+#include "../../llm/encoder.cuh"
+
+static float enc_max_abs(const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = fmaxf(m, fabsf(x));
+    return m;
+}
+
+// bitwise copy of a device floatX buffer (for the determinism check)
+static std::vector<floatX> enc_download_raw(const floatX* d, size_t n) {
+    std::vector<floatX> h(n);
+    copy_to_host(h.data(), d, n * sizeof(floatX));
+    return h;
+}
+
+static void test_encoder(void) {
+    struct { int B, T, C, maxT, Vp; } shapes[] = {
+        {1, 1, 8, 1, 3}, {2, 7, 40, 9, 5}, {3, 33, 264, 40, 64}, {4, 257, 768, 260, 130},
+    };
+    for (auto s : shapes) {
+        int B = s.B, T = s.T, C = s.C, maxT = s.maxT, Vp = s.Vp;
+        size_t BT = (size_t)B * T;
+        char what[160];
+        // tokens: half are token Vp/2, the rest uniform over [0, Vp - 1)
+        std::vector<int> inp = kc_randint(BT, Vp - 1);
+        std::vector<int> coin = kc_randint(BT, 2);
+        int max_count = 0;
+        for (size_t i = 0; i < BT; i++) if (coin[i]) inp[i] = Vp / 2;
+        {
+            std::vector<int> count(Vp, 0);
+            for (size_t i = 0; i < BT; i++) max_count = std::max(max_count, ++count[inp[i]]);
+        }
+        std::vector<float> wte = kc_randn((size_t)Vp * C, 1.0f);
+        std::vector<float> wpe = kc_randn((size_t)maxT * C, 1.0f);
+        int* d_inp = kc_upload_raw(inp);
+        floatX* d_wte = kc_upload(wte);
+        floatX* d_wpe = kc_upload(wpe);
+
+        // forward
+        floatX* d_out = kc_alloc_poisoned<floatX>(BT * C);
+        encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
+        std::vector<float> want(BT * C);
+        encoder_forward_cpu(want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+        snprintf(what, sizeof(what), "encoder_forward B=%d T=%d C=%d", B, T, C);
+        kc_compare(what, kc_download(d_out, BT * C), want, 0.0f, 6e-8f, 0.0f, 4e-3f);
+
+        // backward: dwte, dwpe start from random gradients
+        std::vector<float> dout = kc_randn(BT * C, 1.0f);
+        std::vector<float> dwte0 = kc_randn((size_t)Vp * C, 1.0f);
+        std::vector<float> dwpe0 = kc_randn((size_t)maxT * C, 1.0f);
+        floatX* d_dout = kc_upload(dout);
+        floatX* d_dwte = kc_upload(dwte0);
+        floatX* d_dwpe = kc_upload(dwpe0);
+        float* d_scratch = kc_alloc_poisoned<float>(BT * C);  // gpt.h's scratch holds >= B*T*C floats
+        encoder_backward(d_dwte, d_dwpe, d_scratch, d_dout, d_inp, inp.data(), B, T, C, 0);
+        std::vector<float> want_dwte = dwte0, want_dwpe = dwpe0;
+        encoder_backward_cpu(want_dwte.data(), want_dwpe.data(), dout.data(), inp.data(), B, T, C);
+        float tol_wte = 4.0f * max_count * 5.96e-8f * enc_max_abs(want_dwte);
+        float tol_wpe = 4.0f * B * 5.96e-8f * enc_max_abs(want_dwpe);
+        snprintf(what, sizeof(what), "encoder_backward dwte B=%d T=%d C=%d (longest bucket %d)", B, T, C, max_count);
+        kc_compare(what, kc_download(d_dwte, (size_t)Vp * C), want_dwte, tol_wte, tol_wte, tol_wte, tol_wte + 3.9e-3f);
+        snprintf(what, sizeof(what), "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
+        kc_compare(what, kc_download(d_dwpe, (size_t)maxT * C), want_dwpe, tol_wpe, tol_wpe, tol_wpe, tol_wpe + 3.9e-3f);
+
+        // determinism: again from the same start, scratch poisoned again
+        std::vector<floatX> first_wte = enc_download_raw(d_dwte, (size_t)Vp * C);
+        std::vector<floatX> first_wpe = enc_download_raw(d_dwpe, (size_t)maxT * C);
+        device_free(d_dwte);
+        device_free(d_dwpe);
+        d_dwte = kc_upload(dwte0);
+        d_dwpe = kc_upload(dwpe0);
+        kc_poison(d_scratch, BT * C * sizeof(float));
+        encoder_backward(d_dwte, d_dwpe, d_scratch, d_dout, d_inp, inp.data(), B, T, C, 0);
+        std::vector<floatX> second_wte = enc_download_raw(d_dwte, (size_t)Vp * C);
+        std::vector<floatX> second_wpe = enc_download_raw(d_dwpe, (size_t)maxT * C);
+        check(memcmp(first_wte.data(), second_wte.data(), first_wte.size() * sizeof(floatX)) == 0 &&
+                  memcmp(first_wpe.data(), second_wpe.data(), first_wpe.size() * sizeof(floatX)) == 0,
+              "encoder_backward B=%d T=%d C=%d: two runs bitwise equal", B, T, C);
+
+        device_free(d_inp);
+        device_free(d_wte);
+        device_free(d_wpe);
+        device_free(d_out);
+        device_free(d_dout);
+        device_free(d_dwte);
+        device_free(d_dwpe);
+        device_free(d_scratch);
+    }
+}
