@@ -79,3 +79,7 @@ train: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
 	    -b 32 -t 56 --steps 1000 --lr 3e-3 --warmup 100 --lr-final 0.05 --weight-decay 0.1 \
 	    --val-every 100 --val-steps 5 --sample-every 250 --sample-len 56 --checkpoint-every 1000 \
 	    --output-dir $(TRAIN_OUT) --eval-file $(TRAIN_DATA)/addition_test.bin
+
+# regenerate the committed PyTorch fixture of test/test_gpt.cu (needs torch: dev/reference/requirements.txt)
+fixtures:
+	$(PYTHON) dev/reference/gpt2_reference.py --out test/fixtures

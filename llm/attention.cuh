@@ -109,13 +109,15 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
 // qkvr (B,T,3C) is scratch for the permuted q,k,v of the CUDA path (kept for the backward);
 // att (B,NH,T,T) keeps the softmax probabilities for the backward.
 
+// scratch (B,T,C) is free for the kernels' use during the forward (e.g. the (B,NH,T,hs) output of AV)
 static void attention_forward(floatX* out,        // (B,T,C)
                               floatX* qkvr,       // (B,T,3C)
                               floatX* att,        // (B,NH,T,T)
+                              floatX* scratch,    // (B,T,C)
                               const floatX* inp,  // (B,T,3C)
                               int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
-    (void)qkvr; (void)stream;
+    (void)qkvr; (void)scratch; (void)stream;
     attention_forward_cpu(out, att, inp, B, T, C, NH);
 #else
 #error "attention_forward: CUDA kernel not written yet"

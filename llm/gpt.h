@@ -166,7 +166,7 @@ typedef struct {
     floatX* dqkv;       // (B, T, 3*C)
     floatX* dqkvr;      // (B, T, 3*C)
     floatX* datt;       // (B, NH, T, T)
-    floatX* dscratch;   // (B, T, C)
+    floatX* dscratch;   // (B, T, C)  also the attention forward's scratch
     float* scratch;     // (max(B*T*C, 1024*4*C)) FP32 scratch of the reductions (one op at a time)
 } BackwardBuffers;
 
@@ -392,7 +392,7 @@ static void gpt_forward(GPT* model, const int* inputs, const int* targets, int B
         floatX* fcproj = a.fcproj + lc;
         floatX* residual3 = a.residual3 + lc;
         matmul_forward(qkv, NULL, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, s);
-        attention_forward(atty, qkvr, att, qkv, B, T, C, NH, s);
+        attention_forward(atty, qkvr, att, model->bufs.dscratch, qkv, B, T, C, NH, s);
         matmul_forward(attproj, NULL, atty, p.attprojw + (size_t)l * C * C, p.attprojb + (size_t)l * C, BT, C, C, s);
         fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
                                          residual, attproj, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, BT, C, s);

@@ -8,7 +8,7 @@ build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-build/bench_cpu: dev/bench_cpu.cu $(LLM_HEADERS)
+build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 

@@ -42,25 +42,34 @@ struct EmuCtx {
 // emu_ctx_swap(&from->sp, to->sp): push rbp rbx r12-r15, save rsp, load the other rsp, pop its
 // registers and return into it. A new stack is prepared so that this `ret` enters the fiber's
 // entry function (see emu_ctx_make). MXCSR and the x87 control word are not switched: no
-// emulated thread changes them.
-__attribute__((naked, noinline)) static void emu_ctx_swap(void**, void*) {
-    __asm__ volatile(
-        "pushq %rbp\n\t"
-        "pushq %rbx\n\t"
-        "pushq %r12\n\t"
-        "pushq %r13\n\t"
-        "pushq %r14\n\t"
-        "pushq %r15\n\t"
-        "movq %rsp, (%rdi)\n\t"
-        "movq %rsi, %rsp\n\t"
-        "popq %r15\n\t"
-        "popq %r14\n\t"
-        "popq %r13\n\t"
-        "popq %r12\n\t"
-        "popq %rbx\n\t"
-        "popq %rbp\n\t"
-        "ret\n\t");
-}
+// emulated thread changes them. It is file-scope assembly, so the compiler cannot see its body
+// and must assume that a switch reads and writes all memory (threadIdx, barrier state); the
+// COMDAT group lets any number of translation units include it.
+extern "C" __attribute__((visibility("hidden"))) void emu_ctx_swap(void** save_sp, void* to_sp);
+__asm__(
+    ".pushsection .text.emu_ctx_swap,\"axG\",@progbits,emu_ctx_swap,comdat\n"
+    ".globl emu_ctx_swap\n"
+    ".hidden emu_ctx_swap\n"
+    ".type emu_ctx_swap,@function\n"
+    ".p2align 4\n"
+    "emu_ctx_swap:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size emu_ctx_swap, .-emu_ctx_swap\n"
+    ".popsection\n");
 #endif
 
 // the context of the calling OS thread itself (the scheduler runs on it)

@@ -183,7 +183,7 @@ static inline const char* emu_kernel_name(const void* kfn, char* buf, size_t n) 
 
 // prints "emu: error: <msg>" and where: kernel, launch file:line, block, thread, order; exits 1.
 // Used inside fibers and helper threads, hence _exit after flushing.
-[[noreturn]] EMU_NOTSAN static void emu_misuse(const char* fmt, ...) {
+[[noreturn]] __attribute__((cold, noinline)) EMU_NOTSAN static inline void emu_misuse(const char* fmt, ...) {
     char msg[4096];
     va_list ap;
     va_start(ap, fmt);
@@ -214,7 +214,7 @@ static inline const char* emu_kernel_name(const void* kfn, char* buf, size_t n) 
 }
 
 // a bad launch, found on the host before any block runs
-[[noreturn]] static void emu_launch_error(const EmuLaunch* L, const char* fmt, ...) {
+[[noreturn]] __attribute__((cold, noinline)) static inline void emu_launch_error(const EmuLaunch* L, const char* fmt, ...) {
     char msg[2048], name[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -228,7 +228,7 @@ static inline const char* emu_kernel_name(const void* kfn, char* buf, size_t n) 
 }
 
 // a device intrinsic called from host code
-[[noreturn]] EMU_NOTSAN static void emu_not_in_kernel(const char* what, const char* file, int line) {
+[[noreturn]] __attribute__((cold, noinline)) EMU_NOTSAN static inline void emu_not_in_kernel(const char* what, const char* file, int line) {
     fprintf(stderr, "emu: error: %s called outside a kernel (%s:%d)\n", what, file, line);
     fflush(stderr);
     exit(EXIT_FAILURE);
@@ -320,7 +320,7 @@ EMU_NOTSAN static inline void emu_yield(EmuWorker* w, EmuThread* self) {
 // ----------------------------------------------------------------------------
 // __syncthreads
 
-EMU_NOTSAN static int emu_syncthreads_op(const char* file, int line, int pred) {
+EMU_NOTSAN static inline int emu_syncthreads_op(const char* file, int line, int pred) {
     EmuWorker* w = emu_w;
     EmuThread* t = w != NULL ? w->running : NULL;
     if (t == NULL) emu_not_in_kernel("__syncthreads()", file, line);
@@ -366,7 +366,7 @@ EMU_NOTSAN static int emu_syncthreads_op(const char* file, int line, int pred) {
 // warp collectives: a barrier among the lanes of the mask; the last lane to arrive computes
 // every lane's result
 
-EMU_NOTSAN static void emu_warp_release(EmuWorker* w, int wi, int gi) {
+EMU_NOTSAN static inline void emu_warp_release(EmuWorker* w, int wi, int gi) {
     EmuWarp* wp = &w->warps[wi];
     EmuThread* base = &w->th[wi * 32];
     uint32_t lanes = wp->groups[gi].arrived;
@@ -436,7 +436,7 @@ EMU_NOTSAN static void emu_warp_release(EmuWorker* w, int wi, int gi) {
     emu_rq_push_lanes(w, wi, lanes);
 }
 
-EMU_NOTSAN static uint64_t emu_warp_op(const char* file, int line, int coll, uint32_t mask, uint64_t val, int arg, int width) {
+EMU_NOTSAN static inline uint64_t emu_warp_op(const char* file, int line, int coll, uint32_t mask, uint64_t val, int arg, int width) {
     EmuWorker* w = emu_w;
     EmuThread* t = w != NULL ? w->running : NULL;
     if (t == NULL) emu_not_in_kernel(emu_coll_names[coll], file, line);
@@ -493,7 +493,7 @@ EMU_NOTSAN static inline unsigned emu_activemask(void) {
 // ----------------------------------------------------------------------------
 // a thread returns
 
-EMU_NOTSAN static void emu_thread_exit(EmuWorker* w, EmuThread* t) {
+EMU_NOTSAN static inline void emu_thread_exit(EmuWorker* w, EmuThread* t) {
     t->state = EMU_T_DONE;
     w->exited++;
     w->finished++;
@@ -515,7 +515,7 @@ EMU_NOTSAN static void emu_thread_exit(EmuWorker* w, EmuThread* t) {
 }
 
 // nothing can run but the block is not finished
-[[noreturn]] EMU_NOTSAN static void emu_report_deadlock(EmuWorker* w) {
+[[noreturn]] __attribute__((cold, noinline)) EMU_NOTSAN static inline void emu_report_deadlock(EmuWorker* w) {
     char buf[3072], lanes[160];
     size_t k = 0;
     k += (size_t)snprintf(buf + k, sizeof(buf) - k, "deadlock: no thread of the block can continue (%d of %d returned)",
@@ -561,12 +561,12 @@ EMU_NOTSAN static void emu_thread_exit(EmuWorker* w, EmuThread* t) {
 // ----------------------------------------------------------------------------
 // fibers and blocks
 
-static void emu_fiber_main(void);
+static inline void emu_fiber_main(void);
 
 #if !EMU_ASAN && !EMU_TSAN
 // stack overflow of an emulated thread hits the guard region: say so instead of a bare SIGSEGV
 inline struct sigaction emu_old_segv;
-static void emu_segv_handler(int sig, siginfo_t* si, void* uc) {
+static inline void emu_segv_handler(int sig, siginfo_t* si, void* uc) {
     EmuWorker* w = emu_w;
     if (w != NULL && w->running != NULL && w->L != NULL) {
         uintptr_t a = (uintptr_t)si->si_addr;
@@ -594,7 +594,7 @@ static void emu_segv_handler(int sig, siginfo_t* si, void* uc) {
 
 #if EMU_ASAN
 // after an AddressSanitizer report: which emulated thread it was
-static void emu_asan_report(const char* report) {
+static inline void emu_asan_report(const char* report) {
     (void)report;
     EmuWorker* w = emu_w;
     if (w == NULL || w->L == NULL || w->running == NULL) return;
@@ -604,7 +604,7 @@ static void emu_asan_report(const char* report) {
 }
 #endif
 
-EMU_NOTSAN static EmuWorker* emu_worker_get(void) {
+EMU_NOTSAN static inline EmuWorker* emu_worker_get(void) {
     if (emu_w != NULL) return emu_w;
     EmuWorker* w = new EmuWorker();
     memset((void*)w, 0, sizeof(*w));
@@ -636,7 +636,7 @@ EMU_NOTSAN static EmuWorker* emu_worker_get(void) {
     return w;
 }
 
-EMU_NOTSAN static void emu_worker_reserve(EmuWorker* w, int n) {
+EMU_NOTSAN static inline void emu_worker_reserve(EmuWorker* w, int n) {
     while (w->nfib < n) {
         if (!emu_ctx_make(&w->th[w->nfib].ctx, emu_cfg.stack_bytes, emu_fiber_main)) {
             fprintf(stderr, "emu: error: cannot map a %zu KiB stack for emulated thread %d: %s (%s:%d)\n",
@@ -654,7 +654,7 @@ EMU_NOTSAN static void emu_worker_reserve(EmuWorker* w, int n) {
 }
 
 // every fiber runs this forever: one CUDA thread per turn
-EMU_NOTSAN static void emu_fiber_main(void) {
+EMU_NOTSAN static inline void emu_fiber_main(void) {
     emu_ctx_entered();
     EmuWorker* w = emu_w;
     for (;;) {
@@ -671,7 +671,7 @@ EMU_NOTSAN static void emu_fiber_main(void) {
     }
 }
 
-EMU_NOTSAN static void emu_run_block(EmuWorker* w, const EmuLaunch* L, unsigned long long b) {
+EMU_NOTSAN static inline void emu_run_block(EmuWorker* w, const EmuLaunch* L, unsigned long long b) {
     unsigned gx = L->grid.x, gy = L->grid.y;
     blockIdx.x = (unsigned)(b % gx);
     blockIdx.y = (unsigned)((b / gx) % gy);
@@ -730,7 +730,7 @@ static inline unsigned long long emu_block_at(const EmuLaunch* L, unsigned long 
     return (unsigned __int128)(k * (unsigned __int128)L->order_stride + L->order_offset) % L->nblocks;
 }
 
-EMU_NOTSAN static void emu_run_blocks(EmuWorker* w, const EmuLaunch* L, std::atomic<unsigned long long>* next) {
+EMU_NOTSAN static inline void emu_run_blocks(EmuWorker* w, const EmuLaunch* L, std::atomic<unsigned long long>* next) {
     w->L = L;
     for (;;) {
         unsigned long long k = next->fetch_add(1, std::memory_order_relaxed);
@@ -752,7 +752,7 @@ struct EmuPool {
 inline EmuPool* emu_pool = NULL;  // never destroyed; its threads live until exit
 inline std::mutex emu_launch_mutex;
 
-static void emu_pool_helper(EmuPool* p) {
+static inline void emu_pool_helper(EmuPool* p) {
     unsigned long long seen = 0;
     for (;;) {
         EmuLaunch* L;
@@ -768,7 +768,7 @@ static void emu_pool_helper(EmuPool* p) {
     }
 }
 
-EMU_NOTSAN static void emu_run_launch(EmuLaunch* L) {
+EMU_NOTSAN static inline void emu_run_launch(EmuLaunch* L) {
     const EmuConfig& c = emu_config();
     L->nblocks = (unsigned long long)L->grid.x * L->grid.y * L->grid.z;
     L->id = emu_launch_counter.fetch_add(1);
@@ -817,7 +817,7 @@ EMU_NOTSAN static void emu_run_launch(EmuLaunch* L) {
 // launch_kernel: what LAUNCH(kernel, grid, block, smem, stream, args...) calls (llm/common.h)
 
 template <typename... KArgs>
-static void emu_thunk(const EmuLaunch* L) {
+static inline void emu_thunk(const EmuLaunch* L) {
     void (*fn)(KArgs...) = reinterpret_cast<void (*)(KArgs...)>(reinterpret_cast<uintptr_t>(L->kfn));
     // the kernel's by-value parameters are initialised from the shared tuple: each thread its own copy
     std::apply(fn, *static_cast<const std::tuple<KArgs...>*>(L->args));

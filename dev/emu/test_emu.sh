@@ -42,7 +42,8 @@ run() {
 
 # check_same NAME ENV BIN ARG REF: exit 0, no sanitizer report, and "results" equal to REF (if given)
 check_same() {
-    local name=$1 envs=$2 bin=$3 arg=$4 ref=${5:-} out="$tmp/$name.out"
+    local name=$1 envs=$2 bin=$3 arg=$4 ref=${5:-}
+    local out="$tmp/case$((pass + fail)).out"
     run "$out" "$envs" "$bin" "$arg"
     if [ "$rc" -ne 0 ]; then bad "$name" "exit status $rc" "$out"; return; fi
     if grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer" "$out"; then
@@ -57,7 +58,8 @@ check_same() {
 
 # check_fail NAME ENV BIN ARG PATTERN...: non-zero exit and every PATTERN (grep -E) in the output
 check_fail() {
-    local name=$1 envs=$2 bin=$3 arg=$4 out="$tmp/$1.out"
+    local name=$1 envs=$2 bin=$3 arg=$4
+    local out="$tmp/case$((pass + fail)).out"
     shift 4
     run "$out" "$envs" "$bin" "$arg"
     if [ "$rc" -eq 0 ]; then bad "$name" "exit status 0: the bug was not caught" "$out"; return; fi

@@ -1,8 +1,12 @@
-// bench_cpu.cu: times training steps of the CPU build on a stated config and prints the median step
-// time broken down by phase (forward, backward, optimizer). Random tokens, a fresh GPT-2 init.
-//   build/bench_cpu "d4,C=256,NH=4,maxT=256,V=50257" B T steps
-// The config of llm.c's CPU trainer comparison (see README): B=4, T=64, with
-// L=4 NH=4 C=256 maxT=256 V=50257, and GPT-2 124M (d12).
+// bench_train.cu: times training steps on a stated config and prints the median step time broken
+// down by phase (forward, backward, optimizer), tokens/s and, given the hardware's peak FLOP/s, the
+// model FLOPs utilisation (MFU). Random tokens, a fresh GPT-2 init. Builds as the CPU build
+// (build/bench_cpu, `make bench-cpu`) and the CUDA build (build/bench_gpu, scripts/gpu_check.sh).
+//   bench MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS]
+// MFU counts the model FLOPs of a training step as in the PaLM paper (appendix B):
+//   6 N per token for the matmuls with N the non-embedding parameters plus the LM head (Vp*C),
+//   plus 6 L T C per token for attention's QK^T and AV (forward 2 L T C, backward twice that),
+// against PEAK_TFLOPS (e.g. the measured dense bf16 matmul peak of the GPU).
 #include "../llm/common.h"
 #include "../llm/gpt.h"
 #include "../llm/optimizer.h"
@@ -16,7 +20,8 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char** argv) {
-    if (argc != 5) { fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS\n", argv[0]); return 1; }
+    if (argc != 5 && argc != 6) { fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS]\n", argv[0]); return 1; }
+    double peak_tflops = argc == 6 ? atof(argv[5]) : 0.0;
     GPTConfig cfg;
     if (!gpt_config_from_descriptor(argv[1], &cfg)) fatal("bench: expected a descriptor like d4,C=256,NH=4,maxT=256,V=50257, found '%s'", argv[1]);
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
@@ -58,8 +63,14 @@ int main(int argc, char** argv) {
         tf.push_back(t1 - t0); tb.push_back(t2 - t1); to.push_back(t3 - t2); tt.push_back(t3 - t0);
         printf("  step %d: %.1f ms (loss %.4f)\n", s, t3 - t0, model.mean_loss);
     }
-    printf("median step %.1f ms | forward %.1f ms | backward %.1f ms | optimizer %.1f ms | %.0f tok/s\n",
-           median(tt), median(tf), median(tb), median(to), B * T / (median(tt) / 1e3));
+    double tok_s = B * T / (median(tt) / 1e3);
+    size_t L = cfg.num_layers, C = cfg.channels;
+    double n_matmul = (double)(model.num_parameters - model.param_sizes[1]);  // wte doubles as the LM head
+    double flops_per_token = 6.0 * n_matmul + 6.0 * L * T * C;
+    printf("median step %.1f ms | forward %.1f ms | backward %.1f ms | optimizer %.1f ms | %.0f tok/s | %.2f TFLOP/s",
+           median(tt), median(tf), median(tb), median(to), tok_s, tok_s * flops_per_token / 1e12);
+    if (peak_tflops > 0) printf(" | MFU %.1f%% of %.0f TFLOP/s", 100.0 * tok_s * flops_per_token / 1e12 / peak_tflops, peak_tflops);
+    printf("\n");
     adamw_state_free(&opt);
     gpt_free(&model);
     return 0;

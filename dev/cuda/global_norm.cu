@@ -1,0 +1,163 @@
+// dev/cuda/global_norm.cu: versions of the squared-global-norm reduction (out += sum of squares)
+// side by side, each checked against the CPU reference and timed. The last version is the one the
+// trainer uses (llm/global_norm.cuh).
+//
+//   nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 dev/cuda/global_norm.cu -o build/global_norm
+//   ./build/global_norm [version 1..3, default all] [n, default 124475904 (GPT-2 124M)]
+//   (add -DENABLE_FP32 for FP32 values)
+//
+// version 1: one element per thread, block sum, one float atomicAdd per block into out (one pass;
+//            the order of the atomics varies, so the result is not bitwise reproducible)
+// version 2: a capped grid (one wave of the device), grid-stride over 128-bit chunks, block sum,
+//            atomicAdd per block: far fewer atomics, still not reproducible
+// version 3: as version 2, but each block writes its partial to a scratch buffer and a second
+//            one-block kernel adds them in a fixed order: reproducible bit for bit (llm/global_norm.cuh)
+//
+// Timing: median over runs (cudaEvents around the launches only), L2 flushed (128 MiB written)
+// before each run. Bytes per element: sizeof(floatX) read.
+#include "../../llm/common.h"
+#include "../../llm/cuda_utils.cuh"
+#include "../../llm/global_norm.cuh"
+#include "../../llm/rand.h"
+#include <vector>
+#include <algorithm>
+
+// ----------------------------------------------------------------------------
+// version 1: one element per thread. Bytes per element: sizeof(floatX) read (scalar loads).
+
+__global__ void global_norm_kernel1(float* out, const floatX* values, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float x = i < n ? (float)values[i] : 0.0f;
+    float sum = block_reduce_sum(x * x);
+    if (threadIdx.x == 0) atomicAdd(out, sum);
+}
+
+// ----------------------------------------------------------------------------
+// version 2: grid-stride over 16-byte chunks (values 16-byte aligned here), scalar tail.
+// Bytes per element: sizeof(floatX) read (128-bit loads).
+
+__global__ void global_norm_kernel2(float* out, const floatX* values, size_t n) {
+    const int S = x128::size;
+    size_t nvec = n / S;
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (size_t c = tid; c < nvec; c += stride) {
+        x128 packed = load128cs(values + c * S);
+        for (int k = 0; k < S; k++) {
+            float x = (float)packed[k];
+            acc += x * x;
+        }
+    }
+    if (tid < n - nvec * S) {
+        float x = (float)values[nvec * S + tid];
+        acc += x * x;
+    }
+    float sum = block_reduce_sum(acc);
+    if (threadIdx.x == 0) atomicAdd(out, sum);
+}
+
+static void run_version(int version, float* out, const floatX* values, size_t n) {
+    if (version == 1) {
+        LAUNCH(global_norm_kernel1, dim3((unsigned int)ceil_div_sz(n, 512)), dim3(512), 0, (cudaStream_t)0, out,
+               values, n);
+    } else if (version == 2) {
+        int dev = 0, sms = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        size_t want = ceil_div_sz(ceil_div_sz(n, x128::size), 512);
+        int grid = want < (size_t)(4 * sms) ? (int)want : 4 * sms;
+        LAUNCH(global_norm_kernel2, dim3(grid), dim3(512), 0, (cudaStream_t)0, out, values, n);
+    } else if (version == 3) {
+        global_norm_squared(out, values, n, 0);
+    } else {
+        fprintf(stderr, "error: no version %d (1..3)\n", version);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// benchmark helpers
+
+static double peak_gbps(void) {
+    int dev = 0, clock_khz = 0, bus_bits = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
+    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
+}
+
+// median time in ms, L2 flushed before each run
+template <class Run>
+static float median_ms(int reps, Run run) {
+    const size_t flush_bytes = (size_t)128 << 20;
+    void* flush = NULL;
+    cudaCheck(cudaMalloc(&flush, flush_bytes));
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
+        cudaCheck(cudaEventRecord(start, 0));
+        run();
+        cudaCheck(cudaEventRecord(stop, 0));
+        cudaCheck(cudaEventSynchronize(stop));
+        cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    cudaCheck(cudaFree(flush));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+int main(int argc, char** argv) {
+    int only = argc > 1 ? atoi(argv[1]) : 0;
+    size_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)124475904;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("global_norm: %s, n=%zu, %s, peak %.0f GB/s\n", prop.name, n, PRECISION_MODE, peak_gbps());
+
+    Rng rng;
+    rng_init(&rng, 1234);
+    std::vector<float> h(n);
+    rng_normal(&rng, h.data(), n, 0.0f, 1e-3f);  // gradient-sized values
+    std::vector<floatX> hx(n);
+    for (size_t i = 0; i < n; i++) {
+        hx[i] = (floatX)h[i];
+        h[i] = (float)hx[i];
+    }
+    float want = global_norm_squared_cpu(h.data(), n);
+
+    floatX* d_values = NULL;
+    float* d_out = NULL;
+    cudaCheck(cudaMalloc((void**)&d_values, n * sizeof(floatX)));
+    cudaCheck(cudaMalloc((void**)&d_out, sizeof(float)));
+    cudaCheck(cudaMemcpy(d_values, hx.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    global_norm_init();
+    for (int version = 1; version <= 3; version++) {
+        if (only && version != only) continue;
+        // check, five times from zero: the error, and whether the bits repeat
+        float got[5];
+        for (int r = 0; r < 5; r++) {
+            cudaCheck(cudaMemset(d_out, 0, sizeof(float)));
+            run_version(version, d_out, d_values, n);
+            cudaCheck(cudaMemcpy(&got[r], d_out, sizeof(float), cudaMemcpyDeviceToHost));
+        }
+        int same = 1;
+        for (int r = 1; r < 5; r++) same &= memcmp(&got[0], &got[r], sizeof(float)) == 0;
+        double rel = fabs((double)got[0] - want) / want;
+        float ms = median_ms(50, [&]() {
+            cudaCheck(cudaMemsetAsync(d_out, 0, sizeof(float), 0));
+            run_version(version, d_out, d_values, n);
+        });
+        double bytes = (double)n * sizeof(floatX);
+        printf("version %d: %s (rel err %.2g, %s over 5 runs)  %.3f ms  %.0f GB/s (%.0f%% of peak)\n", version,
+               rel <= 1e-5 ? "ok" : "FAIL", rel, same ? "same bits" : "bits differ", ms, bytes / ms / 1e6,
+               100.0 * bytes / ms / 1e6 / peak_gbps());
+    }
+    global_norm_free();
+    cudaCheck(cudaFree(d_values));
+    cudaCheck(cudaFree(d_out));
+    return 0;
+}

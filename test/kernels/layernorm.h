@@ -1,0 +1,170 @@
+// test/kernels/layernorm.h: layernorm_forward, fused_residual_layernorm_forward and layernorm_backward
+// against their CPU references on the same floatX-rounded inputs.
+//
+// Shapes (N rows, C channels): N = 1, 7, 33, 257 (not multiples of the 8 rows of a forward block nor
+// of the backward's rows per block), C = 8 (one 16-byte chunk in BF16), 40 (a partial warp of chunks),
+// 64, 768 and 1600 (GPT-2 XL: 6.25 chunks per lane in BF16), and N = 40000, C = 8, where the backward
+// grid is capped and each block takes ~20 rows. Inputs have a per-row offset (mean up to +-2) and a
+// per-row scale (0.5 to 2), weight ~ 1 + N(0, 0.1^2), bias ~ N(0, 0.1^2).
+//
+// The backward accumulates: dinp, dweight, dbias start from random values (uploaded, so defined) and
+// the reference adds to the same values; mean and rstd are the reference forward's, given to both.
+// The backward runs twice from the same start: bitwise equal (determinism).
+//
+// Tolerances (|got - want| <= atol + rtol |want|), with u = 2^-24 (half an FP32 ulp):
+// - FP32, "a few ulps times the reduction length": a sum over n terms in another order than the
+//   reference's differs by about n u times the scale of its partial sums.
+//   mean: n = C, scale max|x|: atol 4 C u max|x|. rstd: the variance sum, relative: rtol 8 C u.
+//   out = xhat w + b with xhat = (x - mean) rstd: the mean's error times rstd, plus xhat times the
+//   rstd's relative error: atol = rtol = 8 C u max|xhat w| (xhat up to ~4 here).
+//   dinp: the two row sums (n = C) scaled by rstd: atol = rtol = 8 C u R, R = max |reference delta|
+//   rescaled to the sums' scale (max|dout| max|w| max rstd, and the same times max|xhat|).
+//   dweight, dbias: sums over n = N rows: atol = rtol = 4 N u R, R = max |reference|.
+// - BF16: the outputs are rounded once to bf16 (relative error <= 2^-8 = 3.9e-3) on top of the FP32
+//   error (the statistics are FP32 in both, on the same bf16 inputs): rtol + 3.9e-3, same atol. The
+//   fused residual is compared the same way, and the reference LayerNorm runs on the bf16-rounded
+//   residual, the tensor the kernel normalizes (and the backward later sees).
+#pragma once
+#include "../kernel_check.h"
+#include "../../llm/layernorm.cuh"
+
+static float ln_max_abs(const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = fmaxf(m, fabsf(x));
+    return m;
+}
+
+static std::vector<floatX> ln_download_raw(const floatX* d, size_t n) {
+    std::vector<floatX> h(n);
+    copy_to_host(h.data(), d, n * sizeof(floatX));
+    return h;
+}
+
+// rows with an offset and a scale each, rounded to floatX
+static std::vector<float> ln_random_rows(int N, int C) {
+    std::vector<float> x = kc_randn((size_t)N * C, 1.0f);
+    for (int i = 0; i < N; i++) {
+        float offset = 4.0f * rng_f32(&g_rng) - 2.0f, scale = 0.5f + 1.5f * rng_f32(&g_rng);
+        for (int c = 0; c < C; c++) {
+            float& v = x[(size_t)i * C + c];
+            v = (float)(floatX)(v * scale + offset);
+        }
+    }
+    return x;
+}
+
+static std::vector<float> ln_weight(int C) {
+    std::vector<float> w = kc_randn(C, 0.1f);
+    for (float& v : w) v = (float)(floatX)(1.0f + v);
+    return w;
+}
+
+static void test_layernorm(void) {
+    const float u = 5.96e-8f, bf = 3.9e-3f;
+    struct { int N, C; } shapes[] = {{1, 8}, {7, 40}, {33, 64}, {257, 768}, {5, 1600}, {40000, 8}};
+    for (auto s : shapes) {
+        int N = s.N, C = s.C;
+        size_t NC = (size_t)N * C;
+        char what[160];
+        std::vector<float> x = ln_random_rows(N, C), w = ln_weight(C), b = kc_randn(C, 0.1f);
+        floatX* d_x = kc_upload(x);
+        floatX* d_w = kc_upload(w);
+        floatX* d_b = kc_upload(b);
+        float xmax = ln_max_abs(x), wmax = ln_max_abs(w), bmax = ln_max_abs(b);
+        float tol_mean = 4.0f * C * u * xmax, rtol_rstd = 8.0f * C * u;
+        float tol_out = 8.0f * C * u * (4.0f * wmax + bmax);
+
+        // forward
+        floatX* d_out = kc_alloc_poisoned<floatX>(NC);
+        float* d_mean = kc_alloc_poisoned<float>(N);
+        float* d_rstd = kc_alloc_poisoned<float>(N);
+        layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, 0);
+        std::vector<float> out(NC), mean(N), rstd(N);
+        layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+        snprintf(what, sizeof(what), "layernorm_forward out N=%d C=%d", N, C);
+        kc_compare(what, kc_download(d_out, NC), out, tol_out, tol_out, tol_out, tol_out + bf);
+        snprintf(what, sizeof(what), "layernorm_forward mean N=%d C=%d", N, C);
+        kc_compare(what, kc_download_f32(d_mean, N), mean, tol_mean, 0.0f, tol_mean, 0.0f);
+        snprintf(what, sizeof(what), "layernorm_forward rstd N=%d C=%d", N, C);
+        kc_compare(what, kc_download_f32(d_rstd, N), rstd, 0.0f, rtol_rstd, 0.0f, rtol_rstd);
+
+        // fused residual + forward: inp1 = x, inp2 a second random tensor
+        std::vector<float> x2 = ln_random_rows(N, C);
+        floatX* d_x2 = kc_upload(x2);
+        floatX* d_res = kc_alloc_poisoned<floatX>(NC);
+        kc_poison(d_out, NC * sizeof(floatX));
+        kc_poison(d_mean, N * sizeof(float));
+        kc_poison(d_rstd, N * sizeof(float));
+        fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_x, d_x2, d_w, d_b, N, C, 0);
+        std::vector<float> res(NC), res_rounded(NC), out2(NC), mean2(N), rstd2(N);
+        fused_residual_layernorm_forward_cpu(res.data(), out2.data(), mean2.data(), rstd2.data(), x.data(),
+                                             x2.data(), w.data(), b.data(), N, C);
+        for (size_t i = 0; i < NC; i++) res_rounded[i] = (float)(floatX)res[i];  // identity in FP32
+        layernorm_forward_cpu(out2.data(), mean2.data(), rstd2.data(), res_rounded.data(), w.data(), b.data(), N, C);
+        float tol_mean2 = 4.0f * C * u * ln_max_abs(res);
+        snprintf(what, sizeof(what), "fused_residual_layernorm_forward residual N=%d C=%d", N, C);
+        kc_compare(what, kc_download(d_res, NC), res, 0.0f, 6e-8f, 0.0f, bf);
+        snprintf(what, sizeof(what), "fused_residual_layernorm_forward out N=%d C=%d", N, C);
+        kc_compare(what, kc_download(d_out, NC), out2, tol_out, tol_out, tol_out, tol_out + bf);
+        snprintf(what, sizeof(what), "fused_residual_layernorm_forward mean N=%d C=%d", N, C);
+        kc_compare(what, kc_download_f32(d_mean, N), mean2, tol_mean2, 0.0f, tol_mean2, 0.0f);
+        snprintf(what, sizeof(what), "fused_residual_layernorm_forward rstd N=%d C=%d", N, C);
+        kc_compare(what, kc_download_f32(d_rstd, N), rstd2, 0.0f, rtol_rstd, 0.0f, rtol_rstd);
+
+        // backward, from random initial gradients, with the reference's mean and rstd
+        std::vector<float> dout = kc_randn(NC, 1.0f);
+        std::vector<float> dinp0 = kc_randn(NC, 1.0f), dw0 = kc_randn(C, 1.0f), db0 = kc_randn(C, 1.0f);
+        floatX* d_dout = kc_upload(dout);
+        float* d_mean_ref = kc_upload_raw(mean);
+        float* d_rstd_ref = kc_upload_raw(rstd);
+        size_t scratch_n = std::max(NC, (size_t)1024 * 4 * C);  // gpt.h's BackwardBuffers.scratch
+        float* d_scratch = kc_alloc_poisoned<float>(scratch_n);
+        floatX* d_dinp = kc_upload(dinp0);
+        floatX* d_dw = kc_upload(dw0);
+        floatX* d_db = kc_upload(db0);
+        layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_x, d_w, d_mean_ref, d_rstd_ref, N, C, 0);
+        std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+        layernorm_backward_cpu(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                               rstd.data(), N, C);
+        float rmax = ln_max_abs(rstd), dmax = ln_max_abs(dout);
+        float tol_dinp = 8.0f * C * u * dmax * wmax * rmax * 4.0f;  // 4: max |xhat| of the second sum
+        float tol_dw = 4.0f * N * u * ln_max_abs(dw), tol_db = 4.0f * N * u * ln_max_abs(db);
+        snprintf(what, sizeof(what), "layernorm_backward dinp N=%d C=%d", N, C);
+        kc_compare(what, kc_download(d_dinp, NC), dinp, tol_dinp, tol_dinp, tol_dinp, tol_dinp + bf);
+        snprintf(what, sizeof(what), "layernorm_backward dweight N=%d C=%d", N, C);
+        kc_compare(what, kc_download(d_dw, C), dw, tol_dw, tol_dw, tol_dw, tol_dw + bf);
+        snprintf(what, sizeof(what), "layernorm_backward dbias N=%d C=%d", N, C);
+        kc_compare(what, kc_download(d_db, C), db, tol_db, tol_db, tol_db, tol_db + bf);
+
+        // determinism: again from the same start, scratch poisoned again
+        std::vector<floatX> r1 = ln_download_raw(d_dinp, NC), w1 = ln_download_raw(d_dw, C), b1 = ln_download_raw(d_db, C);
+        device_free(d_dinp);
+        device_free(d_dw);
+        device_free(d_db);
+        d_dinp = kc_upload(dinp0);
+        d_dw = kc_upload(dw0);
+        d_db = kc_upload(db0);
+        kc_poison(d_scratch, scratch_n * sizeof(float));
+        layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_x, d_w, d_mean_ref, d_rstd_ref, N, C, 0);
+        std::vector<floatX> r2 = ln_download_raw(d_dinp, NC), w2 = ln_download_raw(d_dw, C), b2 = ln_download_raw(d_db, C);
+        check(memcmp(r1.data(), r2.data(), NC * sizeof(floatX)) == 0 && memcmp(w1.data(), w2.data(), C * sizeof(floatX)) == 0 &&
+                  memcmp(b1.data(), b2.data(), C * sizeof(floatX)) == 0,
+              "layernorm_backward N=%d C=%d: two runs bitwise equal", N, C);
+
+        device_free(d_x);
+        device_free(d_w);
+        device_free(d_b);
+        device_free(d_out);
+        device_free(d_mean);
+        device_free(d_rstd);
+        device_free(d_x2);
+        device_free(d_res);
+        device_free(d_dout);
+        device_free(d_mean_ref);
+        device_free(d_rstd_ref);
+        device_free(d_scratch);
+        device_free(d_dinp);
+        device_free(d_dw);
+        device_free(d_db);
+    }
+}
