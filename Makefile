@@ -54,7 +54,7 @@ train_gpt_cpu: train_gpt.cu $(LLM_HEADERS)
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
 train_gpt: train_gpt.cu $(LLM_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 
 # makefile fragments of the parts that build their own tests
 -include dev/emu/emu.mk

@@ -12,7 +12,8 @@
 //
 // The three forms, top to bottom:
 //   1. CPU: plain loops (*_naive_cpu: the math, the oracle of the tests) and the CPU build's fast
-//      implementation (*_cpu: OpenBLAS sgemm for the products, OpenMP loops for bias, GELU, dbias).
+//      implementation (*_cpu: OpenBLAS sgemm for the products; bias, GELU (with a vectorizable tanh)
+//      and dbias in OpenMP loops).
 //   2. CUDA kernels: the bias gradient (a deterministic column sum), and GELU / dGELU for the cases
 //      where cuBLASLt cannot fuse them into the product.
 //   3. cuBLASLt and the launchers the model calls (matmul_forward, matmul_backward, matmul_batched),
@@ -34,6 +35,10 @@
 #else
 #include "../dev/emu/cublaslt_emu.h"  // the cuBLASLt subset below, run on the CPU
 #endif
+
+// the bias gradient of the CUDA builds sums dout in at most this many row splits, so matmul_backward's
+// dbias_scratch needs MATMUL_DBIAS_MAX_SPLITS * OC floats (defined in every build, for the model's sizes)
+#define MATMUL_DBIAS_MAX_SPLITS 32
 
 // what follows a generic product (matmul_batched)
 typedef enum {
@@ -129,8 +134,10 @@ static void matmul_backward_naive_cpu(float* dinp /*(BT,C)*/, float* dweight /*(
 //   bias (N) or NULL: one value per column of C, the same for every batch (only with NONE or GELU)
 //   aux: packed (batch, M, N) (row stride N, batch stride M*N): GELU writes the pre-activation
 //        there (if not NULL); DGELU reads it
-static void matmul_batched_naive_cpu(float* c, const float* a, const float* b, const float* bias, float* aux,
-                                     int M, int N, int K, bool transA, bool transB, int lda, int ldb, int ldc,
+static void matmul_batched_naive_cpu(float* c /*(batch: M x ldc)*/, const float* a /*(batch: op(A) (M,K))*/,
+                                     const float* b /*(batch: op(B) (K,N))*/, const float* bias /*(N) or NULL*/,
+                                     float* aux /*(batch,M,N) or NULL*/, int M, int N, int K, bool transA, bool transB,
+                                     int lda, int ldb, int ldc,
                                      int batch, size_t strideA, size_t strideB, size_t strideC,
                                      float alpha, float beta, MatmulEpilogue epilogue) {
     for (int bi = 0; bi < batch; bi++) {
@@ -222,7 +229,7 @@ static void matmul_forward_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC)
 }
 
 // dbias (OC) += sum over the BT rows of dout (BT,OC), 64 columns per task
-static void matmul_dbias_cpu(float* dbias, const float* dout, int BT, int OC) {
+static void matmul_dbias_cpu(float* dbias /*(OC)*/, const float* dout /*(BT,OC)*/, int BT, int OC) {
     const int W = 64;
     #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < OC; o0 += W) {
@@ -258,8 +265,10 @@ static void matmul_backward_cpu(float* dinp /*(BT,C)*/, float* dweight /*(OC,C)*
 // matmul_batched_naive_cpu's contract (see there), with sgemm. Many small products (attention's
 // per-head matrices) run one per OpenMP thread with a single-threaded sgemm each; few large ones run
 // one after the other with OpenBLAS's own threads.
-static void matmul_batched_cpu(float* c, const float* a, const float* b, const float* bias, float* aux,
-                               int M, int N, int K, bool transA, bool transB, int lda, int ldb, int ldc,
+static void matmul_batched_cpu(float* c /*(batch: M x ldc)*/, const float* a /*(batch: op(A) (M,K))*/,
+                               const float* b /*(batch: op(B) (K,N))*/, const float* bias /*(N) or NULL*/,
+                               float* aux /*(batch,M,N) or NULL*/, int M, int N, int K, bool transA, bool transB,
+                               int lda, int ldb, int ldc,
                                int batch, size_t strideA, size_t strideB, size_t strideC,
                                float alpha, float beta, MatmulEpilogue epilogue) {
     CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
@@ -314,7 +323,6 @@ struct alignas(VEC * sizeof(floatX)) matmul_pack {
 // reads 8 rows x 64 contiguous bytes at a time. The 8 lanes of a column group are then summed with
 // shuffles, the 8 warps through shared memory, in a fixed order: the result does not depend on timing.
 #define MATMUL_DBIAS_WARPS 8
-#define MATMUL_DBIAS_MAX_SPLITS 32  // gridDim.y at most: the scratch needs MATMUL_DBIAS_MAX_SPLITS * OC floats
 
 template <int VEC>
 __global__ void matmul_dbias_partial_kernel(float* partial /*(gridDim.y, OC)*/, const floatX* dout /*(BT,OC)*/,
@@ -393,8 +401,12 @@ __global__ void matmul_dgelu_inplace_kernel(floatX* d, int ldd, size_t sd, const
 static inline bool matmul_aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
 
 // dbias (OC) += column sums of dout (BT,OC); scratch: MATMUL_DBIAS_MAX_SPLITS * OC floats
-static void matmul_dbias(floatX* dbias, float* scratch, const floatX* dout, int BT, int OC, cudaStream_t stream) {
-    if (scratch == NULL) die_at(__FILE__, __LINE__, "matmul_backward: dbias needs dbias_scratch (MATMUL_DBIAS_MAX_SPLITS * OC floats)");
+static void matmul_dbias(floatX* dbias /*(OC)*/, float* scratch /*(MATMUL_DBIAS_MAX_SPLITS*OC)*/,
+                         const floatX* dout /*(BT,OC)*/, int BT, int OC, cudaStream_t stream) {
+    if (BT <= 0 || OC <= 0) return;
+    if (scratch == NULL) {
+        die_at(__FILE__, __LINE__, "matmul_backward: dbias needs dbias_scratch (MATMUL_DBIAS_MAX_SPLITS * OC floats)");
+    }
     const int threads = 32 * MATMUL_DBIAS_WARPS;
     bool vec = OC % MATMUL_X128 == 0 && matmul_aligned16(dout);
     int cols_per_block = 4 * (vec ? MATMUL_X128 : 1);
@@ -460,34 +472,36 @@ typedef struct {
     const float* scale_a; const float* scale_b; const float* scale_d; float* amax_d;  // FP8
 } MatmulLtArgs;
 
+static inline int64_t matmul_lt_type_size(cudaDataType_t t) {
+    return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1;  // the types used here: FP32, BF16, FP8
+}
+
+// set one attribute of a matmul descriptor / matrix layout from a variable, checked (file:line of the use)
+#define MATMUL_LT_DESC_SET(desc, attr, var) cublasCheck(cublasLtMatmulDescSetAttribute(desc, attr, &(var), sizeof(var)))
+#define MATMUL_LT_LAYOUT_SET(layout, attr, var) cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, attr, &(var), sizeof(var)))
+
 static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t stream) {
     if (matmul_lt_handle == NULL) die_at(__FILE__, __LINE__, "matmul: matmul_init() was not called");
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_TRANSA, ta);
+    MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
     cublasLtEpilogue_t epi = g->epilogue != 0 ? g->epilogue : CUBLASLT_EPILOGUE_DEFAULT;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
     if (g->bias != NULL) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof(g->bias)));
-        if (g->batch > 1) {
-            cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &g->bias_stride,
-                                                       sizeof(g->bias_stride)));
-        }
+        MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias);
+        if (g->batch > 1) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, g->bias_stride);
     }
-    if (g->aux != NULL) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof(g->aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->aux_ld, sizeof(g->aux_ld)));
-        if (g->batch > 1) {
-            cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &g->aux_stride,
-                                                       sizeof(g->aux_stride)));
-        }
+    if (g->aux != NULL) {  // cuBLASLt wants the aux leading dimension (and batch stride) divisible by 8
+        MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g->aux);
+        MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g->aux_ld);
+        if (g->batch > 1) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, g->aux_stride);
     }
-    if (g->scale_a != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof(g->scale_a)));
-    if (g->scale_b != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof(g->scale_b)));
-    if (g->scale_d != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &g->scale_d, sizeof(g->scale_d)));
-    if (g->amax_d != NULL) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof(g->amax_d)));
+    if (g->scale_a != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g->scale_a);
+    if (g->scale_b != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g->scale_b);
+    if (g->scale_d != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, g->scale_d);
+    if (g->amax_d != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, g->amax_d);
 
     // layouts: rows/cols as stored (before op), column-major, leading dimension, strided batch
     cublasLtMatrixLayout_t la, lb, lc, ld;
@@ -498,17 +512,31 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
     if (g->batch > 1) {
         cublasLtMatrixLayout_t layouts[4] = {la, lb, lc, ld};
         int64_t strides[4] = {g->stride_a, g->stride_b, g->stride_c, g->stride_d};
+        int32_t count = g->batch;
         for (int i = 0; i < 4; i++) {
-            int32_t count = g->batch;
-            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
-                                                         sizeof(strides[i])));
+            MATMUL_LT_LAYOUT_SET(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count);
+            MATMUL_LT_LAYOUT_SET(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, strides[i]);
         }
     }
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = matmul_lt_workspace_size;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    // the heuristic never sees the matrices and assumes 256-byte alignment unless told: tell it how
+    // aligned they are (attention passes sub-matrices at arbitrary element offsets)
+    const void* ptrs[4] = {g->a, g->b, g->c, g->d};
+    cudaDataType_t types[4] = {g->a_type, g->b_type, g->c_type, g->d_type};
+    int64_t batch_strides[4] = {g->stride_a, g->stride_b, g->stride_c, g->stride_d};
+    cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uintptr_t bits = (uintptr_t)ptrs[i];
+        if (g->batch > 1) bits |= (uintptr_t)(batch_strides[i] * matmul_lt_type_size(types[i]));
+        uint32_t align = 256;
+        while (align > 1 && bits % align != 0) align /= 2;
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align, sizeof(align)));
+    }
 
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
@@ -534,13 +562,16 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
 // are fused into the product when matmul_fuse_gelu is on, the aux layout allows it (cuBLASLt wants
 // its leading dimension, here N, divisible by 8) and the library offers an algorithm; otherwise the
 // product runs plain and a kernel applies them after.
-static void matmul_cublaslt(floatX* c, const floatX* a, const floatX* b, const floatX* bias, floatX* aux,
-                            int M, int N, int K, bool transA, bool transB, int lda, int ldb, int ldc,
+static void matmul_cublaslt(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(batch: op(A) (M,K))*/,
+                            const floatX* b /*(batch: op(B) (K,N))*/, const floatX* bias /*(N) or NULL*/,
+                            floatX* aux /*(batch,M,N) or NULL*/, int M, int N, int K, bool transA, bool transB,
+                            int lda, int ldb, int ldc,
                             int batch, size_t strideA, size_t strideB, size_t strideC,
                             float alpha, float beta, MatmulEpilogue epilogue, cudaStream_t stream) {
     if (epilogue == MATMUL_EPILOGUE_DGELU && (aux == NULL || bias != NULL)) {
         die_at(__FILE__, __LINE__, "matmul: the DGELU epilogue needs aux (the pre-activation) and no bias");
     }
+    if (M <= 0 || N <= 0 || batch <= 0) return;
     MatmulLtArgs g;
     memset(&g, 0, sizeof(g));
     g.m = N; g.n = M; g.k = K; g.batch = batch;
@@ -593,21 +624,22 @@ static void matmul_cublaslt(floatX* c, const floatX* a, const floatX* b, const f
     const int V = MATMUL_X128;
     bool vec = N % V == 0 && ldc % V == 0 && strideC % V == 0 && ldp % V == 0 && sp % V == 0 &&
                matmul_aligned16(c) && matmul_aligned16(pre) && (aux == NULL || matmul_aligned16(aux));
+    dim3 grid((unsigned)ceil_div_sz(vec ? total / V : total, threads));
     if (epilogue == MATMUL_EPILOGUE_GELU) {
         if (vec) {
-            LAUNCH(matmul_gelu_forward_kernel<MATMUL_X128>, dim3((unsigned)ceil_div_sz(total / V, threads)), dim3(threads), 0,
-                   stream, c, ldc, strideC, (const floatX*)pre, ldp, sp, M, N, batch);
+            LAUNCH(matmul_gelu_forward_kernel<MATMUL_X128>, grid, dim3(threads), 0, stream, c, ldc, strideC,
+                   (const floatX*)pre, ldp, sp, M, N, batch);
         } else {
-            LAUNCH(matmul_gelu_forward_kernel<1>, dim3((unsigned)ceil_div_sz(total, threads)), dim3(threads), 0, stream,
-                   c, ldc, strideC, (const floatX*)pre, ldp, sp, M, N, batch);
+            LAUNCH(matmul_gelu_forward_kernel<1>, grid, dim3(threads), 0, stream, c, ldc, strideC, (const floatX*)pre, ldp,
+                   sp, M, N, batch);
         }
     } else {
         if (vec) {
-            LAUNCH(matmul_dgelu_inplace_kernel<MATMUL_X128>, dim3((unsigned)ceil_div_sz(total / V, threads)), dim3(threads), 0,
-                   stream, c, ldc, strideC, (const floatX*)aux, M, N, batch);
+            LAUNCH(matmul_dgelu_inplace_kernel<MATMUL_X128>, grid, dim3(threads), 0, stream, c, ldc, strideC,
+                   (const floatX*)aux, M, N, batch);
         } else {
-            LAUNCH(matmul_dgelu_inplace_kernel<1>, dim3((unsigned)ceil_div_sz(total, threads)), dim3(threads), 0, stream,
-                   c, ldc, strideC, (const floatX*)aux, M, N, batch);
+            LAUNCH(matmul_dgelu_inplace_kernel<1>, grid, dim3(threads), 0, stream, c, ldc, strideC, (const floatX*)aux, M, N,
+                   batch);
         }
     }
 }
@@ -645,7 +677,8 @@ static void matmul_free(void) {
 // The generic batched product (row-major; the contract is matmul_batched_naive_cpu's, above):
 //   C_b (M,N) = epilogue(alpha * op(A_b) @ op(B_b) + beta * C_b [+ bias]),  X_b = X + b * strideX
 // e.g. attention scores per (batch, head): preatt (T,T) = q (T,hs) @ k^T: transB with k stored (T,hs).
-static void matmul_batched(floatX* c, const floatX* a, const floatX* b, const floatX* bias /*(N) or NULL*/,
+static void matmul_batched(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(batch: op(A) (M,K))*/,
+                           const floatX* b /*(batch: op(B) (K,N))*/, const floatX* bias /*(N) or NULL*/,
                            floatX* aux /*(batch,M,N) or NULL*/, int M, int N, int K, bool transA, bool transB,
                            int lda, int ldb, int ldc, int batch, size_t strideA, size_t strideB, size_t strideC,
                            float alpha, float beta, MatmulEpilogue epilogue, cudaStream_t stream) {

@@ -48,6 +48,7 @@ static void adamw_state_init(AdamWState* st, const GPT* model) {
     device_memset_zero(st->m, n * sizeof(float), model->stream);
     device_memset_zero(st->v, n * sizeof(float), model->stream);
     st->norm = (float*)device_malloc(sizeof(float));
+    global_norm_init();
     st->master = NULL;
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
     // FP32 master weights start as the (BF16) parameters, exactly
@@ -64,6 +65,7 @@ static void adamw_state_free(AdamWState* st) {
     device_free(st->v);
     device_free(st->master);
     device_free(st->norm);
+    global_norm_free();
 }
 
 // the global L2 norm of all gradients

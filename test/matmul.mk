@@ -33,3 +33,8 @@ test-matmul: $(MATMUL_TESTS)
 	@fail=0; for t in $(MATMUL_TESTS); do \
 	    OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./$$t || fail=1; \
 	done; exit $$fail
+
+# the same test on a real GPU (not part of test-matmul: CI has none). Run it where a GPU is at hand.
+build/test_matmul_gpu: test/test_matmul.cu $(MATMUL_TEST_DEPS)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ -lcublasLt

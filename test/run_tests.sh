@@ -32,10 +32,22 @@ run model_vs_pytorch ./build/test_gpt_cpu
 run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm -rf "$d"; exit $rc'
 run data ./build/test_data
 run resume bash test/test_resume.sh
+run comm bash test/test_comm.sh
 run bad_input bash test/test_bad_input.sh
-for extra in test/run_tests.d/*.sh; do
-    [ -e "$extra" ] && source "$extra"
-done
+# the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
+# every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model
+run emulator bash dev/emu/test_emu.sh build/emu
+run cublaslt ./build/test_cublaslt
+run matmul_cpu ./build/test_matmul_cpu
+run matmul_emu_bf16 ./build/test_matmul_emu
+run matmul_emu_fp32 ./build/test_matmul_emu_fp32
+run kernels_bf16_forward env EMU_ORDER=forward ./build/test_kernels_emu
+run kernels_bf16_reverse env EMU_ORDER=reverse ./build/test_kernels_emu
+run kernels_bf16_random env EMU_ORDER=random ./build/test_kernels_emu
+run kernels_fp32_random env EMU_ORDER=random ./build/test_kernels_emu_fp32
+run kernels_asan_ubsan env EMU_ORDER=random EMU_THREADS=2 ./build/test_kernels_asan
+run model_vs_pytorch_emu ./build/test_gpt_emu
+run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "make test: $total_pass passed, $total_fail failed"

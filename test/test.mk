@@ -3,6 +3,7 @@
 
 -include test/data.mk
 -include test/matmul.mk
+-include test/comm.mk
 
 build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
@@ -14,8 +15,42 @@ build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 
 TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data
 
+# the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
+EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
+build/train_gpt_emu: train_gpt.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+build/train_gpt_emu_bf16: train_gpt.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
+build/test_kernels_emu: test/test_kernels.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
+build/test_kernels_emu_fp32: test/test_kernels.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+build/test_kernels_asan: test/test_kernels.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=undefined $< -o $@ $(EMU_LIBS)
+build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
+                 build/test_kernels_asan build/test_gpt_emu $(MATMUL_TESTS) \
+                 $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
+                 build/test_comm_cpu build/test_comm_emu
+
+# the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU
+build/test_kernels_gpu: test/test_kernels.cu $(LLM_HEADERS) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+build/bench_gpu: dev/bench_train.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+TEST_NVCC_BINS := train_gpt build/test_kernels_gpu
+
 .PHONY: test test-build
-test-build: train_gpt_cpu $(TEST_CPU_BINS)
+test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS)
 
 test: test-build
 	bash test/run_tests.sh

@@ -234,6 +234,19 @@ static void run_case(cublasLtHandle_t h, Case c, const char* label) {
     st |= cublasLtMatmulPreferenceCreate(&pref);
     uint64_t ws = 0;
     st |= cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    {   // the odd batch gaps leave later batches' matrices misaligned: declare how aligned they are
+        const void* ptrs[4] = {A, B, C, D};
+        int64_t strides[4] = {sa, sb, sc, sd};
+        int ts[4] = {c.atype, c.btype, c.ctype, c.dtype};
+        cublasLtMatmulPreferenceAttributes_t attrs[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int q = 0; q < 4; q++) {
+            uintptr_t bits = (uintptr_t)ptrs[q] | (uintptr_t)(strides[q] * (int64_t)tsize(ts[q]));
+            uint32_t align = 256;
+            while (align > 1 && bits % align != 0) align /= 2;
+            st |= cublasLtMatmulPreferenceSetAttribute(pref, attrs[q], &align, sizeof(align));
+        }
+    }
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     st |= cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, ld, pref, 1, &res, &nres);
@@ -416,6 +429,39 @@ static void misuse_checks(cublasLtHandle_t h) {
     check(st == CUBLAS_STATUS_INVALID_VALUE, "misuse: bias epilogue without a bias pointer refused: %s", cublasLtGetStatusName(st));
     st = try_config(h, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, N, N, 8, 8, 8, 8, 8, 8, CUBLASLT_EPILOGUE_DGELU, 0, 0, 1);
     check(st == CUBLAS_STATUS_INVALID_VALUE, "misuse: DGELU without an aux pointer refused: %s", cublasLtGetStatusName(st));
+    // alignment: an algorithm chosen for the default (256-byte) alignment must not get a matrix
+    // aligned to 4 bytes; declared with CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 4, it may
+    {
+        static float buf[4096];
+        for (int q = 0; q < 2; q++) {
+            cublasLtMatmulDesc_t desc = NULL;
+            cublasLtMatrixLayout_t la = NULL, ld = NULL;
+            cublasLtMatmulPreference_t pref = NULL;
+            cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+            cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, 8, 8, 8);
+            cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, 8, 8, 8);
+            cublasLtMatmulPreferenceCreate(&pref);
+            uint32_t align = 4;
+            if (q == 1) cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof(align));
+            cublasLtMatmulHeuristicResult_t res;
+            int nres = 0;
+            cublasLtMatmulAlgoGetHeuristic(h, desc, la, la, ld, ld, pref, 1, &res, &nres);
+            float alpha = 1.0f, beta = 0.0f;
+            float* base = (float*)(((uintptr_t)buf + 255) / 256 * 256);
+            st = cublasLtMatmul(h, desc, &alpha, base + 1, la, base + 256, la, &beta, base + 512, ld, base + 512, ld,
+                                &res.algo, NULL, 0, 0);
+            if (q == 0) {
+                check(st == CUBLAS_STATUS_NOT_SUPPORTED, "misuse: A 4-byte aligned with the default alignment preference refused: %s",
+                      cublasLtGetStatusName(st));
+            } else {
+                check(st == CUBLAS_STATUS_SUCCESS, "misuse: A 4-byte aligned, declared in the preference, accepted: %s",
+                      cublasLtGetStatusName(st));
+            }
+            cublasLtMatmulPreferenceDestroy(pref);
+            cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(ld);
+            cublasLtMatmulDescDestroy(desc);
+        }
+    }
     // shape mismatch: B's rows do not match A's columns
     {
         cublasLtMatmulDesc_t desc;

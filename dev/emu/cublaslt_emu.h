@@ -35,7 +35,9 @@
 // Anything outside this subset returns an error status, so a misuse shows up in the emulated
 // tests: wrong attribute sizes, shapes that do not chain, ld < rows, mismatched batch counts,
 // unsupported types, orders, epilogues or attributes. The heuristic returns one "algorithm"
-// (workspace 0) for every supported configuration and CUBLAS_STATUS_NOT_SUPPORTED otherwise.
+// (workspace 0) for every supported configuration and CUBLAS_STATUS_NOT_SUPPORTED otherwise; the
+// matmul then refuses matrices less aligned than min(16, the preference's MIN_ALIGNMENT_*_BYTES,
+// default 256) bytes, as a GPU kernel chosen for aligned data would fail on them.
 //
 // Execution is synchronous on the calling thread (emulated streams are synchronous): per batch,
 // op(A) and op(B) are converted to float in a layout that makes the inner loop contiguous, then a
@@ -107,6 +109,7 @@ typedef struct {
 typedef struct {
     uint32_t magic;
     uint64_t max_workspace;
+    uint32_t min_align[4];  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES, default 256
 } cublaslt_emu_pref;
 
 static_assert(sizeof(cublaslt_emu_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout state too big");
@@ -244,72 +247,81 @@ static inline cublasStatus_t cublaslt_emu_refuse(cublasStatus_t st, const char* 
     return st;
 }
 
+// return `status` (and say why, with CUBLASLT_EMU_VERBOSE=1) unless cond holds
+#define CUBLASLT_EMU_REQUIRE(cond, status, why)                                 \
+    do {                                                                        \
+        if (!(cond)) return cublaslt_emu_refuse(status, why);                   \
+    } while (0)
+#define CUBLASLT_EMU_INVALID CUBLAS_STATUS_INVALID_VALUE
+#define CUBLASLT_EMU_UNSUPPORTED CUBLAS_STATUS_NOT_SUPPORTED
+
 static inline cublasStatus_t cublaslt_emu_validate(const cublaslt_emu_desc* d, const cublaslt_emu_layout* A,
                                                    const cublaslt_emu_layout* B, const cublaslt_emu_layout* C,
                                                    const cublaslt_emu_layout* D) {
-    if (d == NULL || A == NULL || B == NULL || C == NULL || D == NULL) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "NULL or destroyed descriptor");
-    }
-    if (d->compute != CUBLAS_COMPUTE_32F) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "compute type is not CUBLAS_COMPUTE_32F");
-    if (d->scale_type != CUDA_R_32F) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "scale type is not CUDA_R_32F");
-    if (d->pointer_mode != CUBLASLT_POINTER_MODE_HOST && d->pointer_mode != CUBLASLT_POINTER_MODE_DEVICE) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "pointer mode is not HOST or DEVICE");
-    }
-    if ((d->transa != CUBLAS_OP_N && d->transa != CUBLAS_OP_T) || (d->transb != CUBLAS_OP_N && d->transb != CUBLAS_OP_T)) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "transpose is not N or T");
-    }
-    if (d->transc != CUBLAS_OP_N) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "TRANSC must be N");
-    if (!cublaslt_emu_epilogue_supported(d->epilogue)) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue not emulated");
+    CUBLASLT_EMU_REQUIRE(d != NULL && A != NULL && B != NULL && C != NULL && D != NULL, CUBLASLT_EMU_INVALID,
+                         "NULL or destroyed descriptor");
+    CUBLASLT_EMU_REQUIRE(d->compute == CUBLAS_COMPUTE_32F, CUBLASLT_EMU_UNSUPPORTED, "compute type is not CUBLAS_COMPUTE_32F");
+    CUBLASLT_EMU_REQUIRE(d->scale_type == CUDA_R_32F, CUBLASLT_EMU_UNSUPPORTED, "scale type is not CUDA_R_32F");
+    CUBLASLT_EMU_REQUIRE(d->pointer_mode == CUBLASLT_POINTER_MODE_HOST || d->pointer_mode == CUBLASLT_POINTER_MODE_DEVICE,
+                         CUBLASLT_EMU_UNSUPPORTED, "pointer mode is not HOST or DEVICE");
+    CUBLASLT_EMU_REQUIRE((d->transa == CUBLAS_OP_N || d->transa == CUBLAS_OP_T) &&
+                         (d->transb == CUBLAS_OP_N || d->transb == CUBLAS_OP_T), CUBLASLT_EMU_UNSUPPORTED,
+                         "transpose is not N or T");
+    CUBLASLT_EMU_REQUIRE(d->transc == CUBLAS_OP_N, CUBLASLT_EMU_UNSUPPORTED, "TRANSC must be N");
+    CUBLASLT_EMU_REQUIRE(cublaslt_emu_epilogue_supported(d->epilogue), CUBLASLT_EMU_UNSUPPORTED, "epilogue not emulated");
     const cublaslt_emu_layout* all[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++) {
-        if (all[i]->order != CUBLASLT_ORDER_COL) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix order is not COL");
-        if (all[i]->ld < 1 || (uint64_t)all[i]->ld < all[i]->rows) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "ld < rows");
-        if (all[i]->batch < 1) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "batch count < 1");
-        if (all[i]->stride < 0) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "negative batch stride");
-        if (all[i]->rows > 0x7fffffffu || all[i]->cols > 0x7fffffffu) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "dimension beyond int32");
+        const cublaslt_emu_layout* l = all[i];
+        CUBLASLT_EMU_REQUIRE(l->order == CUBLASLT_ORDER_COL, CUBLASLT_EMU_UNSUPPORTED, "matrix order is not COL");
+        CUBLASLT_EMU_REQUIRE(l->ld >= 1 && (uint64_t)l->ld >= l->rows, CUBLASLT_EMU_INVALID, "ld < rows");
+        CUBLASLT_EMU_REQUIRE(l->batch >= 1, CUBLASLT_EMU_INVALID, "batch count < 1");
+        CUBLASLT_EMU_REQUIRE(l->stride >= 0, CUBLASLT_EMU_INVALID, "negative batch stride");
+        CUBLASLT_EMU_REQUIRE(l->rows <= 0x7fffffffu && l->cols <= 0x7fffffffu, CUBLASLT_EMU_UNSUPPORTED,
+                             "dimension beyond int32");
     }
     // shapes: op(A) is m x k, op(B) is k x n, C and D are m x n
     uint64_t m = D->rows, n = D->cols;
     uint64_t am = d->transa == CUBLAS_OP_N ? A->rows : A->cols, ak = d->transa == CUBLAS_OP_N ? A->cols : A->rows;
     uint64_t bk = d->transb == CUBLAS_OP_N ? B->rows : B->cols, bn = d->transb == CUBLAS_OP_N ? B->cols : B->rows;
-    if (am != m || bn != n || ak != bk || C->rows != m || C->cols != n) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "shapes of A, B, C, D do not chain");
-    }
-    if (A->batch != D->batch || B->batch != D->batch || C->batch != D->batch) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ");
-    }
+    CUBLASLT_EMU_REQUIRE(am == m && bn == n && ak == bk && C->rows == m && C->cols == n, CUBLASLT_EMU_INVALID,
+                         "shapes of A, B, C, D do not chain");
+    CUBLASLT_EMU_REQUIRE(A->batch == D->batch && B->batch == D->batch && C->batch == D->batch, CUBLASLT_EMU_INVALID,
+                         "batch counts differ");
     // types
     int at = A->type, bt = B->type, ct = C->type, dt = D->type;
-    int fp8 = cublaslt_emu_is_fp8(at) || cublaslt_emu_is_fp8(bt);
-    if (fp8) {
-        if (!cublaslt_emu_is_fp8(at) || !cublaslt_emu_is_fp8(bt)) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 A with non-FP8 B (or the reverse)");
-        if (at == CUDA_R_8F_E5M2 && bt == CUDA_R_8F_E5M2) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "E5M2 x E5M2");
-        int ok = (ct == CUDA_R_32F && dt == CUDA_R_32F) || (ct == CUDA_R_16BF && dt == CUDA_R_16BF) ||
-                 (ct == CUDA_R_16BF && cublaslt_emu_is_fp8(dt));
-        if (!ok) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 C/D type combination");
-        if (d->transa != CUBLAS_OP_T || d->transb != CUBLAS_OP_N) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 needs transa=T, transb=N");
-        if (A->ld % 16 != 0 || B->ld % 16 != 0 || (C->ld * (int64_t)cublaslt_emu_type_size(ct)) % 16 != 0 ||
-            (D->ld * (int64_t)cublaslt_emu_type_size(dt)) % 16 != 0) {
-            return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 leading dimensions must be multiples of 16 bytes");
-        }
-        if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "DGELU with FP8 inputs");
-        if (cublaslt_emu_has_aux(d->epilogue) && cublaslt_emu_is_fp8(dt)) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "aux epilogue with FP8 D");
+    if (cublaslt_emu_is_fp8(at) || cublaslt_emu_is_fp8(bt)) {
+        CUBLASLT_EMU_REQUIRE(cublaslt_emu_is_fp8(at) && cublaslt_emu_is_fp8(bt), CUBLASLT_EMU_UNSUPPORTED,
+                             "FP8 A with non-FP8 B (or the reverse)");
+        CUBLASLT_EMU_REQUIRE(!(at == CUDA_R_8F_E5M2 && bt == CUDA_R_8F_E5M2), CUBLASLT_EMU_UNSUPPORTED, "E5M2 x E5M2");
+        CUBLASLT_EMU_REQUIRE((ct == CUDA_R_32F && dt == CUDA_R_32F) || (ct == CUDA_R_16BF && dt == CUDA_R_16BF) ||
+                             (ct == CUDA_R_16BF && cublaslt_emu_is_fp8(dt)), CUBLASLT_EMU_UNSUPPORTED,
+                             "FP8 C/D type combination");
+        CUBLASLT_EMU_REQUIRE(d->transa == CUBLAS_OP_T && d->transb == CUBLAS_OP_N, CUBLASLT_EMU_UNSUPPORTED,
+                             "FP8 needs transa=T, transb=N");
+        CUBLASLT_EMU_REQUIRE(A->ld % 16 == 0 && B->ld % 16 == 0 &&
+                             (C->ld * (int64_t)cublaslt_emu_type_size(ct)) % 16 == 0 &&
+                             (D->ld * (int64_t)cublaslt_emu_type_size(dt)) % 16 == 0, CUBLASLT_EMU_UNSUPPORTED,
+                             "FP8 leading dimensions must be multiples of 16 bytes");
+        CUBLASLT_EMU_REQUIRE(d->epilogue != CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EMU_UNSUPPORTED, "DGELU with FP8 inputs");
+        CUBLASLT_EMU_REQUIRE(!(cublaslt_emu_has_aux(d->epilogue) && cublaslt_emu_is_fp8(dt)), CUBLASLT_EMU_UNSUPPORTED,
+                             "aux epilogue with FP8 D");
     } else {
-        int ok = (at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && dt == CUDA_R_32F) ||
-                 (at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == dt && (dt == CUDA_R_16BF || dt == CUDA_R_32F));
-        if (!ok) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A/B/C/D type combination");
-        if (d->scale_a != NULL || d->scale_b != NULL || d->scale_c != NULL || d->amax_d != NULL) {
-            return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "A/B/C scale or amax pointer set for non-FP8 inputs");
-        }
+        CUBLASLT_EMU_REQUIRE((at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && dt == CUDA_R_32F) ||
+                             (at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == dt && (dt == CUDA_R_16BF || dt == CUDA_R_32F)),
+                             CUBLASLT_EMU_UNSUPPORTED, "A/B/C/D type combination");
+        CUBLASLT_EMU_REQUIRE(d->scale_a == NULL && d->scale_b == NULL && d->scale_c == NULL && d->amax_d == NULL,
+                             CUBLASLT_EMU_INVALID, "A/B/C scale or amax pointer set for non-FP8 inputs");
     }
-    if (d->scale_d != NULL && !cublaslt_emu_is_fp8(dt)) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "D scale pointer set for a non-FP8 D");
-    if (cublaslt_emu_has_bias(d->epilogue) && d->bias_type != -1 && d->bias_type != cublaslt_emu_default_bias_type(at, dt)) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type");
-    }
+    CUBLASLT_EMU_REQUIRE(d->scale_d == NULL || cublaslt_emu_is_fp8(dt), CUBLASLT_EMU_INVALID,
+                         "D scale pointer set for a non-FP8 D");
+    CUBLASLT_EMU_REQUIRE(!cublaslt_emu_has_bias(d->epilogue) || d->bias_type == -1 ||
+                         d->bias_type == cublaslt_emu_default_bias_type(at, dt), CUBLASLT_EMU_UNSUPPORTED, "bias data type");
     if (cublaslt_emu_has_aux(d->epilogue)) {
-        if (d->aux_type != -1 && d->aux_type != dt) return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "aux data type");
-        if (d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_LD must be >= rows of D and divisible by 8");
-        if (d->aux_stride % 8 != 0 || d->aux_stride < 0) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_BATCH_STRIDE must be divisible by 8");
+        CUBLASLT_EMU_REQUIRE(d->aux_type == -1 || d->aux_type == dt, CUBLASLT_EMU_UNSUPPORTED, "aux data type");
+        CUBLASLT_EMU_REQUIRE(d->aux_ld >= (int64_t)m && d->aux_ld % 8 == 0, CUBLASLT_EMU_INVALID,
+                             "EPILOGUE_AUX_LD must be >= rows of D and divisible by 8");
+        CUBLASLT_EMU_REQUIRE(d->aux_stride >= 0 && d->aux_stride % 8 == 0, CUBLASLT_EMU_INVALID,
+                             "EPILOGUE_AUX_BATCH_STRIDE must be divisible by 8");
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -482,6 +494,7 @@ extern "C" inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPr
     cublaslt_emu_pref* s = reinterpret_cast<cublaslt_emu_pref*>(o);
     s->magic = CUBLASLT_EMU_MAGIC_PREF;
     s->max_workspace = 0;
+    for (int i = 0; i < 4; i++) s->min_align[i] = 256;
     *pref = o;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -501,6 +514,10 @@ extern "C" inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMa
     if (s == NULL || buf == NULL) return CUBLAS_STATUS_INVALID_VALUE;
     switch (attr) {
         case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: CUBLASLT_EMU_SET(s->max_workspace, uint64_t); break;
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: CUBLASLT_EMU_SET(s->min_align[0], uint32_t); break;
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: CUBLASLT_EMU_SET(s->min_align[1], uint32_t); break;
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: CUBLASLT_EMU_SET(s->min_align[2], uint32_t); break;
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: CUBLASLT_EMU_SET(s->min_align[3], uint32_t); break;
         default: return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "preference attribute not emulated");
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -512,13 +529,16 @@ extern "C" inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t
                                                                 cublasLtMatmulPreference_t pref, int requested,
                                                                 cublasLtMatmulHeuristicResult_t results[], int* returned) {
     if (handle == NULL || handle->magic != CUBLASLT_EMU_MAGIC_HANDLE) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (requested <= 0 || results == NULL || returned == NULL || cublaslt_emu_P(pref) == NULL) return CUBLAS_STATUS_INVALID_VALUE;
+    if (requested <= 0 || results == NULL || returned == NULL || cublaslt_emu_P(pref) == NULL) {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     *returned = 0;
     cublasStatus_t st = cublaslt_emu_validate(cublaslt_emu_D(desc), cublaslt_emu_L(Adesc), cublaslt_emu_L(Bdesc),
                                               cublaslt_emu_L(Cdesc), cublaslt_emu_L(Ddesc));
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     memset(&results[0], 0, sizeof(results[0]));
     results[0].algo.data[0] = CUBLASLT_EMU_MAGIC_ALGO;
+    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = cublaslt_emu_P(pref)->min_align[i];
     results[0].workspaceSize = 0;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
@@ -548,16 +568,31 @@ extern "C" inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasL
     int k = (int)(d->transa == CUBLAS_OP_N ? la->cols : la->rows);
     int batch = ld->batch;
     uint32_t epi = d->epilogue;
-    if (A == NULL || B == NULL || D == NULL) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "A, B or D is NULL");
-    if (beta_v != 0.0f && C == NULL) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "C is NULL with beta != 0");
-    if (C == D && (lc->type != ld->type || lc->ld != ld->ld || lc->stride != ld->stride)) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "in-place C == D with different layouts");
-    }
-    if (cublaslt_emu_has_bias(epi) && d->bias == NULL) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "bias epilogue without BIAS_POINTER");
-    if (cublaslt_emu_has_aux(epi) && d->aux == NULL) return cublaslt_emu_refuse(CUBLAS_STATUS_INVALID_VALUE, "aux epilogue without EPILOGUE_AUX_POINTER");
-    int fp8 = cublaslt_emu_is_fp8(la->type);
-    if (fp8 && (((uintptr_t)A | (uintptr_t)B | (uintptr_t)D | (uintptr_t)C) % 16 != 0)) {
-        return cublaslt_emu_refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 matrices must be 16-byte aligned");
+    CUBLASLT_EMU_REQUIRE(A != NULL && B != NULL && D != NULL, CUBLASLT_EMU_INVALID, "A, B or D is NULL");
+    CUBLASLT_EMU_REQUIRE(beta_v == 0.0f || C != NULL, CUBLASLT_EMU_INVALID, "C is NULL with beta != 0");
+    CUBLASLT_EMU_REQUIRE(C != D || (lc->type == ld->type && lc->ld == ld->ld && lc->stride == ld->stride),
+                         CUBLASLT_EMU_INVALID, "in-place C == D with different layouts");
+    CUBLASLT_EMU_REQUIRE(!cublaslt_emu_has_bias(epi) || d->bias != NULL, CUBLASLT_EMU_INVALID,
+                         "bias epilogue without BIAS_POINTER");
+    CUBLASLT_EMU_REQUIRE(!cublaslt_emu_has_aux(epi) || d->aux != NULL, CUBLASLT_EMU_INVALID,
+                         "aux epilogue without EPILOGUE_AUX_POINTER");
+    CUBLASLT_EMU_REQUIRE(!cublaslt_emu_is_fp8(la->type) || ((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) % 16 == 0,
+                         CUBLASLT_EMU_UNSUPPORTED, "FP8 matrices must be 16-byte aligned");
+    // An algorithm from the heuristic was chosen for matrices aligned as the preference promised
+    // (256 bytes unless CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES says less); on a GPU, a kernel that
+    // uses 128-bit loads then fails on a less aligned matrix. Refuse a matrix (of any batch) that is
+    // less aligned than min(promised, 16) bytes.
+    if (algo != NULL) {
+        const void* ptrs[4] = {A, B, C, D};
+        const cublaslt_emu_layout* lays[4] = {la, lb, lc, ld};
+        for (int i = 0; i < 4; i++) {
+            if (ptrs[i] == NULL) continue;
+            uintptr_t bits = (uintptr_t)ptrs[i];
+            if (lays[i]->batch > 1) bits |= (uintptr_t)(lays[i]->stride * (int64_t)cublaslt_emu_type_size(lays[i]->type));
+            uint64_t need = algo->data[1 + i] < 16 ? algo->data[1 + i] : 16;
+            CUBLASLT_EMU_REQUIRE(need == 0 || bits % need == 0, CUBLASLT_EMU_UNSUPPORTED,
+                                 "a matrix is less aligned than CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES promised");
+        }
     }
     float scale_ab = 1.0f, scale_c = 1.0f, scale_d = 1.0f;
     if (d->scale_a != NULL) scale_ab *= *(const float*)d->scale_a;
@@ -582,13 +617,14 @@ extern "C" inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasL
         const char* Bb = (const char*)B + (size_t)b * lb->stride * cublaslt_emu_type_size(lb->type);
         const char* Cb = C == NULL ? NULL : (const char*)C + (size_t)b * lc->stride * cublaslt_emu_type_size(lc->type);
         char* Db = (char*)D + (size_t)b * ld->stride * cublaslt_emu_type_size(ld->type);
-        const char* biasb = d->bias == NULL ? NULL : (const char*)d->bias + (size_t)b * d->bias_stride * cublaslt_emu_type_size(bias_type);
+        const char* biasb = d->bias == NULL ? NULL
+                                            : (const char*)d->bias + (size_t)b * d->bias_stride * cublaslt_emu_type_size(bias_type);
         char* auxb = d->aux == NULL ? NULL : (char*)d->aux + (size_t)b * d->aux_stride * cublaslt_emu_type_size(aux_type);
         // op(A)[i][p]: N -> A[i + p*lda] (A stored m x k); T -> A[p + i*lda] (A stored k x m)
         #pragma omp parallel for schedule(static)
         for (int i = 0; i < m; i++) {
             for (int p = 0; p < k; p++) {
-                int64_t idx = d->transa == CUBLAS_OP_N ? (int64_t)i + (int64_t)p * la->ld : (int64_t)p + (int64_t)i * la->ld;
+                int64_t idx = d->transa == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld;
                 af[(size_t)i * k + p] = cublaslt_emu_get(Ab, la->type, idx);
             }
         }
@@ -596,7 +632,7 @@ extern "C" inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasL
         #pragma omp parallel for schedule(static)
         for (int p = 0; p < k; p++) {
             for (int j = 0; j < n; j++) {
-                int64_t idx = d->transb == CUBLAS_OP_N ? (int64_t)p + (int64_t)j * lb->ld : (int64_t)j + (int64_t)p * lb->ld;
+                int64_t idx = d->transb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld;
                 bf[(size_t)p * n + j] = cublaslt_emu_get(Bb, lb->type, idx);
             }
         }
@@ -606,16 +642,18 @@ extern "C" inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasL
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {
                 float x = alpha_v * scale_ab * acc[(size_t)j * m + i];
-                if (beta_v != 0.0f) x += beta_v * scale_c * cublaslt_emu_get(Cb, lc->type, (int64_t)i + (int64_t)j * lc->ld);
+                if (beta_v != 0.0f) x += beta_v * scale_c * cublaslt_emu_get(Cb, lc->type, i + j * lc->ld);
                 if (cublaslt_emu_has_bias(epi)) x += cublaslt_emu_get(biasb, bias_type, i);
-                int64_t aux_idx = (int64_t)i + (int64_t)j * d->aux_ld;
-                if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) cublaslt_emu_put(auxb, aux_type, aux_idx, x);
+                int64_t aux_idx = i + j * d->aux_ld;
+                if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                    cublaslt_emu_put(auxb, aux_type, aux_idx, x);
+                }
                 if (cublaslt_emu_has_gelu(epi)) x = cublaslt_emu_gelu(x);
                 if (epi == CUBLASLT_EPILOGUE_DGELU) x *= cublaslt_emu_gelu_grad(cublaslt_emu_get(auxb, aux_type, aux_idx));
                 float ax = fabsf(x);
                 amax = ax > amax ? ax : amax;
                 if (cublaslt_emu_is_fp8(ld->type)) x *= scale_d;
-                cublaslt_emu_put(Db, ld->type, (int64_t)i + (int64_t)j * ld->ld, x);
+                cublaslt_emu_put(Db, ld->type, i + j * ld->ld, x);
             }
         }
     }

@@ -83,9 +83,11 @@ static inline int __mul24(int x, int y) {  // low 32 bits of the product of the 
 static inline unsigned __umul24(unsigned x, unsigned y) { return (x & 0xFFFFFFu) * (y & 0xFFFFFFu); }
 static inline int __mulhi(int x, int y) { return (int)(((long long)x * y) >> 32); }
 static inline unsigned __umulhi(unsigned x, unsigned y) { return (unsigned)(((unsigned long long)x * y) >> 32); }
-static inline long long __mul64hi(long long x, long long y) { return (long long)(((__int128)x * y) >> 64); }
+__extension__ typedef __int128 emu_i128;
+__extension__ typedef unsigned __int128 emu_u128;
+static inline long long __mul64hi(long long x, long long y) { return (long long)(((emu_i128)x * y) >> 64); }
 static inline unsigned long long __umul64hi(unsigned long long x, unsigned long long y) {
-    return (unsigned long long)(((unsigned __int128)x * y) >> 64);
+    return (unsigned long long)(((emu_u128)x * y) >> 64);
 }
 // byte s of the 8-byte value {y,x}, for each selector nibble of s
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {

@@ -59,7 +59,7 @@ static inline bool emu_is_device_ptr(const void* p) { return emu_is_device_range
 static inline const char* emu_ptr_kind(const void* p) {
     std::lock_guard<std::mutex> lock(emu_mem_mutex);
     const std::pair<const uintptr_t, EmuAlloc>* a = emu_mem_find_locked(p);
-    if (a == NULL) return "not inside any cudaMalloc allocation (a host pointer?)";
+    if (a == NULL) return "not inside any live cudaMalloc allocation (a host pointer? freed memory?)";
     switch (a->second.kind) {
         case EMU_MEM_DEVICE: return "device memory";
         case EMU_MEM_MANAGED: return "managed memory";

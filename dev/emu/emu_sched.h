@@ -638,7 +638,7 @@ EMU_NOTSAN static inline EmuWorker* emu_worker_get(void) {
 
 EMU_NOTSAN static inline void emu_worker_reserve(EmuWorker* w, int n) {
     while (w->nfib < n) {
-        if (!emu_ctx_make(&w->th[w->nfib].ctx, emu_cfg.stack_bytes, emu_fiber_main)) {
+        if (!emu_ctx_make(&w->th[w->nfib].ctx, emu_cfg.stack_bytes, emu_fiber_main, (w->nfib * 37) & 63)) {
             fprintf(stderr, "emu: error: cannot map a %zu KiB stack for emulated thread %d: %s (%s:%d)\n",
                     emu_cfg.stack_bytes / 1024, w->nfib, strerror(errno), __FILE__, __LINE__);
             fflush(stderr);
@@ -727,7 +727,8 @@ EMU_NOTSAN static inline void emu_run_block(EmuWorker* w, const EmuLaunch* L, un
 static inline unsigned long long emu_block_at(const EmuLaunch* L, unsigned long long k) {
     if (emu_cfg.order == EMU_ORDER_FORWARD) return k;
     if (emu_cfg.order == EMU_ORDER_REVERSE) return L->nblocks - 1 - k;
-    return (unsigned __int128)(k * (unsigned __int128)L->order_stride + L->order_offset) % L->nblocks;
+    __extension__ typedef unsigned __int128 u128;
+    return (unsigned long long)(((u128)k * L->order_stride + L->order_offset) % L->nblocks);
 }
 
 EMU_NOTSAN static inline void emu_run_blocks(EmuWorker* w, const EmuLaunch* L, std::atomic<unsigned long long>* next) {
@@ -816,11 +817,15 @@ EMU_NOTSAN static inline void emu_run_launch(EmuLaunch* L) {
 // ----------------------------------------------------------------------------
 // launch_kernel: what LAUNCH(kernel, grid, block, smem, stream, args...) calls (llm/common.h)
 
+template <typename... KArgs, size_t... I>
+static inline void emu_call(void (*fn)(KArgs...), const std::tuple<KArgs...>& args, std::index_sequence<I...>) {
+    fn(std::get<I>(args)...);  // copies: each emulated thread gets its own by-value parameters
+    (void)args;
+}
 template <typename... KArgs>
 static inline void emu_thunk(const EmuLaunch* L) {
     void (*fn)(KArgs...) = reinterpret_cast<void (*)(KArgs...)>(reinterpret_cast<uintptr_t>(L->kfn));
-    // the kernel's by-value parameters are initialised from the shared tuple: each thread its own copy
-    std::apply(fn, *static_cast<const std::tuple<KArgs...>*>(L->args));
+    emu_call(fn, *static_cast<const std::tuple<KArgs...>*>(L->args), std::index_sequence_for<KArgs...>{});
 }
 
 template <typename T>

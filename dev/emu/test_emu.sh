@@ -115,7 +115,7 @@ check_fail "collective with a mask without the calling lane" "" "$T" mask_self \
 check_fail "deadlock between __syncwarp and __syncthreads" "EMU_ORDER=random EMU_SEED=11" "$T" deadlock \
     "deadlock" "lanes 0-15 wait in __syncwarp" "EMU_SEED=11"
 check_fail "host pointer passed to a kernel" "" "$T" host_ptr \
-    "pointer argument 0 .* is not inside any cudaMalloc allocation" "oob_global_kernel" "test_emu.cu:[0-9]+"
+    "pointer argument 0 .* is not inside any live cudaMalloc allocation" "oob_global_kernel" "test_emu.cu:[0-9]+"
 check_fail "2048 threads per block" "" "$T" too_many_threads "has 2048 threads; a block has at most 1024"
 check_fail "64 KiB dynamic shared memory without the opt-in" "" "$T" smem_optin \
     "more than the default 49152" "cudaFuncSetAttribute"

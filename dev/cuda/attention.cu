@@ -1,0 +1,386 @@
+// dev/cuda/attention.cu: the pieces of the CUDA attention path (llm/attention.cuh) in versions side
+// by side, each checked against the CPU reference and timed, then the whole forward and backward
+// with and without the causal cut of the batched products.
+//
+//   nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -Xcompiler -fopenmp dev/cuda/attention.cu -o build/attention -lcublasLt
+//   ./build/attention [B T C NH, default 8 1024 768 12 (GPT-2 124M)] [check T, default 256]
+//   (add -DENABLE_FP32 for FP32 activations)
+//
+// causal softmax forward (att (B,NH,T,T) in place, preatt -> probabilities, 0 above the diagonal):
+//   version 1: one thread per row, three scalar passes (max, sum, write) like the reference loops:
+//              neighbouring threads are T elements apart, so every access is its own transaction
+//   version 2: one warp per row, one pass with an online max (each lane rescales its running sum
+//              when its max grows, lanes merged with shuffles), then one pass that writes the
+//              probabilities and the zeros; 128-bit accesses when T is a multiple of 8 (BF16) / 4;
+//              the longest rows scheduled first (llm/attention.cuh)
+// causal softmax backward (datt in place -> dpreatt):
+//   version 1: one thread per row, two scalar passes
+//   version 2: one warp per row, 128-bit accesses (llm/attention.cuh)
+// permute (B,T,3C) -> 3 x (B,NH,T,hs):
+//   version 1: one element per thread; version 2: 16 bytes per thread (llm/attention.cuh)
+// batched products (cuBLASLt through matmul_batched): the full T x T products, and the causal cut
+// into chunks of rows (chunk [r0,r1) only involves keys [0,r1)), as attention_forward runs them.
+//
+// Timing: median over runs of cudaEvents around the timed call only; before every run the inputs are
+// restored (for the in-place kernels) and L2 is flushed by writing 128 MiB. Bandwidth counts the
+// minimum traffic (each element read once, written once; the softmax reads only the lower
+// triangle and writes all of it), against the device's peak. Products: TFLOP/s of the FLOPs the
+// call computes (2 M N K per product), and of the full T x T products' FLOPs for comparison.
+#include "../../llm/common.h"
+#include "../../llm/cuda_utils.cuh"
+#include "../../llm/attention.cuh"
+#include "../../llm/rand.h"
+#include <vector>
+#include <algorithm>
+
+// ----------------------------------------------------------------------------
+// version 1 kernels: one thread per row
+
+__global__ void softmax_forward_kernel1(floatX* att /*(B,NH,T,T)*/, int BNH, int T, float scale) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= (size_t)BNH * T) return;
+    int t = (int)(r % T);
+    floatX* row = att + r * T;
+    float m = -FLT_MAX;
+    for (int j = 0; j <= t; j++) m = fmaxf(m, (float)row[j] * scale);
+    float s = 0.0f;
+    for (int j = 0; j <= t; j++) s += expf((float)row[j] * scale - m);
+    float inv = 1.0f / s;
+    for (int j = 0; j < T; j++) row[j] = (floatX)(j <= t ? expf((float)row[j] * scale - m) * inv : 0.0f);
+}
+
+__global__ void softmax_backward_kernel1(floatX* datt /*(B,NH,T,T)*/, const floatX* att /*(B,NH,T,T)*/, int BNH,
+                                         int T, float scale) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= (size_t)BNH * T) return;
+    int t = (int)(r % T);
+    floatX* d = datt + r * T;
+    const floatX* a = att + r * T;
+    float dot = 0.0f;
+    for (int j = 0; j <= t; j++) dot += (float)a[j] * (float)d[j];
+    for (int j = 0; j < T; j++) d[j] = (floatX)(j <= t ? (float)a[j] * ((float)d[j] - dot) * scale : 0.0f);
+}
+
+static void softmax_forward(int version, floatX* att, int BNH, int T, float scale) {
+    if (version == 1) {
+        LAUNCH(softmax_forward_kernel1, dim3((unsigned)ceil_div_sz((size_t)BNH * T, 256)), dim3(256), 0,
+               (cudaStream_t)0, att, BNH, T, scale);
+    } else {
+        attention_softmax_forward(att, BNH, T, scale, 0);
+    }
+}
+
+static void softmax_backward(int version, floatX* datt, const floatX* att, int BNH, int T, float scale) {
+    if (version == 1) {
+        LAUNCH(softmax_backward_kernel1, dim3((unsigned)ceil_div_sz((size_t)BNH * T, 256)), dim3(256), 0,
+               (cudaStream_t)0, datt, att, BNH, T, scale);
+    } else {
+        attention_softmax_backward(datt, att, BNH, T, scale, 0);
+    }
+}
+
+static void permute(int version, floatX* qkvr, const floatX* inp, int B, int T, int NH, int hs) {
+    if (version == 1) {
+        size_t n = (size_t)3 * B * NH * T * hs;
+        LAUNCH(attention_permute_kernel<1>, dim3((unsigned)ceil_div_sz(n, 256)), dim3(256), 0, (cudaStream_t)0,
+               qkvr, inp, B, T, NH, hs, 3);
+    } else {
+        attention_to_heads(qkvr, inp, B, T, NH, hs, 3, 0);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// CPU references of the two softmax steps alone (the math of attention_forward_cpu / _backward_cpu)
+
+static void softmax_forward_cpu(float* att /*(BNH,T,T)*/, const float* preatt /*(BNH,T,T)*/, int BNH, int T, float scale) {
+    #pragma omp parallel for
+    for (long r = 0; r < (long)BNH * T; r++) {
+        int t = (int)(r % T);
+        const float* p = preatt + r * T;
+        float* a = att + r * T;
+        float m = -INFINITY;
+        for (int j = 0; j <= t; j++) m = fmaxf(m, p[j] * scale);
+        float s = 0.0f;
+        for (int j = 0; j <= t; j++) { a[j] = expf(p[j] * scale - m); s += a[j]; }
+        for (int j = 0; j <= t; j++) a[j] /= s;
+        for (int j = t + 1; j < T; j++) a[j] = 0.0f;
+    }
+}
+
+static void softmax_backward_cpu(float* dpre /*(BNH,T,T)*/, const float* datt, const float* att, int BNH, int T,
+                                 float scale) {
+    #pragma omp parallel for
+    for (long r = 0; r < (long)BNH * T; r++) {
+        int t = (int)(r % T);
+        const float* d = datt + r * T;
+        const float* a = att + r * T;
+        float dot = 0.0f;
+        for (int j = 0; j <= t; j++) dot += a[j] * d[j];
+        for (int j = 0; j < T; j++) dpre[r * T + j] = j <= t ? a[j] * (d[j] - dot) * scale : 0.0f;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// benchmark helpers
+
+static double peak_gbps(void) {
+#if LLM_BUILD_EMU
+    return 0.0;  // the emulator (a smoke run of this file on the CPU) has no memory clock
+#endif
+    int dev = 0, clock_khz = 0, bus_bits = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
+    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
+}
+
+static void* g_flush = NULL;  // 128 MiB, written before every timed run to empty L2
+static const size_t FLUSH_BYTES = (size_t)128 << 20;
+
+// median time in ms of run(), with prep() (untimed) and an L2 flush before each
+template <class Prep, class Run>
+static float median_ms(int reps, Prep prep, Run run) {
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        prep();
+        cudaCheck(cudaMemsetAsync(g_flush, r & 0xff, FLUSH_BYTES, 0));
+        cudaCheck(cudaEventRecord(start, 0));
+        run();
+        cudaCheck(cudaEventRecord(stop, 0));
+        cudaCheck(cudaEventSynchronize(stop));
+        cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+static floatX* upload(const std::vector<float>& h) {
+    std::vector<floatX> tmp(h.size());
+    for (size_t i = 0; i < h.size(); i++) tmp[i] = (floatX)h[i];
+    floatX* d = NULL;
+    cudaCheck(cudaMalloc((void**)&d, h.size() * sizeof(floatX)));
+    cudaCheck(cudaMemcpy(d, tmp.data(), h.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static std::vector<float> download(const floatX* d, size_t n) {
+    std::vector<floatX> tmp(n);
+    cudaCheck(cudaMemcpy(tmp.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = (float)tmp[i];
+    return h;
+}
+
+static floatX* alloc_poisoned(size_t n) {
+    floatX* d = NULL;
+    cudaCheck(cudaMalloc((void**)&d, n * sizeof(floatX)));
+    cudaCheck(cudaMemset(d, 0xFF, n * sizeof(floatX)));
+    return d;
+}
+
+// random values rounded to floatX
+static std::vector<float> randn(Rng* rng, size_t n, float std) {
+    std::vector<float> v(n);
+    rng_normal(rng, v.data(), n, 0.0f, std);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(floatX)v[i];
+    return v;
+}
+
+// |got - want| <= atol + rtol |want| everywhere (NaN fails); prints one line
+static bool report(const char* what, const std::vector<float>& got, const std::vector<float>& want, float atol,
+                   float rtol) {
+    size_t bad = 0;
+    double max_err = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double err = fabs((double)got[i] - want[i]);
+        if (!(err <= atol + rtol * fabs(want[i]))) bad++;
+        if (!(err <= max_err)) max_err = err;
+    }
+    printf("  %-44s %s (%zu bad of %zu, max|err| %.3g; atol %.1g rtol %.1g)\n", what, bad ? "FAIL" : "ok", bad,
+           got.size(), max_err, atol, rtol);
+    return bad == 0;
+}
+
+// tolerances of the checks below: BF16 stores every intermediate with 8 significant bits (relative
+// error 2^-8 = 3.9e-3 per rounding), a few roundings along each path; FP32 differs from the
+// reference only in summation order and the fast exp (a few ulps times the sums' lengths)
+static const float RTOL = sizeof(floatX) == 2 ? 2e-2f : 1e-4f;
+static const float ATOL = sizeof(floatX) == 2 ? 2e-2f : 1e-5f;
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    int B = argc > 4 ? atoi(argv[1]) : 8, T = argc > 4 ? atoi(argv[2]) : 1024;
+    int C = argc > 4 ? atoi(argv[3]) : 768, NH = argc > 4 ? atoi(argv[4]) : 12;
+    int Tc = argc > 5 ? atoi(argv[5]) : 256;
+    if (B <= 0 || T <= 0 || NH <= 0 || C % NH != 0 || Tc <= 0) {
+        fprintf(stderr, "usage: %s [B T C NH [check_T]]  (NH divides C)\n", argv[0]);
+        return 1;
+    }
+    int hs = C / NH, BNH = B * NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    double peak = peak_gbps();
+    printf("attention: %s, %s, B=%d T=%d C=%d NH=%d (hs %d), peak %.0f GB/s\n", prop.name, PRECISION_MODE, B, T,
+           C, NH, hs, peak);
+    matmul_init(0);
+    cudaCheck(cudaMalloc(&g_flush, FLUSH_BYTES));
+    Rng rng;
+    rng_init(&rng, 1234);
+    bool all_ok = true;
+
+    // ---- correctness at a smaller T (the CPU reference is O(T^2)); B=2 heads as given
+    {
+        int Bc = 2;
+        size_t n3 = (size_t)Bc * Tc * 3 * C, n1 = (size_t)Bc * Tc * C, natt = (size_t)Bc * NH * Tc * Tc;
+        printf("check at B=%d T=%d:\n", Bc, Tc);
+        std::vector<float> pre = randn(&rng, natt, 1.0f / scale), want(natt);  // logits ~ N(0,1)
+        softmax_forward_cpu(want.data(), pre.data(), Bc * NH, Tc, scale);
+        for (int v = 1; v <= 2; v++) {
+            floatX* d = upload(pre);
+            softmax_forward(v, d, Bc * NH, Tc, scale);
+            char what[64];
+            snprintf(what, sizeof(what), "softmax forward version %d", v);
+            all_ok &= report(what, download(d, natt), want, ATOL * 0.1f, RTOL);
+            cudaCheck(cudaFree(d));
+        }
+        std::vector<float> datt = randn(&rng, natt, 1.0f), a = want, dwant(natt);
+        for (float& x : a) x = (float)(floatX)x;
+        softmax_backward_cpu(dwant.data(), datt.data(), a.data(), Bc * NH, Tc, scale);
+        floatX* d_a = upload(a);
+        for (int v = 1; v <= 2; v++) {
+            floatX* d = upload(datt);
+            softmax_backward(v, d, d_a, Bc * NH, Tc, scale);
+            char what[64];
+            snprintf(what, sizeof(what), "softmax backward version %d", v);
+            all_ok &= report(what, download(d, natt), dwant, ATOL * 0.1f, RTOL);
+            cudaCheck(cudaFree(d));
+        }
+        // the whole path, default chunking, against the CPU reference
+        std::vector<float> inp = randn(&rng, n3, 1.0f), dout = randn(&rng, n1, 1.0f);
+        std::vector<float> out_ref(n1), att_ref(natt), dinp_ref(n3);
+        attention_forward_cpu(out_ref.data(), att_ref.data(), inp.data(), Bc, Tc, C, NH);
+        for (float& x : att_ref) x = (float)(floatX)x;  // what the backward gets (and the check compares)
+        attention_backward_cpu(dinp_ref.data(), dout.data(), inp.data(), att_ref.data(), Bc, Tc, C, NH);
+        floatX* d_inp = upload(inp);
+        floatX* d_dout = upload(dout);
+        floatX* d_out = alloc_poisoned(n1);
+        floatX* d_qkvr = alloc_poisoned(n3);
+        floatX* d_att2 = alloc_poisoned(natt);
+        floatX* d_scr = alloc_poisoned(n1);
+        floatX* d_dinp = alloc_poisoned(n3);
+        floatX* d_dqkvr = alloc_poisoned(n3);
+        floatX* d_datt = alloc_poisoned(natt);
+        attention_forward(d_out, d_qkvr, d_att2, d_scr, d_inp, Bc, Tc, C, NH, 0);
+        all_ok &= report("attention_forward out", download(d_out, n1), out_ref, ATOL, RTOL);
+        all_ok &= report("attention_forward att", download(d_att2, natt), att_ref, ATOL * 0.1f, RTOL);
+        attention_backward(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att2, Bc, Tc, C, NH, 0);
+        all_ok &= report("attention_backward dinp", download(d_dinp, n3), dinp_ref, ATOL, RTOL);
+        floatX* bufs[] = {d_a, d_inp, d_dout, d_out, d_qkvr, d_att2, d_scr, d_dinp, d_dqkvr, d_datt};
+        for (floatX* p : bufs) cudaCheck(cudaFree(p));
+    }
+
+    // ---- benchmarks at the full shape
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, natt = (size_t)BNH * T * T;
+    printf("benchmark at B=%d T=%d C=%d NH=%d (att: %.1f MB):\n", B, T, C, NH, natt * sizeof(floatX) / 1e6);
+    std::vector<float> inp = randn(&rng, n3, 1.0f), dout = randn(&rng, n1, 1.0f);
+    floatX* d_inp = upload(inp);
+    floatX* d_dout = upload(dout);
+    floatX* d_out = alloc_poisoned(n1);
+    floatX* d_qkvr = alloc_poisoned(n3);
+    floatX* d_att = alloc_poisoned(natt);
+    floatX* d_att0 = alloc_poisoned(natt);  // a copy of preatt (softmax input)
+    floatX* d_scr = alloc_poisoned(n1);
+    floatX* d_dinp = alloc_poisoned(n3);
+    floatX* d_dqkvr = alloc_poisoned(n3);
+    floatX* d_datt = alloc_poisoned(natt);
+    floatX* d_datt0 = alloc_poisoned(natt);  // a copy of datt (softmax backward input)
+    const int reps = 20;
+    double E = (double)sizeof(floatX), tri = (double)BNH * T * (T + 1) / 2.0;
+
+    // permutes
+    for (int v = 1; v <= 2; v++) {
+        float ms = median_ms(reps, [] {}, [&] { permute(v, d_qkvr, d_inp, B, T, NH, hs); });
+        double bytes = 2.0 * n3 * E;
+        printf("  permute version %d                 %8.3f ms  %6.0f GB/s (%.0f%% of peak)\n", v, ms,
+               bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak);
+    }
+    permute(2, d_qkvr, d_inp, B, T, NH, hs);
+
+    // the products, full and cut along the diagonal
+    const floatX* q = d_qkvr;
+    const floatX* k = d_qkvr + n1;
+    const floatX* v = d_qkvr + 2 * n1;
+    size_t sTh = (size_t)T * hs, sTT = (size_t)T * T;
+    double full_flops = 2.0 * BNH * (double)T * T * hs;
+    for (int cut = 0; cut <= 1; cut++) {
+        attention_chunk_rows_override = cut ? 0 : T;  // T rows per chunk: one full product
+        double flops = 0.0;
+        attention_for_chunks(T, [&](int r0, int r1) { flops += 2.0 * BNH * (double)(r1 - r0) * r1 * hs; });
+        float ms = median_ms(reps, [] {}, [&] {
+            attention_for_chunks(T, [&](int r0, int r1) {
+                matmul_batched(d_att + (size_t)r0 * T, q + (size_t)r0 * hs, k, NULL, NULL, r1 - r0, r1, hs, false,
+                               true, hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, 0);
+            });
+        });
+        printf("  QK^T %-10s (%d rows/chunk)    %8.3f ms  %6.1f TFLOP/s computed, %6.1f full-equivalent\n",
+               cut ? "causal cut" : "full", attention_chunk_rows(T), ms, flops / ms / 1e9, full_flops / ms / 1e9);
+        ms = median_ms(reps, [] {}, [&] {
+            attention_for_chunks(T, [&](int r0, int r1) {
+                matmul_batched(d_scr + (size_t)r0 * hs, d_att + (size_t)r0 * T, v, NULL, NULL, r1 - r0, hs, r1, false,
+                               false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, 0);
+            });
+        });
+        printf("  AV   %-10s (%d rows/chunk)    %8.3f ms  %6.1f TFLOP/s computed, %6.1f full-equivalent\n",
+               cut ? "causal cut" : "full", attention_chunk_rows(T), ms, flops / ms / 1e9, full_flops / ms / 1e9);
+    }
+    attention_chunk_rows_override = 0;
+
+    // softmax forward on the preatt the product wrote (restored before every run)
+    cudaCheck(cudaMemcpy(d_att0, d_att, natt * sizeof(floatX), cudaMemcpyDeviceToDevice));
+    for (int ver = 1; ver <= 2; ver++) {
+        float ms = median_ms(reps, [&] { cudaCheck(cudaMemcpy(d_att, d_att0, natt * E, cudaMemcpyDeviceToDevice)); },
+                             [&] { softmax_forward(ver, d_att, BNH, T, scale); });
+        double bytes = (tri + (double)natt) * E;  // read the lower triangle, write everything
+        printf("  softmax forward version %d         %8.3f ms  %6.0f GB/s (%.0f%% of peak)\n", ver, ms,
+               bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak);
+    }
+    // softmax backward: datt = dy v^T as the backward computes it, att the probabilities
+    cudaCheck(cudaMemcpy(d_att, d_att0, natt * E, cudaMemcpyDeviceToDevice));
+    softmax_forward(2, d_att, BNH, T, scale);
+    attention_to_heads(d_scr, d_dout, B, T, NH, hs, 1, 0);
+    matmul_batched(d_datt0, d_scr, v, NULL, NULL, T, T, hs, false, true, hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f,
+                   MATMUL_EPILOGUE_NONE, 0);
+    for (int ver = 1; ver <= 2; ver++) {
+        float ms = median_ms(reps, [&] { cudaCheck(cudaMemcpy(d_datt, d_datt0, natt * E, cudaMemcpyDeviceToDevice)); },
+                             [&] { softmax_backward(ver, d_datt, d_att, BNH, T, scale); });
+        double bytes = (2.0 * tri + (double)natt) * E;  // read att and datt's lower triangles, write everything
+        printf("  softmax backward version %d        %8.3f ms  %6.0f GB/s (%.0f%% of peak)\n", ver, ms,
+               bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak);
+    }
+
+    // the whole forward and backward, without and with the causal cut
+    for (int cut = 0; cut <= 1; cut++) {
+        attention_chunk_rows_override = cut ? 0 : T;
+        float fwd = median_ms(reps, [] {}, [&] { attention_forward(d_out, d_qkvr, d_att, d_scr, d_inp, B, T, C, NH, 0); });
+        float bwd = median_ms(reps, [] {}, [&] {
+            attention_backward(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att, B, T, C, NH, 0);
+        });
+        printf("  attention_forward  %-10s       %8.3f ms\n", cut ? "causal cut" : "full", fwd);
+        printf("  attention_backward %-10s       %8.3f ms\n", cut ? "causal cut" : "full", bwd);
+    }
+    attention_chunk_rows_override = 0;
+
+    floatX* bufs[] = {d_inp, d_dout, d_out, d_qkvr, d_att, d_att0, d_scr, d_dinp, d_dqkvr, d_datt, d_datt0};
+    for (floatX* p : bufs) cudaCheck(cudaFree(p));
+    cudaCheck(cudaFree(g_flush));
+    matmul_free();
+    printf("%s\n", all_ok ? "all checks ok" : "SOME CHECKS FAILED");
+    return all_ok ? 0 : 1;
+}

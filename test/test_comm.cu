@@ -1,0 +1,670 @@
+// test_comm.cu: tests of llm/comm.h, the process mesh, its collectives and the byte ledger.
+// Run under mpirun with any world size and layout (test/test_comm.sh runs them all):
+//
+//   mpirun -np 4 build/test_comm_cpu --dp 2 --tp 2 --pp 1 [--seed S]
+//
+// Checked: the rank order (tp innermost, then pp, then dp) and the members of every group; every
+// collective, blocking and non-blocking, in and out of place, sum and average, on block sizes 1, 3
+// and 1000, in every group, against the sum / concatenation this rank computes from every member's
+// data (each rank's data is regenerated here from its world rank and a seed that rank 0 picks and
+// broadcasts); that all ranks of a group get bitwise identical all-reduce results; with two ranks,
+// that the sum is exactly one rounding of a+b (the bf16 MPI_Op rounds to nearest even); send/recv,
+// sendrecv, barrier; the ledger's calls and bytes against the ring formulas of the ZeRO paper
+// (sec. 7), and DDP (2 Psi (N-1)/N) against ZeRO-3 (3 Psi (N-1)/N). Compiled as the CPU build
+// (floatX = float) and as the emulated CUDA build (floatX = bf16, both float and bf16 tested).
+//
+// Each check is evaluated on every rank; rank 0 prints one line per check (with the number of ranks
+// that failed it) and the summary "test_comm: N passed, M failed". Exit status 1 on any failure.
+//
+// Other modes (used by test/test_comm.sh):
+//   --die-rank R [--die-signal]   rank R leaves (exit(1), or SIGKILL) while the others wait in an
+//                                 all-reduce; mpirun must end the job (non-zero) promptly
+//   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
+//   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
+#include "../llm/comm.h"
+#include <stdarg.h>
+#include <signal.h>
+#include <unistd.h>
+
+static Comm C;
+static int g_pass = 0, g_fail = 0;
+
+// One check, evaluated on every rank (a collective over the world: every rank must call it in the
+// same order). Rank 0 prints the line. A failing rank prints its own detail line first.
+static int mcheck(int ok, const char* detail, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static int mcheck(int ok, const char* detail, const char* fmt, ...) {
+    if (!ok && detail && detail[0]) {
+        printf("  rank %d: %s\n", C.world_rank, detail);
+        fflush(stdout);
+    }
+    int bad = ok ? 0 : 1, nbad = 0;
+    mpiCheck(MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (nbad == 0) g_pass++; else g_fail++;
+    if (C.world_rank == 0) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (nbad == 0) printf("ok   %s\n", msg);
+        else printf("FAIL %s (%d of %d ranks failed)\n", msg, nbad, C.world_size);
+        fflush(stdout);
+    }
+    return nbad == 0;
+}
+
+// ----------------------------------------------------------------------------
+// data: a pure function of (seed, test id, world rank, index), so any rank can regenerate any
+// other rank's input
+
+static uint64_t g_seed = 0;
+
+static inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static inline float rand_val(uint64_t test, int world_rank, size_t i) {
+    uint64_t h = mix64(mix64(mix64(g_seed ^ test) + (uint64_t)world_rank) + i);
+    return (float)((double)(h >> 40) / (double)(1ull << 24) * 2.0 - 1.0);  // [-1, 1)
+}
+
+// the element types under test, with their unit roundoff
+template <typename T> struct TT;
+template <> struct TT<float> {
+    static float to(float x) { return x; }
+    static float from(float x) { return x; }
+    static const char* name() { return "float"; }
+    static double eps() { return ldexp(1.0, -24); }
+};
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+template <> struct TT<__nv_bfloat16> {
+    static __nv_bfloat16 to(float x) { return __float2bfloat16(x); }  // the toolkit's rounding, not comm.h's
+    static float from(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static const char* name() { return "bf16"; }
+    static double eps() { return ldexp(1.0, -8); }
+};
+#endif
+
+// world ranks of the members of my group g, in group-rank order (the formula, independently)
+static void group_members(CommGroup g, int* members) {
+    int dp = C.dp, tp = C.tp, pp = C.pp;
+    int d = C.world_rank / (tp * pp), p = (C.world_rank / tp) % pp, t = C.world_rank % tp;
+    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp : g == GROUP_TP ? tp : pp;
+    for (int j = 0; j < N; j++) {
+        switch (g) {
+            case GROUP_WORLD: members[j] = j; break;
+            case GROUP_DP: members[j] = (j * pp + p) * tp + t; break;
+            case GROUP_TP: members[j] = (d * pp + p) * tp + j; break;
+            default: members[j] = (d * pp + j) * tp + t; break;
+        }
+    }
+}
+
+template <typename T>
+static T* dev_upload(const T* host, size_t n) {
+    T* d = (T*)device_malloc(n * sizeof(T));
+    copy_to_device(d, host, n * sizeof(T));
+    return d;
+}
+static void dev_poison(void* d, size_t bytes) {  // 0xFF bytes: NaN in float and bf16
+    unsigned char* h = (unsigned char*)mallocCheck(bytes);
+    memset(h, 0xFF, bytes);
+    copy_to_device(d, h, bytes);
+    free(h);
+}
+static uint64_t hash_bytes(const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+// 1 if every rank of group g holds the same 64-bit value
+static int same_across_group(CommGroup g, uint64_t v) {
+    unsigned long long lo = 0, hi = 0, x = v;
+    mpiCheck(MPI_Allreduce(&x, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, C.mpi[g]));
+    mpiCheck(MPI_Allreduce(&x, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, C.mpi[g]));
+    return lo == hi;
+}
+
+static uint64_t g_test_id = 0;  // every test case draws fresh data
+
+// ----------------------------------------------------------------------------
+// one collective, one configuration
+
+enum { MODE_BLOCKING = 0, MODE_START_WAIT = 1, MODE_START_TEST = 2 };
+static const char* mode_name(int m) { return m == 0 ? "blocking" : m == 1 ? "start+wait" : "start+test"; }
+
+template <typename T>
+static void test_collective(CommKind kind, int mode, int in_place, CommGroup g, size_t block, CommReduce op) {
+    const uint64_t tid = ++g_test_id;
+    const int N = C.group_size[g], me = C.group_rank[g];
+    int members[64];
+    group_members(g, members);
+    const size_t n_in = kind == COMM_REDUCE_SCATTER ? N * block : block;
+    const size_t n_out = kind == COMM_ALL_GATHER ? N * block : block;
+
+    // every member's input, rounded to T
+    T* in = (T*)mallocCheck((size_t)N * n_in * sizeof(T));
+    for (int j = 0; j < N; j++)
+        for (size_t i = 0; i < n_in; i++) in[j * n_in + i] = TT<T>::to(rand_val(tid, members[j], i));
+    const T* mine = in + me * n_in;
+
+    // device buffers, following the in-place conventions of comm.h
+    T* send = NULL;
+    T* recv = NULL;
+    T* alloc1 = NULL;
+    T* alloc2 = NULL;
+    if (kind == COMM_ALL_REDUCE) {
+        alloc1 = dev_upload(mine, block);
+        send = alloc1;
+        if (in_place) recv = alloc1;
+        else { alloc2 = (T*)device_malloc(block * sizeof(T)); dev_poison(alloc2, block * sizeof(T)); recv = alloc2; }
+    } else if (kind == COMM_REDUCE_SCATTER) {
+        alloc1 = dev_upload(mine, N * block);
+        send = alloc1;
+        if (in_place) recv = alloc1 + me * block;
+        else { alloc2 = (T*)device_malloc(block * sizeof(T)); dev_poison(alloc2, block * sizeof(T)); recv = alloc2; }
+    } else {  // all_gather
+        alloc1 = (T*)device_malloc(N * block * sizeof(T));
+        dev_poison(alloc1, N * block * sizeof(T));
+        recv = alloc1;
+        if (in_place) { send = alloc1 + me * block; copy_to_device(send, mine, block * sizeof(T)); }
+        else { alloc2 = dev_upload(mine, block); send = alloc2; }
+    }
+
+    cudaStream_t stream = 0;
+    if (mode == MODE_BLOCKING) {
+        if (kind == COMM_ALL_REDUCE) comm_all_reduce(&C, g, send, recv, block, op, stream);
+        else if (kind == COMM_REDUCE_SCATTER) comm_reduce_scatter(&C, g, send, recv, block, op, stream);
+        else comm_all_gather(&C, g, send, recv, block, stream);
+    } else {
+        CommHandle h;
+        if (kind == COMM_ALL_REDUCE) h = comm_all_reduce_start(&C, g, send, recv, block, op, stream);
+        else if (kind == COMM_REDUCE_SCATTER) h = comm_reduce_scatter_start(&C, g, send, recv, block, op, stream);
+        else h = comm_all_gather_start(&C, g, send, recv, block, stream);
+        if (mode == MODE_START_TEST) {
+            long spins = 0;
+            while (!comm_test(&C, &h)) spins++;
+        }
+        comm_wait(&C, &h);
+    }
+    device_synchronize();
+    T* got = (T*)mallocCheck(n_out * sizeof(T));
+    copy_to_host(got, recv, n_out * sizeof(T));
+
+    // expected values and the tolerance
+    char detail[256] = "";
+    int ok = 1;
+    double max_err = 0.0;
+    const char* how = "exact";
+    if (kind == COMM_ALL_GATHER) {
+        for (size_t i = 0; i < n_out && ok; i++) {
+            float w = TT<T>::from(in[i]), o = TT<T>::from(got[i]);  // member j's block at j*block
+            if (memcmp(&w, &o, sizeof(float)) != 0) {
+                ok = 0;
+                snprintf(detail, sizeof(detail), "[%zu] got %.9g, expected %.9g (member %zu)", i, o, w, i / block);
+            }
+        }
+    } else {
+        const size_t off = kind == COMM_REDUCE_SCATTER ? me * block : 0;
+        // N <= 2: exactly one rounding of a+b (then of the average) is the only right answer
+        const int exact = N <= 2;
+        if (!exact) how = "tol (N+1) eps sum|x|";
+        for (size_t i = 0; i < n_out; i++) {
+            double want, tol = 0.0;
+            if (exact) {
+                float s = TT<T>::from(in[off + i]);
+                if (N == 2) s = TT<T>::from(TT<T>::to(s + TT<T>::from(in[n_in + off + i])));
+                if (op == COMM_AVG && N == 2) s = TT<T>::from(TT<T>::to(s * 0.5f));
+                want = s;
+            } else {
+                double sum = 0.0, sabs = 0.0;
+                for (int j = 0; j < N; j++) {
+                    double x = TT<T>::from(in[j * n_in + off + i]);
+                    sum += x;
+                    sabs += fabs(x);
+                }
+                want = op == COMM_AVG ? sum / N : sum;
+                tol = (N + 1) * TT<T>::eps() * sabs * (op == COMM_AVG ? 1.0 / N : 1.0);
+            }
+            double o = TT<T>::from(got[i]);
+            double err = fabs(o - want);
+            if (!(err <= tol)) {
+                if (ok) snprintf(detail, sizeof(detail), "[%zu] got %.9g, expected %.9g (tol %.3g)", i, o, want, tol);
+                ok = 0;
+            }
+            if (err > max_err || err != err) max_err = err;
+        }
+    }
+    int same = 1;
+    if (kind == COMM_ALL_REDUCE) same = same_across_group(g, hash_bytes(got, n_out * sizeof(T)));
+
+    mcheck(ok && same, ok ? "results differ between the ranks of the group" : detail,
+           "%-14s %-5s %-5s N=%d block=%-4zu %s %-10s %s: max|err| %.3g (%s)%s", comm_kind_name(kind),
+           TT<T>::name(), comm_group_name(g), N, block, kind == COMM_ALL_GATHER ? "   " : (op == COMM_AVG ? "avg" : "sum"),
+           mode_name(mode), in_place ? "in-place" : "out-of-place", max_err, how,
+           kind == COMM_ALL_REDUCE ? ", identical on all ranks" : "");
+    free(in);
+    free(got);
+    device_free(alloc1);
+    device_free(alloc2);
+}
+
+// several non-blocking collectives in flight at once, completed in reverse order
+template <typename T>
+static void test_overlapped(CommGroup g) {
+    const uint64_t tid = ++g_test_id;
+    const int N = C.group_size[g], me = C.group_rank[g];
+    int members[64];
+    group_members(g, members);
+    const size_t b = 257;
+    T* h_ar = (T*)mallocCheck(b * sizeof(T));
+    T* h_rs = (T*)mallocCheck(N * b * sizeof(T));
+    T* h_ag = (T*)mallocCheck(b * sizeof(T));
+    for (size_t i = 0; i < b; i++) h_ar[i] = TT<T>::to((float)(C.world_rank + 1));  // small integers: exact sums
+    for (size_t i = 0; i < N * b; i++) h_rs[i] = TT<T>::to((float)(i % 7));
+    for (size_t i = 0; i < b; i++) h_ag[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
+    T* ar = dev_upload(h_ar, b);
+    T* rs_in = dev_upload(h_rs, N * b);
+    T* rs_out = (T*)device_malloc(b * sizeof(T));
+    T* ag_in = dev_upload(h_ag, b);
+    T* ag_out = (T*)device_malloc(N * b * sizeof(T));
+    CommHandle h1 = comm_all_reduce_start(&C, g, ar, ar, b, COMM_SUM, (cudaStream_t)0);
+    CommHandle h2 = comm_reduce_scatter_start(&C, g, rs_in, rs_out, b, COMM_SUM, (cudaStream_t)0);
+    CommHandle h3 = comm_all_gather_start(&C, g, ag_in, ag_out, b, (cudaStream_t)0);
+    comm_wait(&C, &h3);
+    comm_wait(&C, &h2);
+    comm_wait(&C, &h1);
+    comm_wait(&C, &h1);  // a second wait is a no-op
+    device_synchronize();
+    T* got = (T*)mallocCheck(N * b * sizeof(T));
+    char detail[200] = "";
+    int ok = 1;
+    double want_ar = 0.0;
+    for (int j = 0; j < N; j++) want_ar += members[j] + 1;
+    copy_to_host(got, ar, b * sizeof(T));
+    for (size_t i = 0; i < b && ok; i++)
+        if (TT<T>::from(got[i]) != (float)want_ar) { ok = 0; snprintf(detail, sizeof(detail), "all_reduce [%zu] %g != %g", i, TT<T>::from(got[i]), want_ar); }
+    copy_to_host(got, rs_out, b * sizeof(T));
+    for (size_t i = 0; i < b && ok; i++) {
+        float w = (float)(N * ((me * b + i) % 7));
+        if (TT<T>::from(got[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "reduce_scatter [%zu] %g != %g", i, TT<T>::from(got[i]), w); }
+    }
+    copy_to_host(got, ag_out, N * b * sizeof(T));
+    for (size_t i = 0; i < N * b && ok; i++) {
+        float w = TT<T>::from(TT<T>::to(rand_val(tid, members[i / b], i % b)));
+        if (TT<T>::from(got[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "all_gather [%zu] %g != %g", i, TT<T>::from(got[i]), w); }
+    }
+    mcheck(ok, detail, "three non-blocking collectives in flight (%s, %s, N=%d), waited in reverse order", TT<T>::name(),
+           comm_group_name(g), N);
+    free(h_ar); free(h_rs); free(h_ag); free(got);
+    device_free(ar); device_free(rs_in); device_free(rs_out); device_free(ag_in); device_free(ag_out);
+}
+
+template <typename T>
+static void test_broadcast(CommGroup g, size_t n) {
+    const int N = C.group_size[g];
+    int members[64];
+    group_members(g, members);
+    for (int root = 0; root < N; root++) {
+        const uint64_t tid = ++g_test_id;
+        T* h = (T*)mallocCheck(n * sizeof(T));
+        for (size_t i = 0; i < n; i++) h[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
+        T* d = dev_upload(h, n);
+        comm_broadcast(&C, g, d, n, root, (cudaStream_t)0);
+        device_synchronize();
+        copy_to_host(h, d, n * sizeof(T));
+        int ok = 1;
+        char detail[160] = "";
+        for (size_t i = 0; i < n && ok; i++) {
+            float w = TT<T>::from(TT<T>::to(rand_val(tid, members[root], i)));
+            if (TT<T>::from(h[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "[%zu] %g != %g", i, TT<T>::from(h[i]), w); }
+        }
+        mcheck(ok, detail, "broadcast      %-5s %-5s N=%d n=%zu root=%d: every rank holds the root's data", TT<T>::name(),
+               comm_group_name(g), N, n, root);
+        free(h);
+        device_free(d);
+    }
+}
+
+// send/recv between group ranks 0 and 1 (and back), and a sendrecv ring over the whole group
+template <typename T>
+static void test_p2p(CommGroup g, size_t n) {
+    const int N = C.group_size[g], me = C.group_rank[g];
+    int members[64];
+    group_members(g, members);
+    const uint64_t tid = ++g_test_id;
+    T* h = (T*)mallocCheck(n * sizeof(T));
+    for (size_t i = 0; i < n; i++) h[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
+    T* mine = dev_upload(h, n);
+    T* got = (T*)device_malloc(n * sizeof(T));
+    dev_poison(got, n * sizeof(T));
+    int ok = 1;
+    char detail[160] = "";
+    if (N >= 2) {
+        if (me == 0) { comm_send(&C, g, mine, n, 1, (cudaStream_t)0); comm_recv(&C, g, got, n, 1, (cudaStream_t)0); }
+        if (me == 1) { comm_recv(&C, g, got, n, 0, (cudaStream_t)0); comm_send(&C, g, mine, n, 0, (cudaStream_t)0); }
+        device_synchronize();
+        if (me <= 1) {
+            copy_to_host(h, got, n * sizeof(T));
+            int peer = members[1 - me];
+            for (size_t i = 0; i < n && ok; i++) {
+                float w = TT<T>::from(TT<T>::to(rand_val(tid, peer, i)));
+                if (TT<T>::from(h[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "send/recv [%zu] %g != %g", i, TT<T>::from(h[i]), w); }
+            }
+        }
+        mcheck(ok, detail, "send/recv      %-5s %-5s N=%d n=%zu: group ranks 0 -> 1, then 1 -> 0", TT<T>::name(), comm_group_name(g), N, n);
+    }
+    // ring: send to the next rank, receive from the previous one (N = 1: to itself, a copy)
+    dev_poison(got, n * sizeof(T));
+    int next = (me + 1) % N, prev = (me + N - 1) % N;
+    comm_sendrecv(&C, g, mine, n, next, got, n, prev, (cudaStream_t)0);
+    device_synchronize();
+    copy_to_host(h, got, n * sizeof(T));
+    ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        float w = TT<T>::from(TT<T>::to(rand_val(tid, members[prev], i)));
+        if (TT<T>::from(h[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "sendrecv [%zu] %g != %g", i, TT<T>::from(h[i]), w); }
+    }
+    mcheck(ok, detail, "sendrecv ring  %-5s %-5s N=%d n=%zu: each rank gets its predecessor's data", TT<T>::name(), comm_group_name(g), N, n);
+    free(h);
+    device_free(mine);
+    device_free(got);
+}
+
+// ----------------------------------------------------------------------------
+
+static void test_mesh(void) {
+    const int W = C.world_size;
+    mcheck(C.dp * C.tp * C.pp == W, NULL, "mesh: dp %d x tp %d x pp %d = world %d", C.dp, C.tp, C.pp, W);
+    int r = C.world_rank;
+    int ok = r == (C.dp_rank * C.pp + C.pp_rank) * C.tp + C.tp_rank && r == comm_world_rank_of(&C, C.dp_rank, C.pp_rank, C.tp_rank)
+             && C.tp_rank == r % C.tp && C.pp_rank == (r / C.tp) % C.pp && C.dp_rank == r / (C.tp * C.pp);
+    char detail[320];
+    snprintf(detail, sizeof(detail), "world %d -> dp %d pp %d tp %d", r, C.dp_rank, C.pp_rank, C.tp_rank);
+    mcheck(ok, detail, "mesh: world_rank = (dp_rank*pp + pp_rank)*tp + tp_rank (tp innermost, then pp, then dp)");
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        int members[64], got[64];
+        group_members((CommGroup)g, members);
+        int N = C.group_size[g];
+        mpiCheck(MPI_Allgather(&r, 1, MPI_INT, got, 1, MPI_INT, C.mpi[g]));
+        int okg = N == (g == 0 ? W : g == 1 ? C.dp : g == 2 ? C.tp : C.pp);
+        int want_rank = g == 0 ? r : g == 1 ? C.dp_rank : g == 2 ? C.tp_rank : C.pp_rank;
+        okg = okg && C.group_rank[g] == want_rank && comm_group_rank(&C, (CommGroup)g) == want_rank &&
+              comm_group_size(&C, (CommGroup)g) == N;
+        char list[200] = "";
+        for (int j = 0; j < N; j++) {
+            if (got[j] != members[j]) okg = 0;
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d", j ? "," : "", got[j]);
+        }
+        snprintf(detail, sizeof(detail), "%s group members (world ranks) %s, my group rank %d", comm_group_name(g), list, C.group_rank[g]);
+        mcheck(okg, detail, "mesh: %s group has the expected members in rank order (size %d)", comm_group_name(g), N);
+        if (r == 0) {
+            printf("     %s group of world rank 0: {%s}\n", comm_group_name(g), list);
+            fflush(stdout);
+        }
+    }
+    // the whole mesh, for the reader: world rank -> (dp, pp, tp)
+    int coords[3] = {C.dp_rank, C.pp_rank, C.tp_rank};
+    int* all = (int*)mallocCheck(3 * W * sizeof(int));
+    mpiCheck(MPI_Gather(coords, 3, MPI_INT, all, 3, MPI_INT, 0, MPI_COMM_WORLD));
+    if (r == 0) {
+        printf("     world rank -> (dp, pp, tp):");
+        for (int i = 0; i < W && i < 16; i++) printf(" %d:(%d,%d,%d)", i, all[3 * i], all[3 * i + 1], all[3 * i + 2]);
+        printf("%s\n", W > 16 ? " ..." : "");
+        fflush(stdout);
+    }
+    free(all);
+    ok = C.local_rank >= 0 && C.local_rank < C.local_size && C.local_size <= W && (C.local_size != W || C.local_rank == r);
+    snprintf(detail, sizeof(detail), "local rank %d of %d", C.local_rank, C.local_size);
+    mcheck(ok, detail, "mesh: node-local rank in range (one node: local rank = world rank)");
+}
+
+static void test_barrier(void) {
+    if (C.world_size < 2) return;
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        if (C.group_size[g] < 2) continue;
+        // group rank 0 arrives 200 ms late; the others must wait for it
+        mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+        double t0 = wall_ms();
+        if (C.group_rank[g] == 0) usleep(200000);
+        comm_barrier(&C, (CommGroup)g);
+        double waited = wall_ms() - t0;
+        char detail[100];
+        snprintf(detail, sizeof(detail), "left the barrier after %.0f ms", waited);
+        mcheck(waited >= 150.0, detail, "barrier %-5s: every rank waits for the late group rank 0 (>= 150 ms)", comm_group_name(g));
+    }
+}
+
+static int close_rel(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
+
+static void test_ledger(void) {
+    // one of each kind on every group, on float buffers of known sizes
+    ledger_reset(&C);
+    mcheck(ledger_calls(&C, COMM_ALL_KINDS, GROUP_ALL) == 0 && ledger_sent_bytes(&C, COMM_ALL_KINDS, GROUP_ALL) == 0.0,
+           NULL, "ledger: empty after ledger_reset");
+    const size_t n = 1000, block = 3;
+    float* a = (float*)device_malloc(4 * 64 * n * sizeof(float));
+    float* b = (float*)device_malloc(4 * 64 * n * sizeof(float));
+    device_memset_zero(a, 4 * 64 * n * sizeof(float), 0);
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        CommGroup gg = (CommGroup)g;
+        int N = C.group_size[g];
+        comm_all_reduce(&C, gg, a, b, n, COMM_SUM, (cudaStream_t)0);
+        comm_all_reduce(&C, gg, a, a, n, COMM_AVG, (cudaStream_t)0);
+        CommHandle h = comm_reduce_scatter_start(&C, gg, a, b, block, COMM_SUM, (cudaStream_t)0);
+        comm_wait(&C, &h);
+        comm_all_gather(&C, gg, a, b, block, (cudaStream_t)0);
+        comm_broadcast(&C, gg, a, n, N - 1, (cudaStream_t)0);
+        comm_sendrecv(&C, gg, a, n, (C.group_rank[g] + 1) % N, b, n, (C.group_rank[g] + N - 1) % N, (cudaStream_t)0);
+    }
+    int ok = 1;
+    char detail[300] = "";
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        CommGroup gg = (CommGroup)g;
+        double N = C.group_size[g], f = (N - 1) / N, S = n * 4.0, B = block * 4.0;
+        int root = C.group_rank[g] == C.group_size[g] - 1;
+        //                      kind              calls payload     sent (the formulas, written out)
+        struct { CommKind k; long long calls; double payload, sent; } want[6] = {
+            {COMM_ALL_REDUCE, 2, 2 * S, 2 * 2 * f * S},
+            {COMM_REDUCE_SCATTER, 1, N * B, f * N * B},
+            {COMM_ALL_GATHER, 1, N * B, f * N * B},
+            {COMM_BROADCAST, 1, S, (root && N > 1) ? S : 0.0},
+            {COMM_SEND, 1, S, N > 1 ? S : 0.0},
+            {COMM_RECV, 1, S, 0.0},
+        };
+        for (int k = 0; k < 6; k++) {
+            long long c = ledger_calls(&C, want[k].k, gg);
+            double p = ledger_payload_bytes(&C, want[k].k, gg), s = ledger_sent_bytes(&C, want[k].k, gg);
+            if (c != want[k].calls || !close_rel(p, want[k].payload) || !close_rel(s, want[k].sent)) {
+                if (ok) snprintf(detail, sizeof(detail), "%s %s: calls %lld payload %.0f sent %.1f, expected %lld %.0f %.1f",
+                                 comm_kind_name(want[k].k), comm_group_name(g), c, p, s, want[k].calls, want[k].payload, want[k].sent);
+                ok = 0;
+            }
+        }
+    }
+    mcheck(ok, detail, "ledger: calls, payload and ring bytes of every kind and group match the formulas");
+    long long total_calls = ledger_calls(&C, COMM_ALL_KINDS, GROUP_ALL);
+    mcheck(total_calls == 4 * 7, NULL, "ledger: %lld calls in all (4 groups x 7)", total_calls);
+
+    // the JSON report holds the same numbers
+    char js[4096];
+    int len = ledger_json(&C, js, sizeof(js));
+    char want_total[64];
+    snprintf(want_total, sizeof(want_total), "\"total_calls\":%lld", total_calls);
+    ok = len > 0 && len < (int)sizeof(js) && (int)strlen(js) == len && js[0] == '{' && js[len - 1] == '}' &&
+         strstr(js, want_total) && strstr(js, "\"kind\":\"reduce_scatter\",\"group\":\"dp\"");
+    mcheck(ok, js, "ledger: ledger_json is one complete object (%d chars) with every row and the totals", len);
+    char small[16];
+    int len2 = ledger_json(&C, small, sizeof(small));
+    mcheck(len2 == len && strlen(small) == sizeof(small) - 1, NULL, "ledger: ledger_json into a short buffer truncates and returns the full length");
+
+    // DDP vs ZeRO-3 on the DP group: Psi float gradients/parameters, N ranks
+    const int N = C.group_size[GROUP_DP];
+    const size_t psi = 64 * 1000 * (size_t)N;  // a multiple of N (ZeRO pads to this)
+    float* full = (float*)device_malloc(psi * sizeof(float));
+    float* shard = (float*)device_malloc(psi / N * sizeof(float));
+    device_memset_zero(full, psi * sizeof(float), 0);
+    device_memset_zero(shard, psi / N * sizeof(float), 0);
+    ledger_reset(&C);
+    comm_all_reduce(&C, GROUP_DP, full, full, psi, COMM_AVG, (cudaStream_t)0);  // DDP: the gradients
+    double ddp = ledger_sent_bytes(&C, COMM_ALL_KINDS, GROUP_DP);
+    ledger_reset(&C);
+    comm_all_gather(&C, GROUP_DP, shard, full, psi / N, (cudaStream_t)0);  // ZeRO-3 forward: parameters
+    comm_all_gather(&C, GROUP_DP, shard, full, psi / N, (cudaStream_t)0);  // backward: parameters again
+    comm_reduce_scatter(&C, GROUP_DP, full, shard, psi / N, COMM_AVG, (cudaStream_t)0);  // gradients
+    double z3 = ledger_sent_bytes(&C, COMM_ALL_KINDS, GROUP_DP);
+    double P = psi * 4.0;
+    snprintf(detail, sizeof(detail), "DDP %.0f, ZeRO-3 %.0f bytes", ddp, z3);
+    mcheck(close_rel(ddp, 2.0 * P * (N - 1) / N) && close_rel(z3, 3.0 * P * (N - 1) / N), detail,
+           "ledger: DDP sends 2 Psi (N-1)/N = %.0f bytes, ZeRO-3 3 Psi (N-1)/N = %.0f (Psi = %.0f bytes, N = %d)", ddp, z3, P, N);
+    if (N > 1) mcheck(close_rel(z3 / ddp, 1.5), NULL, "ledger: ZeRO-3 / DDP = %.4f (ZeRO paper sec. 7.2: 1.5)", z3 / ddp);
+    ledger_reset(&C);
+    device_free(a); device_free(b); device_free(full); device_free(shard);
+}
+
+template <typename T>
+static void test_all_collectives(void) {
+    const size_t blocks[3] = {1, 3, 1000};
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        CommGroup gg = (CommGroup)g;
+        for (int bi = 0; bi < 3; bi++) {
+            for (int op = 0; op < 2; op++) {
+                for (int inp = 0; inp < 2; inp++) {
+                    test_collective<T>(COMM_ALL_REDUCE, MODE_BLOCKING, inp, gg, blocks[bi], (CommReduce)op);
+                    test_collective<T>(COMM_REDUCE_SCATTER, MODE_BLOCKING, inp, gg, blocks[bi], (CommReduce)op);
+                }
+                // non-blocking: out of place with comm_wait, in place with comm_test polling
+                test_collective<T>(COMM_ALL_REDUCE, MODE_START_WAIT, 0, gg, blocks[bi], (CommReduce)op);
+                test_collective<T>(COMM_REDUCE_SCATTER, MODE_START_TEST, 1, gg, blocks[bi], (CommReduce)op);
+            }
+            test_collective<T>(COMM_ALL_GATHER, MODE_BLOCKING, 0, gg, blocks[bi], COMM_SUM);
+            test_collective<T>(COMM_ALL_GATHER, MODE_BLOCKING, 1, gg, blocks[bi], COMM_SUM);
+            test_collective<T>(COMM_ALL_GATHER, MODE_START_WAIT, 1, gg, blocks[bi], COMM_SUM);
+            test_collective<T>(COMM_ALL_REDUCE, MODE_START_TEST, 1, gg, blocks[bi], COMM_AVG);
+            test_collective<T>(COMM_ALL_GATHER, MODE_START_TEST, 0, gg, blocks[bi], COMM_SUM);
+            test_collective<T>(COMM_REDUCE_SCATTER, MODE_START_WAIT, 0, gg, blocks[bi], COMM_SUM);
+        }
+        test_overlapped<T>(gg);
+        test_broadcast<T>(gg, 1000);
+        test_p2p<T>(gg, 1000);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the other modes
+
+static void die_mode(int die_rank, int use_signal) {
+    if (die_rank < 0 || die_rank >= C.world_size) fatal("--die-rank %d: expected a rank in [0, %d)", die_rank, C.world_size);
+    const size_t n = 1 << 18;
+    float* buf = (float*)device_malloc(n * sizeof(float));
+    device_memset_zero(buf, n * sizeof(float), 0);
+    comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);  // everyone is up
+    if (C.world_rank == die_rank) {
+        usleep(300000);  // the others are inside the next all-reduce by now
+        fprintf(stderr, "rank %d: leaving without MPI_Finalize (%s)\n", die_rank, use_signal ? "SIGKILL" : "exit(1)");
+        fflush(stderr);
+        if (use_signal) raise(SIGKILL);
+        exit(1);
+    }
+    for (;;) comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+}
+
+static void bench_mode(void) {
+    const size_t max_bytes = (size_t)64 << 20;
+    float* buf = (float*)device_malloc(max_bytes);
+    device_memset_zero(buf, max_bytes, 0);
+    const int N = C.world_size;
+    if (C.world_rank == 0) {
+        printf("all_reduce bandwidth, %d processes, float sum in place (%s build)\n", N, LLM_BUILD_CUDA ? "NCCL" : "MPI");
+        printf("  %8s %6s %10s %12s %12s %10s\n", "MB", "iters", "ms/call", "algbw GB/s", "busbw GB/s", "worst ms");
+    }
+    for (size_t mb = 1; mb <= 64; mb *= 2) {
+        size_t bytes = mb << 20, n = bytes / 4;
+        int iters = (int)(256 / mb);
+        if (iters < 5) iters = 5;
+        if (iters > 20) iters = 20;
+        comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);  // warm up
+        device_synchronize();
+        // three rounds; the best (the machine may be shared), the slowest rank of each round
+        double best = 1e30, worst = 0.0;
+        for (int round = 0; round < 3; round++) {
+            mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+            double t0 = wall_ms();
+            for (int i = 0; i < iters; i++) comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+            device_synchronize();
+            double ms = (wall_ms() - t0) / iters, ms_max = 0.0;
+            mpiCheck(MPI_Allreduce(&ms, &ms_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+            best = fmin(best, ms_max);
+            worst = fmax(worst, ms_max);
+        }
+        double algbw = bytes / (best * 1e-3) / 1e9;
+        if (C.world_rank == 0) printf("  %8zu %6d %10.3f %12.2f %12.2f %10.3f\n", mb, iters, best, algbw, algbw * 2.0 * (N - 1) / N, worst);
+        fflush(stdout);
+    }
+    device_free(buf);
+}
+
+int main(int argc, char** argv) {
+    int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0;
+    unsigned long long seed = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (!strcmp(a, "--dp") && i + 1 < argc) dp = atoi(argv[++i]);
+        else if (!strcmp(a, "--tp") && i + 1 < argc) tp = atoi(argv[++i]);
+        else if (!strcmp(a, "--pp") && i + 1 < argc) pp = atoi(argv[++i]);
+        else if (!strcmp(a, "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--die-rank") && i + 1 < argc) die_rank = atoi(argv[++i]);
+        else if (!strcmp(a, "--die-signal")) die_signal = 1;
+        else if (!strcmp(a, "--bench")) bench = 1;
+        else if (!strcmp(a, "--host-ptr")) host_ptr = 1;
+        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --seed --die-rank --die-signal --bench --host-ptr)", a);
+    }
+    comm_init(&C, &argc, &argv, dp, tp, pp);
+    if (C.world_size > 64) fatal("test_comm: at most 64 processes (found %d)", C.world_size);
+
+    if (die_rank >= 0) die_mode(die_rank, die_signal);
+    if (bench) { bench_mode(); comm_free(&C); return 0; }
+    if (host_ptr) {
+        float x[4] = {0, 0, 0, 0};
+        comm_all_reduce(&C, GROUP_WORLD, x, x, 4, COMM_SUM, (cudaStream_t)0);  // the emulated build refuses
+        if (C.world_rank == 0) printf("host pointer accepted (%s build)\n", LLM_BUILD_EMU ? "emulated" : "CPU");
+        comm_free(&C);
+        return 0;
+    }
+
+    // the base seed: rank 0 picks it, every rank uses it
+    if (C.world_rank == 0 && seed == 0) seed = ((unsigned long long)time(NULL) << 20) ^ (unsigned long long)getpid();
+    mpiCheck(MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
+    g_seed = seed;
+    if (C.world_rank == 0) {
+        printf("test_comm: world %d = dp %d x pp %d x tp %d, %s build, floatX %s, seed %llu, MPI_Init %.0f ms%s\n",
+               C.world_size, C.dp, C.pp, C.tp, LLM_BUILD_CUDA ? "CUDA" : LLM_BUILD_EMU ? "emulated" : "CPU",
+               PRECISION_MODE, seed, C.init_ms, C.owns_mpi ? "" : " (MPI was up already)");
+        fflush(stdout);
+    }
+
+    test_mesh();
+    test_all_collectives<float>();
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+    test_all_collectives<floatX>();  // bf16 over MPI: the user-defined MPI_Op
+#endif
+    test_barrier();
+    test_ledger();
+
+    {   // an example table: one DDP-like gradient average on the DP group
+        float* g = (float*)device_malloc(4096 * sizeof(float));
+        device_memset_zero(g, 4096 * sizeof(float), 0);
+        comm_all_reduce(&C, GROUP_DP, g, g, 4096, COMM_AVG, (cudaStream_t)0);
+        device_free(g);
+    }
+    if (C.world_rank == 0) ledger_print(&C, stdout);
+
+    int failed = g_fail;
+    if (C.world_rank == 0) printf("test_comm: %d passed, %d failed\n", g_pass, g_fail);
+    fflush(stdout);
+    comm_free(&C);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# test_comm.sh: llm/comm.h under every layout, and the failure paths of the launcher.
+#
+#   bash test/test_comm.sh        (builds build/test_comm_cpu and build/test_comm_emu if needed)
+#
+# Runs test/test_comm.cu one process alone (Open MPI singleton init), under mpirun with 1, 2 and 4
+# processes in the layouts (dp x tp x pp) 2x1x1 1x2x1 1x1x2 4x1x1 2x2x1 1x2x2 2x1x2 (and dp inferred),
+# the emulated CUDA build (bf16 over the user-defined MPI_Op) with 1, 2 and 4, then checks that
+# an invalid layout exits non-zero with one line, that a host pointer is refused by the emulated
+# build, and that a rank leaving without MPI_Finalize (exit(1), SIGKILL) while the others wait in
+# an all-reduce ends the whole job non-zero within 30 s, and that the CUDA/NCCL build compiles (when
+# nvcc is here). Logs: build/comm/*.log. Each run prints its seed; rerun one with --seed S.
+# Ends with "test_comm: N passed, M failed"; exit status 1 on any failure.
+#
+# mpirun flags used here and why:
+#   --oversubscribe      more processes than cores (this CI machine has 2)
+#   --allow-run-as-root  only when run as root (Open MPI refuses root otherwise)
+#   -q                   no mpirun banners: an error is the program's one line
+#   --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0
+#                        a process that exits non-zero, or without MPI_Finalize, kills the job
+#                        (Open MPI 4.1 defaults, pinned so a site config cannot turn them off)
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+LOG=build/comm
+mkdir -p "$LOG"
+
+make -s build/test_comm_cpu build/test_comm_emu >"$LOG/build.log" 2>&1 \
+    || { cat "$LOG/build.log"; echo "test_comm: 0 passed, 1 failed"; exit 1; }
+
+MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0)
+[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
+echo "mpirun flags: ${MPIRUN[*]:1}"
+
+pass=0; fail=0
+ok()   { echo "ok   $*"; pass=$((pass+1)); }
+bad()  { echo "FAIL $*"; fail=$((fail+1)); }
+
+# run NAME CMD...: a test_comm run; adds its "N passed, M failed"
+run() {
+    local name=$1; shift
+    local log=$LOG/$name.log t0=$SECONDS
+    timeout 60 "$@" >"$log" 2>&1
+    local rc=$?
+    local line p f
+    line=$(grep -E '^test_comm: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    p=$(echo "$line" | sed -nE 's/^test_comm: ([0-9]+) passed, ([0-9]+) failed.*/\1/p'); p=${p:-0}
+    f=$(echo "$line" | sed -nE 's/^test_comm: ([0-9]+) passed, ([0-9]+) failed.*/\2/p'); f=${f:-0}
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    grep -E '^(FAIL|  rank|error)' "$log" | head -10
+    pass=$((pass+p)); fail=$((fail+f))
+    local cmd="$*"; cmd=${cmd#"${MPIRUN[*]} "}  # the common mpirun flags are listed at the top
+    echo "$( [ "$f" -eq 0 ] && echo "ok  " || echo "FAIL") $name: $p passed, $f failed, exit $rc ($((SECONDS-t0)) s): $cmd"
+}
+
+run cpu_singleton   ./build/test_comm_cpu
+run cpu_np1         "${MPIRUN[@]}" -np 1 ./build/test_comm_cpu
+run cpu_2x1x1       "${MPIRUN[@]}" -np 2 ./build/test_comm_cpu --dp 2 --tp 1 --pp 1
+run cpu_1x2x1       "${MPIRUN[@]}" -np 2 ./build/test_comm_cpu --dp 1 --tp 2 --pp 1
+run cpu_1x1x2       "${MPIRUN[@]}" -np 2 ./build/test_comm_cpu --dp 1 --tp 1 --pp 2
+run cpu_4x1x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 4 --tp 1 --pp 1
+run cpu_2x2x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --tp 2 --pp 1
+run cpu_1x2x2       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 1 --tp 2 --pp 2
+run cpu_2x1x2       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --tp 1 --pp 2
+run cpu_dp_auto     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --pp 4
+run emu_singleton   ./build/test_comm_emu
+run emu_1x2x1       "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --tp 2
+run emu_2x2x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_emu --dp 2 --tp 2 --pp 1
+
+# an invalid layout: non-zero exit, exactly one line of output, naming the flags
+invalid() {  # NAME CMD...
+    local name=$1; shift
+    local out rc
+    out=$(timeout 30 "$@" 2>&1); rc=$?
+    echo "$out" > "$LOG/$name.log"
+    local lines; lines=$(printf '%s\n' "$out" | grep -c .)
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -qE '^error: invalid layout.*--(dp|tp|pp)'; then
+        ok "$name: exit $rc, one line: $out"
+    else
+        bad "$name: exit $rc, $lines lines (expected non-zero and one 'error: invalid layout' line): $out"
+    fi
+}
+invalid invalid_np4_dp3     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 3
+invalid invalid_np4_tp3     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --tp 3
+invalid invalid_singleton   ./build/test_comm_cpu --dp 2 --tp 1 --pp 1
+
+# the emulated build refuses host memory (a host pointer would crash NCCL on a GPU)
+out=$(timeout 30 "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --host-ptr 2>&1); rc=$?
+echo "$out" > "$LOG/emu_host_ptr.log"
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q 'collectives take device memory'; then
+    ok "emu_host_ptr: a host pointer to a collective exits $rc with 'collectives take device memory'"
+else
+    bad "emu_host_ptr: exit $rc: $out"
+fi
+
+# a rank leaves while the others wait inside an all-reduce: mpirun must end the job, non-zero
+die() {  # NAME ARGS...
+    local name=$1; shift
+    local t0; t0=$(date +%s.%N)
+    timeout 30 "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu "$@" >"$LOG/$name.log" 2>&1
+    local rc=$?
+    local dt; dt=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then
+        ok "$name: mpirun exited $rc after ${dt} s (the others were waiting in an all-reduce)"
+    else
+        bad "$name: mpirun exited $rc after ${dt} s (124 = hung until the 30 s timeout)"
+    fi
+}
+die die_rank1_exit1      --die-rank 1
+die die_rank0_exit1      --die-rank 0
+die die_rank3_sigkill    --die-rank 3 --die-signal
+
+# the CUDA build (NCCL) must compile even where no GPU can run it
+if command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
+    if make -s -f Makefile -f test/comm.mk build/test_comm_cuda >"$LOG/build_cuda.log" 2>&1; then
+        ok "cuda_build: nvcc compiles and links the NCCL path (build/test_comm_cuda)"
+    else
+        bad "cuda_build: nvcc failed, see $LOG/build_cuda.log"; tail -5 "$LOG/build_cuda.log"
+    fi
+else
+    echo "skip cuda_build: no nvcc"
+fi
+
+echo "test_comm: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
