@@ -121,8 +121,8 @@ template <int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
 encoder_backward_wte_kernel(floatX* dwte,              // (Vp,C) accumulates
                             const floatX* dout,        // (B,T,C)
-                            const int* positions,      // (B*T) b*T+t, grouped by bucket, ascending within one
-                            const int* bucket_start,   // (nbuckets+1) bucket k is positions[bucket_start[k] .. bucket_start[k+1])
+                            const int* positions,      // (B*T) b*T+t, by bucket, ascending within one
+                            const int* bucket_start,   // (nbuckets+1) bucket k: positions[start[k], start[k+1])
                             const int* bucket_token,   // (nbuckets) the token of bucket k
                             int first_bucket, int C) {
     __shared__ float sums[WARPS][x128::size][32];  // (warp, element of x128, lane): conflict-free

@@ -7,6 +7,15 @@
 //   logits = ln_f(x) @ wte^T    (the LM head is tied to the token embedding)
 //
 // The residual adds are fused into the LayerNorm that follows them.
+//
+// Units. For data parallelism (llm/ddp.h, llm/zero.h) the 16 tensors are grouped in units that are
+// communicated as one: unit 0 "embed" (wte, wpe), unit 1+l the 12 tensors of layer l, unit L+1
+// "final" (lnfw, lnfb). The forward and backward passes get each unit's parameter and gradient
+// pointers through small structs (EmbedTensors, LayerTensors, FinalTensors). Without hooks they are
+// slices of the two full buffers (the single-process path); with hooks (GPTHooks, set by zero.h)
+// they may be a unit working buffer in the unit's packed layout (its tensors back to back in
+// checkpoint order), e.g. parameters all-gathered just in time (ZeRO-3), and the hooks learn when a
+// unit's gradients are final, to start their reduction while the backward pass goes on.
 #pragma once
 #include "common.h"
 #include "device.h"
@@ -131,6 +140,92 @@ static void point_parameters(ParameterTensors* p, floatX* memory, const size_t* 
 }
 
 // ----------------------------------------------------------------------------
+// units: the tensors of one layer, of the embedding, of the final LayerNorm
+
+#define UNIT_EMBED 0                                             // wte, wpe
+static inline int unit_of_layer(int l) { return 1 + l; }         // the 12 tensors of layer l
+static inline int unit_final(GPTConfig c) { return c.num_layers + 1; }  // lnfw, lnfb
+static inline int num_units(GPTConfig c) { return c.num_layers + 2; }
+
+typedef struct {
+    floatX* ln1w;      // (C)
+    floatX* ln1b;      // (C)
+    floatX* qkvw;      // (3*C, C)
+    floatX* qkvb;      // (3*C)
+    floatX* attprojw;  // (C, C)
+    floatX* attprojb;  // (C)
+    floatX* ln2w;      // (C)
+    floatX* ln2b;      // (C)
+    floatX* fcw;       // (4*C, C)
+    floatX* fcb;       // (4*C)
+    floatX* fcprojw;   // (C, 4*C)
+    floatX* fcprojb;   // (C)
+} LayerTensors;
+
+typedef struct {
+    floatX* wte;  // (Vp, C)
+    floatX* wpe;  // (maxT, C)
+} EmbedTensors;
+
+typedef struct {
+    floatX* lnfw;  // (C)
+    floatX* lnfb;  // (C)
+} FinalTensors;
+
+// layer l's slices of a full (checkpoint-order) buffer's tensors
+static LayerTensors layer_slices(const ParameterTensors* t, GPTConfig cfg, int l) {
+    size_t C = cfg.channels;
+    LayerTensors w;
+    w.ln1w = t->ln1w + l * C;                 w.ln1b = t->ln1b + l * C;
+    w.qkvw = t->qkvw + l * 3 * C * C;         w.qkvb = t->qkvb + l * 3 * C;
+    w.attprojw = t->attprojw + l * C * C;     w.attprojb = t->attprojb + l * C;
+    w.ln2w = t->ln2w + l * C;                 w.ln2b = t->ln2b + l * C;
+    w.fcw = t->fcw + l * 4 * C * C;           w.fcb = t->fcb + l * 4 * C;
+    w.fcprojw = t->fcprojw + l * 4 * C * C;   w.fcprojb = t->fcprojb + l * C;
+    return w;
+}
+
+// a layer unit's packed layout: its 12 tensors back to back in checkpoint order (12 C^2 + 13 C values)
+static LayerTensors layer_packed(floatX* base, GPTConfig cfg) {
+    size_t C = cfg.channels;
+    LayerTensors w;
+    w.ln1w = base;                 w.ln1b = w.ln1w + C;
+    w.qkvw = w.ln1b + C;           w.qkvb = w.qkvw + 3 * C * C;
+    w.attprojw = w.qkvb + 3 * C;   w.attprojb = w.attprojw + C * C;
+    w.ln2w = w.attprojb + C;       w.ln2b = w.ln2w + C;
+    w.fcw = w.ln2b + C;            w.fcb = w.fcw + 4 * C * C;
+    w.fcprojw = w.fcb + 4 * C;     w.fcprojb = w.fcprojw + 4 * C * C;
+    return w;
+}
+
+// the embedding and final units: packed, their tensors are back to back in checkpoint order already
+static EmbedTensors embed_packed(floatX* base, GPTConfig cfg) {
+    EmbedTensors e = {base, base + (size_t)cfg.padded_vocab_size * cfg.channels};
+    return e;
+}
+static FinalTensors final_packed(floatX* base, GPTConfig cfg) {
+    FinalTensors f = {base, base + cfg.channels};
+    return f;
+}
+
+// Hooks through which a data-parallel scheme (llm/zero.h) takes part in the forward and backward
+// passes. Any callback may be NULL: then the unit's tensors are slices of the full buffers.
+//   params_acquire  the unit's parameters in its packed layout, ready to read, for the forward
+//                   (pass 0) or the backward (pass 1); params_release when the pass is done with them
+//   grads_acquire   where the backward accumulates (+=) the unit's gradients, packed layout
+//   grads_ready     the unit's gradients of this backward are complete (its last write was enqueued)
+//   agree_token     the sampler's next token, made the same on every rank (ZeRO-3 ranks must run the
+//                   same forwards)
+typedef struct {
+    void* ctx;
+    floatX* (*params_acquire)(void* ctx, int unit, int pass);
+    void (*params_release)(void* ctx, int unit, int pass);
+    floatX* (*grads_acquire)(void* ctx, int unit);
+    void (*grads_ready)(void* ctx, int unit);
+    int (*agree_token)(void* ctx, int token);
+} GPTHooks;
+
+// ----------------------------------------------------------------------------
 // activations of the forward pass, kept for the backward (sizes for a B x T batch)
 
 typedef struct {
@@ -175,13 +270,15 @@ typedef struct {
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
     ParameterTensors params;
-    floatX* params_memory;  // (num_parameters)
+    floatX* params_memory;  // (num_parameters), or NULL when the hooks supply every unit (ZeRO-3)
     ParameterTensors grads;
-    floatX* grads_memory;   // (num_parameters)
+    floatX* grads_memory;   // (num_parameters), or NULL when the hooks supply every unit
     ActivationTensors acts;
     void* acts_memory;
     BackwardBuffers bufs;
     void* bufs_memory;
+    size_t acts_bytes;       // bytes of acts_memory + bufs_memory + the token buffers
+    GPTHooks* hooks;         // NULL: the single-process path (slices of the full buffers)
     int B, T;                // the largest batch the activations were allocated for
     int last_B, last_T;      // the batch of the last forward, which gpt_backward differentiates
     int* inputs;             // (B, T) device
@@ -195,17 +292,22 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // construction
 
-// allocate parameters and gradients for cfg; contents are undefined until initialised or loaded
-static void gpt_allocate(GPT* model, GPTConfig cfg) {
+// The model for cfg. with_params / with_grads = 0 leaves that full buffer out (NULL): the hooks
+// (llm/zero.h) then supply every unit's tensors. Contents are undefined until initialised or loaded.
+static void gpt_allocate_ex(GPT* model, GPTConfig cfg, int with_params, int with_grads) {
     memset(model, 0, sizeof(*model));
     model->config = cfg;
     fill_in_parameter_sizes(model->param_sizes, cfg);
     model->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += model->param_sizes[i];
-    model->params_memory = (floatX*)device_malloc(model->num_parameters * sizeof(floatX));
-    model->grads_memory = (floatX*)device_malloc(model->num_parameters * sizeof(floatX));
-    point_parameters(&model->params, model->params_memory, model->param_sizes);
-    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    if (with_params) {
+        model->params_memory = (floatX*)device_malloc(model->num_parameters * sizeof(floatX));
+        point_parameters(&model->params, model->params_memory, model->param_sizes);
+    }
+    if (with_grads) {
+        model->grads_memory = (floatX*)device_malloc(model->num_parameters * sizeof(floatX));
+        point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    }
     model->mean_loss = -1.0f;
 #if LLM_HAS_KERNELS
     cudaCheck(cudaStreamCreate(&model->stream));
@@ -215,9 +317,13 @@ static void gpt_allocate(GPT* model, GPTConfig cfg) {
     matmul_init(model->stream);
 }
 
+// allocate parameters and gradients for cfg (the single-process model)
+static void gpt_allocate(GPT* model, GPTConfig cfg) { gpt_allocate_ex(model, cfg, 1, 1); }
+
 // copy FP32 host parameters (num_parameters, checkpoint order) into the model
 static void gpt_set_parameters(GPT* model, const float* params_host) {
     size_t n = model->num_parameters;
+    if (model->params_memory == NULL) fatal("gpt_set_parameters: this model keeps no full parameter buffer (ZeRO-3)");
 #if LLM_BUILD_CPU || defined(ENABLE_FP32)
     copy_to_device(model->params_memory, params_host, n * sizeof(float));
 #else
@@ -231,6 +337,7 @@ static void gpt_set_parameters(GPT* model, const float* params_host) {
 // the model's parameters as FP32 on the host (num_parameters)
 static void gpt_get_parameters(const GPT* model, float* params_host) {
     size_t n = model->num_parameters;
+    if (model->params_memory == NULL) fatal("gpt_get_parameters: this model keeps no full parameter buffer (ZeRO-3)");
 #if LLM_BUILD_CPU || defined(ENABLE_FP32)
     copy_to_host(params_host, model->params_memory, n * sizeof(float));
 #else
@@ -243,14 +350,16 @@ static void gpt_get_parameters(const GPT* model, float* params_host) {
 
 // GPT-2 initialisation: weights N(0, 0.02), the residual projections (attprojw, fcprojw) scaled by
 // 1/sqrt(2L) (GPT-2 paper, section 2.3), biases 0, LayerNorm weights 1; padded wte rows 0.
-static void gpt_init_random(GPT* model, uint64_t seed, float* params_host /*(num_parameters) out*/) {
-    GPTConfig c = model->config;
+// Written to params_host (num_parameters, checkpoint order) only.
+static void gpt_random_parameters(GPTConfig c, uint64_t seed, float* params_host /*(num_parameters) out*/) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    fill_in_parameter_sizes(sizes, c);
     Rng rng;
     rng_init(&rng, seed);
     float residual_scale = 1.0f / sqrtf(2.0f * c.num_layers);
     float* p = params_host;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model->param_sizes[i];
+        size_t n = sizes[i];
         if (i == 2 || i == 8 || i == 14) {  // ln1w, ln2w, lnfw
             for (size_t j = 0; j < n; j++) p[j] = 1.0f;
         } else if (i == 0 || i == 1 || i == 4 || i == 10) {  // wte, wpe, qkvw, fcw
@@ -266,6 +375,11 @@ static void gpt_init_random(GPT* model, uint64_t seed, float* params_host /*(num
         }
         p += n;
     }
+}
+
+// the same initialisation, into the model's parameters too
+static void gpt_init_random(GPT* model, uint64_t seed, float* params_host /*(num_parameters) out*/) {
+    gpt_random_parameters(model->config, seed, params_host);
     gpt_set_parameters(model, params_host);
 }
 
@@ -310,6 +424,7 @@ static void gpt_allocate_activations(GPT* model, int B, int T) {
         total += ceil_div_sz(acts[i].n * (acts[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
     char* mem = (char*)device_malloc(total);
     model->acts_memory = mem;
+    model->acts_bytes = total + 2 * BT * sizeof(int);  // + the token buffers
     for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
         *acts[i].ptr = mem;
         mem += ceil_div_sz(acts[i].n * (acts[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
@@ -319,6 +434,7 @@ static void gpt_allocate_activations(GPT* model, int B, int T) {
         total += ceil_div_sz(bufs[i].n * (bufs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
     mem = (char*)device_malloc(total);
     model->bufs_memory = mem;
+    model->acts_bytes += total;
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
         *bufs[i].ptr = mem;
         mem += ceil_div_sz(bufs[i].n * (bufs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
@@ -349,11 +465,49 @@ static void gpt_free(GPT* model) {
 // ----------------------------------------------------------------------------
 // forward and backward
 
+// The tensors of a unit, through the hooks when there are any (see GPTHooks). pass: 0 forward,
+// 1 backward. Every acquire of parameters is matched by a release when the pass is done with them.
+static LayerTensors gpt_layer_params(GPT* m, int l, int pass) {
+    if (m->hooks && m->hooks->params_acquire) return layer_packed(m->hooks->params_acquire(m->hooks->ctx, unit_of_layer(l), pass), m->config);
+    return layer_slices(&m->params, m->config, l);
+}
+static EmbedTensors gpt_embed_params(GPT* m, int pass) {
+    if (m->hooks && m->hooks->params_acquire) return embed_packed(m->hooks->params_acquire(m->hooks->ctx, UNIT_EMBED, pass), m->config);
+    EmbedTensors e = {m->params.wte, m->params.wpe};
+    return e;
+}
+static FinalTensors gpt_final_params(GPT* m, int pass) {
+    if (m->hooks && m->hooks->params_acquire) return final_packed(m->hooks->params_acquire(m->hooks->ctx, unit_final(m->config), pass), m->config);
+    FinalTensors f = {m->params.lnfw, m->params.lnfb};
+    return f;
+}
+static void gpt_params_release(GPT* m, int unit, int pass) {
+    if (m->hooks && m->hooks->params_release) m->hooks->params_release(m->hooks->ctx, unit, pass);
+}
+static LayerTensors gpt_layer_grads(GPT* m, int l) {
+    if (m->hooks && m->hooks->grads_acquire) return layer_packed(m->hooks->grads_acquire(m->hooks->ctx, unit_of_layer(l)), m->config);
+    return layer_slices(&m->grads, m->config, l);
+}
+static EmbedTensors gpt_embed_grads(GPT* m) {
+    if (m->hooks && m->hooks->grads_acquire) return embed_packed(m->hooks->grads_acquire(m->hooks->ctx, UNIT_EMBED), m->config);
+    EmbedTensors e = {m->grads.wte, m->grads.wpe};
+    return e;
+}
+static FinalTensors gpt_final_grads(GPT* m) {
+    if (m->hooks && m->hooks->grads_acquire) return final_packed(m->hooks->grads_acquire(m->hooks->ctx, unit_final(m->config)), m->config);
+    FinalTensors f = {m->grads.lnfw, m->grads.lnfb};
+    return f;
+}
+static void gpt_grads_ready(GPT* m, int unit) {
+    if (m->hooks && m->hooks->grads_ready) m->hooks->grads_ready(m->hooks->ctx, unit);
+}
+
 // Runs the model on inputs (B, T) (host token ids). With targets (B, T) (host) it also computes the
 // per-token losses and model->mean_loss. dloss > 0 means training: the classifier then writes
 // dlogits = dloss * d(loss_i)/d(logits) in place of the logits, ready for gpt_backward
 // (dloss = 1 / (B * T * grad_accum_steps) for a mean over the whole optimizer step).
 // With dloss == 0 the logits stay in acts.output (B, T, Vp).
+// Units are used in the order embed, layer 0 .. L-1, final, embed again (the LM head).
 static void gpt_forward(GPT* model, const int* inputs, const int* targets, int B, int T, float dloss) {
     GPTConfig c = model->config;
     int L = c.num_layers, NH = c.num_heads, C = c.channels, V = c.vocab_size, Vp = c.padded_vocab_size;
@@ -372,13 +526,12 @@ static void gpt_forward(GPT* model, const int* inputs, const int* targets, int B
     memcpy(model->inputs_host, inputs, BT * sizeof(int));
     if (targets != NULL) copy_to_device(model->targets, targets, BT * sizeof(int));
 
-    ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, s);
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, s);
+    EmbedTensors emb = gpt_embed_params(model, 0);  // held until the LM head
+    encoder_forward(a.encoded, model->inputs, emb.wte, emb.wpe, B, T, C, s);
     for (int l = 0; l < L; l++) {
+        LayerTensors w = gpt_layer_params(model, l, 0);
         size_t lc = (size_t)l * BT * C;  // offset of layer l in an (L, B, T, C) activation
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + lc - (size_t)BT * C;
         floatX* ln1 = a.ln1 + lc;
         floatX* qkv = a.qkv + 3 * lc;
         floatX* qkvr = a.qkvr + 3 * lc;
@@ -390,25 +543,33 @@ static void gpt_forward(GPT* model, const int* inputs, const int* targets, int B
         floatX* fch = a.fch + 4 * lc;
         floatX* fch_gelu = a.fch_gelu + 4 * lc;
         floatX* fcproj = a.fcproj + lc;
-        floatX* residual3 = a.residual3 + lc;
-        matmul_forward(qkv, NULL, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + (size_t)l * 3 * C, BT, C, 3 * C, s);
-        attention_forward(atty, qkvr, att, model->bufs.dscratch, qkv, B, T, C, NH, s);
-        matmul_forward(attproj, NULL, atty, p.attprojw + (size_t)l * C * C, p.attprojb + (size_t)l * C, BT, C, C, s);
-        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
-                                         residual, attproj, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, BT, C, s);
-        matmul_forward(fch_gelu, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + (size_t)l * 4 * C, BT, C, 4 * C, s);
-        matmul_forward(fcproj, NULL, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + (size_t)l * C, BT, 4 * C, C, s);
-        // the next LayerNorm (ln1 of layer l+1, or the final one) with the residual add fused in
-        if (l + 1 < L) {
-            fused_residual_layernorm_forward(residual3, a.ln1 + lc + (size_t)BT * C, a.ln1_mean + (size_t)(l + 1) * BT,
-                                             a.ln1_rstd + (size_t)(l + 1) * BT, residual2, fcproj,
-                                             p.ln1w + (size_t)(l + 1) * C, p.ln1b + (size_t)(l + 1) * C, BT, C, s);
+        // ln1 of this layer, with the residual add of the layer before fused in
+        // (residual3 of layer l-1 = residual2 + fcproj of layer l-1)
+        floatX* residual = l == 0 ? a.encoded : a.residual3 + lc - (size_t)BT * C;
+        if (l == 0) {
+            layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, a.encoded, w.ln1w, w.ln1b, BT, C, s);
         } else {
-            fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, fcproj,
-                                             p.lnfw, p.lnfb, BT, C, s);
+            fused_residual_layernorm_forward(residual, ln1, a.ln1_mean + (size_t)l * BT, a.ln1_rstd + (size_t)l * BT,
+                                             a.residual2 + lc - (size_t)BT * C, a.fcproj + lc - (size_t)BT * C,
+                                             w.ln1w, w.ln1b, BT, C, s);
         }
+        matmul_forward(qkv, NULL, ln1, w.qkvw, w.qkvb, BT, C, 3 * C, s);
+        attention_forward(atty, qkvr, att, model->bufs.dscratch, qkv, B, T, C, NH, s);
+        matmul_forward(attproj, NULL, atty, w.attprojw, w.attprojb, BT, C, C, s);
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT,
+                                         residual, attproj, w.ln2w, w.ln2b, BT, C, s);
+        matmul_forward(fch_gelu, fch, ln2, w.fcw, w.fcb, BT, C, 4 * C, s);
+        matmul_forward(fcproj, NULL, fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C, s);
+        gpt_params_release(model, unit_of_layer(l), 0);
     }
-    matmul_forward(a.output, NULL, a.lnf, p.wte, NULL, BT, C, Vp, s);
+    // the final LayerNorm, with the last residual add fused in
+    FinalTensors fin = gpt_final_params(model, 0);
+    size_t last = (size_t)(L - 1) * BT * C;
+    fused_residual_layernorm_forward(a.residual3 + last, a.lnf, a.lnf_mean, a.lnf_rstd, a.residual2 + last,
+                                     a.fcproj + last, fin.lnfw, fin.lnfb, BT, C, s);
+    gpt_params_release(model, unit_final(c), 0);
+    matmul_forward(a.output, NULL, a.lnf, emb.wte, NULL, BT, C, Vp, s);
+    gpt_params_release(model, UNIT_EMBED, 0);
 
     model->mean_loss = -1.0f;
     if (targets != NULL) {
@@ -421,48 +582,55 @@ static void gpt_forward(GPT* model, const int* inputs, const int* targets, int B
 }
 
 static void gpt_zero_grad(GPT* model) {
+    if (model->grads_memory == NULL) return;  // the hooks own the gradients (llm/zero.h)
     device_memset_zero(model->grads_memory, model->num_parameters * sizeof(floatX), model->stream);
 }
 
-// Accumulates (+=) the gradients of the last training forward (dloss > 0) into model->grads.
+// Accumulates (+=) the gradients of the last training forward (dloss > 0) into model->grads (or the
+// buffers the hooks give). Units in the order: embed (LM head), final, layer L-1 .. 0, embed
+// (encoder); each unit's gradients are final after its own part, except the embedding's, which are
+// final only at the very end (wte gets the LM head's gradient first and the encoder's last).
 static void gpt_backward(GPT* model) {
     GPTConfig c = model->config;
     int L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size;
     int B = model->last_B, T = model->last_T;  // the last forward's batch
     cudaStream_t s = model->stream;
-    ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
     BackwardBuffers bb = model->bufs;
     int BT = B * T;
 
     // LM head (tied to wte), then the final LayerNorm; dresidual starts from zero
-    matmul_backward(bb.dbuf_c, g.wte, NULL, a.output, a.lnf, p.wte, bb.scratch, NULL, BT, C, Vp, s);
+    EmbedTensors emb = gpt_embed_params(model, 1), gemb = gpt_embed_grads(model);  // held to the end
+    matmul_backward(bb.dbuf_c, gemb.wte, NULL, a.output, a.lnf, emb.wte, bb.scratch, NULL, BT, C, Vp, s);
     device_memset_zero(bb.dresidual, (size_t)BT * C * sizeof(floatX), s);
+    FinalTensors fin = gpt_final_params(model, 1), gfin = gpt_final_grads(model);
     floatX* last_residual = a.residual3 + (size_t)(L - 1) * BT * C;
-    layernorm_backward(bb.dresidual, g.lnfw, g.lnfb, bb.scratch, bb.dbuf_c, last_residual, p.lnfw,
+    layernorm_backward(bb.dresidual, gfin.lnfw, gfin.lnfb, bb.scratch, bb.dbuf_c, last_residual, fin.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C, s);
+    gpt_params_release(model, unit_final(c), 1);
+    gpt_grads_ready(model, unit_final(c));
     for (int l = L - 1; l >= 0; l--) {
+        LayerTensors w = gpt_layer_params(model, l, 1), gw = gpt_layer_grads(model, l);
         size_t lc = (size_t)l * BT * C;
         floatX* residual = l == 0 ? a.encoded : a.residual3 + lc - (size_t)BT * C;
         // dresidual is the gradient of residual3 = residual2 + fcproj: it flows to both unchanged
-        matmul_backward(bb.dbuf_4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + (size_t)l * C, bb.dresidual,
-                        a.fch_gelu + 4 * lc, p.fcprojw + (size_t)l * 4 * C * C, bb.scratch, a.fch + 4 * lc,
-                        BT, 4 * C, C, s);  // dbuf_4c = d fch (GELU's backward fused)
-        matmul_backward(bb.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + (size_t)l * 4 * C, bb.dbuf_4c,
-                        a.ln2 + lc, p.fcw + (size_t)l * 4 * C * C, bb.scratch, NULL, BT, C, 4 * C, s);
-        layernorm_backward(bb.dresidual, g.ln2w + (size_t)l * C, g.ln2b + (size_t)l * C, bb.scratch, bb.dbuf_c,
-                           a.residual2 + lc, p.ln2w + (size_t)l * C, a.ln2_mean + (size_t)l * BT,
-                           a.ln2_rstd + (size_t)l * BT, BT, C, s);
+        matmul_backward(bb.dbuf_4c, gw.fcprojw, gw.fcprojb, bb.dresidual, a.fch_gelu + 4 * lc, w.fcprojw,
+                        bb.scratch, a.fch + 4 * lc, BT, 4 * C, C, s);  // dbuf_4c = d fch (GELU's backward fused)
+        matmul_backward(bb.dbuf_c, gw.fcw, gw.fcb, bb.dbuf_4c, a.ln2 + lc, w.fcw, bb.scratch, NULL, BT, C, 4 * C, s);
+        layernorm_backward(bb.dresidual, gw.ln2w, gw.ln2b, bb.scratch, bb.dbuf_c, a.residual2 + lc, w.ln2w,
+                           a.ln2_mean + (size_t)l * BT, a.ln2_rstd + (size_t)l * BT, BT, C, s);
         // dresidual is now the gradient of residual2 = residual + attproj
-        matmul_backward(bb.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + (size_t)l * C, bb.dresidual,
-                        a.atty + lc, p.attprojw + (size_t)l * C * C, bb.scratch, NULL, BT, C, C, s);
+        matmul_backward(bb.dbuf_c, gw.attprojw, gw.attprojb, bb.dresidual, a.atty + lc, w.attprojw, bb.scratch,
+                        NULL, BT, C, C, s);
         attention_backward(bb.dqkv, bb.dqkvr, bb.datt, bb.dscratch, bb.dbuf_c, a.qkv + 3 * lc, a.qkvr + 3 * lc,
                            a.att + (size_t)l * B * NH * T * T, B, T, C, NH, s);
-        matmul_backward(bb.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + (size_t)l * 3 * C, bb.dqkv,
-                        a.ln1 + lc, p.qkvw + (size_t)l * 3 * C * C, bb.scratch, NULL, BT, C, 3 * C, s);
-        layernorm_backward(bb.dresidual, g.ln1w + (size_t)l * C, g.ln1b + (size_t)l * C, bb.scratch, bb.dbuf_c,
-                           residual, p.ln1w + (size_t)l * C, a.ln1_mean + (size_t)l * BT,
-                           a.ln1_rstd + (size_t)l * BT, BT, C, s);
+        matmul_backward(bb.dbuf_c, gw.qkvw, gw.qkvb, bb.dqkv, a.ln1 + lc, w.qkvw, bb.scratch, NULL, BT, C, 3 * C, s);
+        layernorm_backward(bb.dresidual, gw.ln1w, gw.ln1b, bb.scratch, bb.dbuf_c, residual, w.ln1w,
+                           a.ln1_mean + (size_t)l * BT, a.ln1_rstd + (size_t)l * BT, BT, C, s);
+        gpt_params_release(model, unit_of_layer(l), 1);
+        gpt_grads_ready(model, unit_of_layer(l));
     }
-    encoder_backward(g.wte, g.wpe, bb.scratch, bb.dresidual, model->inputs, model->inputs_host, B, T, C, s);
+    encoder_backward(gemb.wte, gemb.wpe, bb.scratch, bb.dresidual, model->inputs, model->inputs_host, B, T, C, s);
+    gpt_params_release(model, UNIT_EMBED, 1);
+    gpt_grads_ready(model, UNIT_EMBED);
 }

@@ -251,7 +251,7 @@ fused_residual_layernorm_forward_kernel(floatX* residual,      // (N,C)
 //   dinp[i,c]  += (dnorm[c] - mean_c(dnorm) - xhat[c] * mean_c(dnorm * xhat)) * rstd_i
 //   dweight[c] += sum_i dout[i,c] * xhat[i,c]       dbias[c] += sum_i dout[i,c]
 // The first needs two reductions along the row (over c), the others a reduction down the columns
-// (over i). Kernel 1 gives each block whole rows, one at a time, and each thread the same K chunks of
+// (over i). Kernel 1 gives each block whole rows, one at a time, and each thread the same 16 bytes of
 // channels c in every row: the row reductions are block reductions, and each thread accumulates its
 // channels' dweight/dbias terms over the block's rows in registers, then writes them as the block's
 // partial sums (FP32, to scratch). Kernel 2 adds the blocks' partial sums in block order into dweight
@@ -275,11 +275,12 @@ __device__ __forceinline__ void block_reduce_sum2(float& a, float& b) {
     b = warp_reduce_sum(lane < nwarps ? partial_b[lane] : 0.0f);
 }
 
-// Kernel 1: rows blockIdx.x, blockIdx.x + gridDim.x, ...; thread t owns the chunks t + k*blockDim.x
-// (k < K) of every row. partial[blockIdx.x] = (the block's dweight terms (C), its dbias terms (C)).
+// Kernel 1: rows blockIdx.x, blockIdx.x + gridDim.x, ...; thread t owns the 16-byte chunk t of every
+// row (a block has ceil(C / x128::size / 32) warps, so C <= 1024 x128::size). The thread keeps its
+// chunk of weight and its channels' dweight/dbias sums in registers; at the end,
+// partial[blockIdx.x] = (the block's dweight terms (C), its dbias terms (C)).
 // Per element: reads 3 floatX (dout, inp, dinp), writes 1 floatX (dinp); weight once per block;
-// mean and rstd 8 bytes per row; partial sums 2 floats per channel per block.
-template <int K>
+// mean and rstd 8 bytes per row; partial sums 2 floats per channel per block (~2 rows' worth of bytes).
 __global__ void __launch_bounds__(1024)
 layernorm_backward_kernel(floatX* dinp,          // (N,C) accumulates
                           float* partial,        // (gridDim.x, 2, C)
@@ -289,73 +290,58 @@ layernorm_backward_kernel(floatX* dinp,          // (N,C) accumulates
                           const float* mean,     // (N)
                           const float* rstd,     // (N)
                           int N, int C) {
-    int nchunks = C / x128::size;
-    x128 w[K];
-    float dw[K][x128::size], db[K][x128::size];
+    int c = threadIdx.x * x128::size;  // this thread's first channel
+    bool active = c < C;               // the last warp may be partly beyond the row
+    x128 w;
+    if (active) w = load128(weight + c);
+    float dw[x128::size], db[x128::size];
     #pragma unroll
-    for (int k = 0; k < K; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        if (i < nchunks) w[k] = load128(weight + i * x128::size);
-        #pragma unroll
-        for (int j = 0; j < x128::size; j++) dw[k][j] = db[k][j] = 0.0f;
-    }
+    for (int j = 0; j < x128::size; j++) dw[j] = db[j] = 0.0f;
     for (int row = blockIdx.x; row < N; row += gridDim.x) {
-        size_t row_off = (size_t)row * C;
+        size_t off = (size_t)row * C + c;
         float m = mean[row], s = rstd[row];
-        x128 d[K], x[K], g[K];
+        x128 d, x, g;
         float sum_dnorm = 0.0f, sum_dnorm_xhat = 0.0f;
-        #pragma unroll
-        for (int k = 0; k < K; k++) {
-            int i = threadIdx.x + k * blockDim.x;
-            if (i < nchunks) {
-                d[k] = load128cs(dout + row_off + i * x128::size);  // last use of dout
-                x[k] = load128cs(inp + row_off + i * x128::size);   // last use of the saved input
-                g[k] = load128(dinp + row_off + i * x128::size);    // issued early, used after the reduction
-                #pragma unroll
-                for (int j = 0; j < x128::size; j++) {
-                    float xhat = ((float)x[k][j] - m) * s;
-                    float dnorm = (float)d[k][j] * (float)w[k][j];
-                    sum_dnorm += dnorm;
-                    sum_dnorm_xhat += dnorm * xhat;
-                    dw[k][j] += (float)d[k][j] * xhat;
-                    db[k][j] += (float)d[k][j];
-                }
+        if (active) {
+            d = load128cs(dout + off);  // last use of dout
+            x = load128cs(inp + off);   // last use of the saved input
+            g = load128(dinp + off);    // issued early, used after the reduction
+            #pragma unroll
+            for (int j = 0; j < x128::size; j++) {
+                float xhat = ((float)x[j] - m) * s;
+                float dnorm = (float)d[j] * (float)w[j];
+                sum_dnorm += dnorm;
+                sum_dnorm_xhat += dnorm * xhat;
+                dw[j] += (float)d[j] * xhat;
+                db[j] += (float)d[j];
             }
         }
-        block_reduce_sum2(sum_dnorm, sum_dnorm_xhat);  // the two row reductions
+        block_reduce_sum2(sum_dnorm, sum_dnorm_xhat);  // the two row reductions (every thread takes part)
         float dnorm_mean = sum_dnorm / C, dnorm_xhat_mean = sum_dnorm_xhat / C;
-        #pragma unroll
-        for (int k = 0; k < K; k++) {
-            int i = threadIdx.x + k * blockDim.x;
-            if (i < nchunks) {
-                #pragma unroll
-                for (int j = 0; j < x128::size; j++) {
-                    float xhat = ((float)x[k][j] - m) * s;
-                    float dnorm = (float)d[k][j] * (float)w[k][j];
-                    g[k][j] = (floatX)((float)g[k][j] + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
-                }
-                store128(dinp + row_off + i * x128::size, g[k]);
+        if (active) {
+            #pragma unroll
+            for (int j = 0; j < x128::size; j++) {
+                float xhat = ((float)x[j] - m) * s;
+                float dnorm = (float)d[j] * (float)w[j];
+                g[j] = (floatX)((float)g[j] + (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s);
             }
+            store128(dinp + off, g);
         }
     }
-    // this block's column partial sums (every thread owns distinct channels: no races)
-    float* pw = partial + (size_t)blockIdx.x * 2 * C;
-    float* pb = pw + C;
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        if (i < nchunks) {
+    // this block's column partial sums (the threads own distinct channels: no races)
+    if (active) {
+        float* pw = partial + (size_t)blockIdx.x * 2 * C + c;
+        float* pb = pw + C;
+        #pragma unroll
+        for (int j = 0; j < x128::size; j += f128::size) {
+            f128 vw, vb;
             #pragma unroll
-            for (int j = 0; j < x128::size; j += f128::size) {
-                f128 vw, vb;
-                #pragma unroll
-                for (int q = 0; q < f128::size; q++) {
-                    vw[q] = dw[k][j + q];
-                    vb[q] = db[k][j + q];
-                }
-                store128(pw + i * x128::size + j, vw);
-                store128(pb + i * x128::size + j, vb);
+            for (int q = 0; q < f128::size; q++) {
+                vw[q] = dw[j + q];
+                vb[q] = db[j + q];
             }
+            store128(pw + j, vw);
+            store128(pb + j, vb);
         }
     }
 }
@@ -460,7 +446,8 @@ static void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 #endif
 }
 
-// scratch: device memory the kernels may use for the parameter-gradient reduction (see kernel)
+// scratch: device memory the kernels may use for the parameter-gradient reduction (see kernel): FP32
+// partial sums, 2*C floats for each of min(ceil(N / 16), 2048) blocks, within gpt.h's max(B*T*C, 4096*C)
 static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                const floatX* dout, const floatX* inp, const floatX* weight,
                                const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
@@ -470,22 +457,17 @@ static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
 #else
     layernorm_check_shapes("layernorm_backward", C, dinp, dout, inp, weight, scratch);
     if (N == 0) return;
-    // K chunks of 16 bytes per thread, one block (at most 1024 threads) covering a row
+    // one 16-byte chunk per thread, a block covers a row
     int nchunks = C / x128::size;
-    int K = nchunks <= 1024 ? 1 : nchunks <= 2048 ? 2 : nchunks <= 4096 ? 4 : 8;
-    if (nchunks > 8 * 1024) {
+    if (nchunks > 1024) {
         fatal("layernorm_backward: C = %d is larger than the kernel handles (at most %d channels in %s)", C,
-              8 * 1024 * x128::size, PRECISION_MODE);
+              1024 * x128::size, PRECISION_MODE);
     }
-    int threads = ceil_div(ceil_div(nchunks, K), 32) * 32;
+    int threads = ceil_div(nchunks, 32) * 32;
     int nblocks = ceil_div(N, LAYERNORM_BWD_MIN_ROWS);
     if (nblocks > LAYERNORM_BWD_MAX_BLOCKS) nblocks = LAYERNORM_BWD_MAX_BLOCKS;
-    switch (K) {
-#define LN_BWD_CASE(k) case k: LAUNCH(layernorm_backward_kernel<k>, dim3(nblocks), dim3(threads), 0, stream, dinp, \
-                                      scratch, dout, inp, weight, mean, rstd, N, C); break;
-        LN_BWD_CASE(1) LN_BWD_CASE(2) LN_BWD_CASE(4) LN_BWD_CASE(8)
-#undef LN_BWD_CASE
-    }
+    LAUNCH(layernorm_backward_kernel, dim3(nblocks), dim3(threads), 0, stream, dinp, scratch, dout, inp, weight, mean,
+           rstd, N, C);
     LAUNCH(layernorm_backward_reduce_kernel, dim3(ceil_div(2 * C, 32)), dim3(1024), 0, stream, dweight, dbias,
            scratch, nblocks, C);
 #endif

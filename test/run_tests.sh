@@ -17,8 +17,8 @@ run() {  # run NAME CMD...
     grep -E '^(FAIL|error)' "$log" | head -20
     local line p f
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
-    p=$(echo "$line" | sed -nE 's/.*[^0-9]?([0-9]+) passed, ([0-9]+) failed.*/\1/p')
-    f=$(echo "$line" | sed -nE 's/.*[^0-9]?([0-9]+) passed, ([0-9]+) failed.*/\2/p')
+    p=$(echo "$line" | sed -nE 's/.*[^0-9]([0-9]+) passed, ([0-9]+) failed.*/\1/p')
+    f=$(echo "$line" | sed -nE 's/.*[^0-9]([0-9]+) passed, ([0-9]+) failed.*/\2/p')
     p=${p:-0}; f=${f:-0}
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # a crash counts as a failure
     if [ $rc -eq 0 ] && [ "$p" -eq 0 ]; then f=$((f+1)); echo "   (ran no check)"; fi

@@ -714,17 +714,20 @@ static void test_bad_inputs(void) {
 // ----------------------------------------------------------------------------
 // dev/data/addition.py: deterministic, loadable, correct sums, held-out test set
 
-static bool parse_uint(const std::string& s, long long* v) {
+// width 0: no leading zeros allowed; width > 0: exactly that many digits, zero-padded
+static bool parse_uint(const std::string& s, long long* v, size_t width = 0) {
     if (s.empty() || s.size() > 18) { return false; }
     for (char c : s) { if (!isdigit((unsigned char)c)) { return false; } }
-    if (s.size() > 1 && s[0] == '0') { return false; }
+    if (width == 0 && s.size() > 1 && s[0] == '0') { return false; }
+    if (width > 0 && s.size() != width) { return false; }
     *v = atoll(s.c_str());
     return true;
 }
 
 // the documents of an addition shard as (a, b) pairs; false if any document is malformed
+// pad: the operand width of `addition.py --pad 1 --digits pad` (0 for --pad 0)
 static bool addition_docs(const std::string& path, std::vector<std::pair<long long, long long>>& out,
-                          std::string& why) {
+                          std::string& why, size_t pad = 3) {
     int64_t n = 0;
     int32_t* t = dataloader_read_shard(path.c_str(), "addition", 257, &n);
     out.clear();
@@ -740,15 +743,15 @@ static bool addition_docs(const std::string& path, std::vector<std::pair<long lo
         long long a = 0, b = 0, r = 0;
         std::string rev;
         if (plus == std::string::npos || eq == std::string::npos || eq < plus || doc.empty() ||
-            doc.back() != '\n' || !parse_uint(doc.substr(0, plus), &a) ||
-            !parse_uint(doc.substr(plus + 1, eq - plus - 1), &b)) {
+            doc.back() != '\n' || !parse_uint(doc.substr(0, plus), &a, pad) ||
+            !parse_uint(doc.substr(plus + 1, eq - plus - 1), &b, pad)) {
             why = "malformed document '" + doc + "'";
             ok = false;
             break;
         }
         rev = doc.substr(eq + 1, doc.size() - eq - 2);
         std::reverse(rev.begin(), rev.end());
-        if (!parse_uint(rev, &r) || r != a + b) { why = "wrong answer in '" + doc + "'"; ok = false; break; }
+        if (!parse_uint(rev, &r, pad ? pad + 1 : 0) || r != a + b) { why = "wrong answer in '" + doc + "'"; ok = false; break; }
         out.push_back({a, b});
         i = j;
     }

@@ -257,7 +257,7 @@ static void test_batched(BatchedCase t, cudaStream_t s) {
     // C: old values inside the matrices when beta != 0, poison everywhere else
     float* c0 = (float*)mallocCheck(nc * sizeof(float));
     floatX* c0x = (floatX*)mallocCheck(nc * sizeof(floatX));
-    memset(c0x, 0xFF, nc * sizeof(floatX));
+    memset((void*)c0x, 0xFF, nc * sizeof(floatX));
     for (size_t q = 0; q < nc; q++) c0[q] = NAN;
     for (int bi = 0; bi < t.batch; bi++)
         for (int i = 0; i < t.M; i++)
@@ -341,13 +341,13 @@ static void batched_suite(cudaStream_t s) {
     // attention with B*NH = 6, T = 33, hs = 16, q/k/v interleaved in rows of 3*hs (lda = 48)
     const int T = 33, hs = 16, BH = 6;
     BatchedCase qk = {"q@k^T", T, T, hs, BH, false, true, 3 * hs, 3 * hs, T, (size_t)T * 3 * hs, (size_t)T * 3 * hs,
-                      (size_t)T * T + 5, 0.25f, 0.0f, 0, MATMUL_EPILOGUE_NONE};
+                      (size_t)T * T + 5, 0.25f, 0.0f, 0, MATMUL_EPILOGUE_NONE, 0};
     test_batched(qk, s);
     BatchedCase av = {"att@v", T, hs, T, BH, false, false, T, 3 * hs, hs + 3, (size_t)T * T, (size_t)T * 3 * hs,
-                      (size_t)T * (hs + 3), 1.0f, 0.0f, 0, MATMUL_EPILOGUE_NONE};
+                      (size_t)T * (hs + 3), 1.0f, 0.0f, 0, MATMUL_EPILOGUE_NONE, 0};
     test_batched(av, s);
     BatchedCase dv = {"att^T@dout", T, hs, T, BH, true, false, T, hs, hs, (size_t)T * T, (size_t)T * hs, (size_t)T * hs,
-                      1.0f, 1.0f, 0, MATMUL_EPILOGUE_NONE};
+                      1.0f, 1.0f, 0, MATMUL_EPILOGUE_NONE, 0};
     test_batched(dv, s);
     // attention's chunked products start at element offsets: 2-byte aligned in BF16
     BatchedCase off = qk;
@@ -357,21 +357,21 @@ static void batched_suite(cudaStream_t s) {
     off.offset = 3;
     off.sA += 1;
     test_batched(off, s);
-    BatchedCase tt = {"A^T@B^T", 7, 9, 5, 3, true, true, 7, 5, 9, 40, 50, 70, -0.5f, 0.5f, 0, MATMUL_EPILOGUE_NONE};
+    BatchedCase tt = {"A^T@B^T", 7, 9, 5, 3, true, true, 7, 5, 9, 40, 50, 70, -0.5f, 0.5f, 0, MATMUL_EPILOGUE_NONE, 0};
     test_batched(tt, s);
     // epilogues: N = 24 is fusable in cuBLASLt (aux ld % 8 == 0), N = 20 is not (the kernel path)
-    BatchedCase gb = {"gelu", 20, 24, 40, 3, false, true, 40, 40, 24, 20 * 40, 24 * 40, 20 * 24, 1.0f, 0.0f, 1, MATMUL_EPILOGUE_GELU};
+    BatchedCase gb = {"gelu", 20, 24, 40, 3, false, true, 40, 40, 24, 20 * 40, 24 * 40, 20 * 24, 1.0f, 0.0f, 1, MATMUL_EPILOGUE_GELU, 0};
     test_batched(gb, s);
     gb.N = 20; gb.ldb = 40; gb.ldc = 21; gb.sB = 20 * 40; gb.sC = 20 * 21; gb.bias = 0;
     test_batched(gb, s);
-    BatchedCase dg = {"dgelu", 20, 24, 40, 3, false, false, 40, 24, 24, 20 * 40, 40 * 24, 20 * 24, 1.0f, 0.0f, 0, MATMUL_EPILOGUE_DGELU};
+    BatchedCase dg = {"dgelu", 20, 24, 40, 3, false, false, 40, 24, 24, 20 * 40, 40 * 24, 20 * 24, 1.0f, 0.0f, 0, MATMUL_EPILOGUE_DGELU, 0};
     test_batched(dg, s);
     dg.N = 20; dg.ldb = 20; dg.ldc = 20; dg.sB = 40 * 20; dg.sC = 20 * 20;
     test_batched(dg, s);
     // many small products (the CPU build runs them one per thread) and one large
-    BatchedCase many = {"many", 16, 16, 16, 37, false, true, 16, 16, 16, 256, 256, 256, 1.0f, 0.0f, 0, MATMUL_EPILOGUE_NONE};
+    BatchedCase many = {"many", 16, 16, 16, 37, false, true, 16, 16, 16, 256, 256, 256, 1.0f, 0.0f, 0, MATMUL_EPILOGUE_NONE, 0};
     test_batched(many, s);
-    BatchedCase big = {"big", 200, 300, 256, 2, true, false, 200, 300, 300, 256 * 200, 256 * 300, 200 * 300, 1.0f, 0.0f, 1, MATMUL_EPILOGUE_NONE};
+    BatchedCase big = {"big", 200, 300, 256, 2, true, false, 200, 300, 300, 256 * 200, 256 * 300, 200 * 300, 1.0f, 0.0f, 1, MATMUL_EPILOGUE_NONE, 0};
     test_batched(big, s);
 }
 

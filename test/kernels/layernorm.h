@@ -3,9 +3,11 @@
 //
 // Shapes (N rows, C channels): N = 1, 7, 33, 257 (not multiples of the 8 rows of a forward block nor
 // of the backward's rows per block), C = 8 (one 16-byte chunk in BF16), 40 (a partial warp of chunks),
-// 64, 768 and 1600 (GPT-2 XL: 6.25 chunks per lane in BF16), and N = 40000, C = 8, where the backward
-// grid is capped and each block takes ~20 rows. Inputs have a per-row offset (mean up to +-2) and a
-// per-row scale (0.5 to 2), weight ~ 1 + N(0, 0.1^2), bias ~ N(0, 0.1^2).
+// 64, 768, 1600 (GPT-2 XL: 6.25 chunks per lane in BF16), 4096 and the largest C the kernels take
+// (1024 chunks: 8192 in BF16, 4096 in FP32; the forward's largest row cache, the backward's 1024-thread
+// blocks), and N = 40000, C = 8, where the backward grid is capped and each block takes ~20 rows.
+// Inputs have a per-row offset (mean up to +-2) and a per-row scale (0.5 to 2), weight ~ 1 + N(0, 0.1^2),
+// bias ~ N(0, 0.1^2).
 //
 // The backward accumulates: dinp, dweight, dbias start from random values (uploaded, so defined) and
 // the reference adds to the same values; mean and rstd are the reference forward's, given to both.
@@ -86,7 +88,8 @@ static LnTol ln_forward_tol(const std::vector<float>& x, const std::vector<float
 
 static void test_layernorm(void) {
     const float u = 5.96e-8f, bf = 3.9e-3f;
-    struct { int N, C; } shapes[] = {{1, 8}, {7, 40}, {33, 64}, {257, 768}, {5, 1600}, {40000, 8}};
+    struct { int N, C; } shapes[] = {{1, 8},    {7, 40},   {33, 64},  {257, 768},
+                                     {5, 1600}, {3, 4096}, {2, 1024 * x128::size}, {40000, 8}};
     for (auto s : shapes) {
         int N = s.N, C = s.C;
         size_t NC = (size_t)N * C;
@@ -164,7 +167,8 @@ static void test_layernorm(void) {
         kc_compare(what, kc_download(d_db, C), db, db_tol, 0.0f, db_tol, bf);
 
         // determinism: again from the same start, scratch poisoned again
-        std::vector<floatX> r1 = ln_download_raw(d_dinp, NC), w1 = ln_download_raw(d_dw, C), b1 = ln_download_raw(d_db, C);
+        std::vector<floatX> r1 = ln_download_raw(d_dinp, NC), w1 = ln_download_raw(d_dw, C);
+        std::vector<floatX> b1 = ln_download_raw(d_db, C);
         device_free(d_dinp);
         device_free(d_dw);
         device_free(d_db);
@@ -173,8 +177,10 @@ static void test_layernorm(void) {
         d_db = kc_upload(db0);
         kc_poison(d_scratch, scratch_n * sizeof(float));
         layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_x, d_w, d_mean_ref, d_rstd_ref, N, C, 0);
-        std::vector<floatX> r2 = ln_download_raw(d_dinp, NC), w2 = ln_download_raw(d_dw, C), b2 = ln_download_raw(d_db, C);
-        check(memcmp(r1.data(), r2.data(), NC * sizeof(floatX)) == 0 && memcmp(w1.data(), w2.data(), C * sizeof(floatX)) == 0 &&
+        std::vector<floatX> r2 = ln_download_raw(d_dinp, NC), w2 = ln_download_raw(d_dw, C);
+        std::vector<floatX> b2 = ln_download_raw(d_db, C);
+        check(memcmp(r1.data(), r2.data(), NC * sizeof(floatX)) == 0 &&
+                  memcmp(w1.data(), w2.data(), C * sizeof(floatX)) == 0 &&
                   memcmp(b1.data(), b2.data(), C * sizeof(floatX)) == 0,
               "layernorm_backward N=%d C=%d: two runs bitwise equal", N, C);
 

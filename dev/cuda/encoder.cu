@@ -1,0 +1,255 @@
+// dev/cuda/encoder.cu: versions of the encoder (token + position embedding) kernels side by side,
+// each checked against the CPU reference (llm/encoder.cuh) and timed. The chosen versions are the
+// ones in llm/encoder.cuh, without a version number.
+//
+//   forward  1: one thread per element, scalar loads and stores
+//            2: one thread per 16 bytes (x128)                                         (llm/encoder.cuh)
+//   backward 1: one thread per 16 bytes of dout, atomicAdd into dwte and dwpe: fast to write, but
+//               the order of the additions changes from run to run (not deterministic), and in BF16
+//               every addition rounds the gradient to bf16
+//            2: dwpe by one thread per (t, 16 bytes) summing over b; dwte by buckets of positions per
+//               token built on the host, a block per (bucket, channel chunk), sums in a fixed order:
+//               deterministic                                                           (llm/encoder.cuh)
+//
+// GPU:      nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -x cu dev/cuda/encoder.cu -o build/dev_encoder
+//           ./build/dev_encoder [B] [T] [C] [V]   (default 64 1024 768 50257: GPT-2 124M)
+// emulated: g++ <EMU_FLAGS of the Makefile> dev/cuda/encoder.cu -o build/dev_encoder_emu <EMU_LIBS>
+//           ./build/dev_encoder_emu                (default 2 33 264 50; the times are CPU times)
+//
+// Tokens are drawn from a Zipf-like law (p(rank k) ~ 1/(k+10)), so that, as in text, a few tokens
+// fill long buckets. Timing: the median over REPS runs, each preceded by a write of a 128 MiB buffer
+// (more than the L2). GB/s counts the bytes a kernel must move: forward reads a row of wte and of wpe
+// and writes a row of out per position (3 floatX per element); backward reads dout (1 floatX per
+// element) and updates the touched rows of dwte and the T rows of dwpe (read + write); version 2 reads
+// dout twice (once per kernel), which the count does not include.
+#include "../../llm/common.h"
+#include "../../llm/device.h"
+#include "../../llm/rand.h"
+#include "../../llm/encoder.cuh"
+#include <vector>
+#include <algorithm>
+
+// ----------------------------------------------------------------------------
+// forward, version 1: one thread per element. Per element: reads 1 floatX of wte and of wpe, writes 1.
+__global__ void encoder_forward_kernel1(floatX* out, const int* inp,             // (B,T,C), (B,T)
+                                        const floatX* wte, const floatX* wpe,    // (Vp,C), (maxT,C)
+                                        int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) return;
+    size_t bt = idx / C;
+    int c = (int)(idx % C), t = (int)(bt % T);
+    out[idx] = (floatX)((float)wte[(size_t)inp[bt] * C + c] + (float)wpe[(size_t)t * C + c]);
+}
+
+// backward, version 1: one thread per 16 bytes of dout, atomic adds (not deterministic).
+// Per element: reads 1 floatX of dout, 2 atomic read-modify-writes.
+__global__ void encoder_backward_kernel1(floatX* dwte, floatX* dwpe,             // (Vp,C), (maxT,C)
+                                         const floatX* dout, const int* inp,     // (B,T,C), (B,T)
+                                         int B, int T, int C) {
+    int chunks = C / x128::size;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * chunks) return;
+    size_t bt = idx / chunks;
+    int c = (int)(idx % chunks) * x128::size, t = (int)(bt % T);
+    x128 d = load128cs(dout + bt * C + c);
+    floatX* we = dwte + (size_t)inp[bt] * C + c;
+    floatX* pe = dwpe + (size_t)t * C + c;
+    for (int k = 0; k < x128::size; k++) {
+        atomicAdd(we + k, d[k]);
+        atomicAdd(pe + k, d[k]);
+    }
+}
+
+typedef struct {
+    int B, T, C, Vp;
+    int *inp, *inp_host;
+    floatX *wte, *wpe, *out, *dout, *dwte, *dwpe;
+    float* scratch;
+} Bufs;
+
+static void forward1(Bufs& b) {
+    size_t n = (size_t)b.B * b.T * b.C;
+    LAUNCH(encoder_forward_kernel1, dim3((unsigned)ceil_div_sz(n, 256)), dim3(256), 0, (cudaStream_t)0, b.out, b.inp,
+           b.wte, b.wpe, b.B, b.T, b.C);
+}
+static void forward2(Bufs& b) { encoder_forward(b.out, b.inp, b.wte, b.wpe, b.B, b.T, b.C, 0); }
+static void backward1(Bufs& b) {
+    size_t n = (size_t)b.B * b.T * (b.C / x128::size);
+    LAUNCH(encoder_backward_kernel1, dim3((unsigned)ceil_div_sz(n, 256)), dim3(256), 0, (cudaStream_t)0, b.dwte,
+           b.dwpe, b.dout, b.inp, b.B, b.T, b.C);
+}
+static void backward2(Bufs& b) {
+    encoder_backward(b.dwte, b.dwpe, b.scratch, b.dout, b.inp, b.inp_host, b.B, b.T, b.C, 0);
+}
+
+// ----------------------------------------------------------------------------
+// checking and timing
+
+static std::vector<float> download(const floatX* d, size_t n) {
+    std::vector<float> h(n);
+    copy_to_host_float(h.data(), d, n);
+    return h;
+}
+
+static floatX* upload(const std::vector<float>& h) {
+    std::vector<floatX> t(h.size());
+    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
+    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
+    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
+    return d;
+}
+
+static void set(floatX* d, const std::vector<float>& h) {
+    std::vector<floatX> t(h.size());
+    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
+    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
+}
+
+// max |got - want| / (atol + rtol |want|) <= 1 ?
+static int close_enough(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                        float atol, float rtol) {
+    double worst = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double err = fabs((double)got[i] - want[i]);
+        double r = err / (atol + rtol * fabs((double)want[i]));
+        if (!(r <= worst)) worst = r;  // NaN sticks
+        if (err > max_err) max_err = err;
+    }
+    int ok = worst <= 1.0;
+    printf("%s %s: max|err| %.3g\n", ok ? "ok  " : "FAIL", what, max_err);
+    return ok;
+}
+
+static char* g_flush = NULL;
+static const size_t FLUSH_BYTES = (size_t)128 << 20;
+
+// median milliseconds of reps runs of f, the L2 flushed before each
+template <class F>
+static float bench_ms(int reps, F f) {
+    if (g_flush == NULL) g_flush = (char*)device_malloc(FLUSH_BYTES);
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        cudaCheck(cudaMemsetAsync(g_flush, r & 0xFF, FLUSH_BYTES, 0));
+        cudaCheck(cudaEventRecord(t0, 0));
+        f();
+        cudaCheck(cudaEventRecord(t1, 0));
+        cudaCheck(cudaEventSynchronize(t1));
+        cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
+    }
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+// the device's peak DRAM bandwidth in GB/s (0 when unknown, as in the emulated build)
+static double peak_gbs(void) {
+#if LLM_BUILD_CUDA
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0.0;
+    }
+    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
+#else
+    return 0.0;
+#endif
+}
+
+static void report(const char* what, float ms, double bytes) {
+    double gbs = bytes / (ms * 1e-3) / 1e9, peak = peak_gbs();
+    if (peak > 0) printf("     %s: %.4f ms, %.0f GB/s (%.0f%% of %.0f GB/s)\n", what, ms, gbs, 100.0 * gbs / peak, peak);
+    else printf("     %s: %.4f ms, %.3g GB/s (no peak known)\n", what, ms, gbs);
+}
+
+int main(int argc, char** argv) {
+#if LLM_BUILD_EMU
+    int B = 2, T = 33, C = 264, V = 50, reps = 3;
+#else
+    int B = 64, T = 1024, C = 768, V = 50257, reps = 25;
+#endif
+    if (argc > 1) B = atoi(argv[1]);
+    if (argc > 2) T = atoi(argv[2]);
+    if (argc > 3) C = atoi(argv[3]);
+    if (argc > 4) V = atoi(argv[4]);
+    int Vp = ((V + 127) / 128) * 128;  // padded vocabulary, as in gpt.h
+    printf("encoder: B = %d, T = %d, C = %d, V = %d, %s\n", B, T, C, V, PRECISION_MODE);
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    Rng rng;
+    rng_init(&rng, 1337);
+    auto randn = [&](size_t n, float std) {
+        std::vector<float> v(n);
+        rng_normal(&rng, v.data(), n, 0.0f, std);
+        for (float& x : v) x = (float)(floatX)x;
+        return v;
+    };
+    // Zipf-like tokens: inverse CDF of p(k) ~ 1/(k+10) over k < V, then a fixed shuffle of the ranks
+    std::vector<double> cdf(V);
+    double z = 0.0;
+    for (int k = 0; k < V; k++) cdf[k] = (z += 1.0 / (k + 10));
+    std::vector<int> perm(V);
+    for (int k = 0; k < V; k++) perm[k] = k;
+    for (int k = V - 1; k > 0; k--) std::swap(perm[k], perm[rng_u64(&rng) % (k + 1)]);
+    std::vector<int> inp(BT);
+    for (size_t i = 0; i < BT; i++) {
+        int k = (int)(std::lower_bound(cdf.begin(), cdf.end(), rng_f64(&rng) * z) - cdf.begin());
+        inp[i] = perm[std::min(k, V - 1)];
+    }
+    std::vector<float> wte = randn((size_t)Vp * C, 0.02f), wpe = randn((size_t)T * C, 0.02f), dout = randn(BTC, 1.0f),
+                       dwte0 = randn((size_t)Vp * C, 0.1f), dwpe0 = randn((size_t)T * C, 0.1f);
+    Bufs b;
+    b.B = B;
+    b.T = T;
+    b.C = C;
+    b.Vp = Vp;
+    b.inp = (int*)device_malloc(BT * sizeof(int));
+    copy_to_device(b.inp, inp.data(), BT * sizeof(int));
+    b.inp_host = inp.data();
+    b.wte = upload(wte);
+    b.wpe = upload(wpe);
+    b.dout = upload(dout);
+    b.dwte = upload(dwte0);
+    b.dwpe = upload(dwpe0);
+    b.out = (floatX*)device_malloc(BTC * sizeof(floatX));
+    b.scratch = (float*)device_malloc(BTC * sizeof(float));
+
+    std::vector<float> out(BTC), dwte = dwte0, dwpe = dwpe0;
+    encoder_forward_cpu(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_backward_cpu(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    // touched rows of dwte: what the backward must read and write
+    std::vector<char> seen(Vp, 0);
+    size_t touched = 0;
+    for (size_t i = 0; i < BT; i++) if (!seen[inp[i]]) { seen[inp[i]] = 1; touched++; }
+    char what[64];
+
+    void (*fwd[])(Bufs&) = {forward1, forward2};
+    for (int v = 0; v < 2; v++) {
+        cudaCheck(cudaMemset(b.out, 0xFF, BTC * sizeof(floatX)));
+        fwd[v](b);
+        snprintf(what, sizeof(what), "forward %d", v + 1);
+        close_enough(what, download(b.out, BTC), out, 0.0f, 4e-3f);
+        report(what, bench_ms(reps, [&] { fwd[v](b); }), 3.0 * BTC * sizeof(floatX));
+    }
+    void (*bwd[])(Bufs&) = {backward1, backward2};
+    for (int v = 0; v < 2; v++) {
+        set(b.dwte, dwte0);
+        set(b.dwpe, dwpe0);
+        bwd[v](b);
+        snprintf(what, sizeof(what), "backward %d", v + 1);
+        // version 1 in BF16 rounds the gradient at every addition: only a rough check
+        float atol = v == 0 && sizeof(floatX) == 2 ? 0.5f : 1e-3f * sqrtf((float)BT), rtol = 1e-2f;
+        close_enough(what, download(b.dwte, (size_t)Vp * C), dwte, atol, rtol);
+        close_enough("     dwpe", download(b.dwpe, (size_t)T * C), dwpe, atol, rtol);
+        report(what, bench_ms(reps, [&] { bwd[v](b); }), (BTC + 2.0 * (touched + T) * C) * sizeof(floatX));
+    }
+    floatX* bufs[] = {b.wte, b.wpe, b.dout, b.dwte, b.dwpe, b.out};
+    for (floatX* p : bufs) device_free(p);
+    device_free(b.inp);
+    device_free(b.scratch);
+    device_free(g_flush);
+    return 0;
+}

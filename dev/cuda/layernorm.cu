@@ -1,0 +1,361 @@
+// dev/cuda/layernorm.cu: versions of the LayerNorm kernels side by side, each checked against the CPU
+// reference (llm/layernorm.cuh) and timed. The chosen versions are the ones in llm/layernorm.cuh,
+// without a version number.
+//
+//   forward        1: one thread per row, three loops over the row in global memory (uncoalesced)
+//                  2: one warp per row, scalar coalesced loads, three passes over the row (mean,
+//                     variance, output): DRAM once, then the L1/L2 cache
+//                  3: one warp per row, the row in registers as x128 (llm/layernorm.cuh)
+//   fused residual 1: a residual-add kernel, then forward 3 (the residual goes to memory and back)
+//                  2: one pass, the residual kept in registers (llm/layernorm.cuh)
+//   backward       1: one thread per row for dinp, then one thread per channel for dweight/dbias
+//                     (reads dout and inp a second time; deterministic)
+//                  2: a block per row, row reductions in the block, per-block partial sums of
+//                     dweight/dbias in registers, then a reduction kernel (llm/layernorm.cuh)
+//
+// GPU:      nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -x cu dev/cuda/layernorm.cu -o build/dev_layernorm
+//           ./build/dev_layernorm [N] [C]       (default N = 64*1024 rows, C = 768: GPT-2 124M, B=64, T=1024)
+// emulated: g++ <EMU_FLAGS of the Makefile> dev/cuda/layernorm.cu -o build/dev_layernorm_emu <EMU_LIBS>
+//           ./build/dev_layernorm_emu            (default N = 37, C = 264; the times are CPU times)
+//
+// Timing: the median over REPS runs, each preceded by a write of a 128 MiB buffer (more than the L2),
+// so that inputs come from DRAM. GB/s counts the bytes a kernel must move: forward 2 floatX per element
+// (+ 8 bytes per row), fused 4 floatX, backward 4 floatX (dout, inp, dinp read; dinp written).
+#include "../../llm/common.h"
+#include "../../llm/device.h"
+#include "../../llm/rand.h"
+#include "../../llm/layernorm.cuh"
+#include <vector>
+#include <algorithm>
+
+// ----------------------------------------------------------------------------
+// forward, version 1: one thread per row. Per element: reads 1 floatX three times (uncoalesced
+// across the threads of a warp: rows are C apart), writes 1 floatX.
+__global__ void layernorm_forward_kernel1(floatX* out, float* mean, float* rstd,      // (N,C), (N), (N)
+                                          const floatX* inp, const floatX* weight,    // (N,C), (C)
+                                          const floatX* bias, int N, int C) {         // (C)
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += (float)x[c];
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float d = (float)x[c] - m;
+        v += d * d;
+    }
+    float s = 1.0f / sqrtf(v / C + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++) {
+        out[(size_t)row * C + c] = (floatX)(((float)x[c] - m) * s * (float)weight[c] + (float)bias[c]);
+    }
+    mean[row] = m;
+    rstd[row] = s;
+}
+
+// forward, version 2: one warp per row, lane l takes the elements l, l+32, ...: three passes over
+// the row, each coalesced. Per element: reads 1 floatX from DRAM (twice more from cache), writes 1.
+__global__ void layernorm_forward_kernel2(floatX* out, float* mean, float* rstd,      // (N,C), (N), (N)
+                                          const floatX* inp, const floatX* weight,    // (N,C), (C)
+                                          const floatX* bias, int N, int C) {         // (C)
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) sum += (float)x[c];
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = (float)x[c] - m;
+        var += d * d;
+    }
+    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
+    for (int c = lane; c < C; c += 32) {
+        out[(size_t)row * C + c] = (floatX)(((float)x[c] - m) * s * (float)weight[c] + (float)bias[c]);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// fused version 1's first kernel: residual = inp1 + inp2, x128. Per element: reads 2, writes 1 floatX.
+__global__ void residual_add_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {  // (n) each
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (i >= n) return;
+    x128 va = load128cs(a + i), vb = load128cs(b + i), r;
+    for (int k = 0; k < x128::size; k++) r[k] = (floatX)((float)va[k] + (float)vb[k]);
+    store128(out + i, r);
+}
+
+// backward, version 1, kernel A: one thread per row, dinp += ... Per element: reads dout and inp
+// twice, dinp once (uncoalesced), writes dinp.
+__global__ void layernorm_backward_dinp_kernel1(floatX* dinp, const floatX* dout, const floatX* inp,  // (N,C) x3
+                                                const floatX* weight, const float* mean,            // (C), (N)
+                                                const float* rstd, int N, int C) {                  // (N)
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const floatX* d = dout + (size_t)row * C;
+    const floatX* x = inp + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float a = 0.0f, b = 0.0f;
+    for (int c = 0; c < C; c++) {
+        float xhat = ((float)x[c] - m) * s, dnorm = (float)d[c] * (float)weight[c];
+        a += dnorm;
+        b += dnorm * xhat;
+    }
+    a /= C;
+    b /= C;
+    for (int c = 0; c < C; c++) {
+        float xhat = ((float)x[c] - m) * s, dnorm = (float)d[c] * (float)weight[c];
+        floatX* g = dinp + (size_t)row * C + c;
+        *g = (floatX)((float)*g + (dnorm - a - xhat * b) * s);
+    }
+}
+
+// backward, version 1, kernel B: one thread per channel walks the rows in order (deterministic,
+// coalesced across the threads). Per element: reads dout and inp again.
+__global__ void layernorm_backward_params_kernel1(floatX* dweight, floatX* dbias,           // (C), (C)
+                                                  const floatX* dout, const floatX* inp,    // (N,C), (N,C)
+                                                  const float* mean, const float* rstd,     // (N), (N)
+                                                  int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (int i = 0; i < N; i++) {
+        float d = (float)dout[(size_t)i * C + c];
+        dw += d * ((float)inp[(size_t)i * C + c] - mean[i]) * rstd[i];
+        db += d;
+    }
+    dweight[c] = (floatX)((float)dweight[c] + dw);
+    dbias[c] = (floatX)((float)dbias[c] + db);
+}
+
+// ----------------------------------------------------------------------------
+// the versions behind one signature each
+
+typedef struct {
+    int N, C;
+    floatX *inp, *inp2, *weight, *bias, *out, *residual, *dout, *dinp, *dweight, *dbias;
+    float *mean, *rstd, *scratch;
+} Bufs;
+
+static void forward1(Bufs& b) {
+    LAUNCH(layernorm_forward_kernel1, dim3(ceil_div(b.N, 128)), dim3(128), 0, (cudaStream_t)0, b.out, b.mean, b.rstd,
+           b.inp, b.weight, b.bias, b.N, b.C);
+}
+static void forward2(Bufs& b) {
+    LAUNCH(layernorm_forward_kernel2, dim3(ceil_div(b.N, 8)), dim3(256), 0, (cudaStream_t)0, b.out, b.mean, b.rstd,
+           b.inp, b.weight, b.bias, b.N, b.C);
+}
+static void forward3(Bufs& b) { layernorm_forward(b.out, b.mean, b.rstd, b.inp, b.weight, b.bias, b.N, b.C, 0); }
+
+static void fused1(Bufs& b) {
+    size_t n = (size_t)b.N * b.C;
+    LAUNCH(residual_add_kernel, dim3((unsigned)ceil_div_sz(n / x128::size, 256)), dim3(256), 0, (cudaStream_t)0,
+           b.residual, b.inp, b.inp2, n);
+    layernorm_forward(b.out, b.mean, b.rstd, b.residual, b.weight, b.bias, b.N, b.C, 0);
+}
+static void fused2(Bufs& b) {
+    fused_residual_layernorm_forward(b.residual, b.out, b.mean, b.rstd, b.inp, b.inp2, b.weight, b.bias, b.N, b.C, 0);
+}
+
+static void backward1(Bufs& b) {
+    LAUNCH(layernorm_backward_dinp_kernel1, dim3(ceil_div(b.N, 128)), dim3(128), 0, (cudaStream_t)0, b.dinp, b.dout,
+           b.inp, b.weight, b.mean, b.rstd, b.N, b.C);
+    LAUNCH(layernorm_backward_params_kernel1, dim3(ceil_div(b.C, 128)), dim3(128), 0, (cudaStream_t)0, b.dweight,
+           b.dbias, b.dout, b.inp, b.mean, b.rstd, b.N, b.C);
+}
+static void backward2(Bufs& b) {
+    layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, b.N, b.C, 0);
+}
+
+// ----------------------------------------------------------------------------
+// checking and timing
+
+static std::vector<float> download(const floatX* d, size_t n) {
+    std::vector<float> h(n);
+    copy_to_host_float(h.data(), d, n);
+    return h;
+}
+
+static std::vector<float> download_f32(const float* d, size_t n) {
+    std::vector<float> h(n);
+    copy_to_host(h.data(), d, n * sizeof(float));
+    return h;
+}
+
+static floatX* upload(const std::vector<float>& h) {
+    std::vector<floatX> t(h.size());
+    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
+    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
+    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
+    return d;
+}
+
+static void set(floatX* d, const std::vector<float>& h) {
+    std::vector<floatX> t(h.size());
+    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
+    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
+}
+
+// max |got - want| / (atol + rtol |want|) <= 1 ?
+static int close_enough(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                        float atol, float rtol) {
+    double worst = 0.0, max_err = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double err = fabs((double)got[i] - want[i]);
+        double r = err / (atol + rtol * fabs((double)want[i]));
+        if (!(r <= worst)) worst = r;  // NaN sticks
+        if (err > max_err) max_err = err;
+    }
+    int ok = worst <= 1.0;
+    printf("%s %s: max|err| %.3g\n", ok ? "ok  " : "FAIL", what, max_err);
+    return ok;
+}
+
+static char* g_flush = NULL;
+static const size_t FLUSH_BYTES = (size_t)128 << 20;
+
+// median milliseconds of reps runs of f, the L2 flushed before each
+template <class F>
+static float bench_ms(int reps, F f) {
+    if (g_flush == NULL) g_flush = (char*)device_malloc(FLUSH_BYTES);
+    cudaEvent_t t0, t1;
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        cudaCheck(cudaMemsetAsync(g_flush, r & 0xFF, FLUSH_BYTES, 0));
+        cudaCheck(cudaEventRecord(t0, 0));
+        f();
+        cudaCheck(cudaEventRecord(t1, 0));
+        cudaCheck(cudaEventSynchronize(t1));
+        cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
+    }
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+}
+
+// the device's peak DRAM bandwidth in GB/s (0 when unknown, as in the emulated build)
+static double peak_gbs(void) {
+#if LLM_BUILD_CUDA
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0.0;
+    }
+    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
+#else
+    return 0.0;
+#endif
+}
+
+static void report(const char* what, float ms, double bytes) {
+    double gbs = bytes / (ms * 1e-3) / 1e9, peak = peak_gbs();
+    if (peak > 0) printf("     %s: %.4f ms, %.0f GB/s (%.0f%% of %.0f GB/s)\n", what, ms, gbs, 100.0 * gbs / peak, peak);
+    else printf("     %s: %.4f ms, %.3g GB/s (no peak known)\n", what, ms, gbs);
+}
+
+int main(int argc, char** argv) {
+#if LLM_BUILD_EMU
+    int N = 37, C = 264, reps = 3;
+#else
+    int N = 64 * 1024, C = 768, reps = 25;
+#endif
+    if (argc > 1) N = atoi(argv[1]);
+    if (argc > 2) C = atoi(argv[2]);
+    printf("layernorm: N = %d, C = %d, %s\n", N, C, PRECISION_MODE);
+    size_t NC = (size_t)N * C;
+    Rng rng;
+    rng_init(&rng, 1337);
+    auto randn = [&](size_t n, float mean, float std) {
+        std::vector<float> v(n);
+        rng_normal(&rng, v.data(), n, mean, std);
+        for (float& x : v) x = (float)(floatX)x;
+        return v;
+    };
+    std::vector<float> x = randn(NC, 0.5f, 1.0f), x2 = randn(NC, 0.0f, 1.0f), w = randn(C, 1.0f, 0.1f),
+                       bias = randn(C, 0.0f, 0.1f), dout = randn(NC, 0.0f, 1.0f), dinp0 = randn(NC, 0.0f, 1.0f),
+                       dw0 = randn(C, 0.0f, 1.0f), db0 = randn(C, 0.0f, 1.0f);
+    Bufs b;
+    b.N = N;
+    b.C = C;
+    b.inp = upload(x);
+    b.inp2 = upload(x2);
+    b.weight = upload(w);
+    b.bias = upload(bias);
+    b.dout = upload(dout);
+    b.dinp = upload(dinp0);
+    b.dweight = upload(dw0);
+    b.dbias = upload(db0);
+    b.out = (floatX*)device_malloc(NC * sizeof(floatX));
+    b.residual = (floatX*)device_malloc(NC * sizeof(floatX));
+    b.mean = (float*)device_malloc(N * sizeof(float));
+    b.rstd = (float*)device_malloc(N * sizeof(float));
+    b.scratch = (float*)device_malloc(std::max(NC, (size_t)4096 * C) * sizeof(float));
+
+    // references
+    std::vector<float> out(NC), mean(N), rstd(N), res(NC), res_r(NC), fout(NC), fmean(N), frstd(N);
+    layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
+    fused_residual_layernorm_forward_cpu(res.data(), fout.data(), fmean.data(), frstd.data(), x.data(), x2.data(),
+                                         w.data(), bias.data(), N, C);
+    for (size_t i = 0; i < NC; i++) res_r[i] = (float)(floatX)res[i];
+    layernorm_forward_cpu(fout.data(), fmean.data(), frstd.data(), res_r.data(), w.data(), bias.data(), N, C);
+    std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+    layernorm_backward_cpu(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+    // loose tolerances (the tight ones are in test/kernels/layernorm.h): BF16 rounding plus slack
+    float atol = 2e-2f, rtol = 1e-2f, atol_params = 1e-3f * sqrtf((float)N);
+    char what[64];
+
+    void (*fwd[])(Bufs&) = {forward1, forward2, forward3};
+    for (int v = 0; v < 3; v++) {
+        cudaCheck(cudaMemset(b.out, 0xFF, NC * sizeof(floatX)));
+        cudaCheck(cudaMemset(b.mean, 0xFF, N * sizeof(float)));
+        cudaCheck(cudaMemset(b.rstd, 0xFF, N * sizeof(float)));
+        fwd[v](b);
+        snprintf(what, sizeof(what), "forward %d", v + 1);
+        close_enough(what, download(b.out, NC), out, atol, rtol);
+        close_enough("     mean", download_f32(b.mean, N), mean, 1e-5f, 1e-5f);
+        close_enough("     rstd", download_f32(b.rstd, N), rstd, 1e-5f, 1e-4f);
+        report(what, bench_ms(reps, [&] { fwd[v](b); }), 2.0 * NC * sizeof(floatX) + 8.0 * N);
+    }
+    void (*fused[])(Bufs&) = {fused1, fused2};
+    for (int v = 0; v < 2; v++) {
+        cudaCheck(cudaMemset(b.out, 0xFF, NC * sizeof(floatX)));
+        cudaCheck(cudaMemset(b.residual, 0xFF, NC * sizeof(floatX)));
+        fused[v](b);
+        snprintf(what, sizeof(what), "fused residual %d", v + 1);
+        close_enough(what, download(b.out, NC), fout, atol, rtol);
+        close_enough("     residual", download(b.residual, NC), res, 0.0f, 4e-3f);
+        report(what, bench_ms(reps, [&] { fused[v](b); }), 4.0 * NC * sizeof(floatX) + 8.0 * N);
+    }
+    // the backward reads the reference statistics
+    copy_to_device(b.mean, mean.data(), N * sizeof(float));
+    copy_to_device(b.rstd, rstd.data(), N * sizeof(float));
+    void (*bwd[])(Bufs&) = {backward1, backward2};
+    for (int v = 0; v < 2; v++) {
+        set(b.dinp, dinp0);
+        set(b.dweight, dw0);
+        set(b.dbias, db0);
+        bwd[v](b);
+        snprintf(what, sizeof(what), "backward %d", v + 1);
+        close_enough(what, download(b.dinp, NC), dinp, atol, rtol);
+        close_enough("     dweight", download(b.dweight, C), dw, atol_params, rtol);
+        close_enough("     dbias", download(b.dbias, C), db, atol_params, rtol);
+        // the timed runs keep accumulating into the gradients (finite, and the work is the same)
+        report(what, bench_ms(reps, [&] { bwd[v](b); }), 4.0 * NC * sizeof(floatX) + 8.0 * N);
+    }
+    floatX* bufs[] = {b.inp, b.inp2, b.weight, b.bias, b.dout, b.dinp, b.dweight, b.dbias, b.out, b.residual};
+    for (floatX* p : bufs) device_free(p);
+    device_free(b.mean);
+    device_free(b.rstd);
+    device_free(b.scratch);
+    device_free(g_flush);
+    return 0;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# gpu_check.sh: on a machine with an NVIDIA GPU, build the CUDA programs, run the kernel-vs-reference
+# harness, the kernel benchmarks of dev/cuda/, and a GPT-2 124M training benchmark (tokens/s, MFU),
+# then print one table. Logs go to build/gpu_check/.
+#   bash scripts/gpu_check.sh            (PRECISION=BF16; PEAK_TFLOPS=... to set the MFU denominator,
+#                                         otherwise the measured dense bf16 GEMM peak of dev/cuda/matmul)
+set -u
+cd "$(dirname "$0")/.."
+LOG=build/gpu_check
+mkdir -p "$LOG" build/cuda
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$LOG/gpu.txt"
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+NV="nvcc -O3 -std=c++17 --use_fast_math -arch=sm_${ARCH} -Xcompiler -fopenmp"
+rows=()
+row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
+
+echo "== build (sm_${ARCH})"
+make -j"$(nproc)" train_gpt build/test_kernels_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+for f in dev/cuda/*.cu; do
+    n=$(basename "$f" .cu)
+    $NV "$f" -o "build/cuda/$n" -lcublasLt -lcublas > "$LOG/build_$n.log" 2>&1 || row "build dev/cuda/$n" "FAILED (see $LOG/build_$n.log)"
+done
+
+echo "== kernel harness (test/test_kernels.cu on the GPU)"
+./build/test_kernels_gpu > "$LOG/test_kernels.log" 2>&1
+row "test_kernels (GPU)" "$(tail -1 "$LOG/test_kernels.log")"
+
+echo "== kernel benchmarks (dev/cuda)"
+for b in build/cuda/*; do
+    n=$(basename "$b")
+    "$b" > "$LOG/bench_$n.log" 2>&1
+    grep -E "^(version|kernel|best|median|peak)" "$LOG/bench_$n.log" | head -12 | while read -r line; do echo "  $n: $line"; done
+    row "dev/cuda/$n" "$(grep -cE 'FAIL' "$LOG/bench_$n.log") failed checks, see $LOG/bench_$n.log"
+done
+PEAK=${PEAK_TFLOPS:-$(grep -oE 'peak [0-9.]+ TFLOP/s' "$LOG/bench_matmul.log" 2>/dev/null | grep -oE '[0-9.]+' | head -1)}
+PEAK=${PEAK:-0}
+
+echo "== GPT-2 124M training benchmark: B=64 T=1024, $(grep -o 'PRECISION ?= [A-Z0-9]*' Makefile)"
+./build/bench_gpu d12 64 1024 20 "$PEAK" | tee "$LOG/bench_gpt2.log" | tail -1
+row "GPT-2 124M B=64 T=1024" "$(tail -1 "$LOG/bench_gpt2.log")"
+row "bf16 GEMM peak used for MFU" "${PEAK} TFLOP/s"
+
+echo
+echo "== summary"
+printf '%s\n' "${rows[@]}"
