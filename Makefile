@@ -25,7 +25,7 @@ endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 
 # --- CPU build ---
-CPU_FLAGS := -std=c++17 -O3 -march=native -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function \
+CPU_FLAGS := -std=c++17 -O3 -march=native -fno-math-errno -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function \
              -x c++ $(MPI_CFLAGS) $(BLAS_CFLAGS)
 CPU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm
 

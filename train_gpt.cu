@@ -1,12 +1,19 @@
 /*
-train_gpt.cu: trains a GPT-2 model. Read it top to bottom:
-  1. arguments            (flags, with llm.c's short aliases)
-  2. the model            (an llm.c checkpoint, or a fresh GPT-2 from a descriptor like d12)
-  3. data                 (llm.c token shards, tokenizer for decoding)
+train_gpt.cu: trains a GPT-2 model, on one process or data-parallel over many (mpirun). Read it top
+to bottom:
+  1. arguments, processes (flags, with llm.c's short aliases; the dp x tp x pp mesh of llm/comm.h,
+                           the layout checked before anything is allocated)
+  2. the model            (an llm.c checkpoint, or a fresh GPT-2 from a descriptor like d12; under
+                           ZeRO each rank keeps only its part of the model states: llm/zero.h)
+  3. data                 (llm.c token shards, each dp rank reading its slice of every step's batch;
+                           tokenizer for decoding)
   4. optimizer state      (AdamW, or the saved state of a run being resumed)
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step:
-                           micro-batches forward + backward, grad norm, clip, schedule, AdamW; log)
-  6. held-out exact-match evaluation (optional), clean-up
+                           micro-batches forward + backward with the gradients averaged over the dp
+                           ranks, grad norm, clip, schedule, AdamW; log)
+  6. held-out exact-match evaluation (optional), memory and communication report, clean-up
+Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
+every rank prints the errors it sees itself.
 The same file builds three ways (see DESIGN.md): g++ -> train_gpt_cpu, nvcc -> train_gpt, and the
 emulated CUDA build used by the tests.
 
@@ -35,6 +42,8 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/logger.h"
 #include "llm/checkpoint.h"
 #include "llm/sampler.h"
+#include "llm/comm.h"
+#include "llm/zero.h"
 #include <sys/stat.h>
 #include <dirent.h>
 
@@ -58,6 +67,10 @@ typedef struct {
     int seed;
     int shuffle;
     int val_every, val_steps, sample_every, sample_len, checkpoint_every;
+    int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
+    int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
+    const char* report_json;    // memory and communication report, or NULL
+    int debug_die_at_step;      // a rank exits(1) at this step (the failure test), 0 = never
 } Args;
 
 typedef struct {
@@ -73,7 +86,7 @@ static const FlagDoc FLAGS[] = {
     {"--tokenizer", 0, "llm.c tokenizer file for decoding samples (empty: print token ids)"},
     {"--batch", 'b', "micro-batch size B per process (default 4)"},
     {"--seq-len", 't', "sequence length T (default 1024, at most the model's maxT)"},
-    {"--total-batch", 'd', "tokens per optimizer step; a multiple of B*T (default B*T): gradient accumulation"},
+    {"--total-batch", 'd', "tokens per optimizer step; a multiple of B*T*dp (default B*T*dp): gradient accumulation"},
     {"--steps", 'x', "optimizer steps (default -1: one epoch of the train data)"},
     {"--lr", 'l', "peak learning rate (default 3e-4)"},
     {"--warmup", 'u', "linear warm-up steps (default 0)"},
@@ -91,6 +104,12 @@ static const FlagDoc FLAGS[] = {
     {"--resume", 'y', "resume from a state file, or 1/latest = the newest in --output-dir (default 0)"},
     {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
+    {"--dp", 0, "data-parallel ranks (default: the world size / (tp*pp)); world size = dp*tp*pp"},
+    {"--tp", 0, "tensor-parallel ranks (default 1; > 1 not implemented yet)"},
+    {"--pp", 0, "pipeline-parallel stages (default 1; > 1 not implemented yet)"},
+    {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
+    {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
+    {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
 };
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -141,6 +160,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
     a->seed = 1337; a->shuffle = 1;
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
@@ -179,20 +199,53 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--resume")) a->resume = v;
         else if (!strcmp(name, "--log")) a->log_path = v;
         else if (!strcmp(name, "--eval-file")) a->eval_file = v;
+        else if (!strcmp(name, "--dp")) a->dp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--tp")) a->tp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--pp")) a->pp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--zero")) a->zero = parse_int_flag(name, v);
+        else if (!strcmp(name, "--report-json")) a->report_json = v;
+        else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
     }
     if (a->B <= 0) fatal("--batch: expected a positive integer, found %d", a->B);
     if (a->T <= 0) fatal("--seq-len: expected a positive integer, found %d", a->T);
-    if (a->total_batch == -1) a->total_batch = (long)a->B * a->T;
-    if (a->total_batch <= 0 || a->total_batch % ((long)a->B * a->T) != 0) {
-        fatal("--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld", a->B, a->T,
-              (long)a->B * a->T, a->total_batch);
-    }
+    // --total-batch is checked with the layout (it must divide over the dp ranks): check_layout
     if (a->warmup < 0) fatal("--warmup: expected >= 0, found %d", a->warmup);
     if (a->val_steps <= 0) fatal("--val-steps: expected a positive integer, found %d", a->val_steps);
     if (a->shuffle != 0 && a->shuffle != 1) fatal("--shuffle: expected 0 or 1, found %d", a->shuffle);
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
+    if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
+}
+
+// The layout, once the processes are known and before anything is allocated: the ZeRO stage, the
+// parallelisms implemented so far, the batch over the dp ranks. comm_init has checked the world size
+// against dp*tp*pp. On an error rank 0 prints one line and every rank exits non-zero.
+static void check_layout(Args* a, Comm* c) {
+    char err[512] = "";
+    long bt = (long)a->B * a->T, btdp = bt * c->dp;
+    if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
+    if (a->zero < 0 || a->zero > 3) {
+        snprintf(err, sizeof(err), "--zero: expected a ZeRO stage 0 (DDP), 1, 2 or 3, found %d", a->zero);
+    } else if (c->tp > 1 || c->pp > 1) {
+        snprintf(err, sizeof(err), "--tp %d --pp %d: tensor and pipeline parallelism are not implemented yet "
+                 "(later issue); expected --tp 1 --pp 1", c->tp, c->pp);
+    } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
+        if (c->dp == 1) {
+            snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",
+                     a->B, a->T, bt, a->total_batch);
+        } else {
+            snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T*dp = %d*%d*%d = %ld "
+                     "(every dp rank reads B*T tokens per micro-step), found %ld", a->B, a->T, c->dp, btdp, a->total_batch);
+        }
+    }
+    if (err[0] == '\0') return;
+    if (c->world_rank == 0) {
+        fprintf(stderr, "error: %s\n", err);
+        fflush(stderr);
+    }
+    mpiCheck(MPI_Finalize());  // every rank gets here (same arguments), then all exit non-zero
+    exit(EXIT_FAILURE);
 }
 
 // ----------------------------------------------------------------------------
@@ -237,6 +290,7 @@ static void find_latest_state(const char* dir, char* out, size_t cap) {
 
 // Greedy exact-match accuracy on held-out problems: each document (split at EOT) of the shard is a
 // prompt through the first '=' and an answer up to '\n'; the model must produce the answer exactly.
+// The first print_n problems are printed.
 static float exact_match_eval(GPT* model, const char* path, int eot, const Tokenizer* tok, int print_n) {
     int64_t n_tokens;
     int32_t* raw = dataloader_read_shard(path, "--eval-file", model->config.vocab_size, &n_tokens);  // (n_tokens)
@@ -278,175 +332,3 @@ static float exact_match_eval(GPT* model, const char* path, int eot, const Token
     return (float)correct / (float)total;
 }
 
-// ----------------------------------------------------------------------------
-
-int main(int argc, char** argv) {
-    // 1. arguments
-    Args args;
-    parse_args(&args, argc, argv);
-    int B = args.B, T = args.T;
-
-    // 2. the model
-    GPTConfig cfg;
-    float* init_params = NULL;  // (num_parameters) FP32 on the host
-    int from_descriptor = gpt_config_from_descriptor(args.model, &cfg);
-    if (!from_descriptor) init_params = checkpoint_load(args.model, &cfg);
-    if (T > cfg.max_seq_len) {
-        fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg.max_seq_len, T);
-    }
-    // check the data before allocating the model
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_data, "--train-data", B, T, 0, 1, args.shuffle, (uint64_t)args.seed, cfg.vocab_size);
-    if (args.val_data) dataloader_init(&val_loader, args.val_data, "--val-data", B, T, 0, 1, 0, 0, cfg.vocab_size);
-    Tokenizer tok;
-    int have_tok = 0;
-    if (args.tokenizer) {
-        FILE* tf = fopen(args.tokenizer, "rb");
-        if (tf != NULL) { fclose(tf); tokenizer_init(&tok, args.tokenizer); have_tok = 1; }
-        else printf("tokenizer %s not found: samples print token ids\n", args.tokenizer);
-    }
-    int eot = have_tok ? (int)tok.eot_token : 50256;
-
-    GPT model;
-    gpt_allocate(&model, cfg);
-    if (from_descriptor) {
-        init_params = (float*)mallocCheck(model.num_parameters * sizeof(float));
-        gpt_init_random(&model, (uint64_t)args.seed, init_params);
-    } else {
-        gpt_set_parameters(&model, init_params);
-    }
-    free(init_params);
-    int grad_accum = (int)(args.total_batch / ((long)B * T));
-    int steps = args.steps;
-    if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));
-    if (steps <= 0) steps = 1;
-    printf("model: %s | L=%d NH=%d C=%d maxT=%d V=%d (Vp %d) | %.2fM parameters | %s %s\n", args.model,
-           cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
-           model.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
-    printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps | %d steps | train samples per epoch %lld\n",
-           B, T, args.total_batch, grad_accum, steps, (long long)dataloader_num_samples(&train_loader));
-
-    // 4. optimizer state (fresh, or resumed)
-    OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, 0.9f, 0.95f, 1e-8f, args.weight_decay, args.grad_clip};
-    AdamWState opt;
-    adamw_state_init(&opt, &model);
-    Rng sample_rng;
-    rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
-    int start_step = 0;
-    if (args.resume) {
-        char path[1100];
-        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
-        else snprintf(path, sizeof(path), "%s", args.resume);
-        TrainState ts;
-        float *p, *m, *v;
-        state_load(path, cfg, &ts, &p, &m, &v);
-        gpt_set_parameters(&model, p);
-        copy_to_device(opt.m, m, opt.n * sizeof(float));
-        copy_to_device(opt.v, v, opt.n * sizeof(float));
-        if (opt.master) copy_to_device(opt.master, p, opt.n * sizeof(float));
-        opt.t = ts.adam_t;
-        dataloader_seek(&train_loader, ts.data);
-        sample_rng.state = ts.rng;
-        start_step = ts.step;
-        free(p); free(m); free(v);
-        printf("resumed from %s at step %d\n", path, start_step);
-    }
-    // read one batch of each loader now (then rewind), so that a bad shard is reported before the
-    // log or any checkpoint is written
-    DataPosition first = dataloader_position(&train_loader);
-    dataloader_next_batch(&train_loader);
-    dataloader_seek(&train_loader, first);
-    if (args.val_data) { dataloader_next_batch(&val_loader); dataloader_reset(&val_loader); }
-    char log_path[1100];
-    if (args.log_path) snprintf(log_path, sizeof(log_path), "%s", args.log_path);
-    else snprintf(log_path, sizeof(log_path), "%s/log.jsonl", args.output_dir);
-    mkdir(args.output_dir, 0755);  // may already exist; writes below fail loudly if it is unusable
-    Logger logger;
-    logger_init(&logger, log_path, args.resume != NULL);
-    printf("log: %s\n", log_path);
-
-    // 5. the training loop: optimizer steps start_step+1 .. steps
-    int* gen = (int*)mallocCheck((size_t)cfg.max_seq_len * sizeof(int));
-    double total_ms = 0.0;
-    int timed_steps = 0;
-    if (args.val_data && args.val_every > 0) {
-        float vloss = val_loss(&model, &val_loader, args.val_steps, B, T);
-        printf("step %d: val loss %.6f\n", start_step, vloss);
-        logger_log_eval(&logger, start_step, "val_loss", vloss);
-    }
-    for (int step = start_step + 1; step <= steps; step++) {
-        int last = step == steps;
-        // one optimizer step: grad_accum micro-batches of B x T, then clip and AdamW
-        double t0 = wall_ms();
-        gpt_zero_grad(&model);
-        double loss_sum = 0.0;
-        for (int micro = 0; micro < grad_accum; micro++) {
-            dataloader_next_batch(&train_loader);
-            gpt_forward(&model, train_loader.inputs, train_loader.targets, B, T, 1.0f / ((float)B * T * grad_accum));
-            gpt_backward(&model);
-            loss_sum += model.mean_loss;
-        }
-        float train_loss = (float)(loss_sum / grad_accum);
-        float norm = gpt_grad_norm(&model, &opt);
-        float lr = lr_schedule(&oc, step - 1);
-        gpt_update(&model, &opt, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step));
-        device_synchronize();
-        double ms = wall_ms() - t0;
-        if (step > start_step + 1) { total_ms += ms; timed_steps++; }  // the first step warms up
-        float tok_s = (float)(args.total_batch / (ms / 1e3));
-        if (!isfinite(train_loss)) fatal("step %d: the train loss is %f: training diverged", step, train_loss);
-
-        // val loss, log line, sample and checkpoint of the model after this step
-        float vloss = NAN;
-        if (args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
-            vloss = val_loss(&model, &val_loader, args.val_steps, B, T);
-        }
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, train_loss, lr,
-               norm, ms, tok_s);
-        if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
-        printf("\n");
-        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s);
-        if (args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
-            gen[0] = eot;
-            int len = gpt_generate(&model, gen, 1, args.sample_len, -1, &sample_rng);
-            printf("sample: ");
-            print_tokens(have_tok ? &tok : NULL, gen + 1, len - 1);
-            printf("\n");
-        }
-        if (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last)) {
-            char path[1100];
-            float* p = (float*)mallocCheck(model.num_parameters * sizeof(float));
-            float* m = (float*)mallocCheck(opt.n * sizeof(float));
-            float* v = (float*)mallocCheck(opt.n * sizeof(float));
-            if (opt.master) copy_to_host(p, opt.master, opt.n * sizeof(float));
-            else gpt_get_parameters(&model, p);
-            copy_to_host(m, opt.m, opt.n * sizeof(float));
-            copy_to_host(v, opt.v, opt.n * sizeof(float));
-            snprintf(path, sizeof(path), "%s/model_%08d.bin", args.output_dir, step);
-            checkpoint_save(path, cfg, p, 3);
-            TrainState ts = {step, opt.t, dataloader_position(&train_loader), sample_rng.state};
-            snprintf(path, sizeof(path), "%s/state_%08d.bin", args.output_dir, step);
-            state_save(path, cfg, &ts, p, m, v);
-            printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
-            free(p); free(m); free(v);
-        }
-    }
-    if (timed_steps > 0) printf("average step time %.1f ms\n", total_ms / timed_steps);
-
-    // 6. held-out exact-match evaluation
-    if (args.eval_file) {
-        printf("exact-match evaluation on %s:\n", args.eval_file);
-        float acc = exact_match_eval(&model, args.eval_file, eot, have_tok ? &tok : NULL, 8);
-        printf("held-out exact-match accuracy: %.2f%%\n", 100.0f * acc);
-        logger_log_eval(&logger, steps, "exact_match", acc);
-    }
-
-    free(gen);
-    logger_free(&logger);
-    if (have_tok) tokenizer_free(&tok);
-    dataloader_free(&train_loader);
-    if (args.val_data) dataloader_free(&val_loader);
-    adamw_state_free(&opt);
-    gpt_free(&model);
-    return 0;
-}

@@ -9,6 +9,22 @@
 // ----------------------------------------------------------------------------
 // CPU reference
 
+// e^x for x <= 0 (arguments here are logit - max), in a form the compiler vectorizes (glibc's expf
+// is a call per element: it was a fifth of a CPU training step at V = 50257). x = n ln2 + r with
+// |r| <= ln2/2, e^r by its Taylor series to r^7 (truncation < 2e-8 relative), then scaled by 2^n
+// through the exponent bits. Relative error < 2e-7 (measured against expf over [-87, 0]).
+static inline float exp_neg_cpu(float x) {
+    if (x < -87.0f) return 0.0f;
+    float n = floorf(x * 1.44269504f + 0.5f);       // round(x / ln2)
+    float r = x - n * 0.693145752f - n * 1.42860677e-6f;  // x - n ln2, ln2 split in two for precision
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f + r * (8.33333333e-3f +
+              r * (1.38888889e-3f + r * 1.98412698e-4f))))));
+    int32_t bits = ((int32_t)n + 127) << 23;            // 2^n as a float, n in [-126, 0]
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
 static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out: dlogits if write_dlogits
                                  float* losses,       // (BT) per-token loss, overwritten
                                  float dloss,         // d(mean loss)/d(token loss), 1/(B*T*grad_accum)
@@ -17,18 +33,39 @@ static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out
     #pragma omp parallel for
     for (int i = 0; i < BT; i++) {
         float* x = logits + (size_t)i * Vp;
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) maxv = fmaxf(maxv, x[v]);
-        double sum = 0.0;  // a 50k-term sum: double keeps the reference exact to float precision
-        for (int v = 0; v < V; v++) sum += expf(x[v] - maxv);
-        float lse = maxv + (float)log(sum);
+        float maxv = x[0];
+        #pragma omp simd reduction(max:maxv)
+        for (int v = 1; v < V; v++) maxv = x[v] > maxv ? x[v] : maxv;
         int y = targets[i];
-        losses[i] = lse - x[y];
+        float xy = x[y];
+        // sum of e^(x - max) in float lanes, combined in double (a 50k-term sum)
+        double sum = 0.0;
         if (write_dlogits) {
-            for (int v = 0; v < V; v++) {
-                float p = expf(x[v] - lse);
-                x[v] = dloss * (p - (v == y ? 1.0f : 0.0f));
+            // keep e^(x - max) in place: the gradient below needs only a scale of it
+            for (int v0 = 0; v0 < V; v0 += 1024) {
+                int v1 = v0 + 1024 < V ? v0 + 1024 : V;
+                float part = 0.0f;
+                #pragma omp simd reduction(+:part)
+                for (int v = v0; v < v1; v++) { x[v] = exp_neg_cpu(x[v] - maxv); part += x[v]; }
+                sum += part;
             }
+        } else {
+            for (int v0 = 0; v0 < V; v0 += 1024) {
+                int v1 = v0 + 1024 < V ? v0 + 1024 : V;
+                float part = 0.0f;
+                #pragma omp simd reduction(+:part)
+                for (int v = v0; v < v1; v++) part += exp_neg_cpu(x[v] - maxv);
+                sum += part;
+            }
+        }
+        float lse = maxv + (float)log(sum);
+        losses[i] = lse - xy;
+        if (write_dlogits) {
+            // dlogits = dloss * (softmax - onehot), softmax = e^(x - max) / sum
+            float scale = dloss / (float)sum;
+            #pragma omp simd
+            for (int v = 0; v < V; v++) x[v] *= scale;
+            x[y] -= dloss;
             for (int v = V; v < Vp; v++) x[v] = 0.0f;
         }
     }

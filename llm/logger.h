@@ -3,7 +3,9 @@
 // trainer's rank 0); a Logger made with path NULL does nothing.
 //
 //   {"step": 12, "train_loss": 2.345678, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 1.23,
-//    "ms": 123.4, "tok_per_s": 4567.8}                    (one line; val_loss only when measured)
+//    "ms": 123.4, "tok_per_s": 4567.8, "comm_wait_ms": 1.2}
+//                                      (one line; val_loss only when measured, comm_wait_ms only
+//                                       under data parallelism)
 //   {"step": 12, "hellaswag": 0.291}                      (logger_log_eval)
 //
 // Numbers are written with the fewest significant digits (6 to 9) that read back as the same
@@ -59,8 +61,10 @@ static void logger_write_line(Logger* lg, const char* line) {
 // one training step. val_loss NaN: not measured at this step, the key is left out.
 // lr: learning rate used at this step; grad_norm: global L2 norm before clipping;
 // ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks).
+// comm_wait_ms: time rank 0 waited on gradient communication in the step (data parallelism), NaN:
+// the key is left out.
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
-                            float grad_norm, float ms, float tokens_per_s) {
+                            float grad_norm, float ms, float tokens_per_s, float comm_wait_ms = NAN) {
     if (lg->f == NULL) { return; }
     char line[512];
     snprintf(line, sizeof(line), "{\"step\": %d", step);
@@ -70,6 +74,7 @@ static void logger_log_step(Logger* lg, int step, float train_loss, float val_lo
     logger_append_float(line, sizeof(line), "grad_norm", grad_norm);
     logger_append_float(line, sizeof(line), "ms", ms);
     logger_append_float(line, sizeof(line), "tok_per_s", tokens_per_s);
+    if (!isnan(comm_wait_ms)) { logger_append_float(line, sizeof(line), "comm_wait_ms", comm_wait_ms); }
     size_t used = strlen(line);
     snprintf(line + used, sizeof(line) - used, "}");
     logger_write_line(lg, line);

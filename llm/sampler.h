@@ -1,5 +1,6 @@
 // sampler.h: text generation from the model: sampling from the softmax of the logits (or greedy
-// argmax), one token at a time, by running the model on the growing sequence.
+// argmax), one token at a time, by running the model on the growing sequence. Under data
+// parallelism every rank generates (the same tokens); see GPTHooks.agree_token.
 #pragma once
 #include "common.h"
 #include "device.h"
@@ -37,6 +38,9 @@ static int gpt_generate(GPT* model, int* tokens, int len, int max_new, int stop_
         gpt_forward(model, tokens, NULL, 1, len, 0.0f);
         copy_to_host_float(logits, model->acts.output + (size_t)(len - 1) * c.padded_vocab_size, c.padded_vocab_size);
         int next = rng ? sample_softmax(logits, c.vocab_size, rng_f32(rng)) : sample_argmax(logits, c.vocab_size);
+        // ZeRO-3: every rank takes dp rank 0's token, so every rank runs the same forwards (each
+        // forward all-gathers the parameters with the whole group)
+        if (model->hooks && model->hooks->agree_token) next = model->hooks->agree_token(model->hooks->ctx, next);
         tokens[len++] = next;
         if (next == stop_token) break;
     }

@@ -1,0 +1,112 @@
+// ddp.h: distributed data parallelism: gradients averaged over the dp group in buckets, each bucket
+// launched as soon as the backward pass has finished its gradients, so that the communication of
+// the later layers overlaps the backward pass of the earlier ones. After PyTorch DDP (Li et al. 2020,
+// "PyTorch Distributed: Experiences on Accelerating Data Parallel Training", sec. 3.2.2 "Bucketing
+// Gradients" and 3.2.3 "Overlap Computation with Communication"; sec. 3.2.4 "Gradient
+// Accumulation": no communication in the micro-steps before the last one, `no_sync`).
+//
+// What is averaged. Rank r of N computes g_r, the mean gradient over its B*T*grad_accum tokens
+// (dloss = 1/(B*T*grad_accum)); the all-reduce with COMM_AVG gives every rank
+//     g = (1/N) sum_r g_r
+// which is the mean gradient over all B*T*grad_accum*N tokens of the step: the gradient one process
+// computes on the same global batch (test/test_ddp_zero.sh checks it, to float rounding).
+//
+// The buckets. A bucket is one unit of llm/gpt.h (the 12 tensors of a layer, the final LayerNorm,
+// the embedding), which llm/zero.h lays out back to back in one gradient buffer, so a bucket is
+// one contiguous range and its all-reduce runs in place, without the copy into a bucket buffer
+// (PyTorch DDP gets the same by making the gradients views into its buckets, sec. 3.2.2). Units
+// finish in the order final, layer L-1, ..., layer 0, embed (wte also gets the LM head's gradient,
+// at the start of the backward, so its bucket is ready only at the very end).
+//
+// Progress. In the CUDA build a collective runs on the communication stream and the compute stream
+// waits on it only at the end. Over MPI (CPU and emulated builds) a non-blocking collective moves
+// only while the process is inside an MPI call, so every bucket launch also tests (MPI_Test) the
+// pending ones; what is left is waited after the backward pass. The time the host spends blocked in
+// those final waits is the step's "comm wait" (in the CUDA build the host does not block there:
+// the stream waits, and the number is ~0).
+#pragma once
+#include "common.h"
+#include "comm.h"
+
+// ----------------------------------------------------------------------------
+// a queue of started collectives, oldest first (also used by llm/zero.h)
+
+typedef struct {
+    CommHandle* handles;  // (cap)
+    int* tags;            // (cap) the caller's id of each (a unit)
+    int count, cap;
+    double wait_ms;       // host time blocked in commq_wait_* since the last reset
+} CommQueue;
+
+static void commq_init(CommQueue* q, int cap) {
+    q->handles = (CommHandle*)mallocCheck((size_t)cap * sizeof(CommHandle));
+    q->tags = (int*)mallocCheck((size_t)cap * sizeof(int));
+    q->count = 0;
+    q->cap = cap;
+    q->wait_ms = 0.0;
+}
+
+static void commq_free(CommQueue* q) {
+    free(q->handles);
+    free(q->tags);
+    q->handles = NULL;
+    q->tags = NULL;
+}
+
+static void commq_push(CommQueue* q, CommHandle h, int tag) {
+    if (q->count == q->cap) fatal("commq_push: more than %d collectives pending", q->cap);
+    q->handles[q->count] = h;
+    q->tags[q->count] = tag;
+    q->count++;
+}
+
+static void commq_remove(CommQueue* q, int i) {
+    for (int j = i + 1; j < q->count; j++) {
+        q->handles[j - 1] = q->handles[j];
+        q->tags[j - 1] = q->tags[j];
+    }
+    q->count--;
+}
+
+// Tests every pending collective (which drives MPI's progress); the completed ones are waited
+// (orders the compute stream after them in the CUDA build), removed, and their tags written to done
+// (room for q->count). Returns how many completed.
+static int commq_poll(Comm* c, CommQueue* q, int* done) {
+    int n = 0;
+    for (int i = 0; i < q->count;) {
+        if (comm_test(c, &q->handles[i])) {
+            comm_wait(c, &q->handles[i]);
+            if (done) done[n] = q->tags[i];
+            n++;
+            commq_remove(q, i);
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
+// waits for the oldest pending collective and returns its tag (-1 if none); timed
+static int commq_wait_oldest(Comm* c, CommQueue* q) {
+    if (q->count == 0) return -1;
+    double t0 = wall_ms();
+    comm_wait(c, &q->handles[0]);
+    q->wait_ms += wall_ms() - t0;
+    int tag = q->tags[0];
+    commq_remove(q, 0);
+    return tag;
+}
+
+// ----------------------------------------------------------------------------
+// DDP's bucket launch: the all-reduce (average over the dp group) of one ready bucket, in place
+
+// grads: (n) the bucket's gradients, contiguous; tag: its unit
+static void ddp_bucket_ready(Comm* c, CommQueue* q, floatX* grads, size_t n, int tag, cudaStream_t stream) {
+    commq_push(q, comm_all_reduce_start(c, GROUP_DP, grads, grads, n, COMM_AVG, stream), tag);
+    commq_poll(c, q, NULL);  // progress for the ones launched before
+}
+
+// after the backward: every bucket averaged (the time blocked here is the step's comm wait)
+static void ddp_wait_all(Comm* c, CommQueue* q) {
+    while (q->count > 0) commq_wait_oldest(c, q);
+}
