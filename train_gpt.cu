@@ -332,3 +332,335 @@ static float exact_match_eval(GPT* model, const char* path, int eot, const Token
     return (float)correct / (float)total;
 }
 
+// ----------------------------------------------------------------------------
+// the memory and communication report: printed by rank 0, written with --report-json
+
+static const char* stage_name(int stage) {
+    static const char* names[4] = {"DDP", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)", "ZeRO-3 (P_os+g+p)"};
+    return names[stage];
+}
+
+// the paper's bytes per parameter for the stage as text (Table 1: p + g + K, divided per stage)
+static void paper_formula_text(int stage, char* buf, size_t cap) {
+    int p = (int)sizeof(floatX), K = ADAMW_HAS_MASTER ? 12 : 8;
+    if (stage == 0) snprintf(buf, cap, "%d+%d+%d", p, p, K);
+    else if (stage == 1) snprintf(buf, cap, "%d+%d+%d/N", p, p, K);
+    else if (stage == 2) snprintf(buf, cap, "%d+%d/N", p, p + K);
+    else snprintf(buf, cap, "%d/N", 2 * p + K);
+}
+
+// the bytes one rank sends per step for the gradients and parameters, ZeRO paper sec. 7 (ring
+// model), without the all-reduces of the loss and the norm (4 bytes each)
+static double paper_sent_bytes(const Zero* z, int stage) {
+    double N = z->dp, f = (N - 1) / N;
+    double S = (double)sizeof(floatX) * z->num_parameters, P = (double)sizeof(floatX) * z->packed_size;
+    if (stage == 0) return 2 * f * S;          // all-reduce of the gradients
+    if (stage == 1) return 2 * f * S + f * P;  // + all-gather of the parameters
+    if (stage == 2) return 2 * f * P;          // reduce-scatter + all-gather
+    return 3 * f * P;                          // all-gather forward + all-gather backward + reduce-scatter
+}
+
+static void print_memory(const Zero* z, const AdamWState* st, int stage) {
+    ZeroMemory m = zero_memory(z, st);
+    double psi = (double)z->num_parameters, states = m.params + m.grads + m.moments + m.master;
+    double paper = zero_paper_bytes(stage, z->dp, psi);
+    char formula[32];
+    paper_formula_text(stage, formula, sizeof(formula));
+    printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu, shard %zu)\n",
+           stage_name(stage), z->dp, PRECISION_MODE, z->num_parameters, z->num_units, z->packed_size, z->shard_size);
+    printf("  parameters %.0f B | gradients %.0f B | AdamW m, v %.0f B | FP32 master weights %.0f B\n", m.params,
+           m.grads, m.moments, m.master);
+    printf("  model states %.0f B = %.3f B/parameter | ZeRO paper (Table 1) %s = %.3f B/parameter = %.0f B (+%.0f B of padding)\n",
+           states, states / psi, formula, paper / psi, paper, states - paper);
+    printf("  activations %.0f B | communication buffers %.0f B | unit working buffers peak %.0f B (transient)\n",
+           m.activations, m.comm_buffers, m.workspace_peak);
+}
+
+// this rank's part of the report, one JSON object
+static void rank_report_json(const Zero* z, const AdamWState* st, const Comm* c, double grad_wait_ms,
+                             double gather_wait_ms, char* buf, size_t cap) {
+    ZeroMemory m = zero_memory(z, st);
+    int len = snprintf(buf, cap, "{\"rank\":%d,\"dp_rank\":%d,\"params_bytes\":%.0f,\"grads_bytes\":%.0f,"
+                       "\"moments_bytes\":%.0f,\"master_bytes\":%.0f,\"model_states_bytes\":%.0f,"
+                       "\"activations_bytes\":%.0f,\"comm_buffers_bytes\":%.0f,\"workspace_peak_bytes\":%.0f,"
+                       "\"comm_wait_ms_per_step\":%.3f,\"gather_wait_ms_per_step\":%.3f,\"ledger_step\":",
+                       c->world_rank, c->dp_rank, m.params, m.grads, m.moments, m.master,
+                       m.params + m.grads + m.moments + m.master, m.activations, m.comm_buffers, m.workspace_peak,
+                       grad_wait_ms, gather_wait_ms);
+    if (len < 0 || (size_t)len >= cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
+    int lj = ledger_json(c, buf + len, cap - (size_t)len);
+    if (lj < 0 || (size_t)(len + lj + 2) > cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
+    snprintf(buf + len + lj, cap - (size_t)(len + lj), "}");
+}
+
+#define REPORT_RANK_BYTES 8192
+
+// every rank's object gathered to rank 0, which writes the file (through a temporary name)
+static void write_report(const char* path, const Args* a, const Zero* z, const AdamWState* st, Comm* c,
+                         double grad_wait_ms, double gather_wait_ms, int timed_steps) {
+    char* mine = (char*)mallocCheck(REPORT_RANK_BYTES);
+    memset(mine, 0, REPORT_RANK_BYTES);
+    rank_report_json(z, st, c, grad_wait_ms, gather_wait_ms, mine, REPORT_RANK_BYTES);
+    char* all = c->world_rank == 0 ? (char*)mallocCheck((size_t)c->world_size * REPORT_RANK_BYTES) : NULL;
+    // host text, not a collective of the training: plain MPI, outside the ledger
+    mpiCheck(MPI_Gather(mine, REPORT_RANK_BYTES, MPI_CHAR, all, REPORT_RANK_BYTES, MPI_CHAR, 0, c->mpi[GROUP_WORLD]));
+    if (c->world_rank == 0) {
+        char formula[32];
+        paper_formula_text(a->zero, formula, sizeof(formula));
+        AtomicFile af;
+        atomic_open(&af, path);
+        fprintf(af.f, "{\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"build\":\"%s\",\"precision\":\"%s\","
+                "\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,\"num_parameters\":%zu,\"num_units\":%d,"
+                "\"packed_parameters\":%zu,\"shard_parameters\":%zu,\"paper_formula\":\"%s\","
+                "\"paper_model_states_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
+                a->zero, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
+                PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, z->num_parameters, z->num_units,
+                z->packed_size, z->shard_size, formula, zero_paper_bytes(a->zero, z->dp, (double)z->num_parameters),
+                paper_sent_bytes(z, a->zero), timed_steps);
+        for (int r = 0; r < c->world_size; r++) fprintf(af.f, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
+        fprintf(af.f, "]}\n");
+        atomic_commit(&af);
+        printf("report: %s\n", path);
+    }
+    free(mine);
+    free(all);
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    // 1. arguments, then the processes: the mesh, and the layout checked before any allocation
+    Args args;
+    parse_args(&args, argc, argv);
+    Comm comm;
+    comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp);
+    check_layout(&args, &comm);
+    int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
+    int B = args.B, T = args.T;
+
+    // 2. the model
+    GPTConfig cfg;
+    float* init_params = NULL;  // (num_parameters) FP32 on the host
+    int from_descriptor = gpt_config_from_descriptor(args.model, &cfg);
+    if (!from_descriptor) init_params = checkpoint_load(args.model, &cfg);
+    if (T > cfg.max_seq_len) {
+        fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg.max_seq_len, T);
+    }
+    // check the data before allocating the model; dp rank r reads its slice of every batch
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, args.train_data, "--train-data", B, T, comm.dp_rank, comm.dp, args.shuffle,
+                    (uint64_t)args.seed, cfg.vocab_size);
+    if (args.val_data) dataloader_init(&val_loader, args.val_data, "--val-data", B, T, 0, 1, 0, 0, cfg.vocab_size);
+    Tokenizer tok;
+    int have_tok = 0;
+    if (args.tokenizer) {
+        FILE* tf = fopen(args.tokenizer, "rb");
+        if (tf != NULL) { fclose(tf); tokenizer_init(&tok, args.tokenizer); have_tok = 1; }
+        else if (rank0) printf("tokenizer %s not found: samples print token ids\n", args.tokenizer);
+    }
+    int eot = have_tok ? (int)tok.eot_token : 50256;
+
+    // the model and what this rank keeps of its states (llm/zero.h: everything for one process or
+    // DDP; a 1/dp shard of the optimizer states, gradients, parameters under ZeRO-1, 2, 3)
+    Zero zero;
+    zero_layout(&zero, &comm, cfg, args.zero);
+    GPT model;
+    zero_allocate(&zero, &model);
+    AdamWState opt;
+    zero_adamw_init(&zero, &opt);
+    if (from_descriptor) {
+        init_params = (float*)mallocCheck(model.num_parameters * sizeof(float));
+        gpt_random_parameters(cfg, (uint64_t)args.seed, init_params);
+    }
+    int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));
+    int steps = args.steps;
+    if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));
+    if (steps <= 0) steps = 1;
+    if (rank0) {
+        printf("model: %s | L=%d NH=%d C=%d maxT=%d V=%d (Vp %d) | %.2fM parameters | %s %s\n", args.model,
+               cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
+               model.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
+        if (comm.world_size > 1 || args.zero > 0) {
+            printf("processes: %d = dp %d x tp %d x pp %d | %s | MPI start %.0f ms\n", comm.world_size, comm.dp,
+                   comm.tp, comm.pp, stage_name(args.zero), comm.init_ms);
+        }
+        printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
+               B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
+    }
+
+    // 4. optimizer state and parameters (fresh, or resumed: each rank keeps its part of the state file)
+    OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, 0.9f, 0.95f, 1e-8f, args.weight_decay, args.grad_clip};
+    Rng sample_rng;
+    rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
+    int start_step = 0;
+    if (args.resume) {
+        char path[1100];
+        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
+        else snprintf(path, sizeof(path), "%s", args.resume);
+        TrainState ts;
+        float *p, *m, *v;
+        state_load(path, cfg, &ts, &p, &m, &v);
+        zero_import_params(&zero, &opt, p, 1);
+        zero_import_moments(&zero, &opt, m, v);
+        opt.t = ts.adam_t;
+        dataloader_seek(&train_loader, ts.data);
+        sample_rng.state = ts.rng;
+        start_step = ts.step;
+        free(p); free(m); free(v);
+        if (rank0) printf("resumed from %s at step %d\n", path, start_step);
+    } else {
+        zero_import_params(&zero, &opt, init_params, 0);
+    }
+    free(init_params);
+    // read one batch of each loader now (then rewind), so that a bad shard is reported before the
+    // log or any checkpoint is written
+    DataPosition first = dataloader_position(&train_loader);
+    dataloader_next_batch(&train_loader);
+    dataloader_seek(&train_loader, first);
+    if (args.val_data) { dataloader_next_batch(&val_loader); dataloader_reset(&val_loader); }
+    char log_path[1100];
+    if (args.log_path) snprintf(log_path, sizeof(log_path), "%s", args.log_path);
+    else snprintf(log_path, sizeof(log_path), "%s/log.jsonl", args.output_dir);
+    Logger logger;
+    if (rank0) {
+        mkdir(args.output_dir, 0755);  // may already exist; writes below fail loudly if it is unusable
+        logger_init(&logger, log_path, args.resume != NULL);
+        printf("log: %s\n", log_path);
+    } else {
+        logger_init(&logger, NULL, 0);
+    }
+    gpt_allocate_activations(&model, B, T);
+    if (rank0 && zero.enabled) print_memory(&zero, &opt, args.zero);
+
+    // 5. the training loop: optimizer steps start_step+1 .. steps. Every rank runs all of it (val
+    // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
+    int* gen = (int*)mallocCheck((size_t)cfg.max_seq_len * sizeof(int));
+    double total_ms = 0.0, total_grad_wait = 0.0, total_gather_wait = 0.0;
+    int timed_steps = 0;
+    CommLedger step_ledger;  // the collectives of the last optimizer step
+    memset(&step_ledger, 0, sizeof(step_ledger));
+    if (args.val_data && args.val_every > 0) {
+        float vloss = val_loss(&model, &val_loader, args.val_steps, B, T);
+        if (rank0) printf("step %d: val loss %.6f\n", start_step, vloss);
+        logger_log_eval(&logger, start_step, "val_loss", vloss);
+    }
+    for (int step = start_step + 1; step <= steps; step++) {
+        int last = step == steps;
+        if (step == args.debug_die_at_step && comm.world_rank == (comm.world_size > 1 ? 1 : 0)) {
+            fprintf(stderr, "error: rank %d exits at step %d on purpose (--debug-die-at-step)\n", comm.world_rank, step);
+            fflush(stderr);
+            exit(EXIT_FAILURE);
+        }
+        // one optimizer step: grad_accum micro-batches of B x T on every rank, the gradients averaged
+        // over the ranks during the last backward (llm/ddp.h, llm/zero.h), then clip and AdamW
+        ledger_reset(&comm);
+        double t0 = wall_ms();
+        zero_step_begin(&zero);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            zero_micro_begin(&zero, micro, grad_accum);
+            dataloader_next_batch(&train_loader);
+            gpt_forward(&model, train_loader.inputs, train_loader.targets, B, T, 1.0f / ((float)B * T * grad_accum));
+            gpt_backward(&model);
+            zero_micro_end(&zero);
+            loss_sum += model.mean_loss;
+        }
+        float train_loss = zero_mean(&zero, (float)(loss_sum / grad_accum));  // the mean over all ranks
+        float norm = zero_grad_norm(&zero, &opt);
+        float lr = lr_schedule(&oc, step - 1);
+        zero_update(&zero, &opt, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step));
+        device_synchronize();
+        double ms = wall_ms() - t0;
+        step_ledger = comm.ledger;
+        double grad_wait = zero_grad_wait_ms(&zero), gather_wait = zero_gather_wait_ms(&zero);
+        if (step > start_step + 1) {  // the first step warms up
+            total_ms += ms;
+            total_grad_wait += grad_wait;
+            total_gather_wait += gather_wait;
+            timed_steps++;
+        }
+        float tok_s = (float)(args.total_batch / (ms / 1e3));
+        if (!isfinite(train_loss)) fatal("step %d: the train loss is %f: training diverged", step, train_loss);
+
+        // val loss, log line, sample and checkpoint of the model after this step
+        float vloss = NAN;
+        if (args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
+            vloss = val_loss(&model, &val_loader, args.val_steps, B, T);
+        }
+        if (rank0) {
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, train_loss, lr,
+                   norm, ms, tok_s);
+            if (zero.enabled) printf(" | comm wait %.1f ms", grad_wait);
+            if (zero.enabled && args.zero > 0) printf(" (+ gather %.1f ms)", gather_wait);
+            if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
+            printf("\n");
+        }
+        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, zero.enabled ? (float)grad_wait : NAN);
+        if (args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
+            gen[0] = eot;
+            int len = gpt_generate(&model, gen, 1, args.sample_len, -1, &sample_rng);
+            if (rank0) {
+                printf("sample: ");
+                print_tokens(have_tok ? &tok : NULL, gen + 1, len - 1);
+                printf("\n");
+            }
+        }
+        if (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last)) {
+            // the whole model and optimizer state, gathered from the shards (every rank takes part)
+            size_t n = model.num_parameters;
+            float* p = (float*)mallocCheck(n * sizeof(float));
+            float* m = (float*)mallocCheck(n * sizeof(float));
+            float* v = (float*)mallocCheck(n * sizeof(float));
+            zero_export(&zero, &opt, p, m, v);
+            if (rank0) {
+                char path[1100];
+                snprintf(path, sizeof(path), "%s/model_%08d.bin", args.output_dir, step);
+                checkpoint_save(path, cfg, p, 3);
+                TrainState ts = {step, opt.t, dataloader_position(&train_loader), sample_rng.state};
+                snprintf(path, sizeof(path), "%s/state_%08d.bin", args.output_dir, step);
+                state_save(path, cfg, &ts, p, m, v);
+                printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
+            }
+            free(p); free(m); free(v);
+        }
+    }
+    if (rank0 && timed_steps > 0) {
+        printf("average step time %.1f ms", total_ms / timed_steps);
+        if (zero.enabled) printf(" | comm wait %.2f ms per step", total_grad_wait / timed_steps);
+        if (zero.enabled && args.zero > 0) printf(" (+ gather %.2f ms)", total_gather_wait / timed_steps);
+        printf("\n");
+    }
+
+    // 6. held-out exact-match evaluation
+    if (args.eval_file) {
+        if (rank0) printf("exact-match evaluation on %s:\n", args.eval_file);
+        float acc = exact_match_eval(&model, args.eval_file, eot, have_tok ? &tok : NULL, rank0 ? 8 : 0);
+        if (rank0) printf("held-out exact-match accuracy: %.2f%%\n", 100.0f * acc);
+        logger_log_eval(&logger, steps, "exact_match", acc);
+    }
+
+    // the memory and the collectives of the last step, beside the ZeRO paper's numbers
+    comm.ledger = step_ledger;
+    if (rank0 && zero.enabled) {
+        print_memory(&zero, &opt, args.zero);
+        ledger_print(&comm, stdout);
+        double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
+        printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "
+               "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(&zero, args.zero));
+    }
+    if (args.report_json) {
+        write_report(args.report_json, &args, &zero, &opt, &comm, timed_steps ? total_grad_wait / timed_steps : 0.0,
+                     timed_steps ? total_gather_wait / timed_steps : 0.0, timed_steps);
+    }
+
+    free(gen);
+    logger_free(&logger);
+    if (have_tok) tokenizer_free(&tok);
+    dataloader_free(&train_loader);
+    if (args.val_data) dataloader_free(&val_loader);
+    adamw_state_free(&opt);
+    zero_free(&zero);
+    gpt_free(&model);
+    comm_free(&comm);
+    return 0;
+}

@@ -9,22 +9,6 @@
 // ----------------------------------------------------------------------------
 // CPU reference
 
-// e^x for x <= 0 (arguments here are logit - max), in a form the compiler vectorizes (glibc's expf
-// is a call per element: it was a fifth of a CPU training step at V = 50257). x = n ln2 + r with
-// |r| <= ln2/2, e^r by its Taylor series to r^7 (truncation < 2e-8 relative), then scaled by 2^n
-// through the exponent bits. Relative error < 2e-7 (measured against expf over [-87, 0]).
-static inline float exp_neg_cpu(float x) {
-    if (x < -87.0f) return 0.0f;
-    float n = floorf(x * 1.44269504f + 0.5f);       // round(x / ln2)
-    float r = x - n * 0.693145752f - n * 1.42860677e-6f;  // x - n ln2, ln2 split in two for precision
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666667e-1f + r * (4.16666667e-2f + r * (8.33333333e-3f +
-              r * (1.38888889e-3f + r * 1.98412698e-4f))))));
-    int32_t bits = ((int32_t)n + 127) << 23;            // 2^n as a float, n in [-126, 0]
-    float scale;
-    memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
-}
-
 static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out: dlogits if write_dlogits
                                  float* losses,       // (BT) per-token loss, overwritten
                                  float dloss,         // d(mean loss)/d(token loss), 1/(B*T*grad_accum)
@@ -46,7 +30,7 @@ static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out
                 int v1 = v0 + 1024 < V ? v0 + 1024 : V;
                 float part = 0.0f;
                 #pragma omp simd reduction(+:part)
-                for (int v = v0; v < v1; v++) { x[v] = exp_neg_cpu(x[v] - maxv); part += x[v]; }
+                for (int v = v0; v < v1; v++) { x[v] = exp_fast(x[v] - maxv); part += x[v]; }
                 sum += part;
             }
         } else {
@@ -54,7 +38,7 @@ static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out
                 int v1 = v0 + 1024 < V ? v0 + 1024 : V;
                 float part = 0.0f;
                 #pragma omp simd reduction(+:part)
-                for (int v = v0; v < v1; v++) part += exp_neg_cpu(x[v] - maxv);
+                for (int v = v0; v < v1; v++) part += exp_fast(x[v] - maxv);
                 sum += part;
             }
         }

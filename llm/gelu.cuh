@@ -8,31 +8,36 @@
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2/pi)
 
 // ----------------------------------------------------------------------------
-// CPU reference
+// CPU reference (gelu_scalar and gelu_grad_scalar also serve the kernels, here and in matmul.cuh)
 
-static inline float gelu_cpu(float x) {
+// tanh(u) = 1 - 2 / (1 + e^(2u)), through exp_fast (common.h) on purpose: on the CPU it vectorizes
+// (glibc's tanhf is a scalar call that made the MLP's GELU cost as much as its matmul), and in kernels
+// it avoids --use_fast_math's tanh.approx.f32 (relative error up to 2^-11, a BF16-sized error even in
+// FP32 builds). GELU only uses 1 + tanh and 1 - tanh^2, where this form is within ~2e-7 absolute.
+LLM_HD static inline float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + exp_fast(2.0f * u)); }
+
+LLM_HD static inline float gelu_scalar(float x) {
     float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+    return 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube)));
 }
 
 // d gelu(x) / dx
-static inline float gelu_grad_cpu(float x) {
+LLM_HD static inline float gelu_grad_scalar(float x) {
     float cube = 0.044715f * x * x * x;
-    float u = GELU_SCALING_FACTOR * (x + cube);
-    float th = tanhf(u);
+    float th = gelu_tanh(GELU_SCALING_FACTOR * (x + cube));
     float sech2 = 1.0f - th * th;
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 static void gelu_forward_cpu(float* out, const float* inp, size_t N) {  // (N), (N)
-    #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) out[i] = gelu_cpu(inp[i]);
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < N; i++) out[i] = gelu_scalar(inp[i]);
 }
 
 // dinp = gelu'(inp) * dout (overwrites dinp; dinp may alias dout)
 static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, size_t N) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < N; i++) dinp[i] = gelu_grad_cpu(inp[i]) * dout[i];
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < N; i++) dinp[i] = gelu_grad_scalar(inp[i]) * dout[i];
 }
 
 // ----------------------------------------------------------------------------
@@ -40,28 +45,6 @@ static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, 
 #if LLM_HAS_KERNELS
 #include "cuda_utils.cuh"
 
-// tanh(u) = 1 - 2 / (1 + e^(2u)), the same function as tanhf in gelu_cpu, evaluated through expf on
-// purpose: the CUDA build compiles with --use_fast_math, which turns tanhf into tanh.approx.f32
-// (relative error up to 2^-11, a BF16-sized error even in FP32 builds), while expf becomes ex2.approx
-// (relative error about 2^-22). This form is within ~1e-7 absolute of tanh, and GELU only uses 1 + tanh
-// and 1 - tanh^2, where an absolute error is what counts. e^(2u) overflowing to inf gives exactly 1.
-__device__ __forceinline__ float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
-
-__device__ __forceinline__ float gelu_device(float x) {  // = gelu_cpu(x)
-    float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube)));
-}
-
-__device__ __forceinline__ float gelu_grad_device(float x) {  // = gelu_grad_cpu(x)
-    float cube = 0.044715f * x * x * x;
-    float th = gelu_tanh(GELU_SCALING_FACTOR * (x + cube));
-    float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
-// out = gelu(inp), one thread per 16 bytes (x128); the thread holding the last, partial chunk (N not a
-// multiple of x128::size) does it element by element.
-// Per element: reads 1 floatX, writes 1 floatX.
 __global__ void gelu_forward_kernel(floatX* out,        // (N)
                                     const floatX* inp,  // (N)
                                     size_t N) {
@@ -71,10 +54,10 @@ __global__ void gelu_forward_kernel(floatX* out,        // (N)
         x128 x = load128cs(inp + i);  // streaming: not read again by this pass
         x128 o;
         #pragma unroll
-        for (int k = 0; k < x128::size; k++) o[k] = (floatX)gelu_device((float)x[k]);
+        for (int k = 0; k < x128::size; k++) o[k] = (floatX)gelu_scalar((float)x[k]);
         store128(out + i, o);  // the next matmul reads it: keep it cacheable
     } else {
-        for (; i < N; i++) out[i] = (floatX)gelu_device((float)inp[i]);
+        for (; i < N; i++) out[i] = (floatX)gelu_scalar((float)inp[i]);
     }
 }
 
@@ -90,10 +73,10 @@ __global__ void gelu_backward_inplace_kernel(floatX* d_in_out,   // (N)
         x128 d = load128(d_in_out + i);
         x128 r;
         #pragma unroll
-        for (int k = 0; k < x128::size; k++) r[k] = (floatX)(gelu_grad_device((float)x[k]) * (float)d[k]);
+        for (int k = 0; k < x128::size; k++) r[k] = (floatX)(gelu_grad_scalar((float)x[k]) * (float)d[k]);
         store128(d_in_out + i, r);
     } else {
-        for (; i < N; i++) d_in_out[i] = (floatX)(gelu_grad_device((float)inp[i]) * (float)d_in_out[i]);
+        for (; i < N; i++) d_in_out[i] = (floatX)(gelu_grad_scalar((float)inp[i]) * (float)d_in_out[i]);
     }
 }
 

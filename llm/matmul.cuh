@@ -27,6 +27,7 @@
 // feature) is then cuBLAS's bias along D's rows, which is what its BIAS epilogue adds.
 #pragma once
 #include "common.h"
+#include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar: the one definition of GELU
 
 #if LLM_BUILD_CPU
 #include <cblas.h>
@@ -47,25 +48,6 @@ typedef enum {
     MATMUL_EPILOGUE_DGELU = 2, // C = (alpha op(A) op(B) + beta C) * gelu'(aux)  (aux read; no bias)
 } MatmulEpilogue;
 
-// GELU and its derivative, shared by the CPU code and the kernels
-#define MATMUL_GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
-#if LLM_HAS_KERNELS
-#define MATMUL_HD __host__ __device__
-#else
-#define MATMUL_HD
-#endif
-
-static inline MATMUL_HD float matmul_gelu(float x) {
-    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
-}
-
-static inline MATMUL_HD float matmul_gelu_grad(float x) {
-    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MATMUL_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 // ----------------------------------------------------------------------------
 // 1. CPU: the math as plain loops. Always compiled (FP32), so that every build's tests can use them.
 
@@ -79,7 +61,7 @@ static void matmul_forward_naive_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(
             for (int i = 0; i < C; i++) { val += inp[(size_t)bt * C + i] * weight[(size_t)o * C + i]; }
             if (pre_gelu != NULL) {
                 pre_gelu[(size_t)bt * OC + o] = val;
-                val = matmul_gelu(val);
+                val = gelu_scalar(val);
             }
             out[(size_t)bt * OC + o] = val;
         }
@@ -102,7 +84,7 @@ static void matmul_backward_naive_cpu(float* dinp /*(BT,C)*/, float* dweight /*(
         }
         for (int i = 0; i < C; i++) {
             float v = s[i];
-            if (pre_gelu_of_inp != NULL) v *= matmul_gelu_grad(pre_gelu_of_inp[(size_t)bt * C + i]);
+            if (pre_gelu_of_inp != NULL) v *= gelu_grad_scalar(pre_gelu_of_inp[(size_t)bt * C + i]);
             dinp[(size_t)bt * C + i] = v;
         }
         free(s);
@@ -159,9 +141,9 @@ static void matmul_batched_naive_cpu(float* c /*(batch: M x ldc)*/, const float*
                 size_t ai = ((size_t)bi * M + i) * N + j;
                 if (epilogue == MATMUL_EPILOGUE_GELU) {
                     if (aux != NULL) aux[ai] = x;
-                    x = matmul_gelu(x);
+                    x = gelu_scalar(x);
                 } else if (epilogue == MATMUL_EPILOGUE_DGELU) {
-                    x *= matmul_gelu_grad(aux[ai]);
+                    x *= gelu_grad_scalar(aux[ai]);
                 }
                 cb[(size_t)i * ldc + j] = x;
             }
@@ -175,37 +157,6 @@ static void matmul_batched_naive_cpu(float* c /*(batch: M x ldc)*/, const float*
 // rows in order 0..BT-1 whatever the thread count, so the result is deterministic).
 #if LLM_BUILD_CPU
 
-// tanh for the CPU build's GELU loops, written so that a loop over a row vectorizes: glibc's tanhf is
-// a scalar call of about 20 ns, which made the MLP's GELU cost as much as its matmul.
-//   tanh(u) = 1 - 2 / (exp(2u) + 1);  exp(v) = 2^n exp(r), n = round(v / ln2), r = v - n ln2 (ln2 in
-//   two parts, Cody-Waite, so r keeps its accuracy), exp(r) by its Taylor series up to r^7 (|r| <=
-//   ln2/2: truncation error < 6e-9). |error| < 2e-7 for every float u (checked against double tanh
-//   on [-30, 30] in steps of 1e-5); NaN stays NaN. |2u| is clamped to 80, where tanh is +-1 in float.
-static inline float matmul_tanh_cpu(float u) {
-    float v = 2.0f * u;
-    v = v > 80.0f ? 80.0f : (v < -80.0f ? -80.0f : v);
-    float n = v * 1.44269504f + 12582912.0f;  // adding 1.5 * 2^23 rounds to an integer
-    n -= 12582912.0f;
-    float r = v - n * 0.693145752f;           // ln2 = 0.693145752 + 1.42860677e-6
-    r -= n * 1.42860677e-6f;
-    float p = 1.0f + r * (1.0f + r * (1.0f / 2 + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-              r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    int32_t bits = ((int32_t)n + 127) << 23;  // 2^n as a float, |n| <= 116
-    float two_n;
-    memcpy(&two_n, &bits, sizeof(two_n));
-    return 1.0f - 2.0f / (p * two_n + 1.0f);
-}
-
-static inline float matmul_gelu_cpu(float x) {
-    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + matmul_tanh_cpu(u));
-}
-
-static inline float matmul_gelu_grad_cpu(float x) {
-    float u = MATMUL_GELU_SCALE * (x + 0.044715f * x * x * x);
-    float t = matmul_tanh_cpu(u);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MATMUL_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
 
 static void matmul_forward_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC) or NULL*/, const float* inp /*(BT,C)*/,
                                const float* weight /*(OC,C)*/, const float* bias /*(OC) or NULL*/, int BT, int C, int OC) {
@@ -223,7 +174,7 @@ static void matmul_forward_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC)
         if (pre_gelu != NULL) {
             float* y = out + (size_t)bt * OC;
             #pragma omp simd
-            for (int o = 0; o < OC; o++) y[o] = matmul_gelu_cpu(d[o]);
+            for (int o = 0; o < OC; o++) y[o] = gelu_scalar(d[o]);
         }
     }
 }
@@ -255,7 +206,7 @@ static void matmul_backward_cpu(float* dinp /*(BT,C)*/, float* dweight /*(OC,C)*
             float* d = dinp + (size_t)bt * C;
             const float* x = pre_gelu_of_inp + (size_t)bt * C;
             #pragma omp simd
-            for (int i = 0; i < C; i++) d[i] *= matmul_gelu_grad_cpu(x[i]);
+            for (int i = 0; i < C; i++) d[i] *= gelu_grad_scalar(x[i]);
         }
     }
     // dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
@@ -296,10 +247,10 @@ static void matmul_batched_cpu(float* c /*(batch: M x ldc)*/, const float* a /*(
         if (epilogue == MATMUL_EPILOGUE_GELU) {
             if (arow != NULL) memcpy(arow, crow, (size_t)N * sizeof(float));
             #pragma omp simd
-            for (int j = 0; j < N; j++) crow[j] = matmul_gelu_cpu(crow[j]);
+            for (int j = 0; j < N; j++) crow[j] = gelu_scalar(crow[j]);
         } else if (epilogue == MATMUL_EPILOGUE_DGELU) {
             #pragma omp simd
-            for (int j = 0; j < N; j++) crow[j] *= matmul_gelu_grad_cpu(arow[j]);
+            for (int j = 0; j < N; j++) crow[j] *= gelu_grad_scalar(arow[j]);
         }
     }
 }
@@ -380,7 +331,7 @@ __global__ void matmul_gelu_forward_kernel(floatX* out, int ldo, size_t so, cons
     const floatX* src = pre + b * sp + (size_t)i * ldp + j;
     floatX* dst = out + b * so + (size_t)i * ldo + j;
     matmul_pack<VEC> p = *reinterpret_cast<const matmul_pack<VEC>*>(src);
-    for (int k = 0; k < VEC; k++) p.v[k] = (floatX)matmul_gelu((float)p.v[k]);
+    for (int k = 0; k < VEC; k++) p.v[k] = (floatX)gelu_scalar((float)p.v[k]);
     *reinterpret_cast<matmul_pack<VEC>*>(dst) = p;
 }
 
@@ -394,7 +345,7 @@ __global__ void matmul_dgelu_inplace_kernel(floatX* d, int ldd, size_t sd, const
     floatX* dst = d + b * sd + (size_t)i * ldd + j;
     matmul_pack<VEC> g = *reinterpret_cast<const matmul_pack<VEC>*>(pre + e);
     matmul_pack<VEC> p = *reinterpret_cast<const matmul_pack<VEC>*>(dst);
-    for (int k = 0; k < VEC; k++) p.v[k] = (floatX)((float)p.v[k] * matmul_gelu_grad((float)g.v[k]));
+    for (int k = 0; k < VEC; k++) p.v[k] = (floatX)((float)p.v[k] * gelu_grad_scalar((float)g.v[k]));
     *reinterpret_cast<matmul_pack<VEC>*>(dst) = p;
 }
 

@@ -177,5 +177,13 @@ int main(int argc, char** argv) {
             for (int v = V; v < Vp; v++) pad_zero &= dlogits[(size_t)i * Vp + v] == 0.0f;
         check(pad_zero, "fused classifier: padded vocabulary columns get zero gradient");
     }
+    {  // exp_fast (common.h), used by the CPU classifier and GELU: relative error against double exp
+        double worst = 0.0;
+        for (float x = -87.0f; x <= 88.0f; x += 1.0e-3f) {
+            double e = exp((double)x), r = fabs(exp_fast(x) - e) / e;
+            if (r > worst) worst = r;
+        }
+        check(worst < 2e-7, "exp_fast: max relative error %.2e over [-87, 88] (bound 2e-7)", worst);
+    }
     return test_summary("test_ops_grad");
 }
