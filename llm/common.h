@@ -185,6 +185,17 @@ LLM_HD static inline float exp_fast(float x) {
     return p * two_n;
 }
 
+// inside an OpenMP parallel region: the contiguous share [*lo, *hi) of n items this thread owns
+static inline void omp_thread_share(int n, int* lo, int* hi) {
+#ifdef _OPENMP
+    int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+#else
+    int nth = 1, ith = 0;
+#endif
+    *lo = (int)((long)n * ith / nth);
+    *hi = (int)((long)n * (ith + 1) / nth);
+}
+
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 static inline size_t ceil_div_sz(size_t a, size_t b) { return (a + b - 1) / b; }
 

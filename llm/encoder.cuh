@@ -31,12 +31,8 @@ static void encoder_backward_cpu(float* dwte,        // (Vp,C)
     // threads own disjoint channel ranges and walk (b,t) in order: race-free and deterministic
     #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-#else
-        int nth = 1, ith = 0;
-#endif
-        int c0 = (int)((long)C * ith / nth), c1 = (int)((long)C * (ith + 1) / nth);
+        int c0, c1;
+        omp_thread_share(C, &c0, &c1);
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < T; t++) {
                 const float* d = dout + ((size_t)b * T + t) * C;

@@ -83,12 +83,8 @@ static void layernorm_backward_cpu(float* dinp,          // (N,C) accumulates
     // parameter gradients: each thread owns a channel range and walks all rows in order (deterministic)
     #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-#else
-        int nth = 1, ith = 0;
-#endif
-        int c0 = (int)((long)C * ith / nth), c1 = (int)((long)C * (ith + 1) / nth);
+        int c0, c1;
+        omp_thread_share(C, &c0, &c1);
         for (int i = 0; i < N; i++) {
             const float* d = dout + (size_t)i * C;
             const float* x = inp + (size_t)i * C;
