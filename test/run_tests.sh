@@ -39,7 +39,9 @@ run bad_input bash test/test_bad_input.sh
 run emulator bash dev/emu/test_emu.sh build/emu
 run cublaslt ./build/test_cublaslt
 run matmul_cpu ./build/test_matmul_cpu
-run matmul_emu_bf16 ./build/test_matmul_emu
+run matmul_emu_bf16_forward env EMU_ORDER=forward ./build/test_matmul_emu
+run matmul_emu_bf16_reverse env EMU_ORDER=reverse ./build/test_matmul_emu
+run matmul_emu_bf16_random env EMU_ORDER=random ./build/test_matmul_emu
 run matmul_emu_fp32 ./build/test_matmul_emu_fp32
 run kernels_bf16_forward env EMU_ORDER=forward ./build/test_kernels_emu
 run kernels_bf16_reverse env EMU_ORDER=reverse ./build/test_kernels_emu
