@@ -59,6 +59,7 @@ train_gpt: train_gpt.cu $(LLM_HEADERS)
 # makefile fragments of the parts that build their own tests
 -include dev/emu/emu.mk
 -include test/test.mk
+-include dev/cuda/cuda.mk
 
 clean:
 	rm -rf train_gpt train_gpt_cpu build

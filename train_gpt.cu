@@ -118,9 +118,9 @@ static void print_usage(void) {
     for (int i = 0; i < NUM_FLAGS; i++) {
         char shortf[8] = "";
         if (FLAGS[i].short_name) snprintf(shortf, sizeof(shortf), "-%c", FLAGS[i].short_name);
-        printf("  %-18s %-3s %s\n", FLAGS[i].long_name, shortf, FLAGS[i].help);
+        printf("  %-20s %-3s %s\n", FLAGS[i].long_name, shortf, FLAGS[i].help);
     }
-    printf("  --help                 this text\n");
+    printf("  --help                   this text\n");
 }
 
 static int parse_int_flag(const char* flag, const char* v) {
@@ -350,14 +350,16 @@ static void paper_formula_text(int stage, char* buf, size_t cap) {
 }
 
 // the bytes one rank sends per step for the gradients and parameters, ZeRO paper sec. 7 (ring
-// model), without the all-reduces of the loss and the norm (4 bytes each)
-static double paper_sent_bytes(const Zero* z, int stage) {
+// model), without the all-reduces of the loss and the norm (4 bytes each). S: the gradient (Psi
+// values), P: the padded units. ZeRO-3 gathers the parameters in every micro-step's forward and
+// backward: with gradient accumulation 2 * grad_accum all-gathers per step.
+static double paper_sent_bytes(const Zero* z, int stage, int grad_accum) {
     double N = z->dp, f = (N - 1) / N;
     double S = (double)sizeof(floatX) * z->num_parameters, P = (double)sizeof(floatX) * z->packed_size;
     if (stage == 0) return 2 * f * S;          // all-reduce of the gradients
     if (stage == 1) return 2 * f * S + f * P;  // + all-gather of the parameters
     if (stage == 2) return 2 * f * P;          // reduce-scatter + all-gather
-    return 3 * f * P;                          // all-gather forward + all-gather backward + reduce-scatter
+    return (2 * grad_accum + 1) * f * P;       // all-gather forward + all-gather backward + reduce-scatter
 }
 
 static void print_memory(const Zero* z, const AdamWState* st, int stage) {
@@ -397,7 +399,7 @@ static void rank_report_json(const Zero* z, const AdamWState* st, const Comm* c,
 
 // every rank's object gathered to rank 0, which writes the file (through a temporary name)
 static void write_report(const char* path, const Args* a, const Zero* z, const AdamWState* st, Comm* c,
-                         double grad_wait_ms, double gather_wait_ms, int timed_steps) {
+                         int grad_accum, double grad_wait_ms, double gather_wait_ms, int timed_steps) {
     char* mine = (char*)mallocCheck(REPORT_RANK_BYTES);
     memset(mine, 0, REPORT_RANK_BYTES);
     rank_report_json(z, st, c, grad_wait_ms, gather_wait_ms, mine, REPORT_RANK_BYTES);
@@ -411,12 +413,12 @@ static void write_report(const char* path, const Args* a, const Zero* z, const A
         atomic_open(&af, path);
         fprintf(af.f, "{\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"build\":\"%s\",\"precision\":\"%s\","
                 "\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,\"num_parameters\":%zu,\"num_units\":%d,"
-                "\"packed_parameters\":%zu,\"shard_parameters\":%zu,\"paper_formula\":\"%s\","
+                "\"packed_parameters\":%zu,\"shard_parameters\":%zu,\"grad_accum\":%d,\"paper_formula\":\"%s\","
                 "\"paper_model_states_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
                 a->zero, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
                 PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, z->num_parameters, z->num_units,
-                z->packed_size, z->shard_size, formula, zero_paper_bytes(a->zero, z->dp, (double)z->num_parameters),
-                paper_sent_bytes(z, a->zero), timed_steps);
+                z->packed_size, z->shard_size, grad_accum, formula, zero_paper_bytes(a->zero, z->dp, (double)z->num_parameters),
+                paper_sent_bytes(z, a->zero, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(af.f, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
         fprintf(af.f, "]}\n");
         atomic_commit(&af);
@@ -640,16 +642,17 @@ int main(int argc, char** argv) {
     }
 
     // the memory and the collectives of the last step, beside the ZeRO paper's numbers
+    gpt_allocate_activations(&model, B, T);  // (sampling may have left other sizes)
     comm.ledger = step_ledger;
     if (rank0 && zero.enabled) {
         print_memory(&zero, &opt, args.zero);
         ledger_print(&comm, stdout);
         double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
         printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "
-               "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(&zero, args.zero));
+               "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(&zero, args.zero, grad_accum));
     }
     if (args.report_json) {
-        write_report(args.report_json, &args, &zero, &opt, &comm, timed_steps ? total_grad_wait / timed_steps : 0.0,
+        write_report(args.report_json, &args, &zero, &opt, &comm, grad_accum, timed_steps ? total_grad_wait / timed_steps : 0.0,
                      timed_steps ? total_gather_wait / timed_steps : 0.0, timed_steps);
     }
 

@@ -408,11 +408,18 @@ static void zero_allocate(Zero* z, GPT* model) {
     for (int l = L - 1; l >= 0; l--) z->order[U + 2 + (L - 1 - l)] = unit_of_layer(l);
     commq_init(&z->grad_queue, U + 1);
     z->done = (int*)mallocCheck((size_t)(U + 1) * sizeof(int));
-    // the steady-state working set the pool keeps between steps: two units of the largest size
-    // (stage 3: the embedding's parameters and gradients) and four layer units
-    size_t largest = 0;
+    // what the pool keeps between steps: the working set of a step of one micro-step, so that steps
+    // do not allocate. Stages 1-2: the all-gather of the updated parameters, two units at a time;
+    // stage 2: during the backward, the embedding's gradients (held from the LM head to the
+    // encoder) and ZERO_MAX_INFLIGHT + 1 more units; stage 3: the embedding's parameters and
+    // gradients, two more units' parameters (one prefetched) and ZERO_MAX_INFLIGHT + 1 gradients.
+    size_t largest = 0, layer = z->units[unit_of_layer(0)].padded;
     for (int u = 0; u < U; u++) if (z->units[u].padded > largest) largest = z->units[u].padded;
-    z->pool_keep_bytes = (2 * largest + 4 * z->units[unit_of_layer(0)].padded) * sizeof(floatX);
+    size_t keep = 0;
+    if (z->stage == 1) keep = 2 * largest;
+    if (z->stage == 2) keep = largest + (largest > (ZERO_MAX_INFLIGHT + 1) * layer ? largest : (ZERO_MAX_INFLIGHT + 1) * layer);
+    if (z->stage == 3) keep = 2 * largest + (2 + ZERO_MAX_INFLIGHT + 1) * layer;
+    z->pool_keep_bytes = keep * sizeof(floatX);
     z->hooks.ctx = z;
     z->hooks.params_acquire = z->stage == 3 ? zero_params_acquire : NULL;
     z->hooks.params_release = z->stage == 3 ? zero_params_release : NULL;

@@ -10,15 +10,17 @@ LOG=build/gpu_check
 mkdir -p "$LOG" build/cuda
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$LOG/gpu.txt"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-NV="nvcc -O3 -std=c++17 --use_fast_math -arch=sm_${ARCH} -Xcompiler -fopenmp"
 rows=()
 row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 echo "== build (sm_${ARCH})"
 make -j"$(nproc)" train_gpt build/test_kernels_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+# the kernel benchmarks (dev/cuda/cuda.mk), rebuilt every time; -k: one that fails leaves the others
+for f in dev/cuda/*.cu; do rm -f "build/cuda/$(basename "$f" .cu)"; done
+make -k -j"$(nproc)" dev-cuda CUDA_ARCH="sm_${ARCH}" > "$LOG/build_cuda.log" 2>&1
 for f in dev/cuda/*.cu; do
     n=$(basename "$f" .cu)
-    $NV "$f" -o "build/cuda/$n" -lcublasLt -lcublas > "$LOG/build_$n.log" 2>&1 || row "build dev/cuda/$n" "FAILED (see $LOG/build_$n.log)"
+    [ -x "build/cuda/$n" ] || row "build dev/cuda/$n" "FAILED (see $LOG/build_cuda.log)"
 done
 
 echo "== kernel harness (test/test_kernels.cu on the GPU)"
@@ -26,8 +28,10 @@ echo "== kernel harness (test/test_kernels.cu on the GPU)"
 row "test_kernels (GPU)" "$(tail -1 "$LOG/test_kernels.log")"
 
 echo "== kernel benchmarks (dev/cuda)"
-for b in build/cuda/*; do
-    n=$(basename "$b")
+for f in dev/cuda/*.cu; do
+    n=$(basename "$f" .cu)
+    b="build/cuda/$n"
+    [ -x "$b" ] || continue
     "$b" > "$LOG/bench_$n.log" 2>&1
     grep -E "^(version|kernel|best|median|peak)" "$LOG/bench_$n.log" | head -12 | while read -r line; do echo "  $n: $line"; done
     row "dev/cuda/$n" "$(grep -cE 'FAIL' "$LOG/bench_$n.log") failed checks, see $LOG/bench_$n.log"

@@ -33,6 +33,8 @@ run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm 
 run data ./build/test_data
 run resume bash test/test_resume.sh
 run comm bash test/test_comm.sh
+# data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
+run ddp_zero bash test/test_ddp_zero.sh
 run bad_input bash test/test_bad_input.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
 # every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model

@@ -50,7 +50,7 @@ build/bench_gpu: dev/bench_train.cu $(LLM_HEADERS)
 TEST_NVCC_BINS := train_gpt build/test_kernels_gpu
 
 .PHONY: test test-build
-test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS)
+test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda
 
 test: test-build
 	bash test/run_tests.sh
@@ -59,3 +59,9 @@ test: test-build
 bench-cpu: build/bench_cpu
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./build/bench_cpu "d4,C=256,NH=4,maxT=256,V=50257" 4 64 10
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./build/bench_cpu d12 4 64 5
+
+# data parallelism on the CPU build: 2 processes x 1 thread against 1 process x 1 thread on the same
+# global batch, the speed-up and the comm wait per step (test/bench_ddp.sh)
+.PHONY: bench-ddp
+bench-ddp: train_gpt_cpu
+	bash test/bench_ddp.sh

@@ -1,9 +1,10 @@
 // dev/cuda/adamw.cu: versions of the AdamW update kernel side by side, each checked against the CPU
 // reference and timed. The last version is the one the trainer uses (llm/adamw.cuh).
 //
-//   nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 dev/cuda/adamw.cu -o build/adamw
-//   ./build/adamw [version 1..2, default all] [n, default 124475904 (GPT-2 124M)]
-//   (add -DENABLE_FP32 for FP32 parameters without master weights)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/adamw [version 1..2, default all] [n, default 124475904 (GPT-2 124M)]
+//           (make dev-cuda PRECISION=FP32 for FP32 parameters without master weights)
+// emulated: make dev-cuda-emu, then ./build/cuda_emu/adamw   (default n = 5003; the times are CPU times)
 //
 // version 1: one thread per element, scalar loads and stores (BF16: 2-byte parameter and gradient
 //            accesses, half-used 32-byte sectors per warp instruction)
@@ -14,12 +15,9 @@
 // Timing: median over runs (cudaEvents around the kernel only), L2 flushed (128 MiB written) before
 // each run. Bytes per element: BF16 with master: read 2 (grad) + 12 (m, v, master), write 12 + 2
 // (m, v, master, params) = 28; FP32: read 16 (param, grad, m, v), write 12 = 28.
-#include "../../llm/common.h"
+#include "common.h"
 #include "../../llm/cuda_utils.cuh"
 #include "../../llm/adamw.cuh"
-#include "../../llm/rand.h"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // version 1: one element per thread, scalar. Bytes per element as version 2 (28), in 2- and 4-byte
@@ -49,72 +47,19 @@ static void run_version(int version, floatX* params, float* master, const floatX
     } else if (version == 2) {
         adamw_update(params, master, grads, m, v, n, lr, beta1, beta2, t, eps, wd, gs, seed, 0);
     } else {
-        fprintf(stderr, "error: no version %d (1..2)\n", version);
-        exit(EXIT_FAILURE);
+        die_at(__FILE__, __LINE__, "no such version");
     }
-}
-
-// ----------------------------------------------------------------------------
-// benchmark helpers
-
-static double peak_gbps(void) {
-    int dev = 0, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-}
-
-// median kernel time in ms, L2 flushed before each run
-template <class Run>
-static float median_ms(int reps, Run run) {
-    const size_t flush_bytes = (size_t)128 << 20;
-    void* flush = NULL;
-    cudaCheck(cudaMalloc(&flush, flush_bytes));
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
-        cudaCheck(cudaEventRecord(start, 0));
-        run();
-        cudaCheck(cudaEventRecord(stop, 0));
-        cudaCheck(cudaEventSynchronize(stop));
-        cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    cudaCheck(cudaFree(flush));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
-template <class T>
-static T* upload(const std::vector<T>& h) {
-    T* d = NULL;
-    cudaCheck(cudaMalloc((void**)&d, h.size() * sizeof(T)));
-    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T>
-static std::vector<T> download(const T* d, size_t n) {
-    std::vector<T> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
 }
 
 int main(int argc, char** argv) {
-    int only = argc > 1 ? atoi(argv[1]) : 0;
-    size_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)124475904;
+    int only = arg_version(argc, argv, 1, 2);
+    size_t n = arg_size(argc, argv, 2, GPU_OR_EMU(124475904, 5003));
     const float lr = 6e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.8f;
     const int t = 5;
     const unsigned int seed = 42;
     const int use_master = sizeof(floatX) == 2;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("adamw: %s, n=%zu, %s%s, peak %.0f GB/s\n", prop.name, n, PRECISION_MODE,
-           use_master ? " with FP32 master" : "", peak_gbps());
+    printf("adamw: %s, n=%zu, %s%s, peak %.0f GB/s\n", device_name(), n, PRECISION_MODE,
+           use_master ? " with FP32 master" : "", peak_gbs());
 
     // inputs in the optimizer's regime: |m| / sqrt(v) <= 1
     Rng rng;
@@ -136,11 +81,11 @@ int main(int argc, char** argv) {
     std::vector<float> p_ref = master, m_ref = m, v_ref = v;
     adamw_update_cpu(p_ref.data(), grads.data(), m_ref.data(), v_ref.data(), n, lr, beta1, beta2, t, eps, wd, gs);
 
-    floatX* d_params = upload(hp);
-    floatX* d_grads = upload(hg);
-    float* d_m = upload(m);
-    float* d_v = upload(v);
-    float* d_master = use_master ? upload(master) : NULL;
+    floatX* d_params = upload_raw(hp);
+    floatX* d_grads = upload_raw(hg);
+    float* d_m = upload_raw(m);
+    float* d_v = upload_raw(v);
+    float* d_master = use_master ? upload_raw(master) : NULL;
     for (int version = 1; version <= 2; version++) {
         if (only && version != only) continue;
         // check one update from the initial state
@@ -150,9 +95,9 @@ int main(int argc, char** argv) {
         if (use_master) cudaCheck(cudaMemcpy(d_master, master.data(), n * sizeof(float), cudaMemcpyHostToDevice));
         run_version(version, d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, t, eps, wd, gs, seed);
         cudaCheck(cudaDeviceSynchronize());
-        std::vector<float> gm = download(d_m, n), gv = download(d_v, n);
-        std::vector<float> gp = use_master ? download(d_master, n) : std::vector<float>();
-        std::vector<floatX> gparams = download(d_params, n);
+        std::vector<float> gm = download_raw(d_m, n), gv = download_raw(d_v, n);
+        std::vector<float> gp = use_master ? download_raw(d_master, n) : std::vector<float>();
+        std::vector<floatX> gparams = download_raw(d_params, n);
         size_t bad = 0;
         double max_err = 0.0;
         for (size_t i = 0; i < n; i++) {
@@ -170,17 +115,18 @@ int main(int argc, char** argv) {
             memcpy(&w, &q, 4);
             if (use_master && !(w == (u & 0xffff0000u) || ((u & 0xffffu) && w == (u & 0xffff0000u) + 0x10000u))) bad++;
         }
-        float ms = median_ms(20, [&]() {
+        float ms = bench_ms(20, [&]() {
             run_version(version, d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, t, eps, wd, gs, seed);
         });
         double bytes = 28.0 * n;
         printf("version %d: %s (%zu bad, max|err| params %.2g)  %.3f ms  %.0f GB/s (%.0f%% of peak)\n", version,
-               bad ? "FAIL" : "ok", bad, max_err, ms, bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak_gbps());
+               bad ? "FAIL" : "ok", bad, max_err, ms, gbs(bytes, ms), 100.0 * gbs(bytes, ms) / peak_gbs());
     }
     cudaCheck(cudaFree(d_params));
     cudaCheck(cudaFree(d_grads));
     cudaCheck(cudaFree(d_m));
     cudaCheck(cudaFree(d_v));
     if (d_master) cudaCheck(cudaFree(d_master));
+    bench_free();
     return 0;
 }

@@ -2,9 +2,10 @@
 // by side, each checked against the CPU reference and timed, then the whole forward and backward
 // with and without the causal cut of the batched products.
 //
-//   nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -Xcompiler -fopenmp dev/cuda/attention.cu -o build/attention -lcublasLt
-//   ./build/attention [B T C NH, default 8 1024 768 12 (GPT-2 124M)] [check T, default 256]
-//   (add -DENABLE_FP32 for FP32 activations)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/attention [B T C NH, default 8 1024 768 12 (GPT-2 124M)] [check T, default 256]
+//           (make dev-cuda PRECISION=FP32 for FP32 activations)
+// emulated: make dev-cuda-emu, then ./build/cuda_emu/attention   (default 1 64 64 4, check T 32; CPU times)
 //
 // causal softmax forward (att (B,NH,T,T) in place, preatt -> probabilities, 0 above the diagonal):
 //   version 1: one thread per row, three scalar passes (max, sum, write) like the reference loops:
@@ -26,12 +27,9 @@
 // minimum traffic (each element read once, written once; the softmax reads only the lower
 // triangle and writes all of it), against the device's peak. Products: TFLOP/s of the FLOPs the
 // call computes (2 M N K per product), and of the full T x T products' FLOPs for comparison.
-#include "../../llm/common.h"
+#include "common.h"
 #include "../../llm/cuda_utils.cuh"
 #include "../../llm/attention.cuh"
-#include "../../llm/rand.h"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // version 1 kernels: one thread per row
@@ -121,89 +119,15 @@ static void softmax_backward_cpu(float* dpre /*(BNH,T,T)*/, const float* datt, c
 }
 
 // ----------------------------------------------------------------------------
-// benchmark helpers
-
-static double peak_gbps(void) {
-#if LLM_BUILD_EMU
-    return 0.0;  // the emulator (a smoke run of this file on the CPU) has no memory clock
-#endif
-    int dev = 0, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-}
-
-static void* g_flush = NULL;  // 128 MiB, written before every timed run to empty L2
-static const size_t FLUSH_BYTES = (size_t)128 << 20;
-
-// median time in ms of run(), with prep() (untimed) and an L2 flush before each
-template <class Prep, class Run>
-static float median_ms(int reps, Prep prep, Run run) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        prep();
-        cudaCheck(cudaMemsetAsync(g_flush, r & 0xff, FLUSH_BYTES, 0));
-        cudaCheck(cudaEventRecord(start, 0));
-        run();
-        cudaCheck(cudaEventRecord(stop, 0));
-        cudaCheck(cudaEventSynchronize(stop));
-        cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
-static floatX* upload(const std::vector<float>& h) {
-    std::vector<floatX> tmp(h.size());
-    for (size_t i = 0; i < h.size(); i++) tmp[i] = (floatX)h[i];
-    floatX* d = NULL;
-    cudaCheck(cudaMalloc((void**)&d, h.size() * sizeof(floatX)));
-    cudaCheck(cudaMemcpy(d, tmp.data(), h.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return d;
-}
-
-static std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> tmp(n);
-    cudaCheck(cudaMemcpy(tmp.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = (float)tmp[i];
-    return h;
-}
-
-static floatX* alloc_poisoned(size_t n) {
-    floatX* d = NULL;
-    cudaCheck(cudaMalloc((void**)&d, n * sizeof(floatX)));
-    cudaCheck(cudaMemset(d, 0xFF, n * sizeof(floatX)));
-    return d;
-}
-
-// random values rounded to floatX
-static std::vector<float> randn(Rng* rng, size_t n, float std) {
-    std::vector<float> v(n);
-    rng_normal(rng, v.data(), n, 0.0f, std);
-    for (size_t i = 0; i < n; i++) v[i] = (float)(floatX)v[i];
-    return v;
-}
+// checks
 
 // |got - want| <= atol + rtol |want| everywhere (NaN fails); prints one line
 static bool report(const char* what, const std::vector<float>& got, const std::vector<float>& want, float atol,
                    float rtol) {
-    size_t bad = 0;
-    double max_err = 0.0;
-    for (size_t i = 0; i < got.size(); i++) {
-        double err = fabs((double)got[i] - want[i]);
-        if (!(err <= atol + rtol * fabs(want[i]))) bad++;
-        if (!(err <= max_err)) max_err = err;
-    }
-    printf("  %-44s %s (%zu bad of %zu, max|err| %.3g; atol %.1g rtol %.1g)\n", what, bad ? "FAIL" : "ok", bad,
-           got.size(), max_err, atol, rtol);
-    return bad == 0;
+    Diff d = compare(got.data(), want.data(), got.size(), atol, rtol);
+    printf("  %-44s %s (%zu bad of %zu, max|err| %.3g; atol %.1g rtol %.1g)\n", what, d.bad ? "FAIL" : "ok", d.bad,
+           got.size(), d.max_err, atol, rtol);
+    return d.bad == 0;
 }
 
 // tolerances of the checks below: BF16 stores every intermediate with 8 significant bits (relative
@@ -215,22 +139,27 @@ static const float ATOL = sizeof(floatX) == 2 ? 2e-2f : 1e-5f;
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
-    int B = argc > 4 ? atoi(argv[1]) : 8, T = argc > 4 ? atoi(argv[2]) : 1024;
-    int C = argc > 4 ? atoi(argv[3]) : 768, NH = argc > 4 ? atoi(argv[4]) : 12;
-    int Tc = argc > 5 ? atoi(argv[5]) : 256;
+#if LLM_BUILD_EMU
+    int B = 1, T = 64, C = 64, NH = 4, Tc = 32;  // a smoke run on the CPU
+#else
+    int B = 8, T = 1024, C = 768, NH = 12, Tc = 256;
+#endif
+    int nshape = argc > 4 ? argc : 1;  // B T C NH come together or not at all
+    B = arg_int(nshape, argv, 1, B);
+    T = arg_int(nshape, argv, 2, T);
+    C = arg_int(nshape, argv, 3, C);
+    NH = arg_int(nshape, argv, 4, NH);
+    Tc = arg_int(argc, argv, 5, Tc);
     if (B <= 0 || T <= 0 || NH <= 0 || C % NH != 0 || Tc <= 0) {
         fprintf(stderr, "usage: %s [B T C NH [check_T]]  (NH divides C)\n", argv[0]);
         return 1;
     }
     int hs = C / NH, BNH = B * NH;
     float scale = 1.0f / sqrtf((float)hs);
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    double peak = peak_gbps();
-    printf("attention: %s, %s, B=%d T=%d C=%d NH=%d (hs %d), peak %.0f GB/s\n", prop.name, PRECISION_MODE, B, T,
+    double peak = peak_gbs();
+    printf("attention: %s, %s, B=%d T=%d C=%d NH=%d (hs %d), peak %.0f GB/s\n", device_name(), PRECISION_MODE, B, T,
            C, NH, hs, peak);
     matmul_init(0);
-    cudaCheck(cudaMalloc(&g_flush, FLUSH_BYTES));
     Rng rng;
     rng_init(&rng, 1234);
     bool all_ok = true;
@@ -240,7 +169,7 @@ int main(int argc, char** argv) {
         int Bc = 2;
         size_t n3 = (size_t)Bc * Tc * 3 * C, n1 = (size_t)Bc * Tc * C, natt = (size_t)Bc * NH * Tc * Tc;
         printf("check at B=%d T=%d:\n", Bc, Tc);
-        std::vector<float> pre = randn(&rng, natt, 1.0f / scale), want(natt);  // logits ~ N(0,1)
+        std::vector<float> pre = randn_floatX(&rng, natt, 0.0f, 1.0f / scale), want(natt);  // logits ~ N(0,1)
         softmax_forward_cpu(want.data(), pre.data(), Bc * NH, Tc, scale);
         for (int v = 1; v <= 2; v++) {
             floatX* d = upload(pre);
@@ -250,7 +179,7 @@ int main(int argc, char** argv) {
             all_ok &= report(what, download(d, natt), want, ATOL * 0.1f, RTOL);
             cudaCheck(cudaFree(d));
         }
-        std::vector<float> datt = randn(&rng, natt, 1.0f), a = want, dwant(natt);
+        std::vector<float> datt = randn_floatX(&rng, natt, 0.0f, 1.0f), a = want, dwant(natt);
         for (float& x : a) x = (float)(floatX)x;
         softmax_backward_cpu(dwant.data(), datt.data(), a.data(), Bc * NH, Tc, scale);
         floatX* d_a = upload(a);
@@ -263,7 +192,7 @@ int main(int argc, char** argv) {
             cudaCheck(cudaFree(d));
         }
         // the whole path, default chunking, against the CPU reference
-        std::vector<float> inp = randn(&rng, n3, 1.0f), dout = randn(&rng, n1, 1.0f);
+        std::vector<float> inp = randn_floatX(&rng, n3, 0.0f, 1.0f), dout = randn_floatX(&rng, n1, 0.0f, 1.0f);
         std::vector<float> out_ref(n1), att_ref(natt), dinp_ref(n3);
         attention_forward_cpu(out_ref.data(), att_ref.data(), inp.data(), Bc, Tc, C, NH);
         for (float& x : att_ref) x = (float)(floatX)x;  // what the backward gets (and the check compares)
@@ -289,7 +218,7 @@ int main(int argc, char** argv) {
     // ---- benchmarks at the full shape
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, natt = (size_t)BNH * T * T;
     printf("benchmark at B=%d T=%d C=%d NH=%d (att: %.1f MB):\n", B, T, C, NH, natt * sizeof(floatX) / 1e6);
-    std::vector<float> inp = randn(&rng, n3, 1.0f), dout = randn(&rng, n1, 1.0f);
+    std::vector<float> inp = randn_floatX(&rng, n3, 0.0f, 1.0f), dout = randn_floatX(&rng, n1, 0.0f, 1.0f);
     floatX* d_inp = upload(inp);
     floatX* d_dout = upload(dout);
     floatX* d_out = alloc_poisoned(n1);
@@ -306,10 +235,10 @@ int main(int argc, char** argv) {
 
     // permutes
     for (int v = 1; v <= 2; v++) {
-        float ms = median_ms(reps, [] {}, [&] { permute(v, d_qkvr, d_inp, B, T, NH, hs); });
+        float ms = bench_ms(reps, [&] { permute(v, d_qkvr, d_inp, B, T, NH, hs); });
         double bytes = 2.0 * n3 * E;
         printf("  permute version %d                 %8.3f ms  %6.0f GB/s (%.0f%% of peak)\n", v, ms,
-               bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak);
+               gbs(bytes, ms), 100.0 * gbs(bytes, ms) / peak);
     }
     permute(2, d_qkvr, d_inp, B, T, NH, hs);
 
@@ -323,33 +252,33 @@ int main(int argc, char** argv) {
         attention_chunk_rows_override = cut ? 0 : T;  // T rows per chunk: one full product
         double flops = 0.0;
         attention_for_chunks(T, [&](int r0, int r1) { flops += 2.0 * BNH * (double)(r1 - r0) * r1 * hs; });
-        float ms = median_ms(reps, [] {}, [&] {
+        float ms = bench_ms(reps, [&] {
             attention_for_chunks(T, [&](int r0, int r1) {
                 matmul_batched(d_att + (size_t)r0 * T, q + (size_t)r0 * hs, k, NULL, NULL, r1 - r0, r1, hs, false,
                                true, hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, 0);
             });
         });
         printf("  QK^T %-10s (%d rows/chunk)    %8.3f ms  %6.1f TFLOP/s computed, %6.1f full-equivalent\n",
-               cut ? "causal cut" : "full", attention_chunk_rows(T), ms, flops / ms / 1e9, full_flops / ms / 1e9);
-        ms = median_ms(reps, [] {}, [&] {
+               cut ? "causal cut" : "full", attention_chunk_rows(T), ms, tflops(flops, ms), tflops(full_flops, ms));
+        ms = bench_ms(reps, [&] {
             attention_for_chunks(T, [&](int r0, int r1) {
                 matmul_batched(d_scr + (size_t)r0 * hs, d_att + (size_t)r0 * T, v, NULL, NULL, r1 - r0, hs, r1, false,
                                false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, 0);
             });
         });
         printf("  AV   %-10s (%d rows/chunk)    %8.3f ms  %6.1f TFLOP/s computed, %6.1f full-equivalent\n",
-               cut ? "causal cut" : "full", attention_chunk_rows(T), ms, flops / ms / 1e9, full_flops / ms / 1e9);
+               cut ? "causal cut" : "full", attention_chunk_rows(T), ms, tflops(flops, ms), tflops(full_flops, ms));
     }
     attention_chunk_rows_override = 0;
 
     // softmax forward on the preatt the product wrote (restored before every run)
     cudaCheck(cudaMemcpy(d_att0, d_att, natt * sizeof(floatX), cudaMemcpyDeviceToDevice));
     for (int ver = 1; ver <= 2; ver++) {
-        float ms = median_ms(reps, [&] { cudaCheck(cudaMemcpy(d_att, d_att0, natt * E, cudaMemcpyDeviceToDevice)); },
+        float ms = bench_ms(reps, [&] { cudaCheck(cudaMemcpy(d_att, d_att0, natt * E, cudaMemcpyDeviceToDevice)); },
                              [&] { softmax_forward(ver, d_att, BNH, T, scale); });
         double bytes = (tri + (double)natt) * E;  // read the lower triangle, write everything
         printf("  softmax forward version %d         %8.3f ms  %6.0f GB/s (%.0f%% of peak)\n", ver, ms,
-               bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak);
+               gbs(bytes, ms), 100.0 * gbs(bytes, ms) / peak);
     }
     // softmax backward: datt = dy v^T as the backward computes it, att the probabilities
     cudaCheck(cudaMemcpy(d_att, d_att0, natt * E, cudaMemcpyDeviceToDevice));
@@ -358,18 +287,18 @@ int main(int argc, char** argv) {
     matmul_batched(d_datt0, d_scr, v, NULL, NULL, T, T, hs, false, true, hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f,
                    MATMUL_EPILOGUE_NONE, 0);
     for (int ver = 1; ver <= 2; ver++) {
-        float ms = median_ms(reps, [&] { cudaCheck(cudaMemcpy(d_datt, d_datt0, natt * E, cudaMemcpyDeviceToDevice)); },
+        float ms = bench_ms(reps, [&] { cudaCheck(cudaMemcpy(d_datt, d_datt0, natt * E, cudaMemcpyDeviceToDevice)); },
                              [&] { softmax_backward(ver, d_datt, d_att, BNH, T, scale); });
         double bytes = (2.0 * tri + (double)natt) * E;  // read att and datt's lower triangles, write everything
         printf("  softmax backward version %d        %8.3f ms  %6.0f GB/s (%.0f%% of peak)\n", ver, ms,
-               bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / peak);
+               gbs(bytes, ms), 100.0 * gbs(bytes, ms) / peak);
     }
 
     // the whole forward and backward, without and with the causal cut
     for (int cut = 0; cut <= 1; cut++) {
         attention_chunk_rows_override = cut ? 0 : T;
-        float fwd = median_ms(reps, [] {}, [&] { attention_forward(d_out, d_qkvr, d_att, d_scr, d_inp, B, T, C, NH, 0); });
-        float bwd = median_ms(reps, [] {}, [&] {
+        float fwd = bench_ms(reps, [&] { attention_forward(d_out, d_qkvr, d_att, d_scr, d_inp, B, T, C, NH, 0); });
+        float bwd = bench_ms(reps, [&] {
             attention_backward(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att, B, T, C, NH, 0);
         });
         printf("  attention_forward  %-10s       %8.3f ms\n", cut ? "causal cut" : "full", fwd);
@@ -379,7 +308,7 @@ int main(int argc, char** argv) {
 
     floatX* bufs[] = {d_inp, d_dout, d_out, d_qkvr, d_att, d_att0, d_scr, d_dinp, d_dqkvr, d_datt, d_datt0};
     for (floatX* p : bufs) cudaCheck(cudaFree(p));
-    cudaCheck(cudaFree(g_flush));
+    bench_free();
     matmul_free();
     printf("%s\n", all_ok ? "all checks ok" : "SOME CHECKS FAILED");
     return all_ok ? 0 : 1;

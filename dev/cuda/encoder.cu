@@ -11,10 +11,10 @@
 //               token built on the host, a block per (bucket, channel chunk), sums in a fixed order:
 //               deterministic                                                           (llm/encoder.cuh)
 //
-// GPU:      nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -x cu dev/cuda/encoder.cu -o build/dev_encoder
-//           ./build/dev_encoder [B] [T] [C] [V]   (default 64 1024 768 50257: GPT-2 124M)
-// emulated: g++ <EMU_FLAGS of the Makefile> dev/cuda/encoder.cu -o build/dev_encoder_emu <EMU_LIBS>
-//           ./build/dev_encoder_emu                (default 2 33 264 50; the times are CPU times)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/encoder [B] [T] [C] [V]   (default 64 1024 768 50257: GPT-2 124M)
+// emulated: make dev-cuda-emu, then
+//           ./build/cuda_emu/encoder               (default 2 33 264 50; the times are CPU times)
 //
 // Tokens are drawn from a Zipf-like law (p(rank k) ~ 1/(k+10)), so that, as in text, a few tokens
 // fill long buckets. Timing: the median over REPS runs, each preceded by a write of a 128 MiB buffer
@@ -22,12 +22,8 @@
 // and writes a row of out per position (3 floatX per element); backward reads dout (1 floatX per
 // element) and updates the touched rows of dwte and the T rows of dwpe (read + write); version 2 reads
 // dout twice (once per kernel), which the count does not include.
-#include "../../llm/common.h"
-#include "../../llm/device.h"
-#include "../../llm/rand.h"
+#include "common.h"
 #include "../../llm/encoder.cuh"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // forward, version 1: one thread per element. Per element: reads 1 floatX of wte and of wpe, writes 1.
@@ -82,111 +78,22 @@ static void backward2(Bufs& b) {
     encoder_backward(b.dwte, b.dwpe, b.scratch, b.dout, b.inp, b.inp_host, b.B, b.T, b.C, 0);
 }
 
-// ----------------------------------------------------------------------------
-// checking and timing
-
-static std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<float> h(n);
-    copy_to_host_float(h.data(), d, n);
-    return h;
-}
-
-static floatX* upload(const std::vector<float>& h) {
-    std::vector<floatX> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
-    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
-    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
-    return d;
-}
-
-static void set(floatX* d, const std::vector<float>& h) {
-    std::vector<floatX> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
-    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
-}
-
-// max |got - want| / (atol + rtol |want|) <= 1 ?
-static int close_enough(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                        float atol, float rtol) {
-    double worst = 0.0, max_err = 0.0;
-    for (size_t i = 0; i < got.size(); i++) {
-        double err = fabs((double)got[i] - want[i]);
-        double r = err / (atol + rtol * fabs((double)want[i]));
-        if (!(r <= worst)) worst = r;  // NaN sticks
-        if (err > max_err) max_err = err;
-    }
-    int ok = worst <= 1.0;
-    printf("%s %s: max|err| %.3g\n", ok ? "ok  " : "FAIL", what, max_err);
-    return ok;
-}
-
-static char* g_flush = NULL;
-static const size_t FLUSH_BYTES = (size_t)128 << 20;
-
-// median milliseconds of reps runs of f, the L2 flushed before each
-template <class F>
-static float bench_ms(int reps, F f) {
-    if (g_flush == NULL) g_flush = (char*)device_malloc(FLUSH_BYTES);
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        cudaCheck(cudaMemsetAsync(g_flush, r & 0xFF, FLUSH_BYTES, 0));
-        cudaCheck(cudaEventRecord(t0, 0));
-        f();
-        cudaCheck(cudaEventRecord(t1, 0));
-        cudaCheck(cudaEventSynchronize(t1));
-        cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
-    }
-    cudaCheck(cudaEventDestroy(t0));
-    cudaCheck(cudaEventDestroy(t1));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
-// the device's peak DRAM bandwidth in GB/s (0 when unknown, as in the emulated build)
-static double peak_gbs(void) {
-#if LLM_BUILD_CUDA
-    int clock_khz = 0, bus_bits = 0;
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0.0;
-    }
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-#else
-    return 0.0;
-#endif
-}
-
-static void report(const char* what, float ms, double bytes) {
-    double gbs = bytes / (ms * 1e-3) / 1e9, peak = peak_gbs();
-    if (peak > 0) printf("     %s: %.4f ms, %.0f GB/s (%.0f%% of %.0f GB/s)\n", what, ms, gbs, 100.0 * gbs / peak, peak);
-    else printf("     %s: %.4f ms, %.3g GB/s (no peak known)\n", what, ms, gbs);
-}
-
 int main(int argc, char** argv) {
 #if LLM_BUILD_EMU
     int B = 2, T = 33, C = 264, V = 50, reps = 3;
 #else
     int B = 64, T = 1024, C = 768, V = 50257, reps = 25;
 #endif
-    if (argc > 1) B = atoi(argv[1]);
-    if (argc > 2) T = atoi(argv[2]);
-    if (argc > 3) C = atoi(argv[3]);
-    if (argc > 4) V = atoi(argv[4]);
+    B = arg_int(argc, argv, 1, B);
+    T = arg_int(argc, argv, 2, T);
+    C = arg_int(argc, argv, 3, C);
+    V = arg_int(argc, argv, 4, V);
     int Vp = ((V + 127) / 128) * 128;  // padded vocabulary, as in gpt.h
     printf("encoder: B = %d, T = %d, C = %d, V = %d, %s\n", B, T, C, V, PRECISION_MODE);
     size_t BT = (size_t)B * T, BTC = BT * C;
     Rng rng;
     rng_init(&rng, 1337);
-    auto randn = [&](size_t n, float std) {
-        std::vector<float> v(n);
-        rng_normal(&rng, v.data(), n, 0.0f, std);
-        for (float& x : v) x = (float)(floatX)x;
-        return v;
-    };
+    auto randn = [&](size_t n, float std) { return randn_floatX(&rng, n, 0.0f, std); };
     // Zipf-like tokens: inverse CDF of p(k) ~ 1/(k+10) over k < V, then a fixed shuffle of the ranks
     std::vector<double> cdf(V);
     double z = 0.0;
@@ -232,24 +139,24 @@ int main(int argc, char** argv) {
         fwd[v](b);
         snprintf(what, sizeof(what), "forward %d", v + 1);
         close_enough(what, download(b.out, BTC), out, 0.0f, 4e-3f);
-        report(what, bench_ms(reps, [&] { fwd[v](b); }), 3.0 * BTC * sizeof(floatX));
+        report_gbs(what, bench_ms(reps, [&] { fwd[v](b); }), 3.0 * BTC * sizeof(floatX));
     }
     void (*bwd[])(Bufs&) = {backward1, backward2};
     for (int v = 0; v < 2; v++) {
-        set(b.dwte, dwte0);
-        set(b.dwpe, dwpe0);
+        upload_to(b.dwte, dwte0);
+        upload_to(b.dwpe, dwpe0);
         bwd[v](b);
         snprintf(what, sizeof(what), "backward %d", v + 1);
         // version 1 in BF16 rounds the gradient at every addition: only a rough check
         float atol = v == 0 && sizeof(floatX) == 2 ? 0.5f : 1e-3f * sqrtf((float)BT), rtol = 1e-2f;
         close_enough(what, download(b.dwte, (size_t)Vp * C), dwte, atol, rtol);
         close_enough("     dwpe", download(b.dwpe, (size_t)T * C), dwpe, atol, rtol);
-        report(what, bench_ms(reps, [&] { bwd[v](b); }), (BTC + 2.0 * (touched + T) * C) * sizeof(floatX));
+        report_gbs(what, bench_ms(reps, [&] { bwd[v](b); }), (BTC + 2.0 * (touched + T) * C) * sizeof(floatX));
     }
     floatX* bufs[] = {b.wte, b.wpe, b.dout, b.dwte, b.dwpe, b.out};
     for (floatX* p : bufs) device_free(p);
     device_free(b.inp);
     device_free(b.scratch);
-    device_free(g_flush);
+    bench_free();
     return 0;
 }

@@ -2,9 +2,10 @@
 // side, each checked against the CPU reference and timed. The last version is the one the trainer
 // uses (llm/fused_classifier.cuh).
 //
-//   nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 dev/cuda/fused_classifier.cu -o build/fused_classifier
-//   ./build/fused_classifier [version 1..3, default all] [BT, default 8192]
-//   (add -DENABLE_FP32 for FP32 logits)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/fused_classifier [version 1..3, default all] [BT, default 8192]
+//           (make dev-cuda PRECISION=FP32 for FP32 logits)
+// emulated: make dev-cuda-emu, then ./build/cuda_emu/fused_classifier   (default BT = 4; CPU times)
 //
 // version 1: one thread per row, three scalar passes (max, sum, write): the loops of the reference
 // version 2: one block per row, three passes with block reductions (max, then sum, then write), scalar
@@ -15,12 +16,9 @@
 // Timing: median of the runs (cudaEvents around the kernel only), the logits restored and L2 flushed
 // (128 MiB written) before every run. Bandwidth counts the minimum traffic: one read and one write
 // of every logit (the second read of version 3 should come from L2), against the device's peak.
-#include "../../llm/common.h"
+#include "common.h"
 #include "../../llm/cuda_utils.cuh"
 #include "../../llm/fused_classifier.cuh"
-#include "../../llm/rand.h"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // version 1: one thread per row. Bytes per logit: 3 reads + 1 write of sizeof(floatX), uncoalesced
@@ -98,67 +96,23 @@ static void run_version(int version, floatX* logits, float* losses, float dloss,
             fused_classifier(logits, losses, dloss, targets, BT, V, Vp, write_dlogits, 0);
             break;
         default:
-            fprintf(stderr, "error: no version %d (1..3)\n", version);
-            exit(EXIT_FAILURE);
+            die_at(__FILE__, __LINE__, "no such version");
     }
-}
-
-// ----------------------------------------------------------------------------
-// benchmark helpers
-
-static double peak_gbps(void) {
-    int dev = 0, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-}
-
-// median kernel time in ms; setup() runs before each run (restore inputs), then L2 is flushed
-template <class Setup, class Run>
-static float median_ms(int reps, Setup setup, Run run) {
-    const size_t flush_bytes = (size_t)128 << 20;
-    void* flush = NULL;
-    cudaCheck(cudaMalloc(&flush, flush_bytes));
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        setup();
-        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
-        cudaCheck(cudaEventRecord(start, 0));
-        run();
-        cudaCheck(cudaEventRecord(stop, 0));
-        cudaCheck(cudaEventSynchronize(stop));
-        cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    cudaCheck(cudaFree(flush));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
 }
 
 int main(int argc, char** argv) {
-    int only = argc > 1 ? atoi(argv[1]) : 0;
-    int BT = argc > 2 ? atoi(argv[2]) : 8192;
+    int only = arg_version(argc, argv, 1, 3);
+    int BT = arg_int(argc, argv, 2, GPU_OR_EMU(8192, 4));
     const int V = 50257, Vp = 50304;  // GPT-2's vocabulary, padded to a multiple of 128
-    const int check_rows = 64;        // rows checked against the CPU reference
+    const int check_rows = std::min(BT, 64);  // rows checked against the CPU reference
     float dloss = 1.0f / BT;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("fused_classifier: %s, BT=%d V=%d Vp=%d, %s, peak %.0f GB/s\n", prop.name, BT, V, Vp, PRECISION_MODE,
-           peak_gbps());
+    printf("fused_classifier: %s, BT=%d V=%d Vp=%d, %s, peak %.0f GB/s\n", device_name(), BT, V, Vp, PRECISION_MODE,
+           peak_gbs());
 
     Rng rng;
     rng_init(&rng, 1234);
     size_t n = (size_t)BT * Vp;
-    std::vector<float> h_logits(n);
-    rng_normal(&rng, h_logits.data(), n, 0.0f, 2.0f);
-    std::vector<floatX> hx(n);
-    for (size_t i = 0; i < n; i++) hx[i] = (floatX)h_logits[i];
-    for (size_t i = 0; i < n; i++) h_logits[i] = (float)hx[i];
+    std::vector<float> h_logits = randn_floatX(&rng, n, 0.0f, 2.0f);
     std::vector<int> h_targets(BT);
     for (int i = 0; i < BT; i++) h_targets[i] = (int)(rng_u64(&rng) % V);
 
@@ -167,18 +121,11 @@ int main(int argc, char** argv) {
     std::vector<float> want_losses(check_rows);
     fused_classifier_cpu(want_logits.data(), want_losses.data(), dloss, h_targets.data(), check_rows, V, Vp, 1);
 
-    floatX *d_pristine, *d_logits;
-    float* d_losses;
-    int* d_targets;
-    cudaCheck(cudaMalloc((void**)&d_pristine, n * sizeof(floatX)));
-    cudaCheck(cudaMalloc((void**)&d_logits, n * sizeof(floatX)));
-    cudaCheck(cudaMalloc((void**)&d_losses, BT * sizeof(float)));
-    cudaCheck(cudaMalloc((void**)&d_targets, BT * sizeof(int)));
-    cudaCheck(cudaMemcpy(d_pristine, hx.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_targets, h_targets.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
+    floatX* d_pristine = upload(h_logits);
+    floatX* d_logits = (floatX*)device_malloc(n * sizeof(floatX));
+    float* d_losses = (float*)device_malloc(BT * sizeof(float));
+    int* d_targets = upload_raw(h_targets);
 
-    std::vector<floatX> got((size_t)check_rows * Vp);
-    std::vector<float> got_losses(check_rows);
     for (int version = 1; version <= 3; version++) {
         if (only && version != only) continue;
         // check
@@ -186,40 +133,31 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMemset(d_losses, 0xff, BT * sizeof(float)));
         run_version(version, d_logits, d_losses, dloss, d_targets, BT, V, Vp, 1);
         cudaCheck(cudaDeviceSynchronize());
-        cudaCheck(cudaMemcpy(got.data(), d_logits, got.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(got_losses.data(), d_losses, check_rows * sizeof(float), cudaMemcpyDeviceToHost));
-        double max_dl = 0.0, max_loss = 0.0;
-        int bad = 0;
-        for (size_t i = 0; i < got.size(); i++) {
-            double err = fabs((double)(float)got[i] - want_logits[i]);
-            max_dl = fmax(max_dl, err);
-            if (!(err <= 1e-6 + 4e-3 * fabs(want_logits[i]))) bad++;
-        }
-        for (int i = 0; i < check_rows; i++) {
-            double err = fabs((double)got_losses[i] - want_losses[i]);
-            max_loss = fmax(max_loss, err);
-            if (!(err <= 1e-5 + 1e-5 * fabs(want_losses[i]))) bad++;
-        }
-        // time: forward + backward (write_dlogits) and forward only
+        std::vector<float> got = download(d_logits, (size_t)check_rows * Vp);
+        std::vector<float> got_losses = download_raw(d_losses, check_rows);
+        Diff err_dl = compare(got.data(), want_logits.data(), got.size(), 1e-6f, 4e-3f);
+        Diff err_loss = compare(got_losses.data(), want_losses.data(), check_rows, 1e-5f, 1e-5f);
+        size_t bad = err_dl.bad + err_loss.bad;
+        // time: forward + backward (write_dlogits) and forward only, the logits restored before each run
         auto restore = [&]() {
             cudaCheck(cudaMemcpyAsync(d_logits, d_pristine, n * sizeof(floatX), cudaMemcpyDeviceToDevice, 0));
         };
         int reps = version == 1 ? 3 : 20;
-        float ms_bwd = median_ms(reps, restore, [&]() {
+        float ms_bwd = bench_ms(reps, restore, [&]() {
             run_version(version, d_logits, d_losses, dloss, d_targets, BT, V, Vp, 1);
         });
-        float ms_fwd = median_ms(reps, restore, [&]() {
+        float ms_fwd = bench_ms(reps, restore, [&]() {
             run_version(version, d_logits, d_losses, dloss, d_targets, BT, V, Vp, 0);
         });
         double bytes_bwd = 2.0 * n * sizeof(floatX), bytes_fwd = 1.0 * n * sizeof(floatX);
         printf("version %d: %s (max|err| dlogits %.2g, loss %.2g)  fwd+bwd %.3f ms %.0f GB/s (%.0f%% of peak)  "
-               "fwd only %.3f ms %.0f GB/s\n", version, bad ? "FAIL" : "ok", max_dl, max_loss, ms_bwd,
-               bytes_bwd / ms_bwd / 1e6, 100.0 * bytes_bwd / ms_bwd / 1e6 / peak_gbps(), ms_fwd,
-               bytes_fwd / ms_fwd / 1e6);
+               "fwd only %.3f ms %.0f GB/s\n", version, bad ? "FAIL" : "ok", err_dl.max_err, err_loss.max_err, ms_bwd,
+               gbs(bytes_bwd, ms_bwd), 100.0 * gbs(bytes_bwd, ms_bwd) / peak_gbs(), ms_fwd, gbs(bytes_fwd, ms_fwd));
     }
     cudaCheck(cudaFree(d_pristine));
     cudaCheck(cudaFree(d_logits));
     cudaCheck(cudaFree(d_losses));
     cudaCheck(cudaFree(d_targets));
+    bench_free();
     return 0;
 }

@@ -7,20 +7,16 @@
 //   backward 1: one thread per element, scalar, in place
 //            2: one thread per 16 bytes, in place                                      (llm/gelu.cuh)
 //
-// GPU:      nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -x cu dev/cuda/gelu.cu -o build/dev_gelu
-//           ./build/dev_gelu [N]           (default N = 64*1024*3072: the fch of GPT-2 124M at B=64, T=1024)
-// emulated: g++ <EMU_FLAGS of the Makefile> dev/cuda/gelu.cu -o build/dev_gelu_emu <EMU_LIBS>
-//           ./build/dev_gelu_emu           (default N = 4103; the times are CPU times)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/gelu [N]          (default N = 64*1024*3072: the fch of GPT-2 124M at B=64, T=1024)
+// emulated: make dev-cuda-emu, then
+//           ./build/cuda_emu/gelu          (default N = 4103; the times are CPU times)
 //
 // Timing: the median over REPS runs, each preceded by a write of a 128 MiB buffer (more than the L2),
 // so that inputs come from DRAM; GB/s counts the bytes each kernel must move (bytes per element:
 // forward 2 sizeof(floatX), backward 3 sizeof(floatX)) against the device's peak.
-#include "../../llm/common.h"
-#include "../../llm/device.h"
-#include "../../llm/rand.h"
+#include "common.h"
 #include "../../llm/gelu.cuh"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // version 1: one thread per element. Per element: reads 1 floatX, writes 1 floatX (forward);
@@ -57,83 +53,6 @@ static void gelu_backward1(floatX* d, const floatX* inp, size_t N) {
 static void gelu_forward2(floatX* out, const floatX* inp, size_t N) { gelu_forward(out, inp, N, 0); }
 static void gelu_backward2(floatX* d, const floatX* inp, size_t N) { gelu_backward_inplace(d, inp, N, 0); }
 
-// ----------------------------------------------------------------------------
-// checking and timing
-
-static std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<float> h(n);
-    copy_to_host_float(h.data(), d, n);
-    return h;
-}
-
-static floatX* upload(const std::vector<float>& h) {
-    std::vector<floatX> t(h.begin(), h.end());
-    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
-    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
-    return d;
-}
-
-// max |got - want| / (atol + rtol |want|) <= 1 ?
-static int close_enough(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                        float atol, float rtol) {
-    double worst = 0.0, max_err = 0.0;
-    for (size_t i = 0; i < got.size(); i++) {
-        double err = fabs((double)got[i] - want[i]);
-        double r = err / (atol + rtol * fabs((double)want[i]));
-        if (!(r <= worst)) worst = r;  // NaN sticks
-        if (err > max_err) max_err = err;
-    }
-    int ok = worst <= 1.0;
-    printf("%s %s: max|err| %.3g\n", ok ? "ok  " : "FAIL", what, max_err);
-    return ok;
-}
-
-static char* g_flush = NULL;
-static const size_t FLUSH_BYTES = (size_t)128 << 20;
-
-// median milliseconds of reps runs of f, the L2 flushed before each
-template <class F>
-static float bench_ms(int reps, F f) {
-    if (g_flush == NULL) g_flush = (char*)device_malloc(FLUSH_BYTES);
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        cudaCheck(cudaMemsetAsync(g_flush, r & 0xFF, FLUSH_BYTES, 0));
-        cudaCheck(cudaEventRecord(t0, 0));
-        f();
-        cudaCheck(cudaEventRecord(t1, 0));
-        cudaCheck(cudaEventSynchronize(t1));
-        cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
-    }
-    cudaCheck(cudaEventDestroy(t0));
-    cudaCheck(cudaEventDestroy(t1));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
-// the device's peak DRAM bandwidth in GB/s (0 when unknown, as in the emulated build)
-static double peak_gbs(void) {
-#if LLM_BUILD_CUDA
-    int clock_khz = 0, bus_bits = 0;
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0.0;
-    }
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-#else
-    return 0.0;
-#endif
-}
-
-static void report(const char* what, float ms, double bytes) {
-    double gbs = bytes / (ms * 1e-3) / 1e9, peak = peak_gbs();
-    if (peak > 0) printf("     %s: %.4f ms, %.0f GB/s (%.0f%% of %.0f GB/s)\n", what, ms, gbs, 100.0 * gbs / peak, peak);
-    else printf("     %s: %.4f ms, %.3g GB/s (no peak known)\n", what, ms, gbs);
-}
-
 int main(int argc, char** argv) {
 #if LLM_BUILD_EMU
     size_t N = 4103;
@@ -142,17 +61,11 @@ int main(int argc, char** argv) {
     size_t N = (size_t)64 * 1024 * 3072;
     int reps = 25;
 #endif
-    if (argc > 1) N = strtoull(argv[1], NULL, 10);
+    N = arg_size(argc, argv, 1, N);
     printf("gelu: N = %zu, %s\n", N, PRECISION_MODE);
     Rng rng;
     rng_init(&rng, 1337);
-    std::vector<float> x(N), d(N);
-    rng_normal(&rng, x.data(), N, 0.0f, 1.5f);
-    rng_normal(&rng, d.data(), N, 0.0f, 1.0f);
-    for (size_t i = 0; i < N; i++) {
-        x[i] = (float)(floatX)x[i];
-        d[i] = (float)(floatX)d[i];
-    }
+    std::vector<float> x = randn_floatX(&rng, N, 0.0f, 1.5f), d = randn_floatX(&rng, N, 0.0f, 1.0f);
     std::vector<float> want_fwd(N), want_bwd(N);
     gelu_forward_cpu(want_fwd.data(), x.data(), N);
     gelu_backward_cpu(want_bwd.data(), x.data(), d.data(), N);
@@ -173,7 +86,7 @@ int main(int argc, char** argv) {
         fwd[v](d_out, d_x, N);
         snprintf(what, sizeof(what), "forward %d", v + 1);
         close_enough(what, download(d_out, N), want_fwd, atol, rtol);
-        report(what, bench_ms(reps, [&] { fwd[v](d_out, d_x, N); }), fwd_bytes);
+        report_gbs(what, bench_ms(reps, [&] { fwd[v](d_out, d_x, N); }), fwd_bytes);
     }
     for (int v = 0; v < 2; v++) {
         char what[64];
@@ -182,11 +95,11 @@ int main(int argc, char** argv) {
         snprintf(what, sizeof(what), "backward %d", v + 1);
         close_enough(what, download(d_out, N), want_bwd, atol, rtol);
         // in place: each timed run starts from the previous run's output (values stay finite)
-        report(what, bench_ms(reps, [&] { bwd[v](d_out, d_x, N); }), bwd_bytes);
+        report_gbs(what, bench_ms(reps, [&] { bwd[v](d_out, d_x, N); }), bwd_bytes);
     }
     device_free(d_x);
     device_free(d_d);
     device_free(d_out);
-    device_free(g_flush);
+    bench_free();
     return 0;
 }

@@ -2,9 +2,10 @@
 // side by side, each checked against the CPU reference and timed. The last version is the one the
 // trainer uses (llm/global_norm.cuh).
 //
-//   nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 dev/cuda/global_norm.cu -o build/global_norm
-//   ./build/global_norm [version 1..3, default all] [n, default 124475904 (GPT-2 124M)]
-//   (add -DENABLE_FP32 for FP32 values)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/global_norm [version 1..3, default all] [n, default 124475904 (GPT-2 124M)]
+//           (make dev-cuda PRECISION=FP32 for FP32 values)
+// emulated: make dev-cuda-emu, then ./build/cuda_emu/global_norm   (default n = 100003; CPU times)
 //
 // version 1: one element per thread, block sum, one float atomicAdd per block into out (one pass;
 //            the order of the atomics varies, so the result is not bitwise reproducible)
@@ -15,12 +16,9 @@
 //
 // Timing: median over runs (cudaEvents around the launches only), L2 flushed (128 MiB written)
 // before each run. Bytes per element: sizeof(floatX) read.
-#include "../../llm/common.h"
+#include "common.h"
 #include "../../llm/cuda_utils.cuh"
 #include "../../llm/global_norm.cuh"
-#include "../../llm/rand.h"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // version 1: one element per thread. Bytes per element: sizeof(floatX) read (scalar loads).
@@ -70,70 +68,22 @@ static void run_version(int version, float* out, const floatX* values, size_t n)
     } else if (version == 3) {
         global_norm_squared(out, values, n, 0);
     } else {
-        fprintf(stderr, "error: no version %d (1..3)\n", version);
-        exit(EXIT_FAILURE);
+        die_at(__FILE__, __LINE__, "no such version");
     }
-}
-
-// ----------------------------------------------------------------------------
-// benchmark helpers
-
-static double peak_gbps(void) {
-    int dev = 0, clock_khz = 0, bus_bits = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
-    cudaCheck(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-}
-
-// median time in ms, L2 flushed before each run
-template <class Run>
-static float median_ms(int reps, Run run) {
-    const size_t flush_bytes = (size_t)128 << 20;
-    void* flush = NULL;
-    cudaCheck(cudaMalloc(&flush, flush_bytes));
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        cudaCheck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0));
-        cudaCheck(cudaEventRecord(start, 0));
-        run();
-        cudaCheck(cudaEventRecord(stop, 0));
-        cudaCheck(cudaEventSynchronize(stop));
-        cudaCheck(cudaEventElapsedTime(&ms[r], start, stop));
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    cudaCheck(cudaFree(flush));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
 }
 
 int main(int argc, char** argv) {
-    int only = argc > 1 ? atoi(argv[1]) : 0;
-    size_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)124475904;
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("global_norm: %s, n=%zu, %s, peak %.0f GB/s\n", prop.name, n, PRECISION_MODE, peak_gbps());
+    int only = arg_version(argc, argv, 1, 3);
+    size_t n = arg_size(argc, argv, 2, GPU_OR_EMU(124475904, 100003));
+    printf("global_norm: %s, n=%zu, %s, peak %.0f GB/s\n", device_name(), n, PRECISION_MODE, peak_gbs());
 
     Rng rng;
     rng_init(&rng, 1234);
-    std::vector<float> h(n);
-    rng_normal(&rng, h.data(), n, 0.0f, 1e-3f);  // gradient-sized values
-    std::vector<floatX> hx(n);
-    for (size_t i = 0; i < n; i++) {
-        hx[i] = (floatX)h[i];
-        h[i] = (float)hx[i];
-    }
+    std::vector<float> h = randn_floatX(&rng, n, 0.0f, 1e-3f);  // gradient-sized values
     float want = global_norm_squared_cpu(h.data(), n);
 
-    floatX* d_values = NULL;
-    float* d_out = NULL;
-    cudaCheck(cudaMalloc((void**)&d_values, n * sizeof(floatX)));
-    cudaCheck(cudaMalloc((void**)&d_out, sizeof(float)));
-    cudaCheck(cudaMemcpy(d_values, hx.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    floatX* d_values = upload(h);
+    float* d_out = (float*)device_malloc(sizeof(float));
     global_norm_init();
     for (int version = 1; version <= 3; version++) {
         if (only && version != only) continue;
@@ -147,17 +97,18 @@ int main(int argc, char** argv) {
         int same = 1;
         for (int r = 1; r < 5; r++) same &= memcmp(&got[0], &got[r], sizeof(float)) == 0;
         double rel = fabs((double)got[0] - want) / want;
-        float ms = median_ms(50, [&]() {
+        float ms = bench_ms(50, [&]() {
             cudaCheck(cudaMemsetAsync(d_out, 0, sizeof(float), 0));
             run_version(version, d_out, d_values, n);
         });
         double bytes = (double)n * sizeof(floatX);
         printf("version %d: %s (rel err %.2g, %s over 5 runs)  %.3f ms  %.0f GB/s (%.0f%% of peak)\n", version,
-               rel <= 1e-5 ? "ok" : "FAIL", rel, same ? "same bits" : "bits differ", ms, bytes / ms / 1e6,
-               100.0 * bytes / ms / 1e6 / peak_gbps());
+               rel <= 1e-5 ? "ok" : "FAIL", rel, same ? "same bits" : "bits differ", ms, gbs(bytes, ms),
+               100.0 * gbs(bytes, ms) / peak_gbs());
     }
     global_norm_free();
     cudaCheck(cudaFree(d_values));
     cudaCheck(cudaFree(d_out));
+    bench_free();
     return 0;
 }

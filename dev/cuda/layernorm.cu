@@ -13,20 +13,16 @@
 //                  2: a block per row, row reductions in the block, per-block partial sums of
 //                     dweight/dbias in registers, then a reduction kernel (llm/layernorm.cuh)
 //
-// GPU:      nvcc -O3 --use_fast_math -std=c++17 -arch=sm_90 -x cu dev/cuda/layernorm.cu -o build/dev_layernorm
-//           ./build/dev_layernorm [N] [C]       (default N = 64*1024 rows, C = 768: GPT-2 124M, B=64, T=1024)
-// emulated: g++ <EMU_FLAGS of the Makefile> dev/cuda/layernorm.cu -o build/dev_layernorm_emu <EMU_LIBS>
-//           ./build/dev_layernorm_emu            (default N = 37, C = 264; the times are CPU times)
+// GPU:      make dev-cuda (dev/cuda/cuda.mk), then
+//           ./build/cuda/layernorm [N] [C]      (default N = 64*1024 rows, C = 768: GPT-2 124M, B=64, T=1024)
+// emulated: make dev-cuda-emu, then
+//           ./build/cuda_emu/layernorm           (default N = 37, C = 264; the times are CPU times)
 //
 // Timing: the median over REPS runs, each preceded by a write of a 128 MiB buffer (more than the L2),
 // so that inputs come from DRAM. GB/s counts the bytes a kernel must move: forward 2 floatX per element
 // (+ 8 bytes per row), fused 4 floatX, backward 4 floatX (dout, inp, dinp read; dinp written).
-#include "../../llm/common.h"
-#include "../../llm/device.h"
-#include "../../llm/rand.h"
+#include "common.h"
 #include "../../llm/layernorm.cuh"
-#include <vector>
-#include <algorithm>
 
 // ----------------------------------------------------------------------------
 // forward, version 1: one thread per row. Per element: reads 1 floatX three times (uncoalesced
@@ -171,114 +167,19 @@ static void backward2(Bufs& b) {
     layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, b.N, b.C, 0);
 }
 
-// ----------------------------------------------------------------------------
-// checking and timing
-
-static std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<float> h(n);
-    copy_to_host_float(h.data(), d, n);
-    return h;
-}
-
-static std::vector<float> download_f32(const float* d, size_t n) {
-    std::vector<float> h(n);
-    copy_to_host(h.data(), d, n * sizeof(float));
-    return h;
-}
-
-static floatX* upload(const std::vector<float>& h) {
-    std::vector<floatX> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
-    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
-    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
-    return d;
-}
-
-static void set(floatX* d, const std::vector<float>& h) {
-    std::vector<floatX> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = (floatX)h[i];
-    copy_to_device(d, t.data(), h.size() * sizeof(floatX));
-}
-
-// max |got - want| / (atol + rtol |want|) <= 1 ?
-static int close_enough(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                        float atol, float rtol) {
-    double worst = 0.0, max_err = 0.0;
-    for (size_t i = 0; i < got.size(); i++) {
-        double err = fabs((double)got[i] - want[i]);
-        double r = err / (atol + rtol * fabs((double)want[i]));
-        if (!(r <= worst)) worst = r;  // NaN sticks
-        if (err > max_err) max_err = err;
-    }
-    int ok = worst <= 1.0;
-    printf("%s %s: max|err| %.3g\n", ok ? "ok  " : "FAIL", what, max_err);
-    return ok;
-}
-
-static char* g_flush = NULL;
-static const size_t FLUSH_BYTES = (size_t)128 << 20;
-
-// median milliseconds of reps runs of f, the L2 flushed before each
-template <class F>
-static float bench_ms(int reps, F f) {
-    if (g_flush == NULL) g_flush = (char*)device_malloc(FLUSH_BYTES);
-    cudaEvent_t t0, t1;
-    cudaCheck(cudaEventCreate(&t0));
-    cudaCheck(cudaEventCreate(&t1));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        cudaCheck(cudaMemsetAsync(g_flush, r & 0xFF, FLUSH_BYTES, 0));
-        cudaCheck(cudaEventRecord(t0, 0));
-        f();
-        cudaCheck(cudaEventRecord(t1, 0));
-        cudaCheck(cudaEventSynchronize(t1));
-        cudaCheck(cudaEventElapsedTime(&ms[r], t0, t1));
-    }
-    cudaCheck(cudaEventDestroy(t0));
-    cudaCheck(cudaEventDestroy(t1));
-    std::sort(ms.begin(), ms.end());
-    return ms[reps / 2];
-}
-
-// the device's peak DRAM bandwidth in GB/s (0 when unknown, as in the emulated build)
-static double peak_gbs(void) {
-#if LLM_BUILD_CUDA
-    int clock_khz = 0, bus_bits = 0;
-    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0.0;
-    }
-    return 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9;  // double data rate
-#else
-    return 0.0;
-#endif
-}
-
-static void report(const char* what, float ms, double bytes) {
-    double gbs = bytes / (ms * 1e-3) / 1e9, peak = peak_gbs();
-    if (peak > 0) printf("     %s: %.4f ms, %.0f GB/s (%.0f%% of %.0f GB/s)\n", what, ms, gbs, 100.0 * gbs / peak, peak);
-    else printf("     %s: %.4f ms, %.3g GB/s (no peak known)\n", what, ms, gbs);
-}
-
 int main(int argc, char** argv) {
 #if LLM_BUILD_EMU
     int N = 37, C = 264, reps = 3;
 #else
     int N = 64 * 1024, C = 768, reps = 25;
 #endif
-    if (argc > 1) N = atoi(argv[1]);
-    if (argc > 2) C = atoi(argv[2]);
+    N = arg_int(argc, argv, 1, N);
+    C = arg_int(argc, argv, 2, C);
     printf("layernorm: N = %d, C = %d, %s\n", N, C, PRECISION_MODE);
     size_t NC = (size_t)N * C;
     Rng rng;
     rng_init(&rng, 1337);
-    auto randn = [&](size_t n, float mean, float std) {
-        std::vector<float> v(n);
-        rng_normal(&rng, v.data(), n, mean, std);
-        for (float& x : v) x = (float)(floatX)x;
-        return v;
-    };
+    auto randn = [&](size_t n, float mean, float std) { return randn_floatX(&rng, n, mean, std); };
     std::vector<float> x = randn(NC, 0.5f, 1.0f), x2 = randn(NC, 0.0f, 1.0f), w = randn(C, 1.0f, 0.1f),
                        bias = randn(C, 0.0f, 0.1f), dout = randn(NC, 0.0f, 1.0f), dinp0 = randn(NC, 0.0f, 1.0f),
                        dw0 = randn(C, 0.0f, 1.0f), db0 = randn(C, 0.0f, 1.0f);
@@ -321,9 +222,9 @@ int main(int argc, char** argv) {
         fwd[v](b);
         snprintf(what, sizeof(what), "forward %d", v + 1);
         close_enough(what, download(b.out, NC), out, atol, rtol);
-        close_enough("     mean", download_f32(b.mean, N), mean, 1e-5f, 1e-5f);
-        close_enough("     rstd", download_f32(b.rstd, N), rstd, 1e-5f, 1e-4f);
-        report(what, bench_ms(reps, [&] { fwd[v](b); }), 2.0 * NC * sizeof(floatX) + 8.0 * N);
+        close_enough("     mean", download_raw(b.mean, N), mean, 1e-5f, 1e-5f);
+        close_enough("     rstd", download_raw(b.rstd, N), rstd, 1e-5f, 1e-4f);
+        report_gbs(what, bench_ms(reps, [&] { fwd[v](b); }), 2.0 * NC * sizeof(floatX) + 8.0 * N);
     }
     void (*fused[])(Bufs&) = {fused1, fused2};
     for (int v = 0; v < 2; v++) {
@@ -333,29 +234,29 @@ int main(int argc, char** argv) {
         snprintf(what, sizeof(what), "fused residual %d", v + 1);
         close_enough(what, download(b.out, NC), fout, atol, rtol);
         close_enough("     residual", download(b.residual, NC), res, 0.0f, 4e-3f);
-        report(what, bench_ms(reps, [&] { fused[v](b); }), 4.0 * NC * sizeof(floatX) + 8.0 * N);
+        report_gbs(what, bench_ms(reps, [&] { fused[v](b); }), 4.0 * NC * sizeof(floatX) + 8.0 * N);
     }
     // the backward reads the reference statistics
     copy_to_device(b.mean, mean.data(), N * sizeof(float));
     copy_to_device(b.rstd, rstd.data(), N * sizeof(float));
     void (*bwd[])(Bufs&) = {backward1, backward2};
     for (int v = 0; v < 2; v++) {
-        set(b.dinp, dinp0);
-        set(b.dweight, dw0);
-        set(b.dbias, db0);
+        upload_to(b.dinp, dinp0);
+        upload_to(b.dweight, dw0);
+        upload_to(b.dbias, db0);
         bwd[v](b);
         snprintf(what, sizeof(what), "backward %d", v + 1);
         close_enough(what, download(b.dinp, NC), dinp, atol, rtol);
         close_enough("     dweight", download(b.dweight, C), dw, atol_params, rtol);
         close_enough("     dbias", download(b.dbias, C), db, atol_params, rtol);
         // the timed runs keep accumulating into the gradients (finite, and the work is the same)
-        report(what, bench_ms(reps, [&] { bwd[v](b); }), 4.0 * NC * sizeof(floatX) + 8.0 * N);
+        report_gbs(what, bench_ms(reps, [&] { bwd[v](b); }), 4.0 * NC * sizeof(floatX) + 8.0 * N);
     }
     floatX* bufs[] = {b.inp, b.inp2, b.weight, b.bias, b.dout, b.dinp, b.dweight, b.dbias, b.out, b.residual};
     for (floatX* p : bufs) device_free(p);
     device_free(b.mean);
     device_free(b.rstd);
     device_free(b.scratch);
-    device_free(g_flush);
+    bench_free();
     return 0;
 }

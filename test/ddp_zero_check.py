@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""ddp_zero_check.py: the comparisons of test/test_ddp_zero.sh. Each command prints one line
+("ok   ..." or "FAIL ...") and exits 0 or 1.
+
+  compare NAME RUN REF LOSS_RTOL PARAM_ATOL   losses (train, val) and grad norms of every step in both
+                                              logs, relative; every parameter of the final models, absolute
+  same NAME RUN REF                           final model and state files: identical bytes
+  memory NAME REPORT                          each rank's parameters + gradients + optimizer state
+                                              against the ZeRO paper's formula, within the padding
+  ledger NAME REPORT                          each rank's collectives of one step against sec. 7
+  ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
+"""
+import glob, json, os, struct, sys
+
+
+def log_steps(run):
+    steps = {}
+    for line in open(os.path.join(run, "log.jsonl")):
+        o = json.loads(line)
+        if "train_loss" in o:
+            steps[o["step"]] = o
+    return steps
+
+
+def final_file(run, prefix):
+    files = sorted(glob.glob(os.path.join(run, prefix + "_*.bin")))
+    return files[-1] if files else None
+
+
+def params(path):
+    raw = open(path, "rb").read()[1024:]
+    return struct.unpack("%df" % (len(raw) // 4), raw)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def compare(name, run, ref, ltol, ptol):
+    a, b = log_steps(run), log_steps(ref)
+    common = sorted(set(a) & set(b))
+    if not common or set(a) - set(b):
+        return False, "%s: steps %s vs reference steps %s" % (name, sorted(a), sorted(b))
+    dl = max(rel(a[s]["train_loss"], b[s]["train_loss"]) for s in common)
+    dn = max(rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in common)
+    vals = [rel(a[s]["val_loss"], b[s]["val_loss"]) for s in common if "val_loss" in a[s] and "val_loss" in b[s]]
+    dv = max(vals) if vals else 0.0
+    fa, fb = final_file(run, "model"), final_file(ref, "model")
+    if fa is None or fb is None:
+        return False, "%s: no final model in %s or %s" % (name, run, ref)
+    pa, pb = params(fa), params(fb)
+    if len(pa) != len(pb):
+        return False, "%s: %d vs %d parameters" % (name, len(pa), len(pb))
+    worst = max(range(len(pa)), key=lambda i: abs(pa[i] - pb[i]))
+    dp = abs(pa[worst] - pb[worst])
+    good = dl <= ltol and dn <= ltol and dv <= ltol and dp <= ptol
+    return good, ("%s: %d steps, max rel diff loss %.2g, val loss %.2g, grad norm %.2g (tol %g); %d parameters "
+                  "max |diff| %.2g at [%d] (tol %g)" % (name, len(common), dl, dv, dn, ltol, len(pa), dp, worst, ptol))
+
+
+def same(name, run, ref):
+    bad = []
+    for prefix in ("model", "state"):
+        fa, fb = final_file(run, prefix), final_file(ref, prefix)
+        if fa is None or fb is None or open(fa, "rb").read() != open(fb, "rb").read():
+            bad.append(prefix)
+    if bad:
+        return False, "%s: final %s files differ" % (name, " and ".join(bad))
+    return True, "%s: final model and state files are the same bytes" % name
+
+
+def memory(name, report):
+    r = json.load(open(report))
+    psi, packed, N = r["num_parameters"], r["packed_parameters"], r["dp"]
+    paper = r["paper_model_states_bytes"]
+    per = 2 * r["bytes_per_value"] + r["optimizer_bytes_per_param"]  # p + g + K
+    slack = per * (packed - psi)  # the padding, at most
+    worst = None
+    for rk in r["ranks"]:
+        m = rk["params_bytes"] + rk["grads_bytes"] + rk["moments_bytes"] + rk["master_bytes"]
+        if m != rk["model_states_bytes"] or not (paper <= m <= paper + slack):
+            return False, "%s: rank %d holds %d B, paper (%s) %.0f B, padding allows +%d B" % (
+                name, rk["rank"], m, r["paper_formula"], paper, slack)
+        worst = m
+    return True, "%s: %d ranks x %d B = %.3f B/param; paper %s = %.3f B/param (+%d B padding of %d units)" % (
+        name, len(r["ranks"]), worst, worst / psi, r["paper_formula"], paper / psi, worst - paper, r["num_units"])
+
+
+def ledger(name, report):
+    r = json.load(open(report))
+    stage, N, x = r["stage"], r["dp"], r["bytes_per_value"]
+    S, P, accum = x * r["num_parameters"], x * r["packed_parameters"], r["grad_accum"]
+    loss = 4 if N > 1 else 0
+    # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
+    # (the loss average; the norm's sum of squares in stages 2-3)
+    want = {0: {"all_reduce": S + loss},
+            1: {"all_reduce": S + loss, "all_gather": P},
+            2: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
+            3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[stage]
+    for rk in r["ranks"]:
+        got = {row["kind"]: row["payload_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp"}
+        other = [row for row in rk["ledger_step"]["rows"] if row["group"] != "dp"]
+        if got != want or other:
+            return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
+        sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"])
+        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage <= 1 else 0))
+        if abs(sent - scalars - r["paper_sent_bytes_per_step"]) > 1.0:
+            return False, "%s: rank %d sent %.1f B per step, paper %.1f B + scalars %.1f B" % (
+                name, rk["rank"], sent, r["paper_sent_bytes_per_step"], scalars)
+    formula = {0: "2(N-1)/N S", 1: "2(N-1)/N S + (N-1)/N P", 2: "2(N-1)/N P",
+               3: "%d(N-1)/N P" % (2 * accum + 1)}[stage]
+    return True, "%s: payload per step %s; sent %.0f B = %s (S = %d B gradient, P = %d B padded)" % (
+        name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)
+
+
+def ratio(name, report3, report0):
+    a, b = json.load(open(report3)), json.load(open(report0))
+    sa = sum(row["sent_bytes"] for row in a["ranks"][0]["ledger_step"]["rows"] if row["kind"] != "all_reduce")
+    sb = sum(row["sent_bytes"] for row in b["ranks"][0]["ledger_step"]["rows"]) - 2.0 * (b["dp"] - 1) / b["dp"] * 4
+    q, pad = sa / sb, a["packed_parameters"] / a["num_parameters"]
+    good = a["grad_accum"] == 1 and 1.5 - 1e-9 <= q <= 1.5 * pad + 1e-9
+    return good, "%s: ZeRO-3 sends %.0f B per step for gradients and parameters, DDP %.0f B: ratio %.4f " \
+                 "(paper 1.5; x %.4f for the padding)" % (name, sa, sb, q, pad)
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "compare":
+        good, msg = compare(args[0], args[1], args[2], float(args[3]), float(args[4]))
+    elif cmd == "same":
+        good, msg = same(*args)
+    elif cmd == "memory":
+        good, msg = memory(*args)
+    elif cmd == "ledger":
+        good, msg = ledger(*args)
+    elif cmd == "ratio":
+        good, msg = ratio(*args)
+    else:
+        sys.exit("ddp_zero_check.py: unknown command " + cmd)
+    print(("ok   " if good else "FAIL ") + msg)
+    sys.exit(0 if good else 1)

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# test_ddp_zero.sh: data parallelism (llm/ddp.h) and ZeRO stages 1-3 (llm/zero.h) under mpirun, rung 4
+# and 5 of the verification ladder (DESIGN.md): every layout against one process, and the program's
+# own accounting against the ZeRO paper (Rajbhandari et al. 2019, Table 1 and sec. 7).
+#
+#   bash test/test_ddp_zero.sh          (needs ./train_gpt_cpu; build/train_gpt_emu for the emulated run)
+#
+# Checked, one line each:
+#  1. For 2 and 4 processes, each stage 0 (DDP), 1, 2, 3, with one micro-step and with gradient
+#     accumulation (2 micro-steps per rank): from the same seed checkpoint and data as one process
+#     on the same global batch, the train and val losses and grad norms of 4 steps, and every
+#     parameter of the final model, match the one-process run. The 4-process runs clip the gradient
+#     (--grad-clip 0.5 < the norms, ~2), so the global norm over shards is checked through the update.
+#  2. At 2 processes ZeRO-1, ZeRO-2 (and ZeRO-3) against DDP: the final model and state files are the
+#     same bytes. They hold because with 2 ranks every element of the averaged gradient is one float
+#     addition a+b (then * 1/2, exact), the same in an all-reduce and a reduce-scatter, and everything
+#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of stages 2-3 sums the
+#     shards' squares in another order than DDP's one sum, so its last bit may differ, and an active
+#     clip would scale the update by that.
+#  3. Memory per rank of parameters + gradients + optimizer state (--report-json) against the paper:
+#     formula <= measured <= formula + (p + g + K) * padding (16 bytes per parameter in FP32).
+#  4. Bytes per step in the comm ledger: DDP = one gradient all-reduce, 2 (N-1)/N * 4 Psi sent;
+#     ZeRO-1 = that + an all-gather of the parameters; ZeRO-2 = reduce-scatter + all-gather;
+#     ZeRO-3 = all-gather (forward) + all-gather (backward) + reduce-scatter = 1.5 x DDP.
+#  5. Resuming across layouts: a 2-process ZeRO-2 run from a 1-process state, a 1-process run from a
+#     2-process ZeRO-2 state, a 4-process ZeRO-3 run from a 2-process ZeRO-1 state (each against the
+#     uninterrupted run of the other layout), and DDP from a ZeRO-2 state at 2 processes (same bytes).
+#  6. The emulated CUDA build (FP32) at 2 processes, ZeRO-3, against the CPU build's 2-process run.
+#  7. A rank that exits at step 2 (--debug-die-at-step) ends the job non-zero well within 60 s.
+#  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --tp 2):
+#     one line, non-zero exit, no output directory.
+#
+# Tolerances (FP32). A layout sums each gradient in another order than one process: each rank sums
+# its own tokens, then the ranks' sums are averaged, where one process sums all tokens in sequence.
+# So each gradient element differs by a few float roundings of its largest terms, ~1e-7 relative.
+# The losses (also summed over ranks in another order) then differ by ~1e-7 relative: the bound is
+# 1e-6 relative per step, 4e-6 for 4 steps (observed <= 2e-7). AdamW moves each parameter by at most
+# ~lr per step and divides by sqrt(v), so a gradient error of relative size r changes a step by
+# ~lr * r; with lr = 1e-3 the parameters after 4 steps are bound by 1e-5 absolute (1% of one step;
+# observed <= 4e-7). The emulated CUDA build sums in yet other orders (its kernels), with the bounds of
+# test/test_emu_vs_cpu.sh: 1e-5. Logs of each run: build/ddp_zero/.
+# Ends with "test_ddp_zero: N passed, M failed"; exit status 1 on any failure.
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
+CHECK="python3 test/ddp_zero_check.py"
+LOG=build/ddp_zero
+rm -rf "$LOG"; mkdir -p "$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# the mpirun flags of test/test_comm.sh (why each: see there), one OpenMP thread per rank
+MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0 -x OMP_NUM_THREADS)
+[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
+echo "mpirun flags: ${MPIRUN[*]:1}"
+
+pass=0; fail=0
+ok()  { echo "ok   $*"; pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+check() { if $CHECK "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi; }
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+# C = 24: units of 7224 (layer), 10752 (embed) and 48 (final) values, so the 2- and 4-rank blocks need
+# padding (to multiples of 16 and 32 values)
+common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
+        -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1
+        --val-every 2 --val-steps 1 --sample-every 2 --sample-len 4 --checkpoint-every 2)
+
+# train NAME NP ARGS...: a run into $tmp/NAME (NP 0: one process without mpirun); log in $LOG/NAME.log
+train() {
+    local name=$1 np=$2; shift 2
+    local cmd=("$CPU")
+    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -np "$np" "$CPU")
+    timeout 120 "${cmd[@]}" "${common[@]}" --output-dir "$tmp/$name" --report-json "$tmp/$name.json" "$@" > "$LOG/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || bad "$name: exit $rc (see $LOG/$name.log): $(tail -2 "$LOG/$name.log" | tr '\n' ' ')"
+    return $rc
+}
+
+# the seed checkpoint: a fresh model saved after a step at learning rate 0
+timeout 60 "$CPU" --model d2,C=24,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
+    --val-every 0 --sample-every 0 --output-dir "$tmp/seed" > "$LOG/seed.log" 2>&1 || bad "seed checkpoint: see $LOG/seed.log"
+common+=(--model "$tmp/seed/model_00000001.bin")
+
+# one process on each global batch: 256 and 512 tokens without clipping (the 2-process runs),
+# 512 and 1024 with clipping (the 4-process runs)
+train one_256 0 --total-batch 256 --grad-clip 0
+train one_512 0 --total-batch 512 --grad-clip 0
+train one_512c 0 --total-batch 512 --grad-clip 0.5
+train one_1024c 0 --total-batch 1024 --grad-clip 0.5
+
+for np in 2 4; do
+    for accum in 1 2; do
+        tb=$((128 * np * accum)); clip=0; ref=one_$tb
+        [ "$np" -eq 4 ] && { clip=0.5; ref=one_${tb}c; }
+        for z in 0 1 2 3; do
+            name=np${np}_z${z}_acc${accum}
+            train "$name" "$np" --total-batch "$tb" --grad-clip "$clip" --zero "$z" || continue
+            check compare "$name vs 1 process" "$tmp/$name" "$tmp/$ref" 4e-6 1e-5
+            check memory "$name memory" "$tmp/$name.json"
+            check ledger "$name ledger" "$tmp/$name.json"
+        done
+        if [ "$np" -eq 2 ]; then
+            for z in 1 2 3; do
+                check same "np2 ZeRO-$z vs DDP, $accum micro-step(s)" "$tmp/np2_z${z}_acc${accum}" "$tmp/np2_z0_acc${accum}"
+            done
+        fi
+    done
+done
+check ratio "ledger ZeRO-3 / DDP at 4 processes" "$tmp/np4_z3_acc1.json" "$tmp/np4_z0_acc1.json"
+
+# resuming across layouts (state files are layout-independent)
+train res_1to2z2 2 --total-batch 256 --grad-clip 0 --zero 2 --resume "$tmp/one_256/state_00000002.bin" &&
+    check compare "resume: 2-process ZeRO-2 from a 1-process state vs 1 process" "$tmp/res_1to2z2" "$tmp/one_256" 4e-6 1e-5
+train res_2z2to1 0 --total-batch 256 --grad-clip 0 --resume "$tmp/np2_z2_acc1/state_00000002.bin" &&
+    check compare "resume: 1 process from a 2-process ZeRO-2 state vs 2-process ZeRO-2" "$tmp/res_2z2to1" "$tmp/np2_z2_acc1" 4e-6 1e-5
+train res_2z1to4z3 4 --total-batch 512 --grad-clip 0 --zero 3 --resume "$tmp/np2_z1_acc2/state_00000002.bin" &&
+    check compare "resume: 4-process ZeRO-3 from a 2-process ZeRO-1 state vs 1 process" "$tmp/res_2z1to4z3" "$tmp/one_512" 4e-6 1e-5
+train res_2z2to2z0 2 --total-batch 256 --grad-clip 0 --zero 0 --resume "$tmp/np2_z2_acc1/state_00000002.bin" &&
+    check same "resume: 2-process DDP from a 2-process ZeRO-2 state vs ZeRO-2" "$tmp/res_2z2to2z0" "$tmp/np2_z2_acc1"
+
+# the emulated CUDA build (FP32), 2 processes, ZeRO-3: the same run as np2_z3_acc2
+if [ -x "$EMU" ]; then
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" --total-batch 512 --grad-clip 0 --zero 3 \
+        --output-dir "$tmp/emu_np2_z3" > "$LOG/emu_np2_z3.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        check compare "emulated CUDA (FP32) 2-process ZeRO-3 vs CPU 2-process ZeRO-3" "$tmp/emu_np2_z3" "$tmp/np2_z3_acc2" 1e-5 1e-5
+    else
+        bad "emulated CUDA 2-process run: exit $rc (see $LOG/emu_np2_z3.log)"
+    fi
+else
+    echo "skip emulated CUDA 2-process run: $EMU not built (make build/train_gpt_emu)"
+fi
+
+# a rank dies at step 2: mpirun must end the job, non-zero, well within the timeout
+t0=$(date +%s.%N)
+timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --zero 3 --debug-die-at-step 2 --output-dir "$tmp/die" > "$LOG/die.log" 2>&1
+rc=$?
+dt=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "exits at step 2 on purpose" "$LOG/die.log"; then
+    ok "rank 1 exits at step 2: mpirun exited $rc after $dt s"
+else
+    bad "rank 1 exits at step 2: mpirun exited $rc after $dt s (124 = hung until the 60 s timeout)"
+fi
+
+# bad layouts: one line (from rank 0), non-zero exit, nothing written
+badlayout() {  # NAME NP SUBSTRING ARGS...
+    local name=$1 np=$2 sub=$3; shift 3
+    local out rc lines
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$CPU" "${common[@]}" --output-dir "$tmp/bad_$name" "$@" 2>&1); rc=$?
+    lines=$(printf '%s\n' "$out" | grep -c .)
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]] && [ ! -e "$tmp/bad_$name" ]; then
+        ok "bad layout $name: exit $rc, one line, nothing written: $out"
+    else
+        bad "bad layout $name: exit $rc, $lines lines, output dir $( [ -e "$tmp/bad_$name" ] && echo created || echo absent): $out"
+    fi
+}
+badlayout world4_dp3 4 "--dp 3" --dp 3
+badlayout zero5 4 "--zero" --zero 5
+badlayout batch 4 "--total-batch" --total-batch 384
+badlayout tp2 2 "not implemented yet" --tp 2
+
+echo "test_ddp_zero: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
