@@ -616,8 +616,10 @@ int main(int argc, char** argv) {
             zero_export(&zero, &opt, p, m, v);
             if (rank0) {
                 char path[1100];
+                // llm.c's format: version 5 (BF16, the master weights rounded to nearest) when the model
+                // runs in BF16, else version 3 (FP32); the state file keeps the FP32 master exactly
                 snprintf(path, sizeof(path), "%s/model_%08d.bin", args.output_dir, step);
-                checkpoint_save(path, cfg, p, 3);
+                checkpoint_save(path, cfg, p, sizeof(floatX) == 2 ? 5 : 3);
                 TrainState ts = {step, opt.t, dataloader_position(&train_loader), sample_rng.state};
                 snprintf(path, sizeof(path), "%s/state_%08d.bin", args.output_dir, step);
                 state_save(path, cfg, &ts, p, m, v);

@@ -29,14 +29,20 @@ a, b, ltol, ptol, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys
 la = [json.loads(l)["train_loss"] for l in open(a + "/log.jsonl") if "train_loss" in l]
 lb = [json.loads(l)["train_loss"] for l in open(b + "/log.jsonl") if "train_loss" in l]
 dl = max(abs(x - y) for x, y in zip(la, lb)) if la and len(la) == len(lb) else float("inf")
-pa = open(a + "/model_00000005.bin", "rb").read()[1024:]
-pb = open(b + "/model_00000005.bin", "rb").read()[1024:]
-fa = struct.unpack("%df" % (len(pa) // 4), pa)
-fb = struct.unpack("%df" % (len(pb) // 4), pb) if len(pb) == len(pa) else []
+def params(path):  # llm.c checkpoint: version 3 = fp32, version 5 = bf16 (the top half of an fp32)
+    raw = open(path, "rb").read()
+    version = struct.unpack("<i", raw[4:8])[0]
+    body = raw[1024:]
+    if version == 5:
+        return [struct.unpack("<f", b"\0\0" + body[i:i + 2])[0] for i in range(0, len(body), 2)], version
+    return list(struct.unpack("<%df" % (len(body) // 4), body)), version
+fa, va = params(a + "/model_00000005.bin")
+fb, vb = params(b + "/model_00000005.bin")
+if len(fb) != len(fa): fb = []
 dp = max(abs(x - y) for x, y in zip(fa, fb)) if fb else float("inf")
 ok = dl <= ltol and dp <= ptol
-print("%s %s: %d losses max|diff| %.3g (tol %g), %d parameters max|diff| %.3g (tol %g)"
-      % ("ok  " if ok else "FAIL", name, len(la), dl, ltol, len(fa), dp, ptol))
+print("%s %s: %d losses max|diff| %.3g (tol %g), %d parameters (checkpoint v%d vs v%d) max|diff| %.3g (tol %g)"
+      % ("ok  " if ok else "FAIL", name, len(la), dl, ltol, len(fa), va, vb, dp, ptol))
 sys.exit(0 if ok else 1)
 PY
 }
