@@ -383,21 +383,41 @@ static void gpt_init_random(GPT* model, uint64_t seed, float* params_host /*(num
     gpt_set_parameters(model, params_host);
 }
 
-// activation and backward buffers for batches up to B x T (reallocated when a larger one comes)
-static void gpt_allocate_activations(GPT* model, int B, int T) {
-    if (model->acts_memory != NULL && B * T <= model->B * model->T && T <= model->T) return;
+static void gpt_free_activations(GPT* model) {
     device_free(model->acts_memory);
     device_free(model->bufs_memory);
     device_free(model->inputs);
     device_free(model->targets);
     free(model->inputs_host);
     free(model->losses_host);
+}
+
+// one device block for a list of tensors, each starting on a 64-byte boundary (128-bit loads, cache
+// lines); points every tensor into it and returns the block (its size in *bytes)
+typedef struct { void** ptr; size_t n; int f32; } TensorSpec;
+static void* carve_tensors(TensorSpec* specs, size_t count, size_t* bytes) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) total += ceil_div_sz(specs[i].n * (specs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+    char* mem = (char*)device_malloc(total);
+    char* p = mem;
+    for (size_t i = 0; i < count; i++) {
+        *specs[i].ptr = p;
+        p += ceil_div_sz(specs[i].n * (specs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+    }
+    *bytes = total;
+    return mem;
+}
+
+// activation and backward buffers for batches up to B x T (reallocated when a larger one comes)
+static void gpt_allocate_activations(GPT* model, int B, int T) {
+    if (model->acts_memory != NULL && B * T <= model->B * model->T && T <= model->T) return;
+    gpt_free_activations(model);
     GPTConfig c = model->config;
     size_t L = c.num_layers, NH = c.num_heads, C = c.channels, Vp = c.padded_vocab_size;
     size_t BT = (size_t)B * T;
     // (pointer, count, is_float32) for every activation, allocated from one block
     ActivationTensors* a = &model->acts;
-    struct { void** ptr; size_t n; int f32; } acts[] = {
+    TensorSpec acts[] = {
         {(void**)&a->encoded, BT * C, 0},        {(void**)&a->ln1, L * BT * C, 0},
         {(void**)&a->ln1_mean, L * BT, 1},       {(void**)&a->ln1_rstd, L * BT, 1},
         {(void**)&a->qkv, L * BT * 3 * C, 0},    {(void**)&a->qkvr, L * BT * 3 * C, 0},
@@ -412,33 +432,16 @@ static void gpt_allocate_activations(GPT* model, int B, int T) {
     };
     BackwardBuffers* g = &model->bufs;
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
-    struct { void** ptr; size_t n; int f32; } bufs[] = {
+    TensorSpec bufs[] = {
         {(void**)&g->dresidual, BT * C, 0}, {(void**)&g->dbuf_c, BT * C, 0},
         {(void**)&g->dbuf_4c, BT * 4 * C, 0}, {(void**)&g->dqkv, BT * 3 * C, 0},
         {(void**)&g->dqkvr, BT * 3 * C, 0}, {(void**)&g->datt, B * NH * T * T, 0},
         {(void**)&g->dscratch, BT * C, 0},  {(void**)&g->scratch, scratch_n, 1},
     };
-    // every tensor starts on a 64-byte boundary (128-bit loads, cache lines)
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++)
-        total += ceil_div_sz(acts[i].n * (acts[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
-    char* mem = (char*)device_malloc(total);
-    model->acts_memory = mem;
-    model->acts_bytes = total + 2 * BT * sizeof(int);  // + the token buffers
-    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
-        *acts[i].ptr = mem;
-        mem += ceil_div_sz(acts[i].n * (acts[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
-    }
-    total = 0;
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        total += ceil_div_sz(bufs[i].n * (bufs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
-    mem = (char*)device_malloc(total);
-    model->bufs_memory = mem;
-    model->acts_bytes += total;
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
-        *bufs[i].ptr = mem;
-        mem += ceil_div_sz(bufs[i].n * (bufs[i].f32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
-    }
+    size_t acts_bytes, bufs_bytes;
+    model->acts_memory = carve_tensors(acts, sizeof(acts) / sizeof(acts[0]), &acts_bytes);
+    model->bufs_memory = carve_tensors(bufs, sizeof(bufs) / sizeof(bufs[0]), &bufs_bytes);
+    model->acts_bytes = acts_bytes + bufs_bytes + 2 * BT * sizeof(int);  // + the token buffers
     model->inputs = (int*)device_malloc(BT * sizeof(int));
     model->targets = (int*)device_malloc(BT * sizeof(int));
     model->inputs_host = (int*)mallocCheck(BT * sizeof(int));
@@ -451,12 +454,7 @@ static void gpt_free(GPT* model) {
     matmul_free();
     device_free(model->params_memory);
     device_free(model->grads_memory);
-    device_free(model->acts_memory);
-    device_free(model->bufs_memory);
-    device_free(model->inputs);
-    device_free(model->targets);
-    free(model->inputs_host);
-    free(model->losses_host);
+    gpt_free_activations(model);
 #if LLM_HAS_KERNELS
     cudaCheck(cudaStreamDestroy(model->stream));
 #endif

@@ -106,6 +106,50 @@ static void layernorm_backward_cpu(float* dinp,          // (N,C) accumulates
 // x128::size (8 in BF16, 4 in FP32; GPT-2's 768, 1024, 1280, 1600 all are) and the tensors 16-byte
 // aligned. The launchers check both. Statistics and reductions are FP32 whatever floatX is.
 
+// The second half of both forward kernels below: one warp holds its row in registers (xv: K chunks
+// per lane, sum: the lane's partial sum of the row); it finishes the mean, the variance (a second
+// pass over the registers), writes out_row = (x - mean) * rstd * w + b and the row's statistics.
+template <int K>
+__device__ __forceinline__ void layernorm_row_from_registers(floatX* out_row,      // (C)
+                                                             float* mean,          // (N)
+                                                             float* rstd,          // (N)
+                                                             int row, const x128 (&xv)[K], float sum,
+                                                             const floatX* weight, // (C)
+                                                             const floatX* bias,   // (C)
+                                                             int lane, int nchunks, int C) {
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        if (lane + 32 * k < nchunks) {
+            #pragma unroll
+            for (int j = 0; j < x128::size; j++) {
+                float d = (float)xv[k][j] - m;
+                var += d * d;
+            }
+        }
+    }
+    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int i = lane + 32 * k;
+        if (i < nchunks) {
+            x128 w = load128(weight + i * x128::size);
+            x128 b = load128(bias + i * x128::size);
+            x128 r;
+            #pragma unroll
+            for (int j = 0; j < x128::size; j++) {
+                r[j] = (floatX)(((float)xv[k][j] - m) * s * (float)w[j] + (float)b[j]);
+            }
+            store128(out_row + i * x128::size, r);  // read next by a matmul: keep it cacheable
+        }
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
 // ---- forward: one warp per row ----
 // Lane l holds the row's 16-byte chunks l, l+32, l+64, ... (at most K of them) in registers, so the
 // row is read from memory once; the mean is one warp reduction, the variance a second pass over the
@@ -139,38 +183,7 @@ layernorm_forward_kernel(floatX* out,           // (N,C)
             for (int j = 0; j < x128::size; j++) sum += (float)xv[k][j];
         }
     }
-    float m = warp_reduce_sum(sum) / C;
-    float var = 0.0f;
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        if (lane + 32 * k < nchunks) {
-            #pragma unroll
-            for (int j = 0; j < x128::size; j++) {
-                float d = (float)xv[k][j] - m;
-                var += d * d;
-            }
-        }
-    }
-    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
-    floatX* o = out + (size_t)row * C;
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        int i = lane + 32 * k;
-        if (i < nchunks) {
-            x128 w = load128(weight + i * x128::size);
-            x128 b = load128(bias + i * x128::size);
-            x128 r;
-            #pragma unroll
-            for (int j = 0; j < x128::size; j++) {
-                r[j] = (floatX)(((float)xv[k][j] - m) * s * (float)w[j] + (float)b[j]);
-            }
-            store128(o + i * x128::size, r);  // read next by a matmul: keep it cacheable
-        }
-    }
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
-    }
+    layernorm_row_from_registers<K>(out + (size_t)row * C, mean, rstd, row, xv, sum, weight, bias, lane, nchunks, C);
 }
 
 // residual = inp1 + inp2 (rounded to floatX and written), then the same LayerNorm as above of the
@@ -209,37 +222,7 @@ fused_residual_layernorm_forward_kernel(floatX* residual,      // (N,C)
             store128(residual + row_off + i * x128::size, xv[k]);
         }
     }
-    float m = warp_reduce_sum(sum) / C;
-    float var = 0.0f;
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        if (lane + 32 * k < nchunks) {
-            #pragma unroll
-            for (int j = 0; j < x128::size; j++) {
-                float d = (float)xv[k][j] - m;
-                var += d * d;
-            }
-        }
-    }
-    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        int i = lane + 32 * k;
-        if (i < nchunks) {
-            x128 w = load128(weight + i * x128::size);
-            x128 b = load128(bias + i * x128::size);
-            x128 r;
-            #pragma unroll
-            for (int j = 0; j < x128::size; j++) {
-                r[j] = (floatX)(((float)xv[k][j] - m) * s * (float)w[j] + (float)b[j]);
-            }
-            store128(out + row_off + i * x128::size, r);
-        }
-    }
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
-    }
+    layernorm_row_from_registers<K>(out + row_off, mean, rstd, row, xv, sum, weight, bias, lane, nchunks, C);
 }
 
 // ---- backward ----
