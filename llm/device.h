@@ -74,6 +74,18 @@ static inline void device_synchronize(void) {
 static inline float floatX_to_float(floatX x) { return (float)x; }
 static inline floatX float_to_floatX(float x) { return (floatX)x; }
 
+// n FP32 host values into floatX on the device (rounded to nearest when floatX is BF16)
+static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) {
+#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+    copy_to_device(dst, src, n * sizeof(float));
+#else
+    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) tmp[i] = (floatX)src[i];
+    copy_to_device(dst, tmp, n * sizeof(floatX));
+    free(tmp);
+#endif
+}
+
 // n floatX values from the device into FP32 on the host
 static inline void copy_to_host_float(float* dst, const floatX* src, size_t n) {
 #if LLM_BUILD_CPU || defined(ENABLE_FP32)

@@ -324,28 +324,14 @@ static void gpt_allocate(GPT* model, GPTConfig cfg) { gpt_allocate_ex(model, cfg
 static void gpt_set_parameters(GPT* model, const float* params_host) {
     size_t n = model->num_parameters;
     if (model->params_memory == NULL) fatal("gpt_set_parameters: this model keeps no full parameter buffer (ZeRO-3)");
-#if LLM_BUILD_CPU || defined(ENABLE_FP32)
-    copy_to_device(model->params_memory, params_host, n * sizeof(float));
-#else
-    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
-    for (size_t i = 0; i < n; i++) tmp[i] = (floatX)params_host[i];
-    copy_to_device(model->params_memory, tmp, n * sizeof(floatX));
-    free(tmp);
-#endif
+    copy_floats_to_device(model->params_memory, params_host, n);
 }
 
 // the model's parameters as FP32 on the host (num_parameters)
 static void gpt_get_parameters(const GPT* model, float* params_host) {
     size_t n = model->num_parameters;
     if (model->params_memory == NULL) fatal("gpt_get_parameters: this model keeps no full parameter buffer (ZeRO-3)");
-#if LLM_BUILD_CPU || defined(ENABLE_FP32)
-    copy_to_host(params_host, model->params_memory, n * sizeof(float));
-#else
-    floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
-    copy_to_host(tmp, model->params_memory, n * sizeof(floatX));
-    for (size_t i = 0; i < n; i++) params_host[i] = (float)tmp[i];
-    free(tmp);
-#endif
+    copy_to_host_float(params_host, model->params_memory, n);
 }
 
 // GPT-2 initialisation: weights N(0, 0.02), the residual projections (attprojw, fcprojw) scaled by

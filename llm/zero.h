@@ -452,10 +452,7 @@ static void zero_pack_host(const Zero* z, const float* full, void* dst, int to_f
         for (int j = 0; j < k; j++) memcpy(stage_buf + zero_index(z, u, seg[j].unit_pos), full + seg[j].full_off, seg[j].n * sizeof(float));
     }
     if (to_floatX) {
-        floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
-        for (size_t i = 0; i < n; i++) tmp[i] = (floatX)stage_buf[i];
-        copy_to_device(dst, tmp, n * sizeof(floatX));
-        free(tmp);
+        copy_floats_to_device((floatX*)dst, stage_buf, n);
     } else {
         copy_to_device(dst, stage_buf, n * sizeof(float));
     }

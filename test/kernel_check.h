@@ -45,10 +45,8 @@ static void kc_poison(void* d, size_t bytes) { cudaCheck(cudaMemset(d, 0xFF, byt
 
 // host floats -> a new device floatX buffer
 static floatX* kc_upload(const std::vector<float>& h) {
-    std::vector<floatX> tmp(h.size());
-    for (size_t i = 0; i < h.size(); i++) tmp[i] = (floatX)h[i];
     floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
-    copy_to_device(d, tmp.data(), h.size() * sizeof(floatX));
+    copy_floats_to_device(d, h.data(), h.size());
     return d;
 }
 

@@ -27,29 +27,13 @@
 #include <math.h>
 #include <time.h>
 #include "../dev/emu/cublaslt_emu.h"
+#include "../llm/rand.h"
+#include "test_common.h"
 
-static int g_pass = 0, g_fail = 0;
-static uint64_t g_rng = 0;
-
-static uint64_t rng_u64(void) {  // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rng_uniform(float lo, float hi) { return lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); }
+static Rng g_rand;  // llm/rand.h's splitmix64, seeded from argv[1] or the clock
+static uint64_t rng_u64(void) { return rng_u64(&g_rand); }
+static float rng_uniform(float lo, float hi) { return lo + (hi - lo) * rng_f32(&g_rand); }
 static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
-
-static void check(int ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) g_pass++; else g_fail++;
-}
 
 static const char* type_name(int t) {
     switch (t) {
@@ -500,7 +484,7 @@ static void misuse_checks(cublasLtHandle_t h) {
 
 int main(int argc, char** argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
-    g_rng = seed;
+    rng_init(&g_rand, seed);
     printf("test_cublaslt: seed %llu\n", (unsigned long long)seed);
     cublasLtHandle_t h;
     if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) { printf("cublasLtCreate failed\n"); return 1; }
@@ -578,6 +562,5 @@ int main(int argc, char** argv) {
     misuse_checks(h);
 
     cublasLtDestroy(h);
-    printf("test_cublaslt: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail == 0 ? 0 : 1;
+    return test_summary("test_cublaslt");
 }

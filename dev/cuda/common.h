@@ -65,11 +65,7 @@ static std::vector<float> randn_floatX(Rng* rng, size_t n, float mean, float std
 }
 
 // host floats -> device floatX: into an existing buffer, or a new one
-static void upload_to(floatX* d, const std::vector<float>& h) {
-    std::vector<floatX> tmp(h.size());
-    for (size_t i = 0; i < h.size(); i++) tmp[i] = (floatX)h[i];
-    copy_to_device(d, tmp.data(), h.size() * sizeof(floatX));
-}
+static void upload_to(floatX* d, const std::vector<float>& h) { copy_floats_to_device(d, h.data(), h.size()); }
 static floatX* upload(const std::vector<float>& h) {
     floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
     upload_to(d, h);
