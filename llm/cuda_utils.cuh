@@ -44,14 +44,10 @@ __device__ __forceinline__ Packed128<T> load128(const T* p) {
 template <class T>
 __device__ __forceinline__ Packed128<T> load128cs(const T* p) {
     KC_ASSERT_ALIGNED16(p);
-#if LLM_BUILD_CUDA
     int4 bits = __ldcs(reinterpret_cast<const int4*>(p));
     Packed128<T> r;
     memcpy(&r, &bits, sizeof(bits));
     return r;
-#else
-    return *reinterpret_cast<const Packed128<T>*>(p);
-#endif
 }
 template <class T>
 __device__ __forceinline__ void store128(T* p, Packed128<T> v) {
