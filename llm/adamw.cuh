@@ -166,8 +166,8 @@ static void adamw_update(floatX* params, float* master, const floatX* grads, flo
     // bias corrections once, on the host, exactly as the CPU reference computes them
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
-    int vec = ((uintptr_t)params % 16 == 0) && ((uintptr_t)grads % 16 == 0) && ((uintptr_t)m % 16 == 0) &&
-              ((uintptr_t)v % 16 == 0) && ((uintptr_t)master % 16 == 0);  // (NULL is aligned)
+    int vec = is_aligned16(params) && is_aligned16(grads) && is_aligned16(m) && is_aligned16(v) &&
+              is_aligned16(master);  // (NULL is aligned)
     const int block = 512;
     size_t chunks = ceil_div_sz(n, (size_t)x128::size);
     LAUNCH(adamw_kernel, dim3((unsigned int)ceil_div_sz(chunks, block)), dim3(block), 0, stream, params,

@@ -296,7 +296,6 @@ __global__ void attention_softmax_backward_kernel(floatX* datt /*(B,NH,T,T)*/, c
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-static inline bool attention_aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
 
 // tokens (B,T,nmat*C) -> heads nmat x (B,NH,T,hs)
 static void attention_to_heads(floatX* heads, const floatX* tokens, int B, int T, int NH, int hs, int nmat,
@@ -304,7 +303,7 @@ static void attention_to_heads(floatX* heads, const floatX* tokens, int B, int T
     size_t n = (size_t)nmat * B * NH * T * hs;
     if (n == 0) return;
     const int threads = 256, V = x128::size;
-    if (hs % V == 0 && attention_aligned16(heads) && attention_aligned16(tokens)) {
+    if (hs % V == 0 && is_aligned16(heads) && is_aligned16(tokens)) {
         LAUNCH(attention_permute_kernel<V>, dim3((unsigned)ceil_div_sz(n / V, threads)), dim3(threads), 0, stream,
                heads, tokens, B, T, NH, hs, nmat);
     } else {
@@ -319,7 +318,7 @@ static void attention_to_tokens(floatX* tokens, const floatX* heads, int B, int 
     size_t n = (size_t)nmat * B * NH * T * hs;
     if (n == 0) return;
     const int threads = 256, V = x128::size;
-    if (hs % V == 0 && attention_aligned16(heads) && attention_aligned16(tokens)) {
+    if (hs % V == 0 && is_aligned16(heads) && is_aligned16(tokens)) {
         LAUNCH(attention_unpermute_kernel<V>, dim3((unsigned)ceil_div_sz(n / V, threads)), dim3(threads), 0, stream,
                tokens, heads, B, T, NH, hs, nmat);
     } else {
@@ -331,7 +330,7 @@ static void attention_to_tokens(floatX* tokens, const floatX* heads, int B, int 
 static void attention_softmax_forward(floatX* att /*(B,NH,T,T)*/, int BNH, int T, float scale, cudaStream_t stream) {
     if (BNH == 0 || T == 0) return;
     dim3 grid((unsigned)(ceil_div(T, ATTENTION_SOFTMAX_WARPS) * BNH)), block(32 * ATTENTION_SOFTMAX_WARPS);
-    if (T % x128::size == 0 && attention_aligned16(att)) {
+    if (T % x128::size == 0 && is_aligned16(att)) {
         LAUNCH(attention_softmax_forward_kernel<x128::size>, grid, block, 0, stream, att, BNH, T, scale);
     } else {
         LAUNCH(attention_softmax_forward_kernel<1>, grid, block, 0, stream, att, BNH, T, scale);
@@ -342,7 +341,7 @@ static void attention_softmax_backward(floatX* datt /*(B,NH,T,T)*/, const floatX
                                        float scale, cudaStream_t stream) {
     if (BNH == 0 || T == 0) return;
     dim3 grid((unsigned)(ceil_div(T, ATTENTION_SOFTMAX_WARPS) * BNH)), block(32 * ATTENTION_SOFTMAX_WARPS);
-    if (T % x128::size == 0 && attention_aligned16(datt) && attention_aligned16(att)) {
+    if (T % x128::size == 0 && is_aligned16(datt) && is_aligned16(att)) {
         LAUNCH(attention_softmax_backward_kernel<x128::size>, grid, block, 0, stream, datt, att, BNH, T, scale);
     } else {
         LAUNCH(attention_softmax_backward_kernel<1>, grid, block, 0, stream, datt, att, BNH, T, scale);

@@ -134,7 +134,7 @@ typedef float floatX;
 #endif
 
 // ----------------------------------------------------------------------------
-// the kernel launch helper: the only place with <<<>>>. The emulated build defines launch_kernel
+// the kernel launch helper: the only triple-chevron launch in the project. The emulated build defines launch_kernel
 // itself (dev/emu/emu.h) to run the grid on the CPU. Use it as
 //   LAUNCH(my_kernel<float, 4>, grid, block, smem_bytes, stream, arg1, arg2, ...);
 

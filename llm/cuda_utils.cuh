@@ -35,6 +35,9 @@ typedef Packed128<float> f128;   // 4 float
 #define KC_ASSERT_ALIGNED16(p) do {} while (0)
 #endif
 
+// host-side check before choosing the 128-bit path of a kernel (NULL counts as aligned)
+static inline bool is_aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
+
 template <class T>
 __device__ __forceinline__ Packed128<T> load128(const T* p) {
     KC_ASSERT_ALIGNED16(p);

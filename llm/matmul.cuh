@@ -28,6 +28,7 @@
 #pragma once
 #include "common.h"
 #include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar: the one definition of GELU
+#include "cuda_utils.cuh"
 
 #if LLM_BUILD_CPU
 #include <cblas.h>
@@ -349,7 +350,6 @@ __global__ void matmul_dgelu_inplace_kernel(floatX* d, int ldd, size_t sd, const
     *reinterpret_cast<matmul_pack<VEC>*>(dst) = p;
 }
 
-static inline bool matmul_aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
 
 // dbias (OC) += column sums of dout (BT,OC); scratch: MATMUL_DBIAS_MAX_SPLITS * OC floats
 static void matmul_dbias(floatX* dbias /*(OC)*/, float* scratch /*(MATMUL_DBIAS_MAX_SPLITS*OC)*/,
@@ -359,7 +359,7 @@ static void matmul_dbias(floatX* dbias /*(OC)*/, float* scratch /*(MATMUL_DBIAS_
         die_at(__FILE__, __LINE__, "matmul_backward: dbias needs dbias_scratch (MATMUL_DBIAS_MAX_SPLITS * OC floats)");
     }
     const int threads = 32 * MATMUL_DBIAS_WARPS;
-    bool vec = OC % MATMUL_X128 == 0 && matmul_aligned16(dout);
+    bool vec = OC % MATMUL_X128 == 0 && is_aligned16(dout);
     int cols_per_block = 4 * (vec ? MATMUL_X128 : 1);
     int gx = ceil_div(OC, cols_per_block);
     // enough blocks to fill a large GPU (~1024), each with at least 64 rows; the split depends only
@@ -543,7 +543,7 @@ static void matmul_cublaslt(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(b
         return;
     }
     // the fused attempt
-    if (matmul_fuse_gelu && N % 8 == 0 && (aux == NULL || matmul_aligned16(aux))) {
+    if (matmul_fuse_gelu && N % 8 == 0 && (aux == NULL || is_aligned16(aux))) {
         g.aux = aux; g.aux_ld = N; g.aux_stride = (int64_t)M * N;
         if (epilogue == MATMUL_EPILOGUE_GELU) {
             g.epilogue = aux != NULL ? (bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
@@ -574,7 +574,7 @@ static void matmul_cublaslt(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(b
     const int threads = 256;
     const int V = MATMUL_X128;
     bool vec = N % V == 0 && ldc % V == 0 && strideC % V == 0 && ldp % V == 0 && sp % V == 0 &&
-               matmul_aligned16(c) && matmul_aligned16(pre) && (aux == NULL || matmul_aligned16(aux));
+               is_aligned16(c) && is_aligned16(pre) && (aux == NULL || is_aligned16(aux));
     dim3 grid((unsigned)ceil_div_sz(vec ? total / V : total, threads));
     if (epilogue == MATMUL_EPILOGUE_GELU) {
         if (vec) {
