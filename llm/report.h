@@ -31,8 +31,7 @@ static double paper_sent_bytes(const Zero* z, int stage, int grad_accum) {
     double N = z->dp, f = (N - 1) / N;
     double S = (double)sizeof(floatX) * z->num_parameters, P = (double)sizeof(floatX) * z->packed_size;
     if (stage == 0) return 2 * f * S;          // all-reduce of the gradients
-    if (stage == 1) return 2 * f * S + f * P;  // + all-gather of the parameters
-    if (stage == 2) return 2 * f * P;          // reduce-scatter + all-gather
+    if (stage <= 2) return 2 * f * P;          // stages 1-2: reduce-scatter + all-gather (sec. 7.2.1)
     return (2 * grad_accum + 1) * f * P;       // all-gather forward + all-gather backward + reduce-scatter
 }
 

@@ -21,10 +21,10 @@
 // Communication per step (sec. 7, with comm.h's ring model: all-reduce sends 2 (N-1)/N S bytes,
 // reduce-scatter and all-gather (N-1)/N S, for S bytes of gradients or parameters):
 //     DDP      all-reduce of the gradients                       2 (N-1)/N Psi
-//     stage 1  all-reduce of the gradients + all-gather of the parameters   3 (N-1)/N Psi
-//              (here every rank keeps the full averaged gradient, as in DDP, so the global norm and
-//              hence the update are bit for bit DDP's; sec. 7.2.1's reduce-scatter would send 2 Psi)
+//     stage 1  reduce-scatter of the gradients (in place: each rank keeps the full gradient buffer,
+//              but only its block is reduced) + all-gather of the parameters   2 (N-1)/N Psi = DDP
 //     stage 2  reduce-scatter of the gradients + all-gather of the parameters  2 (N-1)/N Psi = DDP
+//              (sec. 7.2.1: P_os and P_os+g add no communication to DDP)
 //     stage 3  all-gather in the forward + all-gather in the backward + reduce-scatter
 //              3 (N-1)/N Psi = 1.5 x DDP (sec. 7.2.2)
 // Each rank's comm.h ledger records this; test/test_ddp_zero.sh checks the bytes per step.
@@ -218,7 +218,7 @@ typedef struct {
     CommHandle* gathers;    // (num_units) stage 3: the all-gather into unit_params[u]
     floatX** unit_grads;    // (num_units) stages 2-3: a unit's gradient working buffer this step
     int* order;             // (2 * num_units) stage 3: the units in forward order, then backward order
-    CommQueue grad_queue;   // gradient all-reduces (stages 0-1) or reduce-scatters (2-3) in flight
+    CommQueue grad_queue;   // gradient all-reduces (stage 0) or reduce-scatters (1-3) in flight
     int* done;              // (num_units + 1) scratch: the units whose reductions just completed
     int last_micro;         // 1 in the last micro-step of a step: the backward communicates
     double gather_wait_ms;  // this step: host time blocked on parameter all-gathers
@@ -303,8 +303,17 @@ static void zero_grads_ready(void* ctx, int u) {
     if (!z->last_micro) return;  // gradient accumulation: earlier micro-steps sum locally
     const Unit* un = &z->units[u];
     cudaStream_t s = z->model->stream;
-    if (z->stage <= 1) {
+    if (z->stage == 0) {
         ddp_bucket_ready(z->comm, &z->grad_queue, z->grads_packed + un->packed_off, un->n, u, s);
+        return;
+    }
+    if (z->stage == 1) {
+        // reduce-scatter in place: this rank's block of the packed gradient becomes the average (the
+        // only part its optimizer shard reads); the rest of the full buffer is left as it was
+        floatX* g = z->grads_packed + un->packed_off;
+        commq_push(&z->grad_queue, comm_reduce_scatter_start(z->comm, GROUP_DP, g, g + (size_t)z->rank * un->block,
+                                                             un->block, COMM_AVG, s), u);
+        zero_poll_grads(z);
         return;
     }
     // reduce-scatter: this rank's block of the average lands in its shard
@@ -587,15 +596,22 @@ static float zero_mean(Zero* z, float x) {
     return x;
 }
 
-// The global L2 norm of the averaged gradient. Stages 0-1: from the whole gradient every rank holds
-// (the same bits on every rank and in both stages). Stages 2-3: each rank's sum of squares of its
-// shard, summed over the group: norm = sqrt(sum_r |g_r|^2) (pads are zero and add nothing).
+// The global L2 norm of the averaged gradient. Stage 0: from the whole gradient every rank holds.
+// Stages 1-3: each rank's sum of squares of the blocks it owns (stage 1: its block of every unit in the
+// packed gradient; stages 2-3: its shard), summed over the group: norm = sqrt(sum_r |g_r|^2) (pads are
+// zero and add nothing).
 static float zero_grad_norm(Zero* z, AdamWState* st) {
     if (!z->enabled) return gpt_grad_norm(z->model, st);
     cudaStream_t s = z->model->stream;
     device_memset_zero(st->norm, sizeof(float), s);
-    if (z->stage <= 1) {
+    if (z->stage == 0) {
         global_norm_squared(st->norm, z->grads_packed, z->packed_size, s);
+    } else if (z->stage == 1) {
+        for (int u = 0; u < z->num_units; u++) {
+            const Unit* un = &z->units[u];
+            global_norm_squared(st->norm, z->grads_packed + un->packed_off + (size_t)z->rank * un->block, un->block, s);
+        }
+        comm_all_reduce(z->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     } else {
         global_norm_squared(st->norm, z->grads_shard, z->shard_size, s);
         comm_all_reduce(z->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);

@@ -92,9 +92,9 @@ def ledger(name, report):
     S, P, accum = x * r["num_parameters"], x * r["packed_parameters"], r["grad_accum"]
     loss = 4 if N > 1 else 0
     # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
-    # (the loss average; the norm's sum of squares in stages 2-3)
+    # (the loss average; the norm's sum of squares in stages 1-3)
     want = {0: {"all_reduce": S + loss},
-            1: {"all_reduce": S + loss, "all_gather": P},
+            1: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
             2: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
             3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[stage]
     for rk in r["ranks"]:
@@ -103,11 +103,11 @@ def ledger(name, report):
         if got != want or other:
             return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
         sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"])
-        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage <= 1 else 0))
+        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage == 0 else 0))
         if abs(sent - scalars - r["paper_sent_bytes_per_step"]) > 1.0:
             return False, "%s: rank %d sent %.1f B per step, paper %.1f B + scalars %.1f B" % (
                 name, rk["rank"], sent, r["paper_sent_bytes_per_step"], scalars)
-    formula = {0: "2(N-1)/N S", 1: "2(N-1)/N S + (N-1)/N P", 2: "2(N-1)/N P",
+    formula = {0: "2(N-1)/N S", 1: "2(N-1)/N P", 2: "2(N-1)/N P",
                3: "%d(N-1)/N P" % (2 * accum + 1)}[stage]
     return True, "%s: payload per step %s; sent %.0f B = %s (S = %d B gradient, P = %d B padded)" % (
         name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)

@@ -14,13 +14,13 @@
 #  2. At 2 processes ZeRO-1, ZeRO-2 (and ZeRO-3) against DDP: the final model and state files are the
 #     same bytes. They hold because with 2 ranks every element of the averaged gradient is one float
 #     addition a+b (then * 1/2, exact), the same in an all-reduce and a reduce-scatter, and everything
-#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of stages 2-3 sums the
+#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of stages 1-3 sums the
 #     shards' squares in another order than DDP's one sum, so its last bit may differ, and an active
 #     clip would scale the update by that.
 #  3. Memory per rank of parameters + gradients + optimizer state (--report-json) against the paper:
 #     formula <= measured <= formula + (p + g + K) * padding (16 bytes per parameter in FP32).
 #  4. Bytes per step in the comm ledger: DDP = one gradient all-reduce, 2 (N-1)/N * 4 Psi sent;
-#     ZeRO-1 = that + an all-gather of the parameters; ZeRO-2 = reduce-scatter + all-gather;
+#     ZeRO-1 and ZeRO-2 = reduce-scatter + all-gather (= DDP's volume, sec. 7.2.1);
 #     ZeRO-3 = all-gather (forward) + all-gather (backward) + reduce-scatter = 1.5 x DDP.
 #  5. Resuming across layouts: a 2-process ZeRO-2 run from a 1-process state, a 1-process run from a
 #     2-process ZeRO-2 state, a 4-process ZeRO-3 run from a 2-process ZeRO-1 state (each against the
