@@ -54,5 +54,5 @@ run model_vs_pytorch_emu ./build/test_gpt_emu
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
-echo "make test: $total_pass passed, $total_fail failed"
+echo "total: $total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
