@@ -297,34 +297,33 @@ __global__ void attention_softmax_backward_kernel(floatX* datt /*(B,NH,T,T)*/, c
 // kernel launchers
 
 
-// tokens (B,T,nmat*C) -> heads nmat x (B,NH,T,hs)
-static void attention_to_heads(floatX* heads, const floatX* tokens, int B, int T, int NH, int hs, int nmat,
-                               cudaStream_t stream) {
+// one relayout between tokens (B,T,nmat*C) and heads nmat x (B,NH,T,hs), either way: the 128-bit
+// kernel when a head's row and both pointers allow it, else the scalar one
+typedef void (*AttentionRelayoutKernel)(floatX*, const floatX*, int, int, int, int, int);
+static void attention_relayout(AttentionRelayoutKernel vec_kernel, AttentionRelayoutKernel scalar_kernel, floatX* dst,
+                               const floatX* src, int B, int T, int NH, int hs, int nmat, cudaStream_t stream) {
     size_t n = (size_t)nmat * B * NH * T * hs;
     if (n == 0) return;
     const int threads = 256, V = x128::size;
-    if (hs % V == 0 && is_aligned16(heads) && is_aligned16(tokens)) {
-        LAUNCH(attention_permute_kernel<V>, dim3((unsigned)ceil_div_sz(n / V, threads)), dim3(threads), 0, stream,
-               heads, tokens, B, T, NH, hs, nmat);
+    if (hs % V == 0 && is_aligned16(dst) && is_aligned16(src)) {
+        LAUNCH(vec_kernel, dim3((unsigned)ceil_div_sz(n / V, threads)), dim3(threads), 0, stream, dst, src, B, T, NH, hs, nmat);
     } else {
-        LAUNCH(attention_permute_kernel<1>, dim3((unsigned)ceil_div_sz(n, threads)), dim3(threads), 0, stream,
-               heads, tokens, B, T, NH, hs, nmat);
+        LAUNCH(scalar_kernel, dim3((unsigned)ceil_div_sz(n, threads)), dim3(threads), 0, stream, dst, src, B, T, NH, hs, nmat);
     }
+}
+
+// tokens (B,T,nmat*C) -> heads nmat x (B,NH,T,hs)
+static void attention_to_heads(floatX* heads, const floatX* tokens, int B, int T, int NH, int hs, int nmat,
+                               cudaStream_t stream) {
+    attention_relayout(attention_permute_kernel<x128::size>, attention_permute_kernel<1>, heads, tokens, B, T, NH, hs,
+                       nmat, stream);
 }
 
 // heads nmat x (B,NH,T,hs) -> tokens (B,T,nmat*C)
 static void attention_to_tokens(floatX* tokens, const floatX* heads, int B, int T, int NH, int hs, int nmat,
                                 cudaStream_t stream) {
-    size_t n = (size_t)nmat * B * NH * T * hs;
-    if (n == 0) return;
-    const int threads = 256, V = x128::size;
-    if (hs % V == 0 && is_aligned16(heads) && is_aligned16(tokens)) {
-        LAUNCH(attention_unpermute_kernel<V>, dim3((unsigned)ceil_div_sz(n / V, threads)), dim3(threads), 0, stream,
-               tokens, heads, B, T, NH, hs, nmat);
-    } else {
-        LAUNCH(attention_unpermute_kernel<1>, dim3((unsigned)ceil_div_sz(n, threads)), dim3(threads), 0, stream,
-               tokens, heads, B, T, NH, hs, nmat);
-    }
+    attention_relayout(attention_unpermute_kernel<x128::size>, attention_unpermute_kernel<1>, tokens, heads, B, T, NH,
+                       hs, nmat, stream);
 }
 
 static void attention_softmax_forward(floatX* att /*(B,NH,T,T)*/, int BNH, int T, float scale, cudaStream_t stream) {

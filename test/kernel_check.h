@@ -64,10 +64,20 @@ static std::vector<float> kc_download(const floatX* d, size_t n) {
     return h;
 }
 
-static std::vector<float> kc_download_f32(const float* d, size_t n) {
-    std::vector<float> h(n);
-    copy_to_host(h.data(), d, n * sizeof(float));
+// a device buffer copied as it is (bits unchanged: for FP32 state and for determinism checks)
+template <typename T>
+static std::vector<T> kc_download_raw(const T* d, size_t n) {
+    std::vector<T> h(n);
+    copy_to_host(h.data(), d, n * sizeof(T));
     return h;
+}
+static std::vector<float> kc_download_f32(const float* d, size_t n) { return kc_download_raw(d, n); }
+
+// the largest |x| of v (the scale that tolerances are stated against)
+static float kc_max_abs(const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = fmaxf(m, fabsf(x));
+    return m;
 }
 
 // compare with |got - want| <= atol + rtol |want|, the pair chosen by the build's precision

@@ -111,11 +111,7 @@ static void test_attention(void) {
         floatX* d_out_buf = kc_alloc_poisoned<floatX>(n1 + off);
         floatX* d_inp = d_inp_buf + off;
         floatX* d_out = d_out_buf + off;
-        {
-            std::vector<floatX> tmp(n3);
-            for (size_t i = 0; i < n3; i++) tmp[i] = (floatX)inp[i];
-            copy_to_device(d_inp, tmp.data(), n3 * sizeof(floatX));
-        }
+        copy_floats_to_device(d_inp, inp.data(), n3);
         floatX* d_qkvr = kc_alloc_poisoned<floatX>(n3);
         floatX* d_att = kc_alloc_poisoned<floatX>(natt);
         floatX* d_scratch = kc_alloc_poisoned<floatX>(n1);
@@ -192,11 +188,7 @@ static void test_attention(void) {
         floatX* d_dinp_buf = kc_alloc_poisoned<floatX>(n3 + off);
         floatX* d_dout = d_dout_buf + off;
         floatX* d_dinp = d_dinp_buf + off;
-        {
-            std::vector<floatX> tmp(n1);
-            for (size_t i = 0; i < n1; i++) tmp[i] = (floatX)dout[i];
-            copy_to_device(d_dout, tmp.data(), n1 * sizeof(floatX));
-        }
+        copy_floats_to_device(d_dout, dout.data(), n1);
         floatX* d_dqkvr = kc_alloc_poisoned<floatX>(n3);
         floatX* d_datt = kc_alloc_poisoned<floatX>(natt);
         kc_poison(d_scratch, n1 * sizeof(floatX));

@@ -23,19 +23,6 @@
 #include "../kernel_check.h"
 #include "../../llm/encoder.cuh"
 
-static float enc_max_abs(const std::vector<float>& v) {
-    float m = 0.0f;
-    for (float x : v) m = fmaxf(m, fabsf(x));
-    return m;
-}
-
-// bitwise copy of a device floatX buffer (for the determinism check)
-static std::vector<floatX> enc_download_raw(const floatX* d, size_t n) {
-    std::vector<floatX> h(n);
-    copy_to_host(h.data(), d, n * sizeof(floatX));
-    return h;
-}
-
 static void test_encoder(void) {
     struct { int B, T, C, maxT, Vp; } shapes[] = {
         {1, 1, 8, 1, 3}, {2, 7, 40, 9, 5}, {3, 33, 264, 40, 64}, {4, 257, 768, 260, 130},
@@ -79,24 +66,24 @@ static void test_encoder(void) {
         std::vector<float> want_dwte = dwte0, want_dwpe = dwpe0;
         encoder_backward_cpu(want_dwte.data(), want_dwpe.data(), dout.data(), inp.data(), B, T, C);
         const float u = 5.96e-8f;
-        float tol_wte = 4.0f * u * max_count * enc_max_abs(dout) + 8.0f * u * enc_max_abs(want_dwte);
-        float tol_wpe = 4.0f * u * B * enc_max_abs(dout) + 8.0f * u * enc_max_abs(want_dwpe);
+        float tol_wte = 4.0f * u * max_count * kc_max_abs(dout) + 8.0f * u * kc_max_abs(want_dwte);
+        float tol_wpe = 4.0f * u * B * kc_max_abs(dout) + 8.0f * u * kc_max_abs(want_dwpe);
         snprintf(what, sizeof(what), "encoder_backward dwte B=%d T=%d C=%d (longest bucket %d)", B, T, C, max_count);
         kc_compare(what, kc_download(d_dwte, (size_t)Vp * C), want_dwte, tol_wte, 0.0f, tol_wte, 3.9e-3f);
         snprintf(what, sizeof(what), "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
         kc_compare(what, kc_download(d_dwpe, (size_t)maxT * C), want_dwpe, tol_wpe, 0.0f, tol_wpe, 3.9e-3f);
 
         // determinism: again from the same start, scratch poisoned again
-        std::vector<floatX> first_wte = enc_download_raw(d_dwte, (size_t)Vp * C);
-        std::vector<floatX> first_wpe = enc_download_raw(d_dwpe, (size_t)maxT * C);
+        std::vector<floatX> first_wte = kc_download_raw(d_dwte, (size_t)Vp * C);
+        std::vector<floatX> first_wpe = kc_download_raw(d_dwpe, (size_t)maxT * C);
         device_free(d_dwte);
         device_free(d_dwpe);
         d_dwte = kc_upload(dwte0);
         d_dwpe = kc_upload(dwpe0);
         kc_poison(d_scratch, BT * C * sizeof(float));
         encoder_backward(d_dwte, d_dwpe, d_scratch, d_dout, d_inp, inp.data(), B, T, C, 0);
-        std::vector<floatX> second_wte = enc_download_raw(d_dwte, (size_t)Vp * C);
-        std::vector<floatX> second_wpe = enc_download_raw(d_dwpe, (size_t)maxT * C);
+        std::vector<floatX> second_wte = kc_download_raw(d_dwte, (size_t)Vp * C);
+        std::vector<floatX> second_wpe = kc_download_raw(d_dwpe, (size_t)maxT * C);
         check(memcmp(first_wte.data(), second_wte.data(), first_wte.size() * sizeof(floatX)) == 0 &&
                   memcmp(first_wpe.data(), second_wpe.data(), first_wpe.size() * sizeof(floatX)) == 0,
               "encoder_backward B=%d T=%d C=%d: two runs bitwise equal", B, T, C);

@@ -39,18 +39,6 @@
 #include "../kernel_check.h"
 #include "../../llm/layernorm.cuh"
 
-static float ln_max_abs(const std::vector<float>& v) {
-    float m = 0.0f;
-    for (float x : v) m = fmaxf(m, fabsf(x));
-    return m;
-}
-
-static std::vector<floatX> ln_download_raw(const floatX* d, size_t n) {
-    std::vector<floatX> h(n);
-    copy_to_host(h.data(), d, n * sizeof(floatX));
-    return h;
-}
-
 // rows with an offset and a scale each, rounded to floatX
 static std::vector<float> ln_random_rows(int N, int C) {
     std::vector<float> x = kc_randn((size_t)N * C, 1.0f);
@@ -80,9 +68,9 @@ static LnTol ln_forward_tol(const std::vector<float>& x, const std::vector<float
         for (int c = 0; c < C; c++) xhmax = fmaxf(xhmax, fabsf((x[(size_t)i * C + c] - mean[i]) * rstd[i]));
     LnTol t;
     t.xhat = xhmax;
-    t.mean = 2.0f * C * u * ln_max_abs(x);
+    t.mean = 2.0f * C * u * kc_max_abs(x);
     t.rstd = 2.0f * C * u + 8.0f * u;
-    t.out = ln_max_abs(rstd) * wmax * t.mean + xhmax * wmax * t.rstd + 8.0f * u * (xhmax * wmax + bmax);
+    t.out = kc_max_abs(rstd) * wmax * t.mean + xhmax * wmax * t.rstd + 8.0f * u * (xhmax * wmax + bmax);
     return t;
 }
 
@@ -98,7 +86,7 @@ static void test_layernorm(void) {
         floatX* d_x = kc_upload(x);
         floatX* d_w = kc_upload(w);
         floatX* d_b = kc_upload(b);
-        float wmax = ln_max_abs(w), bmax = ln_max_abs(b);
+        float wmax = kc_max_abs(w), bmax = kc_max_abs(b);
 
         // forward
         floatX* d_out = kc_alloc_poisoned<floatX>(NC);
@@ -154,11 +142,11 @@ static void test_layernorm(void) {
         layernorm_backward_cpu(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
                                rstd.data(), N, C);
         // the largest terms: dnorm = dout w, xhat, dout xhat, rstd, the initial dinp
-        float rmax = ln_max_abs(rstd), dmax = ln_max_abs(dout), dnmax = dmax * wmax, xhmax = t.xhat;
-        float dw_tol = 4.0f * N * u * dmax * xhmax + 8.0f * u * ln_max_abs(dw);
-        float db_tol = 4.0f * N * u * dmax + 8.0f * u * ln_max_abs(db);
+        float rmax = kc_max_abs(rstd), dmax = kc_max_abs(dout), dnmax = dmax * wmax, xhmax = t.xhat;
+        float dw_tol = 4.0f * N * u * dmax * xhmax + 8.0f * u * kc_max_abs(dw);
+        float db_tol = 4.0f * N * u * dmax + 8.0f * u * kc_max_abs(db);
         float dinp_tol = rmax * C * u * (dnmax + xhmax * dnmax * xhmax) +
-                         16.0f * u * (ln_max_abs(dinp0) + rmax * dnmax * (1.0f + 2.0f * xhmax * xhmax));
+                         16.0f * u * (kc_max_abs(dinp0) + rmax * dnmax * (1.0f + 2.0f * xhmax * xhmax));
         snprintf(what, sizeof(what), "layernorm_backward dinp N=%d C=%d", N, C);
         kc_compare(what, kc_download(d_dinp, NC), dinp, dinp_tol, 0.0f, dinp_tol, bf);
         snprintf(what, sizeof(what), "layernorm_backward dweight N=%d C=%d", N, C);
@@ -167,8 +155,8 @@ static void test_layernorm(void) {
         kc_compare(what, kc_download(d_db, C), db, db_tol, 0.0f, db_tol, bf);
 
         // determinism: again from the same start, scratch poisoned again
-        std::vector<floatX> r1 = ln_download_raw(d_dinp, NC), w1 = ln_download_raw(d_dw, C);
-        std::vector<floatX> b1 = ln_download_raw(d_db, C);
+        std::vector<floatX> r1 = kc_download_raw(d_dinp, NC), w1 = kc_download_raw(d_dw, C);
+        std::vector<floatX> b1 = kc_download_raw(d_db, C);
         device_free(d_dinp);
         device_free(d_dw);
         device_free(d_db);
@@ -177,8 +165,8 @@ static void test_layernorm(void) {
         d_db = kc_upload(db0);
         kc_poison(d_scratch, scratch_n * sizeof(float));
         layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_x, d_w, d_mean_ref, d_rstd_ref, N, C, 0);
-        std::vector<floatX> r2 = ln_download_raw(d_dinp, NC), w2 = ln_download_raw(d_dw, C);
-        std::vector<floatX> b2 = ln_download_raw(d_db, C);
+        std::vector<floatX> r2 = kc_download_raw(d_dinp, NC), w2 = kc_download_raw(d_dw, C);
+        std::vector<floatX> b2 = kc_download_raw(d_db, C);
         check(memcmp(r1.data(), r2.data(), NC * sizeof(floatX)) == 0 &&
                   memcmp(w1.data(), w2.data(), C * sizeof(floatX)) == 0 &&
                   memcmp(b1.data(), b2.data(), C * sizeof(floatX)) == 0,
