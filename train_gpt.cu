@@ -430,7 +430,12 @@ int main(int argc, char** argv) {
     else snprintf(log_path, sizeof(log_path), "%s/log.jsonl", args.output_dir);
     Logger logger;
     if (rank0) {
-        mkdir(args.output_dir, 0755);  // may already exist; writes below fail loudly if it is unusable
+        // every directory this run writes into, with its parents (nothing is created if one cannot be)
+        for (int create = 0; create <= 1; create++) {
+            make_dirs("--output-dir", args.output_dir, create);
+            if (args.log_path) make_parent_dirs("--log", args.log_path, create);
+            if (args.report_json) make_parent_dirs("--report-json", args.report_json, create);
+        }
         logger_init(&logger, log_path, args.resume != NULL);
         printf("log: %s\n", log_path);
     } else {

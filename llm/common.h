@@ -15,6 +15,9 @@
 #include <math.h>
 #include <time.h>
 #include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__CUDACC__)
 #define LLM_BUILD_CUDA 1
@@ -120,6 +123,59 @@ static inline void* malloc_check(size_t size, const char* file, int line) {
     return p;
 }
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+
+// Creates directory `dir` and its missing parents, like `mkdir -p`, for the flag `flag` that named
+// it (create = 0: only checks that it could). The whole path is checked before anything is created:
+// a component that exists but is not a directory, or a missing one under a directory this process
+// cannot write, ends the program with one line naming the flag, the path and the reason, and
+// nothing is created. Check every path a run writes first, then create them.
+static void make_dirs(const char* flag, const char* dir, int create) {
+    char p[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0) return;  // the current directory
+    if (n >= sizeof(p)) fatal("%s: path '%s' is longer than %d bytes", flag, dir, PATH_MAX - 1);
+    // the prefixes end at each '/' after a name, and at the end of the path
+    int create_from = -1;  // index of the end of the first missing prefix, -1 if all exist
+    char parent[PATH_MAX] = ".";
+    if (dir[0] == '/') parent[0] = '/';
+    for (size_t i = 1; i <= n && create_from < 0; i++) {
+        if (i < n && !(dir[i] == '/' && dir[i - 1] != '/')) continue;
+        memcpy(p, dir, i);
+        p[i] = '\0';
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) fatal("%s: cannot create directory '%s': '%s' exists and is not a directory", flag, dir, p);
+            memcpy(parent, p, i + 1);
+        } else if (errno == ENOENT) {
+            create_from = (int)i;
+        } else {
+            fatal("%s: cannot create directory '%s': '%s': %s", flag, dir, p, strerror(errno));
+        }
+    }
+    if (access(parent, W_OK | X_OK) != 0) {
+        fatal("%s: %s '%s': '%s' is not writable: %s", flag, create_from < 0 ? "cannot write into" : "cannot create directory",
+              dir, parent, strerror(errno));
+    }
+    if (create_from < 0 || !create) return;
+    for (size_t i = (size_t)create_from; i <= n; i++) {
+        if (i < n && !(dir[i] == '/' && dir[i - 1] != '/')) continue;
+        memcpy(p, dir, i);
+        p[i] = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("%s: cannot create directory '%s': '%s': %s", flag, dir, p, strerror(errno));
+    }
+}
+
+// make_dirs for the directory part of a file path (nothing when the file is in the current directory)
+static void make_parent_dirs(const char* flag, const char* file, int create) {
+    const char* slash = strrchr(file, '/');
+    if (slash == NULL) return;
+    char d[PATH_MAX];
+    size_t n = (size_t)(slash - file);
+    if (n >= sizeof(d)) fatal("%s: path '%s' is longer than %d bytes", flag, file, PATH_MAX - 1);
+    memcpy(d, file, n);
+    d[n] = '\0';
+    make_dirs(flag, n == 0 ? "/" : d, create);
+}
 
 // ----------------------------------------------------------------------------
 // floatX: the type of parameters, activations and gradients on the device.

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# run_tests.sh: every test of `make test`, in order. Each test prints one line per check and ends with
-# "<name>: N passed, M failed"; this script adds them up and ends with the same kind of line.
-# The full output of each test goes to build/test_logs/<name>.log.
+# run_tests.sh: every test of `make test`, in order. Each test prints one line per check ("ok   ...",
+# "FAIL ...", or "skip <what>: <why>" for a check it could not run) and ends with
+# "<name>: N passed, M failed[, K skipped]"; this script adds them up and ends with
+# "total: N passed, M failed, K skipped". A skip is expected only where a check needs a GPU and there
+# is none ("no GPU here"); any other skip is counted as a failure, so a test that silently stops
+# covering something turns the run red. The full output of each test goes to build/test_logs/<name>.log.
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p build/test_logs
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-total_pass=0; total_fail=0; failed_tests=()
+total_pass=0; total_fail=0; total_skip=0; failed_tests=()
 
 run() {  # run NAME CMD...
     local name=$1; shift
@@ -22,9 +25,17 @@ run() {  # run NAME CMD...
     p=${p:-0}; f=${f:-0}
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # a crash counts as a failure
     if [ $rc -eq 0 ] && [ "$p" -eq 0 ]; then f=$((f+1)); echo "   (ran no check)"; fi
-    total_pass=$((total_pass+p)); total_fail=$((total_fail+f))
+    # skips: every "skip ..." line; those for another reason than a missing GPU are failures
+    local k u
+    k=$(grep -c '^skip ' "$log")
+    u=$(grep '^skip ' "$log" | grep -vc 'no GPU here')
+    if [ "$u" -gt 0 ]; then
+        grep '^skip ' "$log" | grep -v 'no GPU here' | sed 's/^/   unexpected /'
+        f=$((f+u))
+    fi
+    total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
     [ "$f" -ne 0 ] && failed_tests+=("$name")
-    echo "   $name: $p passed, $f failed ($((SECONDS-t0)) s)"
+    echo "   $name: $p passed, $f failed, $k skipped ($((SECONDS-t0)) s)"
 }
 
 run ops_grad ./build/test_ops_grad_cpu
@@ -54,5 +65,5 @@ run model_vs_pytorch_emu ./build/test_gpt_emu
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
-echo "total: $total_pass passed, $total_fail failed"
+echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

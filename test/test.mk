@@ -52,7 +52,9 @@ TEST_NVCC_BINS := train_gpt build/test_kernels_gpu
 .PHONY: test test-build
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda
 
-test: test-build
+# the programs are built in parallel (one job per core), then run one after the other
+test:
+	$(MAKE) -j$$(nproc) test-build
 	bash test/run_tests.sh
 
 # median step times of the CPU build on the two configs of llm.c's CPU comparison (see README)

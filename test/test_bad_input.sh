@@ -78,5 +78,33 @@ expect "truncated state file" "--resume|$tmp/state_trunc.bin|expected|found 3000
 expect "state of another model" "--resume|model config|expected" \
     "$BIN" --model d2,C=64,NH=4,maxT=64,V=257 "${good[@]}" --resume "$tmp/out/state_00000002.bin"
 
-echo "test_bad_input: $pass passed, $fail failed"
+# output directories: nested directories that do not exist yet are made, with their parents, for
+# --output-dir, --log and --report-json; a file where a directory must be is one clear line naming
+# the flag, and nothing is created (not even the directories of the other flags)
+"$BIN" "${model[@]}" "${good[@]}" --checkpoint-every 2 --output-dir "$tmp/n1/a/b" --log "$tmp/n2/c/log.jsonl" \
+    --report-json "$tmp/n3/d/e/report.json" > "$tmp/nested.out" 2>&1
+if [ -f "$tmp/n1/a/b/model_00000002.bin" ] && [ -f "$tmp/n2/c/log.jsonl" ] && [ -f "$tmp/n3/d/e/report.json" ]; then
+    echo "ok   nested output directories that do not exist are created (--output-dir, --log, --report-json)"; pass=$((pass+1))
+else
+    echo "FAIL nested output directories: $(find "$tmp"/n1 "$tmp"/n2 "$tmp"/n3 2>&1 | tr '\n' ' ') $(tail -2 "$tmp/nested.out")"; fail=$((fail+1))
+fi
+touch "$tmp/afile"
+nothing_made() {  # NAME PATH...: none of the paths exists
+    local name=$1; shift
+    for p in "$@"; do
+        if [ -e "$p" ]; then echo "FAIL $name: $p was created"; fail=$((fail+1)); return; fi
+    done
+    echo "ok   $name: nothing created"; pass=$((pass+1))
+}
+expect "--output-dir under a file" "--output-dir|$tmp/afile/x|'$tmp/afile' exists and is not a directory" \
+    "$BIN" "${model[@]}" "${good[@]}" --output-dir "$tmp/afile/x" --log "$tmp/n4/log.jsonl"
+nothing_made "--output-dir under a file" "$tmp/n4"
+expect "--log under a file" "--log|$tmp/afile|not a directory" \
+    "$BIN" "${model[@]}" "${good[@]}" --output-dir "$tmp/n5/out" --log "$tmp/afile/log.jsonl"
+nothing_made "--log under a file" "$tmp/n5"
+expect "--report-json under a file" "--report-json|$tmp/afile/r|not a directory" \
+    "$BIN" "${model[@]}" "${good[@]}" --output-dir "$tmp/n6/out" --report-json "$tmp/afile/r/report.json"
+nothing_made "--report-json under a file" "$tmp/n6"
+
+echo "test_bad_input: $pass passed, $fail failed, 0 skipped"
 [ "$fail" -eq 0 ]

@@ -1,11 +1,12 @@
 // test_common.h: the small harness every C++ test program shares: named checks that print one line
-// each, array comparison with a stated tolerance, and the closing "name: N passed, M failed" line.
+// each, array comparison with a stated tolerance, skips, and the closing "name: N passed, M failed,
+// K skipped" line.
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 
-static int g_passed = 0, g_failed = 0;
+static int g_passed = 0, g_failed = 0, g_skipped = 0;
 
 // record one check: prints "ok   <what>" or "FAIL <what>"
 static int check(int ok, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -38,7 +39,21 @@ static int check_close(const char* what, const float* a, const float* b, size_t 
                  max_abs_err, atol, rtol, worst, n ? a[worst] : 0.0f, n ? b[worst] : 0.0f);
 }
 
+// a check that could not run here: prints "skip <what>: <why>". test/run_tests.sh counts skips and
+// fails the run for any reason other than "no GPU here".
+static void skip(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void skip(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("skip ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    g_skipped++;
+}
+
 static int test_summary(const char* name) {
-    printf("%s: %d passed, %d failed\n", name, g_passed, g_failed);
+    printf("%s: %d passed, %d failed, %d skipped\n", name, g_passed, g_failed, g_skipped);
     return g_failed == 0 ? 0 : 1;
 }

@@ -56,7 +56,7 @@ MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca or
 [ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
 echo "mpirun flags: ${MPIRUN[*]:1}"
 
-pass=0; fail=0
+pass=0; fail=0; skipped=0
 ok()  { echo "ok   $*"; pass=$((pass+1)); }
 bad() { echo "FAIL $*"; fail=$((fail+1)); }
 check() { if $CHECK "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi; }
@@ -133,7 +133,7 @@ if [ -x "$EMU" ]; then
         bad "emulated CUDA 2-process run: exit $rc (see $LOG/emu_np2_z3.log)"
     fi
 else
-    echo "skip emulated CUDA 2-process run: $EMU not built (make build/train_gpt_emu)"
+    echo "skip emulated CUDA 2-process run: $EMU not built (make build/train_gpt_emu)"; skipped=$((skipped+1))
 fi
 
 # a rank dies at step 2: mpirun must end the job, non-zero, well within the timeout
@@ -164,5 +164,5 @@ badlayout zero5 4 "--zero" --zero 5
 badlayout batch 4 "--total-batch" --total-batch 384
 badlayout tp2 2 "not implemented yet" --tp 2
 
-echo "test_ddp_zero: $pass passed, $fail failed"
+echo "test_ddp_zero: $pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

@@ -43,5 +43,5 @@ cmp -s "$tmp/a.sample" "$tmp/b.sample" && ok "the last sample is the same text (
 grep -q "resumed from $tmp/a/state_00000008.bin at step 8" "$tmp/c.out" && ok "--resume latest finds the newest state" || bad "--resume latest"
 ls "$tmp/a" "$tmp/b" | grep -q '\.tmp\.' && bad "temporary files left behind" || ok "no temporary files left behind"
 
-echo "test_resume: $pass passed, $fail failed"
+echo "test_resume: $pass passed, $fail failed, 0 skipped"
 [ "$fail" -eq 0 ]
