@@ -7,6 +7,7 @@
 #pragma once
 #include <float.h>
 #include "common.h"
+#include "context.h"
 #if LLM_HAS_KERNELS
 #include "cuda_utils.cuh"
 #include "matmul.cuh"  // matmul_batched: the products QK^T, AV and their gradients
@@ -100,6 +101,41 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
             }
         }
         free(datt);
+    }
+}
+
+// One query against a KV cache (the sampler's decode step): for each head h,
+//   out[h] = sum_{t < len} softmax_t(q[h] . k[t,h] / sqrt(hs)) v[t,h]
+// the last row of attention_forward_cpu when the cache holds the keys and values of positions
+// 0 .. len-1 and q is the query of position len-1.
+static void attention_decode_cpu(float* out,          // (C)
+                                 float* scores,       // (NH, maxT) scratch: the probabilities
+                                 const float* q,      // (C)
+                                 const float* kcache, // (len, C)
+                                 const float* vcache, // (len, C)
+                                 int len, int maxT, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int h = 0; h < NH; h++) {
+        float* a = scores + (size_t)h * maxT;
+        float maxv = -INFINITY;
+        for (int t = 0; t < len; t++) {
+            const float* k = kcache + (size_t)t * C + h * hs;
+            float s = 0.0f;
+            for (int i = 0; i < hs; i++) s += q[h * hs + i] * k[i];
+            a[t] = s * scale;
+            if (a[t] > maxv) maxv = a[t];
+        }
+        float sum = 0.0f;
+        for (int t = 0; t < len; t++) { a[t] = expf(a[t] - maxv); sum += a[t]; }
+        float inv = 1.0f / sum;
+        float* o = out + h * hs;
+        for (int i = 0; i < hs; i++) o[i] = 0.0f;
+        for (int t = 0; t < len; t++) {
+            const float* v = vcache + (size_t)t * C + h * hs;
+            float w = a[t] * inv;
+            for (int i = 0; i < hs; i++) o[i] += w * v[i];
+        }
     }
 }
 
@@ -293,6 +329,45 @@ __global__ void attention_softmax_backward_kernel(floatX* datt /*(B,NH,T,T)*/, c
     }
 }
 
+// 4. decode: one query against the KV cache, one block per head. Pass 1: thread i scores positions
+// i, i + blockDim, ... into the FP32 scratch and keeps its max; a block max; pass 2: e^(s - max)
+// in place and a block sum; pass 3: thread d of the head sums p_t v[t, d] over the positions.
+// Reads the head's slice of the cache twice (keys, then values), 2 * len * hs floatX.
+__global__ void attention_decode_kernel(floatX* out,           // (C)
+                                        float* scores,         // (NH, maxT)
+                                        const floatX* q,       // (C)
+                                        const floatX* kcache,  // (len, C)
+                                        const floatX* vcache,  // (len, C)
+                                        int len, int maxT, int C, int hs, float scale) {
+    __shared__ float red[32];
+    int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    float* a = scores + (size_t)h * maxT;
+    float m = -INFINITY;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
+        const floatX* k = kcache + (size_t)t * C + h * hs;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += (float)q[h * hs + i] * (float)k[i];
+        a[t] = s * scale;
+        m = fmaxf(m, a[t]);
+    }
+    m = warp_reduce_max(m);
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    m = warp_reduce_max(lane < nwarps ? red[lane] : -INFINITY);
+    float sum = 0.0f;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
+        a[t] = expf(a[t] - m);
+        sum += a[t];
+    }
+    sum = block_reduce_sum(sum);  // its barriers also make every a[t] visible to the block
+    float inv = 1.0f / sum;
+    for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+        float o = 0.0f;
+        for (int t = 0; t < len; t++) o += a[t] * inv * (float)vcache[(size_t)t * C + h * hs + d];
+        out[h * hs + d] = (floatX)o;
+    }
+}
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -351,11 +426,10 @@ static void attention_softmax_backward(floatX* datt /*(B,NH,T,T)*/, const floatX
 // computes (r1-r0) x r1 of the T x T scores instead of T x T: (n+1)/(2n) of the work in total. More
 // chunks skip more but make smaller products, each one more cuBLASLt call: 4 chunks from T = 1024,
 // 2 from T = 512, none below. Chunk boundaries are multiples of 8 rows, so every chunk's pointers
-// stay 16-byte aligned. attention_chunk_rows_override > 0 forces that many rows per chunk (tests).
-static int attention_chunk_rows_override = 0;
+// stay 16-byte aligned. llm_ctx.attention_chunk_rows > 0 forces that many rows per chunk (tests).
 
 static int attention_chunk_rows(int T) {
-    if (attention_chunk_rows_override > 0) return attention_chunk_rows_override;
+    if (llm_ctx.attention_chunk_rows > 0) return llm_ctx.attention_chunk_rows;
     int n = T >= 1024 ? 4 : (T >= 512 ? 2 : 1);
     return n == 1 ? T : ceil_div(ceil_div(T, n), 8) * 8;
 }
@@ -457,5 +531,20 @@ static void attention_backward(floatX* dinp,        // (B,T,3C)
                        MATMUL_EPILOGUE_NONE, stream);
     });
     attention_to_tokens(dinp, dqkvr, B, T, NH, hs, 3, stream);
+#endif
+}
+
+// out (C) = attention of the query q (C) over the cache's first len positions (kcache, vcache:
+// (maxT, C) rows of keys and values); scores: (NH, maxT) FP32 scratch
+static void attention_decode(floatX* out, float* scores, const floatX* q, const floatX* kcache, const floatX* vcache,
+                             int len, int maxT, int C, int NH, cudaStream_t stream) {
+    if (len < 1 || len > maxT) fatal("attention_decode: expected 1 <= len <= maxT = %d, found %d", maxT, len);
+#if LLM_BUILD_CPU
+    (void)stream;
+    attention_decode_cpu(out, scores, q, kcache, vcache, len, maxT, C, NH);
+#else
+    int hs = C / NH;
+    LAUNCH(attention_decode_kernel, dim3(NH), dim3(128), 0, stream, out, scores, q, kcache, vcache, len, maxT, C, hs,
+           1.0f / sqrtf((float)hs));
 #endif
 }

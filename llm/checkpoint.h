@@ -5,7 +5,8 @@
 #pragma once
 #include <unistd.h>
 #include "common.h"
-#include "gpt.h"
+#include "tensors.h"
+#include <dirent.h>
 #include "dataloader.h"
 
 #define CHECKPOINT_MAGIC 20240326
@@ -65,13 +66,6 @@ static inline float bf16_bits_to_f32(uint16_t b) {
 // ----------------------------------------------------------------------------
 // llm.c model checkpoints
 
-static size_t config_num_parameters(GPTConfig cfg) {
-    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
-    fill_in_parameter_sizes(sizes, cfg);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += sizes[i];
-    return n;
-}
-
 // Reads the header of an llm.c checkpoint into cfg and returns the parameters as FP32 on the host
 // (malloc'd, num_parameters). Any mismatch ends the program with one line naming the file.
 static float* checkpoint_load(const char* path, GPTConfig* cfg) {
@@ -100,7 +94,7 @@ static float* checkpoint_load(const char* path, GPTConfig* cfg) {
               cfg->max_seq_len, cfg->vocab_size, cfg->num_layers, cfg->num_heads, cfg->channels,
               cfg->padded_vocab_size);
     }
-    size_t n = config_num_parameters(*cfg);
+    size_t n = num_parameters(*cfg);
     size_t elem = version == 3 ? 4 : 2;
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
@@ -135,7 +129,7 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
     header[5] = cfg.num_heads;
     header[6] = cfg.channels;
     header[7] = cfg.padded_vocab_size;
-    size_t n = config_num_parameters(cfg);
+    size_t n = num_parameters(cfg);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
@@ -170,7 +164,7 @@ static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slo
 
 static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
                        const float* m, const float* v) {
-    size_t n = config_num_parameters(cfg);
+    size_t n = num_parameters(cfg);
     int header[HEADER_INTS];
     memset(header, 0, sizeof(header));
     header[0] = STATE_MAGIC;
@@ -214,7 +208,7 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
                   header[7], header[8], header[9]);
         }
     }
-    size_t n = config_num_parameters(cfg);
+    size_t n = num_parameters(cfg);
     if (get64(header, 10) != n) fatal("--resume: state file %s: expected %zu parameters, found %llu", path, n, (unsigned long long)get64(header, 10));
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
@@ -233,4 +227,38 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     freadCheck(*m, sizeof(float), n, f, path);
     freadCheck(*v, sizeof(float), n, f, path);
     fcloseCheck(f, path);
+}
+
+// ----------------------------------------------------------------------------
+// a run's files in its output directory
+
+// Writes <dir>/model_<step>.bin (llm.c's format: version 5, BF16, the master weights rounded to
+// nearest, when the model runs in BF16; else version 3, FP32) and <dir>/state_<step>.bin (the
+// resumable state, the FP32 master exactly). params, m, v: Psi FP32 values, checkpoint order.
+static void checkpoint_save_run(const char* dir, GPTConfig cfg, const TrainState* ts, const float* params,
+                                const float* m, const float* v, int version) {
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, ts->step);
+    checkpoint_save(path, cfg, params, version);
+    snprintf(path, sizeof(path), "%s/state_%08d.bin", dir, ts->step);
+    state_save(path, cfg, ts, params, m, v);
+}
+
+// the newest state_<step>.bin in dir (for --resume latest)
+static void find_latest_state(const char* dir, char* out, size_t cap) {
+    out[0] = '\0';
+    DIR* d = opendir(dir);
+    if (d == NULL) fatal("--resume: cannot open --output-dir %s: %s", dir, strerror(errno));
+    int best = -1;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int step;
+        char tail[8];
+        if (sscanf(e->d_name, "state_%d%7s", &step, tail) == 2 && !strcmp(tail, ".bin") && step > best) {
+            best = step;
+            snprintf(out, cap, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    if (best < 0) fatal("--resume: expected a state_<step>.bin in %s, found none", dir);
 }

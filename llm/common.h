@@ -129,7 +129,7 @@ static inline void* malloc_check(size_t size, const char* file, int line) {
 // a component that exists but is not a directory, or a missing one under a directory this process
 // cannot write, ends the program with one line naming the flag, the path and the reason, and
 // nothing is created. Check every path a run writes first, then create them.
-static void make_dirs(const char* flag, const char* dir, int create) {
+static inline void make_dirs(const char* flag, const char* dir, int create) {
     char p[PATH_MAX];
     size_t n = strlen(dir);
     if (n == 0) return;  // the current directory
@@ -166,7 +166,7 @@ static void make_dirs(const char* flag, const char* dir, int create) {
 }
 
 // make_dirs for the directory part of a file path (nothing when the file is in the current directory)
-static void make_parent_dirs(const char* flag, const char* file, int create) {
+static inline void make_parent_dirs(const char* flag, const char* file, int create) {
     const char* slash = strrchr(file, '/');
     if (slash == NULL) return;
     char d[PATH_MAX];

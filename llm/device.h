@@ -1,34 +1,9 @@
-// device.h: device memory, copies and streams with one interface for the three builds.
-// In the CPU build "device" memory is host memory; in the CUDA and emulated builds it is cudaMalloc'd.
+// device.h: copies, fills and synchronisation of device memory with one interface for the three
+// builds. In the CPU build "device" memory is host memory; in the CUDA and emulated builds it is
+// cudaMalloc'd. Allocation is llm/context.h's tagged allocator (device_malloc(bytes, kind)).
 #pragma once
 #include "common.h"
-
-// allocate n bytes of device memory (contents undefined)
-static inline void* device_malloc_at(size_t n, const char* file, int line) {
-#if LLM_HAS_KERNELS
-    void* p = NULL;
-    cuda_check(cudaMalloc(&p, n > 0 ? n : 1), file, line);
-    return p;
-#else
-    // 64-byte aligned so that the OpenMP/BLAS loops get aligned rows
-    void* p = NULL;
-    if (posix_memalign(&p, 64, n > 0 ? ((n + 63) / 64) * 64 : 64) != 0) {
-        fprintf(stderr, "error: out of host memory allocating %zu bytes (%s:%d)\n", n, file, line);
-        exit(EXIT_FAILURE);
-    }
-    return p;
-#endif
-}
-#define device_malloc(n) device_malloc_at((n), __FILE__, __LINE__)
-
-static inline void device_free(void* p) {
-    if (p == NULL) return;
-#if LLM_HAS_KERNELS
-    cudaCheck(cudaFree(p));
-#else
-    free(p);
-#endif
-}
+#include "context.h"
 
 static inline void device_memset_zero(void* p, size_t n, cudaStream_t stream) {
 #if LLM_HAS_KERNELS

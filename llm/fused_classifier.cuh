@@ -3,6 +3,8 @@
 //   dlogits[i, v] = dloss * (softmax(logits[i, :V])[v] - [v == target[i]])   for v < V, 0 for padded v >= V
 // The padded vocabulary columns V..Vp-1 are ignored by the loss. dlogits overwrites logits in place,
 // so the (BT, Vp) buffer is touched once for the forward and once for the backward.
+// Then the loss stays on the device: loss_accumulate adds the batch's mean token loss to a double
+// accumulator, so that the trainer reads the loss back once per step, not once per micro-batch.
 #pragma once
 #include "common.h"
 
@@ -53,6 +55,13 @@ static void fused_classifier_cpu(float* logits,       // (BT,Vp) in: logits; out
             for (int v = V; v < Vp; v++) x[v] = 0.0f;
         }
     }
+}
+
+// acc[0] += (float)(mean of losses[0..BT)), summed in double in index order
+static void loss_accumulate_cpu(double* acc, const float* losses, int BT) {  // (1), (BT)
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += losses[i];
+    acc[0] += (double)(float)(sum / BT);
 }
 
 // ----------------------------------------------------------------------------
@@ -148,6 +157,25 @@ fused_classifier_kernel(floatX* logits,       // (BT,Vp) in: logits; out: dlogit
         store128(x + (size_t)c * S, out);
     }
 }
+
+// acc[0] += the mean of losses, one block: each thread sums a strided share in double, then a fixed
+// shuffle tree and one warp's partials (deterministic). Reads 4 bytes per token.
+__global__ void __launch_bounds__(1024) loss_accumulate_kernel(double* acc,           // (1)
+                                                             const float* losses,   // (BT)
+                                                             int BT) {
+    __shared__ double partial[32];
+    double v = 0.0;
+    for (int i = threadIdx.x; i < BT; i += blockDim.x) v += (double)losses[i];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nwarps ? partial[lane] : 0.0;
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) acc[0] += (double)(float)(v / BT);
+    }
+}
 #endif
 
 // ----------------------------------------------------------------------------
@@ -171,5 +199,17 @@ static void fused_classifier(floatX* logits, float* losses, float dloss, const i
     int block = chunks >= 1024 ? 1024 : ((chunks + 31) / 32) * 32;
     LAUNCH(fused_classifier_kernel, dim3(BT), dim3(block), 0, stream, logits, losses, dloss, targets,
            V, Vp, write_dlogits);
+#endif
+}
+
+// acc (1 double, device) += the mean of losses (BT floats, device)
+static void loss_accumulate(double* acc, const float* losses, int BT, cudaStream_t stream) {
+#if LLM_BUILD_CPU
+    (void)stream;
+    loss_accumulate_cpu(acc, losses, BT);
+#else
+    if (BT <= 0) return;
+    int block = BT >= 1024 ? 1024 : ((BT + 31) / 32) * 32;
+    LAUNCH(loss_accumulate_kernel, dim3(1), dim3(block), 0, stream, acc, losses, BT);
 #endif
 }

@@ -2,6 +2,7 @@
 // global-norm gradient clipping (Pascanu et al. 2013): norm = sqrt(sum over all tensors).
 #pragma once
 #include "common.h"
+#include "context.h"
 
 // ----------------------------------------------------------------------------
 // CPU reference
@@ -29,11 +30,10 @@ static float global_norm_squared_cpu(const float* values, size_t n) {  // (n)
 // Deterministic two-pass reduction: pass 1 runs a fixed grid (its size depends only on n and the
 // device) where each block writes one partial sum; pass 2, one block, adds the partials in a fixed
 // order into *out. No float atomics, so the result is the same bits on every run.
-#define GLOBAL_NORM_BLOCK 512
-#define GLOBAL_NORM_MAX_BLOCKS 1024  // the scratch holds one float per pass-1 block
-
-static float* g_global_norm_partials = NULL;  // (GLOBAL_NORM_MAX_BLOCKS) device scratch
-static int g_global_norm_grid_cap = 0;        // blocks that fill the device once
+// GLOBAL_NORM_BLOCK (threads per pass-1 block) and GLOBAL_NORM_MAX_BLOCKS are set in llm/context.h,
+// which holds the scratch of the partials (llm_ctx.norm_partials, one float per pass-1 block) and the
+// grid cap (llm_ctx.norm_grid_cap: the blocks that fill the device once). One scratch serves every call:
+// the calls must be ordered (one stream), as the optimizer's are.
 
 // Pass 1: grid-stride over the 16-byte chunks of values, FP32 sum of squares per thread, one partial
 // per block. The (< x128::size) elements before the first 16-byte boundary and the (< x128::size)
@@ -79,31 +79,6 @@ global_norm_finish_kernel(float* out,               // (1) in/out: *out += sum o
     if (threadIdx.x == 0) *out += total;
 }
 
-// The scratch of the partials and the grid cap, once per process (global_norm_squared calls it on
-// first use; calling it first keeps the allocation out of the training loop). One scratch for all
-// calls: the calls must be ordered (one stream), as the optimizer's are.
-static void global_norm_init(void) {
-    if (g_global_norm_partials != NULL) return;
-    int device = 0, sms = 0, threads_per_sm = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-    int cap = sms * (threads_per_sm / GLOBAL_NORM_BLOCK);
-    if (cap < 1) cap = 1;
-    if (cap > GLOBAL_NORM_MAX_BLOCKS) cap = GLOBAL_NORM_MAX_BLOCKS;
-    g_global_norm_grid_cap = cap;
-    cudaCheck(cudaMalloc((void**)&g_global_norm_partials, GLOBAL_NORM_MAX_BLOCKS * sizeof(float)));
-}
-
-static void global_norm_free(void) {
-    if (g_global_norm_partials == NULL) return;
-    cudaCheck(cudaFree(g_global_norm_partials));
-    g_global_norm_partials = NULL;
-    g_global_norm_grid_cap = 0;
-}
-#else
-static void global_norm_init(void) {}  // the CPU build needs no scratch
-static void global_norm_free(void) {}
 #endif
 
 // ----------------------------------------------------------------------------
@@ -115,14 +90,14 @@ static void global_norm_squared(float* out, const floatX* values, size_t n, cuda
     *out += global_norm_squared_cpu(values, n);
 #else
     if (n == 0) return;
-    global_norm_init();
+    context_require("global_norm_squared");
     // enough blocks for one 16-byte chunk per thread, at most one full wave of the device
     size_t want = ceil_div_sz(ceil_div_sz(n, (size_t)x128::size), (size_t)GLOBAL_NORM_BLOCK);
-    int grid = want < (size_t)g_global_norm_grid_cap ? (int)want : g_global_norm_grid_cap;
+    int grid = want < (size_t)llm_ctx.norm_grid_cap ? (int)want : llm_ctx.norm_grid_cap;
     LAUNCH(global_norm_partials_kernel, dim3(grid), dim3(GLOBAL_NORM_BLOCK), 0, stream,
-           g_global_norm_partials, values, n);
+           llm_ctx.norm_partials, values, n);
     int finish_block = grid >= 1024 ? 1024 : ((grid + 31) / 32) * 32;
     LAUNCH(global_norm_finish_kernel, dim3(1), dim3(finish_block), 0, stream, out,
-           (const float*)g_global_norm_partials, grid);
+           (const float*)llm_ctx.norm_partials, grid);
 #endif
 }

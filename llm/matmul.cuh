@@ -27,16 +27,13 @@
 // feature) is then cuBLAS's bias along D's rows, which is what its BIAS epilogue adds.
 #pragma once
 #include "common.h"
+#include "context.h"  // the cuBLASLt handle and workspace
 #include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar: the one definition of GELU
 #include "cuda_utils.cuh"
 
 #if LLM_BUILD_CPU
 #include <cblas.h>
-#elif LLM_BUILD_CUDA
-#include <cublasLt.h>
-#else
-#include "../dev/emu/cublaslt_emu.h"  // the cuBLASLt subset below, run on the CPU
-#endif
+#endif  // the kernel builds get cuBLASLt (real, or dev/emu's subset run on the CPU) from context.h
 
 // the bias gradient of the CUDA builds sums dout in at most this many row splits, so matmul_backward's
 // dbias_scratch needs MATMUL_DBIAS_MAX_SPLITS * OC floats (defined in every build, for the model's sizes)
@@ -380,16 +377,7 @@ static void matmul_dbias(floatX* dbias /*(OC)*/, float* scratch /*(MATMUL_DBIAS_
 // ----------------------------------------------------------------------------
 // 3. cuBLASLt
 
-#ifndef cublasCheck
-static inline void cublas_check(cublasStatus_t status, const char* file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLAS: %s (%s) (%s:%d)\n", cublasLtGetStatusName(status),
-                cublasLtGetStatusString(status), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
-#endif
+// cublasCheck: llm/context.h
 
 #if defined(ENABLE_FP32)
 #define MATMUL_CUDA_FLOATX CUDA_R_32F
@@ -397,12 +385,9 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 #define MATMUL_CUDA_FLOATX CUDA_R_16BF
 #endif
 
-static cublasLtHandle_t matmul_lt_handle = NULL;
-static void* matmul_lt_workspace = NULL;
-static size_t matmul_lt_workspace_size = 0;
-// 1: let cuBLASLt fuse GELU / dGELU into the product whenever its heuristic offers an algorithm for
-// it; 0: always use the separate kernels above (the tests run both)
-static int matmul_fuse_gelu = 1;
+// The cuBLASLt handle and its workspace live in the process's context (llm/context.h), as does the
+// knob llm_ctx.matmul_fuse_gelu: 1 lets cuBLASLt fuse GELU / dGELU into the product whenever its
+// heuristic offers an algorithm for it; 0 always uses the separate kernels above (the tests run both).
 
 // One cuBLASLt call in cuBLAS's own terms (column-major, see the top of this file), per batch b:
 //   D_b (m,n) = epilogue(alpha * scale_a * scale_b * op(A_b) op(B_b) + beta * C_b [+ bias_b])
@@ -432,7 +417,7 @@ static inline int64_t matmul_lt_type_size(cudaDataType_t t) {
 #define MATMUL_LT_LAYOUT_SET(layout, attr, var) cublasCheck(cublasLtMatrixLayoutSetAttribute(layout, attr, &(var), sizeof(var)))
 
 static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t stream) {
-    if (matmul_lt_handle == NULL) die_at(__FILE__, __LINE__, "matmul: matmul_init() was not called");
+    context_require("matmul");
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -471,7 +456,7 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
     }
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = matmul_lt_workspace_size;
+    uint64_t ws = llm_ctx.lt_workspace_bytes;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     // the heuristic never sees the matrices and assumes 256-byte alignment unless told: tell it how
     // aligned they are (attention passes sub-matrices at arbitrary element offsets)
@@ -491,11 +476,11 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
 
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(matmul_lt_handle, desc, la, lb, lc, ld, pref, 1, &heuristic, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(llm_ctx.lt, desc, la, lb, lc, ld, pref, 1, &heuristic, &found);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        cublasCheck(cublasLtMatmul(matmul_lt_handle, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
-                                   &heuristic.algo, matmul_lt_workspace, matmul_lt_workspace_size, stream));
+        cublasCheck(cublasLtMatmul(llm_ctx.lt, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
+                                   &heuristic.algo, llm_ctx.lt_workspace, llm_ctx.lt_workspace_bytes, stream));
     } else {
         st = CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -510,7 +495,7 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
 
 // matmul_batched_naive_cpu's contract (row-major, see there) on floatX, by cuBLASLt: the operands
 // are swapped into the column-major product C^T = op(B)^T op(A)^T (top of this file). GELU and dGELU
-// are fused into the product when matmul_fuse_gelu is on, the aux layout allows it (cuBLASLt wants
+// are fused into the product when llm_ctx.matmul_fuse_gelu is on, the aux layout allows it (cuBLASLt wants
 // its leading dimension, here N, divisible by 8) and the library offers an algorithm; otherwise the
 // product runs plain and a kernel applies them after.
 static void matmul_cublaslt(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(batch: op(A) (M,K))*/,
@@ -543,7 +528,7 @@ static void matmul_cublaslt(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(b
         return;
     }
     // the fused attempt
-    if (matmul_fuse_gelu && N % 8 == 0 && (aux == NULL || is_aligned16(aux))) {
+    if (llm_ctx.matmul_fuse_gelu && N % 8 == 0 && (aux == NULL || is_aligned16(aux))) {
         g.aux = aux; g.aux_ld = N; g.aux_stride = (int64_t)M * N;
         if (epilogue == MATMUL_EPILOGUE_GELU) {
             g.epilogue = aux != NULL ? (bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
@@ -599,31 +584,6 @@ static void matmul_cublaslt(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(b
 
 // ----------------------------------------------------------------------------
 // 4. launchers: the same signatures in every build
-
-// the workspace cuBLASLt may use (32 MiB: what Hopper's kernels want; enough for older GPUs too)
-#define MATMUL_LT_WORKSPACE_BYTES ((size_t)32 * 1024 * 1024)
-
-// once per program, before the first matmul (the stream is unused: the handle serves every stream)
-static void matmul_init(cudaStream_t stream) {
-    (void)stream;
-#if LLM_HAS_KERNELS
-    if (matmul_lt_handle != NULL) return;
-    cublasCheck(cublasLtCreate(&matmul_lt_handle));
-    matmul_lt_workspace_size = MATMUL_LT_WORKSPACE_BYTES;
-    cudaCheck(cudaMalloc(&matmul_lt_workspace, matmul_lt_workspace_size));
-#endif
-}
-
-static void matmul_free(void) {
-#if LLM_HAS_KERNELS
-    if (matmul_lt_handle == NULL) return;
-    cudaCheck(cudaFree(matmul_lt_workspace));
-    cublasCheck(cublasLtDestroy(matmul_lt_handle));
-    matmul_lt_workspace = NULL;
-    matmul_lt_workspace_size = 0;
-    matmul_lt_handle = NULL;
-#endif
-}
 
 // The generic batched product (row-major; the contract is matmul_batched_naive_cpu's, above):
 //   C_b (M,N) = epilogue(alpha * op(A_b) @ op(B_b) + beta * C_b [+ bias]),  X_b = X + b * strideX

@@ -1,13 +1,20 @@
-// report.h: the accounting of a run beside the ZeRO paper (Rajbhandari et al. 2019): the bytes each
-// rank holds for parameters, gradients, optimizer moments and master weights against Table 1's
-// formula for the stage, and the bytes it sends per step against the ring model of section 7.
-// Printed by rank 0; written for every rank with --report-json (train_gpt.cu).
+// report.h: what a run measured, beside what the papers predict. Memory per rank comes from the
+// tagged allocator (llm/context.h: the live and peak bytes of each kind that were allocated), bytes
+// sent from the comm ledger (llm/comm.h: what was sent); the formulas are predictions and are
+// printed as such:
+//   model states per rank    ZeRO (Rajbhandari et al. 2019), Table 1, for the stage (llm/dp.h)
+//   bytes sent per step      ZeRO sec. 7, ring model
+//   activations per layer    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+//                            Transformer Models", sec. 4.1 and Table 2, adapted to this model
+//                            (activation_formula_bytes below)
+// Printed by rank 0; written for every rank with --report-json.
 #pragma once
 #include "common.h"
+#include "context.h"
 #include "comm.h"
-#include "zero.h"
+#include "dp.h"
+#include "block.h"
 #include "checkpoint.h"
-#include "optimizer.h"
 
 static const char* stage_name(int stage) {
     static const char* names[4] = {"DDP", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)", "ZeRO-3 (P_os+g+p)"};
@@ -23,75 +30,106 @@ static void paper_formula_text(int stage, char* buf, size_t cap) {
     else snprintf(buf, cap, "%d/N", 2 * p + K);
 }
 
-// the bytes one rank sends per step for the gradients and parameters, ZeRO paper sec. 7 (ring
+// The bytes one rank sends per step for the gradients and parameters, ZeRO paper sec. 7 (ring
 // model), without the all-reduces of the loss and the norm (4 bytes each). S: the gradient (Psi
-// values), P: the padded units. ZeRO-3 gathers the parameters in every micro-step's forward and
+// values), P: the padded units. ZeRO-3 gathers the parameters in every micro-batch's forward and
 // backward: with gradient accumulation 2 * grad_accum all-gathers per step.
-static double paper_sent_bytes(const Zero* z, int stage, int grad_accum) {
-    double N = z->dp, f = (N - 1) / N;
-    double S = (double)sizeof(floatX) * z->num_parameters, P = (double)sizeof(floatX) * z->packed_size;
-    if (stage == 0) return 2 * f * S;          // all-reduce of the gradients
-    if (stage <= 2) return 2 * f * P;          // stages 1-2: reduce-scatter + all-gather (sec. 7.2.1)
-    return (2 * grad_accum + 1) * f * P;       // all-gather forward + all-gather backward + reduce-scatter
+static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
+    double N = dp->dp, f = (N - 1) / N;
+    double S = (double)sizeof(floatX) * dp->lay.num_parameters, P = (double)sizeof(floatX) * dp->lay.packed_size;
+    if (dp->stage == 0) return 2 * f * S;          // all-reduce of the gradients
+    if (dp->stage <= 2) return 2 * f * P;          // stages 1-2: reduce-scatter + all-gather (sec. 7.2.1)
+    return (2 * grad_accum + 1) * f * P;           // all-gather forward + all-gather backward + reduce-scatter
 }
 
-static void print_memory(const Zero* z, const AdamWState* st, int stage) {
-    ZeroMemory m = zero_memory(z, st);
-    double psi = (double)z->num_parameters, states = m.params + m.grads + m.moments + m.master;
-    double paper = zero_paper_bytes(stage, z->dp, psi);
+// The activation bytes one transformer layer keeps per micro-batch, Korthikanti et al. 2022 sec. 4.1
+// adapted to this model. The paper counts, in 16-bit values for a sequence s, micro-batch b, hidden
+// size h and a heads: attention 11 sbh + 5 as^2 b (the QKV input, Q and K, the softmax output, its
+// dropout mask and output, V, the projection input and its dropout mask), MLP 19 sbh (fc input, GELU
+// input and output, dropout mask), two LayerNorm inputs 4 sbh: 34 sbh + 5 as^2 b per layer without
+// recompute, 2 sbh with full recompute (the layer's input only). GPT-2 here has no dropout: the three
+// masks (2 sbh + as^2 b) and the attention dropout's output (2 as^2 b) do not exist. With e bytes per
+// value of the build (2 in BF16, 4 in FP32), what this implementation keeps (llm/block.h's table):
+//   none       x_in, ln1, q k v, atty, residual2, ln2: 8 e sbh; fc output and GELU output: 8 e sbh;
+//              the softmax output e as^2 b; the two LayerNorms' mean and rstd (FP32) 16 sb; and, in the
+//              kernel builds only, the permuted copy of q, k, v the CUDA attention keeps, 3 e sbh.
+//              In BF16: 32 sbh (+ 6) + 2 as^2 b + 16 sb, the paper's 34 sbh + 5 as^2 b less dropout.
+//   selective  x_in, q k v, residual2, fc output, GELU output: 13 e sbh (the attention core and the
+//              LayerNorm outputs are recomputed)
+//   full       x_in: e sbh (the paper's 2 sbh)
+static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r) {
+    double s = T, b = B, h = cfg.channels, a = cfg.num_heads, e = (double)sizeof(floatX);
+    double sbh = s * b * h;
+    switch (r) {
+        case RECOMPUTE_NONE: return 16 * e * sbh + e * a * s * s * b + 16 * s * b + (LLM_HAS_KERNELS ? 3 * e * sbh : 0);
+        case RECOMPUTE_SELECTIVE: return 13 * e * sbh;
+        default: return e * sbh;
+    }
+}
+
+static void print_memory(const DataParallel* dp, const Stage* st) {
+    double psi = (double)dp->lay.num_parameters;
+    double states = (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_MOMENTS) + mem_live(MEM_MASTER));
+    double paper = dp_paper_bytes(dp->stage, dp->dp, psi);
     char formula[32];
-    paper_formula_text(stage, formula, sizeof(formula));
-    printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu, shard %zu)\n",
-           stage_name(stage), z->dp, PRECISION_MODE, z->num_parameters, z->num_units, z->packed_size, z->shard_size);
-    printf("  parameters %.0f B | gradients %.0f B | AdamW m, v %.0f B | FP32 master weights %.0f B\n", m.params,
-           m.grads, m.moments, m.master);
-    printf("  model states %.0f B = %.3f B/parameter | ZeRO paper (Table 1) %s = %.3f B/parameter = %.0f B (+%.0f B of padding)\n",
+    paper_formula_text(dp->stage, formula, sizeof(formula));
+    printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu values)\n",
+           stage_name(dp->stage), dp->dp, PRECISION_MODE, dp->lay.num_parameters, dp->lay.num_units, dp->lay.packed_size);
+    printf("  measured (allocated now | peak):");
+    for (int k = 0; k < MEM_NUM_KINDS; k++) {
+        printf("%s %s %zu | %zu B", k ? ";" : "", mem_kind_name(k), mem_live((MemKind)k), mem_peak((MemKind)k));
+    }
+    printf("\n  model states %.0f B = %.3f B/parameter measured | ZeRO paper (Table 1) predicts %s = %.3f B/parameter = %.0f B (+%.0f B of padding)\n",
            states, states / psi, formula, paper / psi, paper, states - paper);
-    printf("  activations %.0f B | communication buffers %.0f B | unit working buffers peak %.0f B (transient)\n",
-           m.activations, m.comm_buffers, m.workspace_peak);
+    printf("  activations per layer per micro-batch (--recompute %s): %zu B measured | %.0f B predicted (Korthikanti et al. 2022, adapted)\n",
+           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute));
 }
 
-// this rank's part of the report, one JSON object
-static void rank_report_json(const Zero* z, const AdamWState* st, const Comm* c, double grad_wait_ms,
+// this rank's part of the report, one JSON object: "*_bytes" are measured (allocated), "*_peak_bytes" the peaks
+static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm* c, double grad_wait_ms,
                              double gather_wait_ms, char* buf, size_t cap) {
-    ZeroMemory m = zero_memory(z, st);
-    int len = snprintf(buf, cap, "{\"rank\":%d,\"dp_rank\":%d,\"params_bytes\":%.0f,\"grads_bytes\":%.0f,"
-                       "\"moments_bytes\":%.0f,\"master_bytes\":%.0f,\"model_states_bytes\":%.0f,"
-                       "\"activations_bytes\":%.0f,\"comm_buffers_bytes\":%.0f,\"workspace_peak_bytes\":%.0f,"
-                       "\"comm_wait_ms_per_step\":%.3f,\"gather_wait_ms_per_step\":%.3f,\"ledger_step\":",
-                       c->world_rank, c->dp_rank, m.params, m.grads, m.moments, m.master,
-                       m.params + m.grads + m.moments + m.master, m.activations, m.comm_buffers, m.workspace_peak,
-                       grad_wait_ms, gather_wait_ms);
-    if (len < 0 || (size_t)len >= cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
-    int lj = ledger_json(c, buf + len, cap - (size_t)len);
-    if (lj < 0 || (size_t)(len + lj + 2) > cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
-    snprintf(buf + len + lj, cap - (size_t)(len + lj), "}");
+    static const char* keys[MEM_NUM_KINDS] = {"params", "grads", "moments", "master", "activations", "comm_buffers", "workspace"};
+    size_t len = 0;
+#define REPORT_PUT(...) do { int w_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
+                             if (w_ > 0) len += (size_t)w_; } while (0)
+    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d", c->world_rank, c->dp_rank);
+    for (int k = 0; k < MEM_NUM_KINDS; k++) REPORT_PUT(",\"%s_bytes\":%zu,\"%s_peak_bytes\":%zu", keys[k], mem_live((MemKind)k), keys[k], mem_peak((MemKind)k));
+    REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"gather_wait_ms_per_step\":%.3f,\"ledger_step\":",
+               st->layer_act_bytes, grad_wait_ms, gather_wait_ms);
+#undef REPORT_PUT
+    if (len >= cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
+    int lj = ledger_json(c, buf + len, cap - len);
+    if (lj < 0 || len + (size_t)lj + 2 > cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
+    snprintf(buf + len + lj, cap - (len + (size_t)lj), "}");
 }
 
 #define REPORT_RANK_BYTES 8192
 
 // every rank's object gathered to rank 0, which writes the file (through a temporary name)
-static void write_report(const char* path, int stage, const Zero* z, const AdamWState* st, Comm* c,
-                         int grad_accum, double grad_wait_ms, double gather_wait_ms, int timed_steps) {
+static void write_report(const char* path, const DataParallel* dp, const Stage* st, Comm* c, int grad_accum,
+                         double grad_wait_ms, double gather_wait_ms, int timed_steps) {
     char* mine = (char*)mallocCheck(REPORT_RANK_BYTES);
     memset(mine, 0, REPORT_RANK_BYTES);
-    rank_report_json(z, st, c, grad_wait_ms, gather_wait_ms, mine, REPORT_RANK_BYTES);
+    rank_report_json(dp, st, c, grad_wait_ms, gather_wait_ms, mine, REPORT_RANK_BYTES);
     char* all = c->world_rank == 0 ? (char*)mallocCheck((size_t)c->world_size * REPORT_RANK_BYTES) : NULL;
     // host text, not a collective of the training: plain MPI, outside the ledger
     mpiCheck(MPI_Gather(mine, REPORT_RANK_BYTES, MPI_CHAR, all, REPORT_RANK_BYTES, MPI_CHAR, 0, c->mpi[GROUP_WORLD]));
     if (c->world_rank == 0) {
         char formula[32];
-        paper_formula_text(stage, formula, sizeof(formula));
+        paper_formula_text(dp->stage, formula, sizeof(formula));
         AtomicFile af;
         atomic_open(&af, path);
-        fprintf(af.f, "{\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"build\":\"%s\",\"precision\":\"%s\","
-                "\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,\"num_parameters\":%zu,\"num_units\":%d,"
-                "\"packed_parameters\":%zu,\"shard_parameters\":%zu,\"grad_accum\":%d,\"paper_formula\":\"%s\","
-                "\"paper_model_states_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
-                stage, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
-                PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, z->num_parameters, z->num_units,
-                z->packed_size, z->shard_size, grad_accum, formula, zero_paper_bytes(stage, z->dp, (double)z->num_parameters),
-                paper_sent_bytes(z, stage, grad_accum), timed_steps);
+        fprintf(af.f, "{\"note\":\"*_bytes: measured by the tagged allocator (live at the end of the run; *_peak_bytes: the most "
+                "at once); paper_*: predictions of the formulas\",\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
+                "\"build\":\"%s\",\"precision\":\"%s\",\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,"
+                "\"num_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
+                "\"L\":%d,\"C\":%d,\"NH\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
+                "\"paper_activations_per_layer_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
+                dp->stage, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
+                PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.num_units,
+                dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
+                recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.num_parameters),
+                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(af.f, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
         fprintf(af.f, "]}\n");
         atomic_commit(&af);
@@ -100,4 +138,3 @@ static void write_report(const char* path, int stage, const Zero* z, const AdamW
     free(mine);
     free(all);
 }
-

@@ -1,20 +1,33 @@
-// sampler.h: text generation from the model: sampling from the softmax of the logits (or greedy
-// argmax), one token at a time, by running the model on the growing sequence. Under data
-// parallelism every rank generates (the same tokens); see GPTHooks.agree_token.
+// sampler.h: text generation from the model, one token at a time, with a KV cache: each new position
+// runs the blocks on that one position, reading the keys and values of the earlier positions from
+// the cache instead of recomputing them, so generating n tokens after a prompt of p costs p + n - 1
+// single-position forwards (not the (p + n)^2 / 2 positions of rerunning the model on the growing
+// sequence). The sampler has its own buffers, so it never touches the training activations.
+//
+// The next token is a draw from softmax(logits) (sample_softmax, with a uniform coin from the run's
+// RNG) or, greedy, the argmax. Under data parallelism every rank generates the same tokens: ranks
+// that gather parameters together (ZeRO-3) must run the same forwards, so the sampled token is agreed
+// through the hooks (ParamHooks.agree_token).
 #pragma once
 #include "common.h"
 #include "device.h"
 #include "rand.h"
-#include "gpt.h"
+#include "tensors.h"
+#include "linear.h"
+#include "block.h"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "attention.cuh"
+#include "residual.cuh"
 
-// index of the largest of the first n logits
+// index of the largest of the first n logits (the first one on ties)
 static int sample_argmax(const float* logits, int n) {
     int best = 0;
     for (int i = 1; i < n; i++) if (logits[i] > logits[best]) best = i;
     return best;
 }
 
-// a draw from softmax(logits[0..n)), coin uniform in [0, 1)
+// a draw from softmax(logits[0..n)), coin uniform in [0, 1): the first i with coin < cdf(i)
 static int sample_softmax(const float* logits, int n, float coin) {
     float maxv = logits[0];
     for (int i = 1; i < n; i++) maxv = fmaxf(maxv, logits[i]);
@@ -28,22 +41,116 @@ static int sample_softmax(const float* logits, int n, float coin) {
     return n - 1;
 }
 
-// Extends tokens[0..len) by up to `max_new` tokens (tokens must have room for len + max_new), stopping
+typedef struct {
+    GPTConfig cfg;
+    const ParamLayout* lay;
+    ParamHooks* hooks;
+    BlockLinears lin;
+    LinearSpec lm_head;
+    floatX* kcache;      // (L, maxT, C) the keys of the positions run so far
+    floatX* vcache;      // (L, maxT, C) their values
+    // one position's activations, reused by every layer
+    floatX* x;           // (C) the residual stream
+    floatX* ln;          // (C)
+    float* mean;         // (1)
+    float* rstd;         // (1)
+    floatX* qkv;         // (3C)
+    floatX* atty;        // (C)
+    floatX* proj;        // (C)
+    floatX* residual2;   // (C)
+    floatX* fch;         // (4C)
+    floatX* fch_gelu;    // (4C)
+    floatX* logits;      // (Vp)
+    float* scores;       // (NH, maxT) attention probabilities
+    int* token;          // (1) device
+    float* logits_host;  // (Vp)
+    void* mem;
+    long long positions; // single-position forwards run so far (for the tests)
+} Sampler;
+
+static void sampler_init(Sampler* sp, const ParamLayout* lay, ParamHooks* hooks) {
+    memset(sp, 0, sizeof(*sp));
+    GPTConfig c = lay->cfg;
+    sp->cfg = c;
+    sp->lay = lay;
+    sp->hooks = hooks;
+    sp->lin = block_linears(c);
+    sp->lm_head = linear_spec("lm_head", c.channels, c.padded_vocab_size, 0);
+    size_t C = c.channels, cache = (size_t)c.num_layers * c.max_seq_len * C;
+    ActField f[] = {
+        {(void**)&sp->kcache, cache, 0, {1, 1, 1}},    {(void**)&sp->vcache, cache, 0, {1, 1, 1}},
+        {(void**)&sp->x, C, 0, {1, 1, 1}},             {(void**)&sp->ln, C, 0, {1, 1, 1}},
+        {(void**)&sp->mean, 1, 1, {1, 1, 1}},          {(void**)&sp->rstd, 1, 1, {1, 1, 1}},
+        {(void**)&sp->qkv, 3 * C, 0, {1, 1, 1}},       {(void**)&sp->atty, C, 0, {1, 1, 1}},
+        {(void**)&sp->proj, C, 0, {1, 1, 1}},          {(void**)&sp->residual2, C, 0, {1, 1, 1}},
+        {(void**)&sp->fch, 4 * C, 0, {1, 1, 1}},       {(void**)&sp->fch_gelu, 4 * C, 0, {1, 1, 1}},
+        {(void**)&sp->logits, (size_t)c.padded_vocab_size, 0, {1, 1, 1}},
+        {(void**)&sp->scores, (size_t)c.num_heads * c.max_seq_len, 1, {1, 1, 1}},
+        {(void**)&sp->token, 1, 1, {1, 1, 1}},  // an int: 4 bytes, as a float
+    };
+    sp->mem = carve_fields(f, (int)(sizeof(f) / sizeof(f[0])), RECOMPUTE_NONE, 1, MEM_WORKSPACE);
+    sp->logits_host = (float*)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
+}
+
+static void sampler_free(Sampler* sp) {
+    device_free(sp->mem);
+    free(sp->logits_host);
+    memset(sp, 0, sizeof(*sp));
+}
+
+// Runs token at position pos (0-based; positions 0 .. pos-1 must be in the cache) through the model,
+// adding its keys and values to the cache. want_logits: also the LM head, into sp->logits_host (Vp).
+static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
+    GPTConfig c = sp->cfg;
+    int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len;
+    cudaStream_t s = llm_ctx.stream;
+    ParamHooks* h = sp->hooks;
+    copy_to_device(sp->token, &token, sizeof(int));
+    EmbedTensors emb = embed_view(sp->lay, h->params(h->ctx, UNIT_EMBED, 0));  // held until the LM head
+    encoder_forward(sp->x, sp->token, emb.wte, emb.wpe + (size_t)pos * C, 1, 1, C, s);
+    for (int l = 0; l < L; l++) {
+        LayerTensors w = layer_view(sp->lay, h->params(h->ctx, unit_of_layer(l), 0));
+        floatX* kc = sp->kcache + (size_t)l * maxT * C;
+        floatX* vc = sp->vcache + (size_t)l * maxT * C;
+        layernorm_forward(sp->ln, sp->mean, sp->rstd, sp->x, w.ln1w, w.ln1b, 1, C, s);
+        linear_forward(&sp->lin.qkv, sp->qkv, NULL, sp->ln, w.qkvw, w.qkvb, 1, s);
+        copy_device_to_device(kc + (size_t)pos * C, sp->qkv + C, C * sizeof(floatX), s);
+        copy_device_to_device(vc + (size_t)pos * C, sp->qkv + 2 * C, C * sizeof(floatX), s);
+        attention_decode(sp->atty, sp->scores, sp->qkv, kc, vc, pos + 1, maxT, C, NH, s);
+        linear_forward(&sp->lin.attproj, sp->proj, NULL, sp->atty, w.attprojw, w.attprojb, 1, s);
+        fused_residual_layernorm_forward(sp->residual2, sp->ln, sp->mean, sp->rstd, sp->x, sp->proj, w.ln2w, w.ln2b, 1, C, s);
+        linear_forward(&sp->lin.fc, sp->fch_gelu, sp->fch, sp->ln, w.fcw, w.fcb, 1, s);
+        linear_forward(&sp->lin.fcproj, sp->proj, NULL, sp->fch_gelu, w.fcprojw, w.fcprojb, 1, s);
+        residual_forward(sp->x, sp->residual2, sp->proj, C, s);
+        h->params_done(h->ctx, unit_of_layer(l), 0);
+    }
+    FinalTensors fin = final_view(sp->lay, h->params(h->ctx, unit_final(c), 0));
+    layernorm_forward(sp->ln, sp->mean, sp->rstd, sp->x, fin.lnfw, fin.lnfb, 1, C, s);
+    h->params_done(h->ctx, unit_final(c), 0);
+    if (want_logits) {
+        linear_forward(&sp->lm_head, sp->logits, NULL, sp->ln, emb.wte, NULL, 1, s);
+        copy_to_host_float(sp->logits_host, sp->logits, (size_t)c.padded_vocab_size);
+    }
+    h->params_done(h->ctx, UNIT_EMBED, 0);
+    sp->positions++;
+}
+
+// Extends tokens[0..len) by up to max_new tokens (tokens must have room for len + max_new), stopping
 // after a token equal to stop_token (-1: never) or at the model's context length. rng == NULL means
 // greedy. Returns the new length.
-static int gpt_generate(GPT* model, int* tokens, int len, int max_new, int stop_token, Rng* rng) {
-    GPTConfig c = model->config;
-    float* logits = (float*)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));  // (Vp)
+static int sampler_generate(Sampler* sp, int* tokens, int len, int max_new, int stop_token, Rng* rng) {
+    GPTConfig c = sp->cfg;
+    if (len < 1 || len > c.max_seq_len) fatal("sampler: expected a prompt of 1 to %d tokens, found %d", c.max_seq_len, len);
+    for (int i = 0; i < len; i++) {
+        if (tokens[i] < 0 || tokens[i] >= c.vocab_size) fatal("sampler: token id %d is outside the vocabulary [0, %d)", tokens[i], c.vocab_size);
+    }
+    for (int i = 0; i < len - 1; i++) sampler_forward(sp, tokens[i], i, 0);  // the prompt fills the cache
     for (int i = 0; i < max_new && len < c.max_seq_len; i++) {
-        gpt_forward(model, tokens, NULL, 1, len, 0.0f);
-        copy_to_host_float(logits, model->acts.output + (size_t)(len - 1) * c.padded_vocab_size, c.padded_vocab_size);
-        int next = rng ? sample_softmax(logits, c.vocab_size, rng_f32(rng)) : sample_argmax(logits, c.vocab_size);
-        // ZeRO-3: every rank takes dp rank 0's token, so every rank runs the same forwards (each
-        // forward all-gathers the parameters with the whole group)
-        if (model->hooks && model->hooks->agree_token) next = model->hooks->agree_token(model->hooks->ctx, next);
+        sampler_forward(sp, tokens[len - 1], len - 1, 1);
+        int next = rng ? sample_softmax(sp->logits_host, c.vocab_size, rng_f32(rng)) : sample_argmax(sp->logits_host, c.vocab_size);
+        next = sp->hooks->agree_token(sp->hooks->ctx, next);
         tokens[len++] = next;
         if (next == stop_token) break;
     }
-    free(logits);
     return len;
 }

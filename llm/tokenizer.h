@@ -110,3 +110,11 @@ static void tokenizer_free(Tokenizer* tok) {
     }
     memset(tok, 0, sizeof(*tok));
 }
+
+// prints n token ids as text (or as numbers when there is no tokenizer)
+static void print_tokens(const Tokenizer* tok, const int* tokens, int n) {
+    for (int i = 0; i < n; i++) {
+        if (tok) tokenizer_print_safe(tokenizer_decode(tok, (uint32_t)tokens[i]));
+        else printf("%d ", tokens[i]);
+    }
+}

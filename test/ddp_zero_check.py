@@ -5,8 +5,9 @@
   compare NAME RUN REF LOSS_RTOL PARAM_ATOL   losses (train, val) and grad norms of every step in both
                                               logs, relative; every parameter of the final models, absolute
   same NAME RUN REF                           final model and state files: identical bytes
-  memory NAME REPORT                          each rank's parameters + gradients + optimizer state
-                                              against the ZeRO paper's formula, within the padding
+  memory NAME REPORT                          each rank's parameters + gradients + optimizer state, as
+                                              allocated (the tagged allocator's counts), against the
+                                              ZeRO paper's formula, within the padding
   ledger NAME REPORT                          each rank's collectives of one step against sec. 7
   ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
 """
@@ -77,8 +78,9 @@ def memory(name, report):
     slack = per * (packed - psi)  # the padding, at most
     worst = None
     for rk in r["ranks"]:
+        # measured: what the tagged allocator counted as parameters, gradients, moments, master weights
         m = rk["params_bytes"] + rk["grads_bytes"] + rk["moments_bytes"] + rk["master_bytes"]
-        if m != rk["model_states_bytes"] or not (paper <= m <= paper + slack):
+        if not (paper <= m <= paper + slack):
             return False, "%s: rank %d holds %d B, paper (%s) %.0f B, padding allows +%d B" % (
                 name, rk["rank"], m, r["paper_formula"], paper, slack)
         worst = m

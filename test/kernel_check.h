@@ -36,7 +36,7 @@ static std::vector<int> kc_randint(size_t n, int hi) {
 // device memory filled with 0xFF bytes (NaN in float and bf16)
 template <typename T>
 static T* kc_alloc_poisoned(size_t n) {
-    T* d = (T*)device_malloc(n * sizeof(T));
+    T* d = (T*)device_malloc(n * sizeof(T), MEM_WORKSPACE);
     cudaCheck(cudaMemset(d, 0xFF, n * sizeof(T)));
     return d;
 }
@@ -45,14 +45,14 @@ static void kc_poison(void* d, size_t bytes) { cudaCheck(cudaMemset(d, 0xFF, byt
 
 // host floats -> a new device floatX buffer
 static floatX* kc_upload(const std::vector<float>& h) {
-    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
+    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX), MEM_WORKSPACE);
     copy_floats_to_device(d, h.data(), h.size());
     return d;
 }
 
 template <typename T>
 static T* kc_upload_raw(const std::vector<T>& h) {
-    T* d = (T*)device_malloc(h.size() * sizeof(T));
+    T* d = (T*)device_malloc(h.size() * sizeof(T), MEM_WORKSPACE);
     copy_to_device(d, h.data(), h.size() * sizeof(T));
     return d;
 }

@@ -62,6 +62,7 @@ run kernels_bf16_random env EMU_ORDER=random ./build/test_kernels_emu
 run kernels_fp32_random env EMU_ORDER=random ./build/test_kernels_emu_fp32
 run kernels_asan_ubsan env EMU_ORDER=random EMU_THREADS=2 ./build/test_kernels_asan
 run model_vs_pytorch_emu ./build/test_gpt_emu
+run model_vs_pytorch_emu_bf16 ./build/test_gpt_emu_bf16
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"

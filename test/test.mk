@@ -35,8 +35,11 @@ build/test_kernels_asan: test/test_kernels.cu $(EMU_DEPS)
 build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+build/test_gpt_emu_bf16: test/test_gpt.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
-                 build/test_kernels_asan build/test_gpt_emu $(MATMUL_TESTS) \
+                 build/test_kernels_asan build/test_gpt_emu build/test_gpt_emu_bf16 $(MATMUL_TESTS) \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
                  build/test_comm_cpu build/test_comm_emu
 
@@ -61,6 +64,13 @@ test:
 bench-cpu: build/bench_cpu
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./build/bench_cpu "d4,C=256,NH=4,maxT=256,V=50257" 4 64 10
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./build/bench_cpu d12 4 64 5
+
+# activation recompute (--recompute): step time of none, selective and full in one process, as
+# ratios to none, beside the expected cost from the FLOPs recomputed (dev/bench_train.cu). GPT-2 124M
+# at B=4, T=256 on the CPU (a few minutes on 2 cores); scripts/gpu_check.sh runs it on a GPU at T=1024.
+.PHONY: bench-recompute
+bench-recompute: build/bench_cpu
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_cpu d12 4 256 3 0 none,selective,full
 
 # data parallelism on the CPU build: 2 processes x 1 thread against 1 process x 1 thread on the same
 # global batch, the speed-up and the comm wait per step (test/bench_ddp.sh)

@@ -104,7 +104,7 @@ static void group_members(CommGroup g, int* members) {
 
 template <typename T>
 static T* dev_upload(const T* host, size_t n) {
-    T* d = (T*)device_malloc(n * sizeof(T));
+    T* d = (T*)device_malloc(n * sizeof(T), MEM_WORKSPACE);
     copy_to_device(d, host, n * sizeof(T));
     return d;
 }
@@ -160,14 +160,14 @@ static void test_collective(CommKind kind, int mode, int in_place, CommGroup g, 
         alloc1 = dev_upload(mine, block);
         send = alloc1;
         if (in_place) recv = alloc1;
-        else { alloc2 = (T*)device_malloc(block * sizeof(T)); dev_poison(alloc2, block * sizeof(T)); recv = alloc2; }
+        else { alloc2 = (T*)device_malloc(block * sizeof(T), MEM_WORKSPACE); dev_poison(alloc2, block * sizeof(T)); recv = alloc2; }
     } else if (kind == COMM_REDUCE_SCATTER) {
         alloc1 = dev_upload(mine, N * block);
         send = alloc1;
         if (in_place) recv = alloc1 + me * block;
-        else { alloc2 = (T*)device_malloc(block * sizeof(T)); dev_poison(alloc2, block * sizeof(T)); recv = alloc2; }
+        else { alloc2 = (T*)device_malloc(block * sizeof(T), MEM_WORKSPACE); dev_poison(alloc2, block * sizeof(T)); recv = alloc2; }
     } else {  // all_gather
-        alloc1 = (T*)device_malloc(N * block * sizeof(T));
+        alloc1 = (T*)device_malloc(N * block * sizeof(T), MEM_WORKSPACE);
         dev_poison(alloc1, N * block * sizeof(T));
         recv = alloc1;
         if (in_place) { send = alloc1 + me * block; copy_to_device(send, mine, block * sizeof(T)); }
@@ -268,9 +268,9 @@ static void test_overlapped(CommGroup g) {
     for (size_t i = 0; i < b; i++) h_ag[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
     T* ar = dev_upload(h_ar, b);
     T* rs_in = dev_upload(h_rs, N * b);
-    T* rs_out = (T*)device_malloc(b * sizeof(T));
+    T* rs_out = (T*)device_malloc(b * sizeof(T), MEM_WORKSPACE);
     T* ag_in = dev_upload(h_ag, b);
-    T* ag_out = (T*)device_malloc(N * b * sizeof(T));
+    T* ag_out = (T*)device_malloc(N * b * sizeof(T), MEM_WORKSPACE);
     CommHandle h1 = comm_all_reduce_start(&C, g, ar, ar, b, COMM_SUM, (cudaStream_t)0);
     CommHandle h2 = comm_reduce_scatter_start(&C, g, rs_in, rs_out, b, COMM_SUM, (cudaStream_t)0);
     CommHandle h3 = comm_all_gather_start(&C, g, ag_in, ag_out, b, (cudaStream_t)0);
@@ -339,7 +339,7 @@ static void test_p2p(CommGroup g, size_t n) {
     T* h = (T*)mallocCheck(n * sizeof(T));
     for (size_t i = 0; i < n; i++) h[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
     T* mine = dev_upload(h, n);
-    T* got = (T*)device_malloc(n * sizeof(T));
+    T* got = (T*)device_malloc(n * sizeof(T), MEM_WORKSPACE);
     dev_poison(got, n * sizeof(T));
     int ok = 1;
     char detail[160] = "";
@@ -446,8 +446,8 @@ static void test_ledger(void) {
     mcheck(ledger_calls(&C, COMM_ALL_KINDS, GROUP_ALL) == 0 && ledger_sent_bytes(&C, COMM_ALL_KINDS, GROUP_ALL) == 0.0,
            NULL, "ledger: empty after ledger_reset");
     const size_t n = 1000, block = 3;
-    float* a = (float*)device_malloc(4 * 64 * n * sizeof(float));
-    float* b = (float*)device_malloc(4 * 64 * n * sizeof(float));
+    float* a = (float*)device_malloc(4 * 64 * n * sizeof(float), MEM_WORKSPACE);
+    float* b = (float*)device_malloc(4 * 64 * n * sizeof(float), MEM_WORKSPACE);
     device_memset_zero(a, 4 * 64 * n * sizeof(float), 0);
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         CommGroup gg = (CommGroup)g;
@@ -504,8 +504,8 @@ static void test_ledger(void) {
     // DDP vs ZeRO-3 on the DP group: Psi float gradients/parameters, N ranks
     const int N = C.group_size[GROUP_DP];
     const size_t psi = 64 * 1000 * (size_t)N;  // a multiple of N (ZeRO pads to this)
-    float* full = (float*)device_malloc(psi * sizeof(float));
-    float* shard = (float*)device_malloc(psi / N * sizeof(float));
+    float* full = (float*)device_malloc(psi * sizeof(float), MEM_WORKSPACE);
+    float* shard = (float*)device_malloc(psi / N * sizeof(float), MEM_WORKSPACE);
     device_memset_zero(full, psi * sizeof(float), 0);
     device_memset_zero(shard, psi / N * sizeof(float), 0);
     ledger_reset(&C);
@@ -559,7 +559,7 @@ static void test_all_collectives(void) {
 static void die_mode(int die_rank, int use_signal) {
     if (die_rank < 0 || die_rank >= C.world_size) fatal("--die-rank %d: expected a rank in [0, %d)", die_rank, C.world_size);
     const size_t n = 1 << 18;
-    float* buf = (float*)device_malloc(n * sizeof(float));
+    float* buf = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
     device_memset_zero(buf, n * sizeof(float), 0);
     comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);  // everyone is up
     if (C.world_rank == die_rank) {
@@ -574,7 +574,7 @@ static void die_mode(int die_rank, int use_signal) {
 
 static void bench_mode(void) {
     const size_t max_bytes = (size_t)64 << 20;
-    float* buf = (float*)device_malloc(max_bytes);
+    float* buf = (float*)device_malloc(max_bytes, MEM_WORKSPACE);
     device_memset_zero(buf, max_bytes, 0);
     const int N = C.world_size;
     if (C.world_rank == 0) {
@@ -655,7 +655,7 @@ int main(int argc, char** argv) {
     test_ledger();
 
     {   // an example table: one DDP-like gradient average on the DP group
-        float* g = (float*)device_malloc(4096 * sizeof(float));
+        float* g = (float*)device_malloc(4096 * sizeof(float), MEM_WORKSPACE);
         device_memset_zero(g, 4096 * sizeof(float), 0);
         comm_all_reduce(&C, GROUP_DP, g, g, 4096, COMM_AVG, (cudaStream_t)0);
         device_free(g);

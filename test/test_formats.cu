@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     float* bf = checkpoint_load(p2, &cfg2);
     checkpoint_save(p3, cfg2, bf, 5);
     check(same_bytes(p2, p3), "llm.c v5 (bf16) checkpoint: save + load + save gives identical bytes");
-    size_t n = config_num_parameters(cfg);
+    size_t n = num_parameters(cfg);
     int rounding_ok = 1;
     for (size_t i = 0; i < n; i++) {
         // nearest-even bf16 (8 significant bits) is within half a unit in the last place: |x - bf| <= 2^-8 |x|

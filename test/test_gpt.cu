@@ -1,24 +1,43 @@
 // test_gpt.cu: the whole model against the independent PyTorch reference (dev/reference/, float64,
 // stored as float32): logits, loss, the gradients of all 16 parameter tensors, the losses of 10
-// AdamW steps, and the parameters after them. Builds as the CPU build and as the emulated CUDA build.
+// AdamW steps, and the update those steps made (parameters after minus before). The model runs as
+// the trainer runs it: a stage (llm/gpt.h) whose parameters come from the data-parallel policy
+// (llm/dp.h) over one rank. The gradients are also checked under each activation-recompute policy
+// (llm/block.h): bit-identical to no recompute. Builds as the CPU build and as the emulated CUDA
+// build, FP32 and BF16.
 //
-// Tolerances (FP32 builds). Each value here is a float32 computation of a float64 result, so it differs
-// by rounding only. The deepest chain is 2 layers of dot products of length <= 4C = 128 with
-// LayerNorms between them; float32 keeps 2^-24 = 6e-8 relative per operation, and sums of ~100 terms
-// give errors of ~1e-6 of the tensor's scale at the worst. So logits and each gradient tensor are
-// compared with |got - ref| <= 1e-5 * max|ref| (the tensor's scale) + 1e-4 * |ref|: 10x that bound
-// (observed: 1.2e-7 absolute on logits of scale 0.6, <= 1e-7 on gradients). A real bug (a wrong
-// index, a missing term, a transposed weight) moves values by >= 1e-3 of the scale, 100x more.
-// The loss within 1e-5 absolute (observed 0). For the 10 AdamW steps the errors of each step carry
-// into the next: losses within 1e-4 absolute (observed 5e-7); parameters within 2e-4 * max|param|
-// (= 2e-5 here) + 1e-4 * |ref| (observed 3e-6). The parameters need the most room: the key bias has an
-// exact gradient of 0 (softmax ignores a shift shared by a query's scores), so its float gradient is
-// pure rounding noise, which AdamW's m / sqrt(v) turns into updates of up to lr = 1e-3 per step in a
-// random direction; its observed drift is 3e-6 after 10 steps.
-// BF16 builds keep 8 mantissa bits (relative rounding 2^-9 per value stored): logits and gradients
-// are compared within 2e-2 of the tensor's scale + 2e-2 relative, the loss within 2e-2.
+// Tolerances, FP32 builds. Each value is a float32 computation of a float64 result, so it differs by
+// rounding only. The deepest chain is 2 layers of dot products of length <= 4C = 128 with LayerNorms
+// between them; float32 keeps 2^-24 = 6e-8 relative per operation, and sums of ~100 terms give
+// errors of ~1e-6 of the tensor's scale at the worst. So logits and each gradient tensor are compared
+// with |got - ref| <= 1e-5 * max|ref| (the tensor's scale) + 1e-4 * |ref|: 10x that bound (observed:
+// 1.2e-7 absolute on logits of scale 0.6, <= 1e-7 on gradients). A real bug (a wrong index, a missing
+// term, a transposed weight) moves values by >= 1e-3 of the scale, 100x more. The loss within 1e-5
+// absolute (observed 0). For the 10 AdamW steps the errors of each step carry into the next: losses
+// within 1e-4 absolute (observed 5e-7). The update of each parameter over the 10 steps (up to 1e-2:
+// AdamW moves a parameter by at most ~lr = 1e-3 per step) within 2e-5 absolute + 1e-3 relative
+// (observed 1.7e-6), 500x less than the largest movement, and the whole update within 1e-4 in
+// relative L2 (observed 2e-6), so an update that was skipped, halved, or applied to the wrong tensor
+// fails. The key bias is left out of that comparison: its exact gradient is 0 (softmax ignores a
+// shift shared by a query's scores), so its float gradient is rounding noise, which AdamW's
+// m / sqrt(v) turns into updates of up to lr per step in a random direction (observed drift 3e-6 in
+// FP32, 6e-3 in BF16); its own check bounds that drift by 10 lr.
+//
+// BF16 builds keep 8 mantissa bits (relative rounding 2^-9 per value stored) in every activation and
+// gradient, and the FP32 master weights see those BF16 gradients. Logits and gradients within
+// 2e-2 of the tensor's scale + 2e-2 relative (observed: 3e-3 absolute on logits, gradients within
+// a third of the bound). The loss and the 10 losses within 5e-3 (observed 1e-5 and 3.5e-4): the
+// loss falls by 0.04 to 0.14 per step, so a step whose update went missing fails. The update: AdamW
+// divides m by sqrt(v), so parameters whose gradient is near 0 move by noise-driven amounts (up to
+// lr per step, like the key bias in FP32), and one element may be off by 2.6e-3 (observed) of a largest
+// movement of 1e-2. So each element within 5e-3 absolute, and the update as a whole within 0.05 in
+// relative L2 (observed 0.017), where a skipped update scores 1 and a halved one 0.5.
 #include "../llm/common.h"
+#include "../llm/context.h"
+#include "../llm/comm.h"
+#include "../llm/tensors.h"
 #include "../llm/gpt.h"
+#include "../llm/dp.h"
 #include "../llm/optimizer.h"
 #include "../llm/checkpoint.h"
 #include "test_common.h"
@@ -33,7 +52,6 @@ static const int BF16 = 1;
 static const int BF16 = 0;
 #endif
 
-// compare with a tolerance scaled to the tensor's largest reference value in BF16 builds
 // atol is relative to the tensor's largest reference value (scale), rtol to each value
 static int compare(const char* what, const float* got, const float* want, size_t n, float atol, float rtol) {
     float scale = 0.0f;
@@ -42,14 +60,31 @@ static int compare(const char* what, const float* got, const float* want, size_t
     return check_close(what, got, want, n, atol * scale, rtol);
 }
 
-int main(void) {
-    // the reference model and its debug state
+// the model's gradients (the policy's packed buffer) in checkpoint order, FP32 on the host (Psi)
+static void grads_to_host(DataParallel* dp, float* out) {
+    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
+    copy_to_host_float(packed, dp->grads, dp->lay.packed_size);
+    layout_to_checkpoint(&dp->lay, packed, out);
+    free(packed);
+}
+
+// one training micro-batch, its gradients accumulated into the policy's buffers
+static void forward_backward(DataParallel* dp, Stage* st, const int* x, const int* y) {
+    dp_step_begin(dp);
+    dp_micro_begin(dp, 0, 1);
+    stage_forward(st, 0, x, y, 1.0f / (st->B * st->T));
+    stage_backward(st, 0);
+    dp_finish_grads(dp);
+}
+
+int main(int argc, char** argv) {
+    // one process: the data-parallel policy over one rank, as the trainer runs it
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 0, 1, 1);
+    context_init();
     GPTConfig cfg;
     float* params = checkpoint_load(FIXTURES "/tiny_model.bin", &cfg);
-    GPT model;
-    gpt_allocate(&model, cfg);
-    gpt_set_parameters(&model, params);
-    size_t n = model.num_parameters;
+    size_t n = num_parameters(cfg);
     int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
 
     FILE* f = fopenCheck(FIXTURES "/tiny_debug_state.bin", "rb");
@@ -71,34 +106,55 @@ int main(void) {
     printf("tiny model: L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, batch B=%d T=%d, %zu parameters (%s)\n",
            cfg.num_layers, cfg.num_heads, cfg.channels, V, Vp, cfg.max_seq_len, B, T, n, PRECISION_MODE);
 
+    DataParallel dp;
+    dp_init(&dp, &comm, cfg, 0);
+    dp_import_params(&dp, params, 0);
+    float* params0 = (float*)mallocCheck(n * sizeof(float));  // what the model starts from (BF16: rounded)
+    dp_export(&dp, params0, NULL, NULL);
+    Stage st;
+    stage_init(&st, &dp.lay, &dp.hooks, B, T, RECOMPUTE_NONE, 1);
+
     // forward: logits (the unpadded V columns) and loss
-    gpt_forward(&model, x, y, B, T, 0.0f);
+    stage_forward(&st, 0, x, y, 0.0f);
+    float loss = (float)stage_take_loss(&st);
     float* logits = (float*)mallocCheck((size_t)B * T * Vp * sizeof(float));
-    copy_to_host_float(logits, model.acts.output, (size_t)B * T * Vp);
+    copy_to_host_float(logits, st.slots[0].logits, (size_t)B * T * Vp);
     float* got_logits = (float*)mallocCheck((size_t)B * T * V * sizeof(float));
     for (int i = 0; i < B * T; i++) memcpy(got_logits + (size_t)i * V, logits + (size_t)i * Vp, V * sizeof(float));
     compare("logits", got_logits, want_logits, (size_t)B * T * V, 1e-5f, 1e-4f);
-    float loss_tol = BF16 ? 2e-2f : 1e-5f;
-    check(fabsf(model.mean_loss - want_loss) <= loss_tol, "loss %.7f vs reference %.7f (tol %.0e)", model.mean_loss, want_loss, loss_tol);
+    float loss_tol = BF16 ? 5e-3f : 1e-5f;
+    check(fabsf(loss - want_loss) <= loss_tol, "loss %.7f vs reference %.7f (tol %.0e)", loss, want_loss, loss_tol);
 
     // backward: all 16 gradients
-    gpt_zero_grad(&model);
-    gpt_forward(&model, x, y, B, T, 1.0f / (B * T));
-    gpt_backward(&model);
+    forward_backward(&dp, &st, x, y);
     float* grads = (float*)mallocCheck(n * sizeof(float));
-    copy_to_host_float(grads, model.grads_memory, n);
-    size_t off = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    grads_to_host(&dp, grads);
+    for (int t = 0; t < NUM_TENSORS; t++) {
         char what[64];
-        snprintf(what, sizeof(what), "grad %s", PARAMETER_NAMES[i]);
-        compare(what, grads + off, want_grads + off, model.param_sizes[i], 1e-5f, 1e-4f);
-        off += model.param_sizes[i];
+        snprintf(what, sizeof(what), "grad %s", TENSORS[t].name);
+        size_t off = dp.lay.ckpt_offset[t];
+        compare(what, grads + off, want_grads + off, tensor_size(cfg, t), 1e-5f, 1e-4f);
     }
+
+    // activation recompute: the same gradients, bit for bit, under each policy (same kernels, same inputs)
+    for (int r = RECOMPUTE_SELECTIVE; r <= RECOMPUTE_FULL; r++) {
+        Stage sr;
+        stage_init(&sr, &dp.lay, &dp.hooks, B, T, (Recompute)r, 1);
+        forward_backward(&dp, &sr, x, y);
+        float* gr = (float*)mallocCheck(n * sizeof(float));
+        grads_to_host(&dp, gr);
+        size_t ndiff = 0;
+        for (size_t i = 0; i < n; i++) ndiff += memcmp(&gr[i], &grads[i], sizeof(float)) != 0;
+        float lr_ = (float)stage_take_loss(&sr);
+        check(ndiff == 0 && memcmp(&lr_, &loss, sizeof(float)) == 0,
+              "--recompute %s: loss and all %zu gradients bit-identical to no recompute (%zu differ)", recompute_name((Recompute)r), n, ndiff);
+        free(gr);
+        stage_free(&sr);
+    }
+    stage_take_loss(&st);
 
     // 10 AdamW steps on the same batch, hyperparameters as in the fixture's header
     OptimConfig oc = {1e-3f, 1.0f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f};
-    AdamWState opt;
-    adamw_state_init(&opt, &model);
     f = fopenCheck(FIXTURES "/tiny_adamw_losses.txt", "r");
     char line[256];
     float want_losses[10];
@@ -109,25 +165,59 @@ int main(void) {
     }
     fcloseCheck(f, "losses");
     if (nl != 10) fatal("tiny_adamw_losses.txt: expected 10 losses, found %d", nl);
-    float step_tol = BF16 ? 5e-2f : 1e-4f;
+    float step_tol = BF16 ? 5e-3f : 1e-4f;
     for (int step = 0; step < 10; step++) {
-        gpt_zero_grad(&model);
-        gpt_forward(&model, x, y, B, T, 1.0f / (B * T));
-        gpt_backward(&model);
-        float norm = gpt_grad_norm(&model, &opt);
-        gpt_update(&model, &opt, &oc, lr_schedule(&oc, step), norm, 1234u + step);
-        check(fabsf(model.mean_loss - want_losses[step]) <= step_tol, "AdamW step %d loss %.7f vs %.7f (tol %.0e)",
-              step + 1, model.mean_loss, want_losses[step], step_tol);
+        forward_backward(&dp, &st, x, y);
+        float step_loss = (float)stage_take_loss(&st);
+        float norm = dp_grad_norm(&dp);
+        dp_update(&dp, &oc, lr_schedule(&oc, step), norm, 1234u + step);
+        check(fabsf(step_loss - want_losses[step]) <= step_tol, "AdamW step %d loss %.7f vs %.7f (tol %.0e)",
+              step + 1, step_loss, want_losses[step], step_tol);
     }
+    // the update of the 10 steps against the reference's: (after - before) vs (ref after - ref before)
     GPTConfig cfg10;
     float* want_params10 = checkpoint_load(FIXTURES "/tiny_model_step10.bin", &cfg10);
     float* got_params10 = (float*)mallocCheck(n * sizeof(float));
-    gpt_get_parameters(&model, got_params10);
-    compare("parameters after 10 AdamW steps", got_params10, want_params10, n, 2e-4f, 1e-4f);
+    dp_export(&dp, got_params10, NULL, NULL);
+    float max_move = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        got_params10[i] -= params0[i];
+        want_params10[i] -= params[i];
+        max_move = fmaxf(max_move, fabsf(want_params10[i]));
+    }
+    // The key bias (the middle third of qkvb, in each layer) has an exact gradient of 0: any float
+    // implementation updates it by rounding noise that AdamW scales up to ~lr per step, in a direction
+    // no reference can predict. It is checked on its own (its movement stays within 10 lr) and left
+    // out of the comparison of the updates.
+    size_t C = cfg.channels, kb_moved = 0;
+    float kb_max = 0.0f;
+    for (int l = 0; l < cfg.num_layers; l++) {
+        size_t kb = dp.lay.ckpt_offset[T_QKVB] + (size_t)l * 3 * C + C;  // (C) this layer's key bias
+        for (size_t i = kb; i < kb + C; i++) {
+            kb_max = fmaxf(kb_max, fabsf(got_params10[i]));
+            kb_moved += fabsf(want_params10[i]) > 1e-9f;
+            got_params10[i] = want_params10[i] = 0.0f;
+        }
+    }
+    check(kb_moved == 0 && kb_max <= 10 * oc.lr, "key bias (exact gradient 0): the reference does not move it; here it drifts by %.3g <= 10 lr", kb_max);
+    float atol = BF16 ? 5e-3f : 2e-5f, rtol = BF16 ? 0.0f : 1e-3f;
+    check(atol * 2 <= max_move, "the reference update moves parameters by up to %.3g, at least 2x the tolerance %.1g", max_move, atol);
+    check_close("update of 10 AdamW steps (after - before) vs the reference's", got_params10, want_params10, n, atol, rtol);
+    // the update as a whole: |got - ref| / |ref| in L2 is 1 for a skipped update, 0.5 for a halved one
+    double e2 = 0.0, r2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got_params10[i] - want_params10[i];
+        e2 += d * d;
+        r2 += (double)want_params10[i] * want_params10[i];
+    }
+    double rel = sqrt(e2 / r2), rel_tol = BF16 ? 0.05 : 1e-4;
+    check(rel <= rel_tol, "update of 10 AdamW steps: |got - ref| / |ref| = %.3g in L2 (tol %.0e; 1 if the update is skipped)", rel, rel_tol);
 
-    free(params); free(x); free(y); free(want_logits); free(want_grads); free(logits); free(got_logits);
+    free(params); free(params0); free(x); free(y); free(want_logits); free(want_grads); free(logits); free(got_logits);
     free(grads); free(want_params10); free(got_params10);
-    adamw_state_free(&opt);
-    gpt_free(&model);
+    stage_free(&st);
+    dp_free(&dp);
+    context_free();
+    comm_free(&comm);
     return test_summary("test_gpt");
 }

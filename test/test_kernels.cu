@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     printf("test_kernels: seed %llu, %s\n", (unsigned long long)seed, PRECISION_MODE);
     rng_init(&g_rng, seed);
+    context_init();
     test_encoder();
     test_layernorm();
     test_gelu();
@@ -28,5 +29,6 @@ int main(int argc, char** argv) {
     test_fused_classifier();
     test_adamw();
     test_global_norm();
+    context_free();
     return test_summary("test_kernels");
 }

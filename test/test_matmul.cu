@@ -57,7 +57,7 @@ static float* abs_copy(const float* h, size_t n) {
     for (size_t i = 0; i < n; i++) a[i] = fabsf(h[i]);
     return a;
 }
-static floatX* dev_alloc(size_t n) { return (floatX*)device_malloc(n * sizeof(floatX) + 16); }
+static floatX* dev_alloc(size_t n) { return (floatX*)device_malloc(n * sizeof(floatX) + 16, MEM_WORKSPACE); }
 static void upload(floatX* d, const float* h, size_t n) {
     floatX* t = (floatX*)mallocCheck(n * sizeof(floatX));
     for (size_t i = 0; i < n; i++) t[i] = (floatX)h[i];
@@ -141,7 +141,7 @@ static void test_forward(int BT, int C, int OC, int with_bias, int with_gelu, cu
     float* out = download(d_out, n);
     char what[160];
 #if LLM_HAS_KERNELS
-    const char* mode = with_gelu ? (matmul_fuse_gelu ? " fused" : " unfused") : "";
+    const char* mode = with_gelu ? (llm_ctx.matmul_fuse_gelu ? " fused" : " unfused") : "";
 #else
     const char* mode = "";
 #endif
@@ -191,7 +191,7 @@ static void test_backward(int BT, int C, int OC, int with_dbias, int with_gelu, 
     poison(d_dinp, nin);
     float* d_scratch = NULL;
 #if LLM_HAS_KERNELS
-    d_scratch = (float*)device_malloc((size_t)MATMUL_DBIAS_MAX_SPLITS * OC * sizeof(float));
+    d_scratch = (float*)device_malloc((size_t)MATMUL_DBIAS_MAX_SPLITS * OC * sizeof(float), MEM_WORKSPACE);
 #endif
     matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_scratch, d_pre, BT, C, OC, s);
     device_synchronize();
@@ -199,7 +199,7 @@ static void test_backward(int BT, int C, int OC, int with_dbias, int with_gelu, 
     float* dw = download(d_dw, nw);
     char what[160];
 #if LLM_HAS_KERNELS
-    const char* mode = with_gelu ? (matmul_fuse_gelu ? " fused" : " unfused") : "";
+    const char* mode = with_gelu ? (llm_ctx.matmul_fuse_gelu ? " fused" : " unfused") : "";
 #else
     const char* mode = "";
 #endif
@@ -312,7 +312,7 @@ static void test_batched(BatchedCase t, cudaStream_t s) {
     for (size_t q = 0; q < nc; q++) if (!inside[q] && !is_poison(craw, q)) gaps_bad++;
     char what[200];
 #if LLM_HAS_KERNELS
-    const char* mode = t.epi != MATMUL_EPILOGUE_NONE ? (matmul_fuse_gelu ? " fused" : " unfused") : "";
+    const char* mode = t.epi != MATMUL_EPILOGUE_NONE ? (llm_ctx.matmul_fuse_gelu ? " fused" : " unfused") : "";
 #else
     const char* mode = "";
 #endif
@@ -384,8 +384,8 @@ int main(int argc, char** argv) {
     const char* build = "emulated CUDA";
 #endif
     printf("test_matmul: %s build, floatX %s, seed %llu\n", build, PRECISION_MODE, (unsigned long long)seed);
-    cudaStream_t s = NULL;
-    matmul_init(s);
+    context_init();
+    cudaStream_t s = llm_ctx.stream;
     // (BT, C, OC): odd sizes, sizes where 128-bit packs apply, and a GPT-2 small MLP slice
     const int shapes[][3] = {{1, 1, 1}, {7, 33, 100}, {33, 100, 129}, {64, 128, 96}, {128, 768, 3072}};
     const int nshapes = sizeof(shapes) / sizeof(shapes[0]);
@@ -402,22 +402,22 @@ int main(int argc, char** argv) {
         test_backward(BT, C, OC, 0, 0, s);
         for (int f = 0; f < fuse_modes; f++) {
 #if LLM_HAS_KERNELS
-            matmul_fuse_gelu = f == 0;
+            llm_ctx.matmul_fuse_gelu = f == 0;
 #endif
             test_forward(BT, C, OC, 1, 1, s);
             test_forward(BT, C, OC, 0, 1, s);
             test_backward(BT, C, OC, 1, 1, s);
         }
 #if LLM_HAS_KERNELS
-        matmul_fuse_gelu = 1;
+        llm_ctx.matmul_fuse_gelu = 1;
 #endif
     }
     for (int f = 0; f < fuse_modes; f++) {
 #if LLM_HAS_KERNELS
-        matmul_fuse_gelu = f == 0;
+        llm_ctx.matmul_fuse_gelu = f == 0;
 #endif
         batched_suite(s);
     }
-    matmul_free();
+    context_free();
     return test_summary("test_matmul");
 }

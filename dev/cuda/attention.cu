@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     double peak = peak_gbs();
     printf("attention: %s, %s, B=%d T=%d C=%d NH=%d (hs %d), peak %.0f GB/s\n", device_name(), PRECISION_MODE, B, T,
            C, NH, hs, peak);
-    matmul_init(0);
+    context_init();
     Rng rng;
     rng_init(&rng, 1234);
     bool all_ok = true;
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
     size_t sTh = (size_t)T * hs, sTT = (size_t)T * T;
     double full_flops = 2.0 * BNH * (double)T * T * hs;
     for (int cut = 0; cut <= 1; cut++) {
-        attention_chunk_rows_override = cut ? 0 : T;  // T rows per chunk: one full product
+        llm_ctx.attention_chunk_rows = cut ? 0 : T;  // T rows per chunk: one full product
         double flops = 0.0;
         attention_for_chunks(T, [&](int r0, int r1) { flops += 2.0 * BNH * (double)(r1 - r0) * r1 * hs; });
         float ms = bench_ms(reps, [&] {
@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
         printf("  AV   %-10s (%d rows/chunk)    %8.3f ms  %6.1f TFLOP/s computed, %6.1f full-equivalent\n",
                cut ? "causal cut" : "full", attention_chunk_rows(T), ms, tflops(flops, ms), tflops(full_flops, ms));
     }
-    attention_chunk_rows_override = 0;
+    llm_ctx.attention_chunk_rows = 0;
 
     // softmax forward on the preatt the product wrote (restored before every run)
     cudaCheck(cudaMemcpy(d_att0, d_att, natt * sizeof(floatX), cudaMemcpyDeviceToDevice));
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
 
     // the whole forward and backward, without and with the causal cut
     for (int cut = 0; cut <= 1; cut++) {
-        attention_chunk_rows_override = cut ? 0 : T;
+        llm_ctx.attention_chunk_rows = cut ? 0 : T;
         float fwd = bench_ms(reps, [&] { attention_forward(d_out, d_qkvr, d_att, d_scr, d_inp, B, T, C, NH, 0); });
         float bwd = bench_ms(reps, [&] {
             attention_backward(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att, B, T, C, NH, 0);
@@ -304,12 +304,12 @@ int main(int argc, char** argv) {
         printf("  attention_forward  %-10s       %8.3f ms\n", cut ? "causal cut" : "full", fwd);
         printf("  attention_backward %-10s       %8.3f ms\n", cut ? "causal cut" : "full", bwd);
     }
-    attention_chunk_rows_override = 0;
+    llm_ctx.attention_chunk_rows = 0;
 
     floatX* bufs[] = {d_inp, d_dout, d_out, d_qkvr, d_att, d_att0, d_scr, d_dinp, d_dqkvr, d_datt, d_datt0};
     for (floatX* p : bufs) cudaCheck(cudaFree(p));
     bench_free();
-    matmul_free();
+    // (the context is released with the process)
     printf("%s\n", all_ok ? "all checks ok" : "SOME CHECKS FAILED");
     return all_ok ? 0 : 1;
 }

@@ -67,14 +67,14 @@ static std::vector<float> randn_floatX(Rng* rng, size_t n, float mean, float std
 // host floats -> device floatX: into an existing buffer, or a new one
 static void upload_to(floatX* d, const std::vector<float>& h) { copy_floats_to_device(d, h.data(), h.size()); }
 static floatX* upload(const std::vector<float>& h) {
-    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX));
+    floatX* d = (floatX*)device_malloc(h.size() * sizeof(floatX), MEM_WORKSPACE);
     upload_to(d, h);
     return d;
 }
 // host values -> a new device buffer of the same type, copied as they are
 template <class T>
 static T* upload_raw(const std::vector<T>& h) {
-    T* d = (T*)device_malloc(h.size() * sizeof(T));
+    T* d = (T*)device_malloc(h.size() * sizeof(T), MEM_WORKSPACE);
     copy_to_device(d, h.data(), h.size() * sizeof(T));
     return d;
 }
@@ -94,7 +94,7 @@ static std::vector<T> download_raw(const T* d, size_t n) {
 
 // n floatX of device memory filled with 0xFF bytes (NaN in FP32 and BF16): unwritten outputs show
 static floatX* alloc_poisoned(size_t n) {
-    floatX* d = (floatX*)device_malloc(n * sizeof(floatX));
+    floatX* d = (floatX*)device_malloc(n * sizeof(floatX), MEM_WORKSPACE);
     cudaCheck(cudaMemset(d, 0xFF, n * sizeof(floatX)));
     return d;
 }
@@ -136,7 +136,7 @@ static const size_t BENCH_FLUSH_BYTES = (size_t)128 << 20;
 template <class Prep, class Run>
 static float bench_ms(int reps, Prep prep, Run run) {
     if (reps < 1) reps = 1;
-    if (bench_flush == NULL) bench_flush = device_malloc(BENCH_FLUSH_BYTES);
+    if (bench_flush == NULL) bench_flush = device_malloc(BENCH_FLUSH_BYTES, MEM_WORKSPACE);
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
     cudaCheck(cudaEventCreate(&stop));

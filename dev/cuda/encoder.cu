@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     b.T = T;
     b.C = C;
     b.Vp = Vp;
-    b.inp = (int*)device_malloc(BT * sizeof(int));
+    b.inp = (int*)device_malloc(BT * sizeof(int), MEM_WORKSPACE);
     copy_to_device(b.inp, inp.data(), BT * sizeof(int));
     b.inp_host = inp.data();
     b.wte = upload(wte);
@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
     b.dout = upload(dout);
     b.dwte = upload(dwte0);
     b.dwpe = upload(dwpe0);
-    b.out = (floatX*)device_malloc(BTC * sizeof(floatX));
-    b.scratch = (float*)device_malloc(BTC * sizeof(float));
+    b.out = (floatX*)device_malloc(BTC * sizeof(floatX), MEM_WORKSPACE);
+    b.scratch = (float*)device_malloc(BTC * sizeof(float), MEM_WORKSPACE);
 
     std::vector<float> out(BTC), dwte = dwte0, dwpe = dwpe0;
     encoder_forward_cpu(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);

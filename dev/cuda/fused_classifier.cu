@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     fused_classifier_cpu(want_logits.data(), want_losses.data(), dloss, h_targets.data(), check_rows, V, Vp, 1);
 
     floatX* d_pristine = upload(h_logits);
-    floatX* d_logits = (floatX*)device_malloc(n * sizeof(floatX));
-    float* d_losses = (float*)device_malloc(BT * sizeof(float));
+    floatX* d_logits = (floatX*)device_malloc(n * sizeof(floatX), MEM_WORKSPACE);
+    float* d_losses = (float*)device_malloc(BT * sizeof(float), MEM_WORKSPACE);
     int* d_targets = upload_raw(h_targets);
 
     for (int version = 1; version <= 3; version++) {

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     gelu_backward_cpu(want_bwd.data(), x.data(), d.data(), N);
     floatX* d_x = upload(x);
     floatX* d_d = upload(d);
-    floatX* d_out = (floatX*)device_malloc(N * sizeof(floatX));
+    floatX* d_out = (floatX*)device_malloc(N * sizeof(floatX), MEM_WORKSPACE);
     // tolerances: BF16, one rounding of the result (2^-8 relative); FP32, tanh.approx of version 1
     // under --use_fast_math is good to 2^-11 relative, so both get a BF16-sized tolerance here (the
     // tight FP32 bounds of version 2 are tested in test/kernels/gelu.h)

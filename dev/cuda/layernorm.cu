@@ -194,11 +194,11 @@ int main(int argc, char** argv) {
     b.dinp = upload(dinp0);
     b.dweight = upload(dw0);
     b.dbias = upload(db0);
-    b.out = (floatX*)device_malloc(NC * sizeof(floatX));
-    b.residual = (floatX*)device_malloc(NC * sizeof(floatX));
-    b.mean = (float*)device_malloc(N * sizeof(float));
-    b.rstd = (float*)device_malloc(N * sizeof(float));
-    b.scratch = (float*)device_malloc(std::max(NC, (size_t)4096 * C) * sizeof(float));
+    b.out = (floatX*)device_malloc(NC * sizeof(floatX), MEM_WORKSPACE);
+    b.residual = (floatX*)device_malloc(NC * sizeof(floatX), MEM_WORKSPACE);
+    b.mean = (float*)device_malloc(N * sizeof(float), MEM_WORKSPACE);
+    b.rstd = (float*)device_malloc(N * sizeof(float), MEM_WORKSPACE);
+    b.scratch = (float*)device_malloc(std::max(NC, (size_t)4096 * C) * sizeof(float), MEM_WORKSPACE);
 
     // references
     std::vector<float> out(NC), mean(N), rstd(N), res(NC), res_r(NC), fout(NC), fmean(N), frstd(N);

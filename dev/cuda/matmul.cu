@@ -70,7 +70,7 @@ __global__ void fill_uniform_kernel(T* x, size_t n, unsigned long long seed, flo
 
 template <class T>
 static T* alloc_uniform(size_t n, unsigned long long seed, float scale) {
-    T* d = (T*)device_malloc(n * sizeof(T));
+    T* d = (T*)device_malloc(n * sizeof(T), MEM_WORKSPACE);
     LAUNCH(fill_uniform_kernel<T>, dim3((unsigned)ceil_div_sz(n, 256)), dim3(256), 0, (cudaStream_t)0, d, n, seed,
            scale);
     return d;
@@ -227,13 +227,13 @@ int main(int argc, char** argv) {
         return 1;
     }
     printf("matmul: %s, %s, BT=%d C=%d Vp=%d, peak %.0f GB/s\n", device_name(), PRECISION_MODE, BT, C, Vp, peak_gbs());
-    matmul_init(0);
+    context_init();
     Rng rng;
     rng_init(&rng, 1234);
     int all_ok = 1;
     Layer layers[NUM_LAYERS];
     size_t max_oc = std::max((size_t)Vp, (size_t)4 * C);
-    float* d_scratch = (float*)device_malloc(MATMUL_DBIAS_MAX_SPLITS * max_oc * sizeof(float));
+    float* d_scratch = (float*)device_malloc(MATMUL_DBIAS_MAX_SPLITS * max_oc * sizeof(float), MEM_WORKSPACE);
 
     // ---- checks at a small shape
     {
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
     floatX* bufs[] = {d_inp, d_pre, d_w, d_b, d_dout, d_out, d_dinp, d_dw, d_db};
     for (floatX* p : bufs) device_free(p);
     device_free(d_scratch);
-    matmul_free();
+    // (the context is released with the process)
     bench_free();
     printf("%s\n", all_ok ? "all checks ok" : "SOME CHECKS FAILED");
     return all_ok ? 0 : 1;

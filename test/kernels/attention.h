@@ -92,13 +92,11 @@ static void test_attention(void) {
         {1, 64, 128, 2, 0, 0}, {1, 64, 128, 2, 16, 0}, {2, 40, 64, 1, 8, 0}, {1, 264, 32, 2, 0, 0},
         {1, 520, 16, 2, 0, 0},
     };
-    bool had_matmul = matmul_lt_handle != NULL;
-    matmul_init(0);
     for (auto s : shapes) {
         int B = s.B, T = s.T, C = s.C, NH = s.NH, hs = C / NH, off = s.misalign;
         size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
         double scale = 1.0 / sqrt((double)hs);
-        attention_chunk_rows_override = s.chunk_rows;
+        llm_ctx.attention_chunk_rows = s.chunk_rows;
         char tag[96], what[160];
         snprintf(tag, sizeof(tag), "B=%d T=%d C=%d NH=%d%s%s", B, T, C, NH, off ? " misaligned" : "",
                  s.chunk_rows ? " chunked" : "");
@@ -277,6 +275,5 @@ static void test_attention(void) {
         device_free(d_dqkvr);
         device_free(d_datt);
     }
-    attention_chunk_rows_override = 0;
-    if (!had_matmul) matmul_free();
+    llm_ctx.attention_chunk_rows = 0;
 }

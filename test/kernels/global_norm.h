@@ -37,7 +37,6 @@ static void global_norm_case(size_t n, size_t offset) {
 }
 
 static void test_global_norm(void) {
-    global_norm_init();
     const size_t ns[] = {1, 3, 1000, 100003};
     for (int k = 0; k < 4; k++) global_norm_case(ns[k], 0);
     global_norm_case(3, 1);        // misaligned, shorter than the head
@@ -61,5 +60,4 @@ static void test_global_norm(void) {
         device_free(db);
         device_free(d_out);
     }
-    global_norm_free();
 }

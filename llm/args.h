@@ -1,0 +1,214 @@
+// args.h: the trainer's flags: their table (long name, llm.c's short alias, help), the parser, and
+// the checks of the layout that need the process count (run once the processes are known, before
+// anything is allocated). Bad values end the program with one line naming the flag, what was
+// expected and what was found.
+#pragma once
+#include "common.h"
+#include "comm.h"
+
+typedef struct {
+    const char* model;          // checkpoint path or descriptor
+    const char* train_data;
+    const char* val_data;
+    const char* tokenizer;
+    const char* output_dir;
+    const char* log_path;
+    const char* resume;         // state file, "latest"/"1" (newest in output dir), or NULL/"0"
+    const char* eval_file;      // held-out exact-match problems (shard)
+    int B, T;
+    long total_batch;
+    int steps;
+    float lr, lr_final, weight_decay, grad_clip;
+    int warmup;
+    int seed;
+    int shuffle;
+    int val_every, val_steps, sample_every, sample_len, checkpoint_every;
+    int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
+    int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
+    const char* report_json;    // memory and communication report, or NULL
+    int debug_die_at_step;      // a rank exits(1) at this step (the failure test), 0 = never
+    int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/block.h)
+} Args;
+
+typedef struct {
+    const char* long_name;
+    char short_name;  // llm.c's flag with the same meaning, 0 if none
+    const char* help;
+} FlagDoc;
+
+static const FlagDoc FLAGS[] = {
+    {"--model", 'e', "llm.c checkpoint path, or a fresh model: dN[,C=..][,NH=..][,maxT=..][,V=..] (default d12)"},
+    {"--train-data", 'i', "glob of train token shards"},
+    {"--val-data", 'j', "glob of val token shards (empty: no validation)"},
+    {"--tokenizer", 0, "llm.c tokenizer file for decoding samples (empty: print token ids)"},
+    {"--batch", 'b', "micro-batch size B per process (default 4)"},
+    {"--seq-len", 't', "sequence length T (default 1024, at most the model's maxT)"},
+    {"--total-batch", 'd', "tokens per optimizer step; a multiple of B*T*dp (default B*T*dp): gradient accumulation"},
+    {"--steps", 'x', "optimizer steps (default -1: one epoch of the train data)"},
+    {"--lr", 'l', "peak learning rate (default 3e-4)"},
+    {"--warmup", 'u', "linear warm-up steps (default 0)"},
+    {"--lr-final", 'q', "final learning rate as a fraction of --lr, reached by cosine decay (default 1.0)"},
+    {"--weight-decay", 'c', "AdamW decoupled weight decay of the 2-D tensors (default 0.0)"},
+    {"--grad-clip", 0, "clip the global gradient norm to this, 0 = off (default 1.0)"},
+    {"--seed", 0, "seed of initialisation, data order and sampling (default 1337)"},
+    {"--shuffle", 0, "1: shuffle shards and samples each epoch, from the seed; 0: in order (default 1)"},
+    {"--val-every", 'v', "val loss every N steps, 0 = never (default 20)"},
+    {"--val-steps", 'm', "batches per val loss (default 20)"},
+    {"--sample-every", 's', "print a sample every N steps, 0 = never (default 20)"},
+    {"--sample-len", 'g', "tokens per sample (default 64)"},
+    {"--checkpoint-every", 'n', "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
+    {"--output-dir", 'o', "directory for the log and checkpoints (default out)"},
+    {"--resume", 'y', "resume from a state file, or 1/latest = the newest in --output-dir (default 0)"},
+    {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
+    {"--eval-file", 0, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
+    {"--dp", 0, "data-parallel ranks (default: the world size / (tp*pp)); world size = dp*tp*pp"},
+    {"--tp", 0, "tensor-parallel ranks (default 1; > 1 not implemented yet)"},
+    {"--pp", 0, "pipeline-parallel stages (default 1; > 1 not implemented yet)"},
+    {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
+    {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
+    {"--recompute", 0, "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
+    {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
+};
+#define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
+
+static void print_usage(void) {
+    printf("usage: train_gpt [flags]   (%s build, %s)\n", LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char shortf[8] = "";
+        if (FLAGS[i].short_name) snprintf(shortf, sizeof(shortf), "-%c", FLAGS[i].short_name);
+        printf("  %-20s %-3s %s\n", FLAGS[i].long_name, shortf, FLAGS[i].help);
+    }
+    printf("  --help                   this text\n");
+}
+
+static int parse_int_flag(const char* flag, const char* v) {
+    char* end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || x < -2147483647L || x > 2147483647L) fatal("%s: expected an integer, found '%s'", flag, v);
+    return (int)x;
+}
+
+static long parse_long_flag(const char* flag, const char* v) {
+    char* end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0') fatal("%s: expected an integer, found '%s'", flag, v);
+    return x;
+}
+
+static float parse_float_flag(const char* flag, const char* v) {
+    char* end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(x)) fatal("%s: expected a number, found '%s'", flag, v);
+    return x;
+}
+
+static void parse_args(Args* a, int argc, char** argv) {
+    a->model = "d12";
+    a->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    a->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    a->tokenizer = "gpt2_tokenizer.bin";
+    a->output_dir = "out";
+    a->log_path = NULL;
+    a->resume = NULL;
+    a->eval_file = NULL;
+    a->B = 4; a->T = 1024; a->total_batch = -1; a->steps = -1;
+    a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
+    a->seed = 1337; a->shuffle = 1;
+    a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0; a->recompute = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
+        // resolve a short alias or a long name to the flag's table entry
+        const char* name = NULL;
+        for (int k = 0; k < NUM_FLAGS; k++) {
+            if (strcmp(arg, FLAGS[k].long_name) == 0 ||
+                (FLAGS[k].short_name && arg[0] == '-' && arg[1] == FLAGS[k].short_name && arg[2] == '\0')) {
+                name = FLAGS[k].long_name;
+            }
+        }
+        if (name == NULL) fatal("unknown flag '%s' (see --help)", arg);
+        if (i + 1 >= argc) fatal("%s: expected a value, found the end of the command line", arg);
+        const char* v = argv[++i];
+        if (!strcmp(name, "--model")) a->model = v;
+        else if (!strcmp(name, "--train-data")) a->train_data = v;
+        else if (!strcmp(name, "--val-data")) a->val_data = v;
+        else if (!strcmp(name, "--tokenizer")) a->tokenizer = v;
+        else if (!strcmp(name, "--batch")) a->B = parse_int_flag(name, v);
+        else if (!strcmp(name, "--seq-len")) a->T = parse_int_flag(name, v);
+        else if (!strcmp(name, "--total-batch")) a->total_batch = parse_long_flag(name, v);
+        else if (!strcmp(name, "--steps")) a->steps = parse_int_flag(name, v);
+        else if (!strcmp(name, "--lr")) a->lr = parse_float_flag(name, v);
+        else if (!strcmp(name, "--warmup")) a->warmup = parse_int_flag(name, v);
+        else if (!strcmp(name, "--lr-final")) a->lr_final = parse_float_flag(name, v);
+        else if (!strcmp(name, "--weight-decay")) a->weight_decay = parse_float_flag(name, v);
+        else if (!strcmp(name, "--grad-clip")) a->grad_clip = parse_float_flag(name, v);
+        else if (!strcmp(name, "--seed")) a->seed = parse_int_flag(name, v);
+        else if (!strcmp(name, "--shuffle")) a->shuffle = parse_int_flag(name, v);
+        else if (!strcmp(name, "--val-every")) a->val_every = parse_int_flag(name, v);
+        else if (!strcmp(name, "--val-steps")) a->val_steps = parse_int_flag(name, v);
+        else if (!strcmp(name, "--sample-every")) a->sample_every = parse_int_flag(name, v);
+        else if (!strcmp(name, "--sample-len")) a->sample_len = parse_int_flag(name, v);
+        else if (!strcmp(name, "--checkpoint-every")) a->checkpoint_every = parse_int_flag(name, v);
+        else if (!strcmp(name, "--output-dir")) a->output_dir = v;
+        else if (!strcmp(name, "--resume")) a->resume = v;
+        else if (!strcmp(name, "--log")) a->log_path = v;
+        else if (!strcmp(name, "--eval-file")) a->eval_file = v;
+        else if (!strcmp(name, "--dp")) a->dp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--tp")) a->tp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--pp")) a->pp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--zero")) a->zero = parse_int_flag(name, v);
+        else if (!strcmp(name, "--report-json")) a->report_json = v;
+        else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
+        else if (!strcmp(name, "--recompute")) {
+            if (!strcmp(v, "none")) a->recompute = 0;
+            else if (!strcmp(v, "selective")) a->recompute = 1;
+            else if (!strcmp(v, "full")) a->recompute = 2;
+            else fatal("--recompute: expected none, selective or full, found '%s'", v);
+        }
+    }
+    if (a->B <= 0) fatal("--batch: expected a positive integer, found %d", a->B);
+    if (a->T <= 0) fatal("--seq-len: expected a positive integer, found %d", a->T);
+    // --total-batch is checked with the layout (it must divide over the dp ranks): check_layout
+    if (a->warmup < 0) fatal("--warmup: expected >= 0, found %d", a->warmup);
+    if (a->val_steps <= 0) fatal("--val-steps: expected a positive integer, found %d", a->val_steps);
+    if (a->shuffle != 0 && a->shuffle != 1) fatal("--shuffle: expected 0 or 1, found %d", a->shuffle);
+    if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
+    if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
+    if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
+    if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
+}
+
+// The layout, once the processes are known and before anything is allocated: the ZeRO stage, the
+// parallelisms implemented so far, the batch over the dp ranks (comm_init, which builds the groups,
+// has checked dp * tp * pp against the world size). On an error rank 0 prints one line and every
+// rank exits non-zero. Sets a->total_batch when it was left to its default.
+static void args_check_layout(Args* a, Comm* c) {
+    char err[512] = "";
+    long bt = (long)a->B * a->T, btdp = bt * c->dp;
+    if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
+    if (a->zero < 0 || a->zero > 3) {
+        snprintf(err, sizeof(err), "--zero: expected a ZeRO stage 0 (DDP), 1, 2 or 3, found %d", a->zero);
+    } else if (c->tp > 1 || c->pp > 1) {
+        snprintf(err, sizeof(err), "--tp %d --pp %d: tensor and pipeline parallelism are not implemented yet "
+                 "(later issue); expected --tp 1 --pp 1", c->tp, c->pp);
+    } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
+        if (c->dp == 1) {
+            snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",
+                     a->B, a->T, bt, a->total_batch);
+        } else {
+            snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T*dp = %d*%d*%d = %ld "
+                     "(every dp rank reads B*T tokens per micro-step), found %ld", a->B, a->T, c->dp, btdp, a->total_batch);
+        }
+    }
+    if (err[0] == '\0') return;
+    if (c->world_rank == 0) {
+        fprintf(stderr, "error: %s\n", err);
+        fflush(stderr);
+    }
+    mpiCheck(MPI_Finalize());  // every rank gets here (same arguments), then all exit non-zero
+    exit(EXIT_FAILURE);
+}

@@ -1,0 +1,210 @@
+// block.h: one transformer block of GPT-2 on one micro-batch, forward and backward, and what its
+// forward keeps for its backward: the activation recompute policy of Korthikanti et al. 2022,
+// "Reducing Activation Recomputation in Large Transformer Models" (sec. 4.1 counts the bytes,
+// sec. 5 chooses what to recompute).
+//
+//   x_in -> ln1 = LN1(x_in) -> qkv = ln1 Wqkv^T + b -> atty = attention(qkv) -> attproj = atty Wo^T + b
+//        -> residual2 = x_in + attproj -> ln2 = LN2(residual2) -> fch = ln2 Wfc^T + b -> fch_gelu = GELU(fch)
+//        -> fcproj = fch_gelu Wproj^T + b -> x_out = residual2 + fcproj
+//
+// The residual streams are explicit: block_forward reads x_in and writes x_out; block_backward takes
+// dx, the gradient of x_out, and leaves in it the gradient of x_in (the stream's gradient flows
+// through both residual adds unchanged, and each LayerNorm's backward adds its part to it).
+//
+// Activation recompute (--recompute): which fields of BlockActs a block keeps from its forward to its
+// backward. Kept fields are allocated per (layer, micro-batch); the others point into one shared
+// recompute buffer, which the forward overwrites layer after layer and block_recompute refills for
+// the layer whose backward is next. Every recomputation runs the same kernels on the same inputs as
+// the forward, so gradients are bit-identical whatever the policy.
+//
+//   field       elements        none  selective  full   recomputed from
+//   ln1         BTC             kept  -          -      x_in (LayerNorm, with its mean and rstd)
+//   ln1 stats   2 BT (FP32)     kept  -          -
+//   qkv         3 BTC           kept  kept       -      (full: the whole forward from x_in)
+//   qkvr        3 BTC (kernels) kept  -          -      qkv (the attention core, rerun)
+//   att         B NH T T        kept  -          -      qkv
+//   atty        BTC             kept  -          -      qkv
+//   residual2   BTC             kept  kept       -
+//   ln2         BTC             kept  -          -      residual2 (LayerNorm)
+//   ln2 stats   2 BT (FP32)     kept  -          -
+//   fch         4 BTC           kept  kept       -
+//   fch_gelu    4 BTC           kept  kept       -
+// plus x_in itself (BTC), which the stage keeps in every policy (the stream, llm/gpt.h).
+//
+// selective = the paper's choice (sec. 5: recompute the attention core, QK^T, softmax and the
+// product with V, whose (B, NH, T, T) matrix is the largest activation, 2 NH T / C times the size of
+// x_in, while its products cost 4 B T^2 C FLOPs, half of them masked, beside the layer's 24 B T C^2
+// of matmuls: ~9% of a GPT-2 124M layer's forward at T = 1024) plus the two LayerNorm outputs (llm.c's -r 2: a LayerNorm
+// is one read and one write of (B,T,C), nothing next to a matmul). GELU's output stays: the forward
+// gets it from the fc matmul's epilogue (cuBLASLt fuses GELU into the product), and recomputing it
+// with the separate GELU kernel would not round the same way, so the bit-identity would be lost;
+// recomputing the matmul instead would cost a third of the layer's matmul FLOPs.
+// full = keep only x_in; the backward reruns the whole block forward first (about one more forward:
+// ~4/3 of the step's FLOPs).
+#pragma once
+#include "common.h"
+#include "device.h"
+#include "tensors.h"
+#include "linear.h"
+#include "layernorm.cuh"
+#include "attention.cuh"
+#include "residual.cuh"
+
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
+
+static const char* recompute_name(Recompute r) {
+    return r == RECOMPUTE_NONE ? "none" : (r == RECOMPUTE_SELECTIVE ? "selective" : "full");
+}
+
+// one block's activations for one micro-batch (all pointers valid; those the policy does not keep point
+// into the stage's shared recompute buffer)
+typedef struct {
+    floatX* ln1;        // (B,T,C)  LN1's output, the input of the QKV linear
+    float* ln1_mean;    // (B,T)
+    float* ln1_rstd;    // (B,T)
+    floatX* qkv;        // (B,T,3C) q, k, v per position
+    floatX* qkvr;       // (B,T,3C) kernel builds: q, k, v permuted to (B,NH,T,hs); unused by the CPU build
+    floatX* att;        // (B,NH,T,T) softmax probabilities
+    floatX* atty;       // (B,T,C)  attention's output, the input of the attention projection
+    floatX* residual2;  // (B,T,C)  x_in + attproj
+    floatX* ln2;        // (B,T,C)
+    float* ln2_mean;    // (B,T)
+    float* ln2_rstd;    // (B,T)
+    floatX* fch;        // (B,T,4C) fc's output before GELU
+    floatX* fch_gelu;   // (B,T,4C)
+} BlockActs;
+
+// the fields of BlockActs with their sizes and the policies that keep them (the table above)
+typedef struct {
+    void** ptr;
+    size_t count;
+    int fp32;             // 1: float, 0: floatX
+    unsigned char kept[3];  // by Recompute: none, selective, full
+} ActField;
+
+#define BLOCK_ACT_FIELDS 13
+static void block_act_fields(BlockActs* a, GPTConfig c, int B, int T, ActField* f /*(BLOCK_ACT_FIELDS)*/) {
+    size_t BT = (size_t)B * T, C = c.channels, NH = c.num_heads;
+    size_t qkvr = LLM_HAS_KERNELS ? 3 * BT * C : 0;  // the CPU reference attention works on qkv directly
+    ActField fields[BLOCK_ACT_FIELDS] = {
+        {(void**)&a->ln1, BT * C, 0, {1, 0, 0}},         {(void**)&a->ln1_mean, BT, 1, {1, 0, 0}},
+        {(void**)&a->ln1_rstd, BT, 1, {1, 0, 0}},        {(void**)&a->qkv, 3 * BT * C, 0, {1, 1, 0}},
+        {(void**)&a->qkvr, qkvr, 0, {1, 0, 0}},          {(void**)&a->att, (size_t)B * NH * T * T, 0, {1, 0, 0}},
+        {(void**)&a->atty, BT * C, 0, {1, 0, 0}},        {(void**)&a->residual2, BT * C, 0, {1, 1, 0}},
+        {(void**)&a->ln2, BT * C, 0, {1, 0, 0}},         {(void**)&a->ln2_mean, BT, 1, {1, 0, 0}},
+        {(void**)&a->ln2_rstd, BT, 1, {1, 0, 0}},        {(void**)&a->fch, 4 * BT * C, 0, {1, 1, 0}},
+        {(void**)&a->fch_gelu, 4 * BT * C, 0, {1, 1, 0}},
+    };
+    memcpy(f, fields, sizeof(fields));
+}
+
+// bytes of one field in a carved block: each starts on a 64-byte boundary (128-bit loads, cache lines)
+static inline size_t act_field_bytes(const ActField* f) {
+    return ceil_div_sz(f->count * (f->fp32 ? sizeof(float) : sizeof(floatX)), 64) * 64;
+}
+
+// Points the fields of f[0..n) that policy r keeps (keep = 1) or does not keep (keep = 0) into one
+// new allocation of `kind`, and returns it (NULL if it would be empty)
+static void* carve_fields(ActField* f, int n, Recompute r, int keep, MemKind kind) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) if (f[i].kept[r] == keep) total += act_field_bytes(&f[i]);
+    if (total == 0) return NULL;
+    char* mem = (char*)device_malloc(total, kind);
+    char* p = mem;
+    for (int i = 0; i < n; i++) {
+        if (f[i].kept[r] != keep) continue;
+        *f[i].ptr = p;
+        p += act_field_bytes(&f[i]);
+    }
+    return mem;
+}
+
+// the fields of a block's activations that r keeps (keep = 1) or not (keep = 0), in one allocation
+static void* block_acts_carve(BlockActs* a, GPTConfig c, int B, int T, Recompute r, int keep, MemKind kind) {
+    ActField f[BLOCK_ACT_FIELDS];
+    block_act_fields(a, c, B, T, f);
+    return carve_fields(f, BLOCK_ACT_FIELDS, r, keep, kind);
+}
+
+// the fields `r` does not keep, pointed at the shared recompute buffer `shared` (carved the same way)
+static void block_acts_share(BlockActs* a, const BlockActs* shared, GPTConfig c, int B, int T, Recompute r) {
+    ActField f[BLOCK_ACT_FIELDS], g[BLOCK_ACT_FIELDS];
+    BlockActs s = *shared;
+    block_act_fields(a, c, B, T, f);
+    block_act_fields(&s, c, B, T, g);
+    for (int i = 0; i < BLOCK_ACT_FIELDS; i++) if (!f[i].kept[r]) *f[i].ptr = *g[i].ptr;
+}
+
+// the linear layers of a block
+typedef struct {
+    LinearSpec qkv, attproj, fc, fcproj;
+} BlockLinears;
+
+static BlockLinears block_linears(GPTConfig c) {
+    int C = c.channels;
+    BlockLinears l = {linear_spec("qkv", C, 3 * C, 0), linear_spec("attproj", C, C, 0), linear_spec("fc", C, 4 * C, 1),
+                      linear_spec("fcproj", 4 * C, C, 0)};
+    return l;
+}
+
+// what a block borrows during one call; shared by every block of a stage (workspace)
+typedef struct {
+    floatX* proj;      // (B,T,C)  forward: the attention and MLP projections' outputs; attention's scratch
+    floatX* x_scratch; // (B,T,C)  full recompute: the recomputed x_out, not needed again
+    floatX* dbuf_c;    // (B,T,C)
+    floatX* dbuf_4c;   // (B,T,4C)
+    floatX* dqkv;      // (B,T,3C)
+    floatX* dqkvr;     // (B,T,3C) kernel builds
+    floatX* datt;      // (B,NH,T,T)
+    floatX* dscratch;  // (B,T,C)
+    float* scratch;    // FP32 scratch of the parameter-gradient reductions (one op at a time)
+} BlockBuffers;
+
+// ----------------------------------------------------------------------------
+// forward and backward
+
+static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a, const BlockBuffers* buf,
+                          const floatX* x_in /*(B,T,C)*/, floatX* x_out /*(B,T,C)*/, int B, int T, cudaStream_t s) {
+    int C = c.channels, NH = c.num_heads, BT = B * T;
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, BT, C, s);
+    linear_forward(&lin->qkv, a->qkv, NULL, a->ln1, w.qkvw, w.qkvb, BT, s);
+    attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, C, NH, s);
+    linear_forward(&lin->attproj, buf->proj, NULL, a->atty, w.attprojw, w.attprojb, BT, s);
+    fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
+                                     BT, C, s);
+    linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
+    linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
+    residual_forward(x_out, a->residual2, buf->proj, (size_t)BT * C, s);
+}
+
+// refills the fields policy r did not keep, for the backward of this block (same kernels, same inputs)
+static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a,
+                            const BlockBuffers* buf, const floatX* x_in, int B, int T, cudaStream_t s) {
+    int C = c.channels, NH = c.num_heads, BT = B * T;
+    if (r == RECOMPUTE_FULL) {
+        block_forward(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, s);
+    } else if (r == RECOMPUTE_SELECTIVE) {
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, BT, C, s);
+        attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, C, NH, s);
+        // the forward's fused kernel normalised the rounded residual2: the plain LayerNorm of it is the same
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, BT, C, s);
+    }
+}
+
+// dx: on entry the gradient of x_out, on return the gradient of x_in. gw: where the parameter
+// gradients accumulate (+=). The activations must be complete (block_recompute first).
+static void block_backward(const BlockLinears* lin, GPTConfig c, LayerTensors w, LayerTensors gw, const BlockActs* a,
+                           const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(B,T,C)*/, int B, int T,
+                           cudaStream_t s) {
+    int C = c.channels, NH = c.num_heads, BT = B * T;
+    // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dbuf_4c = d fch
+    linear_backward(&lin->fcproj, buf->dbuf_4c, gw.fcprojw, gw.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
+    linear_backward(&lin->fc, buf->dbuf_c, gw.fcw, gw.fcb, buf->dbuf_4c, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
+    layernorm_backward(dx, gw.ln2w, gw.ln2b, buf->scratch, buf->dbuf_c, a->residual2, w.ln2w, a->ln2_mean, a->ln2_rstd,
+                       BT, C, s);
+    // dx is now the gradient of residual2 = x_in + attproj
+    linear_backward(&lin->attproj, buf->dbuf_c, gw.attprojw, gw.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
+    attention_backward(buf->dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T, C, NH, s);
+    linear_backward(&lin->qkv, buf->dbuf_c, gw.qkvw, gw.qkvb, buf->dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
+    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, BT, C, s);
+}

@@ -1,0 +1,338 @@
+// dp.h: data parallelism over the dp group, one mechanism with four policies, behind the hooks the
+// model calls (ParamHooks, llm/tensors.h):
+//     stage 0  DDP (llm/ddp.h): every rank holds every parameter, gradient and optimizer state; each
+//              unit's gradients are all-reduced as soon as the backward finishes them
+//     stage 1  ZeRO P_os, 2 P_os+g, 3 P_os+g+p (llm/zero.h): the optimizer states, then the gradients,
+//              then the parameters partitioned over the ranks
+// A single process is DDP over one rank: the same code, its collectives local no-ops.
+//
+// What each rank holds, by stage (the ZeRO paper's Figure 1 and Table 1: for Psi parameters on N
+// ranks, p and g bytes per parameter and per gradient, K bytes of optimizer state per parameter):
+//                 parameters        gradients         optimizer (m, v, master)   bytes per rank
+//     stage 0     all (packed)      all (packed)      all                        (p + g + K) Psi
+//     stage 1     all               all               its blocks                 (p + g) Psi + K Psi/N
+//     stage 2     all               its blocks        its blocks                 p Psi + (g + K) Psi/N
+//     stage 3     its blocks        its blocks        its blocks                 (p + g + K) Psi / N
+// FP32 builds: p = g = 4, K = 8 (m, v): 16, 4+4+8/N, 4+12/N, 16/N. BF16 builds: p = g = 2, K = 12
+// (FP32 master, m, v), the paper's mixed-precision case: 16, 2+2+12/N, 2+14/N, 16/N. Every buffer is
+// allocated with its kind (llm/context.h), so the memory report prints what was allocated, and
+// test/test_ddp_zero.sh compares that with the table.
+//
+// One step: dp_step_begin; for each micro-batch dp_micro_begin, the model's forward and backward
+// (which call the hooks); dp_finish_grads waits for the last reductions; dp_grad_norm; dp_update
+// (AdamW on what this rank owns, then under stages 1-2 the all-gather of the updated parameters).
+// With gradient accumulation only the last micro-batch's backward communicates (PyTorch DDP's no_sync):
+// the earlier ones sum locally.
+//
+// Checkpoints are layout-independent: dp_export gathers the whole model's parameters and moments (FP32,
+// checkpoint order) and dp_import keeps this rank's part.
+#pragma once
+#include "common.h"
+#include "device.h"
+#include "tensors.h"
+#include "optimizer.h"
+#include "global_norm.cuh"
+#include "comm.h"
+#include "ddp.h"
+#include "zero.h"
+
+typedef struct {
+    int stage, dp, rank;
+    Comm* comm;
+    ParamLayout lay;        // the packed layout, units padded to ZERO_ALIGN * dp values
+    ZeroState z;            // stages 1-3: the blocks this rank owns (llm/zero.h)
+    floatX* params;         // (packed_size) stages 0-2: all parameters
+    floatX* params_shard;   // (shard_size) stage 3: this rank's blocks of them
+    floatX* grads;          // (packed_size) stages 0-1: the whole gradient
+    floatX* grads_shard;    // (shard_size) stages 2-3: this rank's blocks of the averaged gradient
+    AdamWState opt;         // of what this rank updates: packed_size values (stage 0) or shard_size
+    float* scalars;         // (2) device: a value to average, a sampled token to agree on
+    CommQueue grad_queue;   // gradient all-reduces (stage 0) or reduce-scatters (1-3) in flight
+    int last_micro;         // 1 in the step's last micro-batch: its backward communicates
+    ParamHooks hooks;       // what the model calls
+} DataParallel;
+
+// the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
+// optimizer state (and in the shards)
+static inline void dp_owned(const DataParallel* dp, int u, size_t* lo, size_t* hi) {
+    if (dp->stage == 0) { *lo = 0; *hi = dp->lay.units[u].n; return; }
+    zero_owned(&dp->z, u, dp->lay.units[u].n, lo, hi);
+}
+static inline size_t dp_index(const DataParallel* dp, int u, size_t pos) {
+    return dp->stage == 0 ? dp->lay.units[u].start + pos : zero_shard_index(&dp->z, u, pos);
+}
+static inline size_t dp_state_size(const DataParallel* dp) { return dp->stage == 0 ? dp->lay.packed_size : dp->z.shard_size; }
+
+// ----------------------------------------------------------------------------
+// the hooks
+
+static floatX* dp_hook_params(void* ctx, int u, int pass) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (dp->stage < 3) return dp->params + dp->lay.units[u].start;
+    return zero_params_acquire(&dp->z, dp->comm, &dp->grad_queue, u, pass, dp->params_shard, llm_ctx.stream);
+}
+
+static void dp_hook_params_done(void* ctx, int u, int pass) {
+    (void)pass;
+    DataParallel* dp = (DataParallel*)ctx;
+    if (dp->stage == 3) zero_params_release(&dp->z, u);
+}
+
+static floatX* dp_hook_grads(void* ctx, int u) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (dp->stage <= 1) return dp->grads + dp->lay.units[u].start;
+    return zero_unit_grads(&dp->z, u, llm_ctx.stream);
+}
+
+static void dp_hook_grads_ready(void* ctx, int u) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (!dp->last_micro) return;  // gradient accumulation: earlier micro-batches sum locally
+    cudaStream_t s = llm_ctx.stream;
+    floatX* g = dp->grads + dp->lay.units[u].start;
+    if (dp->stage == 0) {
+        ddp_bucket_ready(dp->comm, &dp->grad_queue, g, dp->lay.units[u].n, u, s);
+    } else if (dp->stage == 1) {  // in place: this rank's block of the full gradient becomes the average
+        zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, g, g + (size_t)dp->rank * dp->z.block[u], s);
+    } else {  // from the unit's working buffer into the shard
+        zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, dp->z.unit_grads[u], dp->grads_shard + dp->z.shard_off[u], s);
+    }
+}
+
+// stage 3: every rank takes the token of dp rank 0, so all run the same forwards (each gathers)
+static int dp_hook_agree_token(void* ctx, int token) {
+    DataParallel* dp = (DataParallel*)ctx;
+    if (dp->stage < 3 || dp->dp == 1) return token;
+    float f = (float)token;  // exact for token ids < 2^24
+    copy_to_device(dp->scalars + 1, &f, sizeof(float));
+    comm_broadcast(dp->comm, GROUP_DP, dp->scalars + 1, 1, 0, llm_ctx.stream);
+    copy_to_host(&f, dp->scalars + 1, sizeof(float));
+    return (int)f;
+}
+
+// ----------------------------------------------------------------------------
+// setup
+
+// The layout and this rank's storage for ZeRO stage `stage` (0 = DDP) over the dp group of comm.
+// Allocates the parameters, gradients and optimizer state the stage keeps (contents: zero gradients
+// and moments; parameters set by dp_import_params). The layout (the stage, the batch) was validated
+// by the caller.
+static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) {
+    memset(dp, 0, sizeof(*dp));
+    dp->stage = stage;
+    dp->comm = comm;
+    dp->dp = comm_group_size(comm, GROUP_DP);
+    dp->rank = comm_group_rank(comm, GROUP_DP);
+    layout_init(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp);
+    if (stage > 0) zero_init(&dp->z, &dp->lay, stage, dp->dp, dp->rank);
+    cudaStream_t s = llm_ctx.stream;
+    size_t packed = dp->lay.packed_size, shard = dp->z.shard_size;
+    if (stage < 3) dp->params = (floatX*)device_malloc(packed * sizeof(floatX), MEM_PARAMS);
+    else dp->params_shard = (floatX*)device_malloc(shard * sizeof(floatX), MEM_PARAMS);
+    if (stage <= 1) {
+        dp->grads = (floatX*)device_malloc(packed * sizeof(floatX), MEM_GRADS);
+        device_memset_zero(dp->grads, packed * sizeof(floatX), s);
+    } else {
+        dp->grads_shard = (floatX*)device_malloc(shard * sizeof(floatX), MEM_GRADS);
+        device_memset_zero(dp->grads_shard, shard * sizeof(floatX), s);
+    }
+    adamw_state_alloc(&dp->opt, dp_state_size(dp), s);
+    dp->scalars = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
+    commq_init(&dp->grad_queue, dp->lay.num_units + 1);
+    ParamHooks h = {dp, dp_hook_params, dp_hook_params_done, dp_hook_grads, dp_hook_grads_ready, dp_hook_agree_token};
+    dp->hooks = h;
+}
+
+static void dp_free(DataParallel* dp) {
+    device_free(dp->params);
+    device_free(dp->params_shard);
+    device_free(dp->grads);
+    device_free(dp->grads_shard);
+    device_free(dp->scalars);
+    adamw_state_free(&dp->opt);
+    commq_free(&dp->grad_queue);
+    if (dp->stage > 0) zero_free(&dp->z);
+    layout_free(&dp->lay);
+}
+
+// ----------------------------------------------------------------------------
+// the whole model's FP32 host arrays (checkpoint order) in and out of this rank's storage
+
+// this rank's part of a packed host array: all of it (stage 0), or its blocks (its shard)
+static void dp_mine_from_packed(const DataParallel* dp, const float* packed, float* mine) {
+    if (dp->stage == 0) { memcpy(mine, packed, dp->lay.packed_size * sizeof(float)); return; }
+    for (int u = 0; u < dp->lay.num_units; u++) {
+        memcpy(mine + dp->z.shard_off[u], packed + dp->lay.units[u].start + (size_t)dp->rank * dp->z.block[u],
+               dp->z.block[u] * sizeof(float));
+    }
+}
+
+// the whole packed array from every rank's part (src: device, floatX or float): every rank of the
+// group must call it (one all-gather per unit under stages 1-3)
+static void dp_gather_to_packed(DataParallel* dp, const void* src, int is_floatX, float* packed) {
+    size_t esz = is_floatX ? sizeof(floatX) : sizeof(float);
+    if (dp->stage == 0) {
+        if (is_floatX) copy_to_host_float(packed, (const floatX*)src, dp->lay.packed_size);
+        else copy_to_host(packed, src, dp->lay.packed_size * sizeof(float));
+        return;
+    }
+    cudaStream_t s = llm_ctx.stream;
+    for (int u = 0; u < dp->lay.num_units; u++) {
+        size_t padded = dp->lay.units[u].padded, block = dp->z.block[u];
+        void* tmp = device_malloc(padded * esz, MEM_COMM);
+        const char* mine = (const char*)src + dp->z.shard_off[u] * esz;
+        if (is_floatX) comm_all_gather(dp->comm, GROUP_DP, (const floatX*)mine, (floatX*)tmp, block, s);
+        else comm_all_gather(dp->comm, GROUP_DP, (const float*)mine, (float*)tmp, block, s);
+        device_synchronize();
+        if (is_floatX) copy_to_host_float(packed + dp->lay.units[u].start, (const floatX*)tmp, padded);
+        else copy_to_host(packed + dp->lay.units[u].start, tmp, padded * sizeof(float));
+        device_free(tmp);
+    }
+}
+
+// Sets the parameters (and the FP32 master weights of BF16 builds) from params (Psi FP32, host,
+// checkpoint order). exact: 1 when params are the FP32 master values themselves (a state file), 0
+// for a checkpoint or a fresh init (the master then starts as the parameters rounded to floatX).
+static void dp_import_params(DataParallel* dp, const float* params, int exact) {
+    size_t packed_n = dp->lay.packed_size, mine_n = dp_state_size(dp);
+    float* packed = (float*)mallocCheck(packed_n * sizeof(float));
+    float* mine = (float*)mallocCheck(mine_n * sizeof(float));
+    layout_to_packed(&dp->lay, params, packed);
+    if (dp->stage < 3) copy_floats_to_device(dp->params, packed, packed_n);
+    dp_mine_from_packed(dp, packed, mine);
+    if (dp->stage == 3) copy_floats_to_device(dp->params_shard, mine, mine_n);
+    if (dp->opt.master) {
+        if (!exact) for (size_t i = 0; i < mine_n; i++) mine[i] = (float)(floatX)mine[i];
+        copy_to_device(dp->opt.master, mine, mine_n * sizeof(float));
+    }
+    free(packed);
+    free(mine);
+}
+
+// AdamW's moments m, v (Psi FP32 each, host, checkpoint order) into this rank's part
+static void dp_import_moments(DataParallel* dp, const float* m, const float* v) {
+    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
+    float* mine = (float*)mallocCheck(dp_state_size(dp) * sizeof(float));
+    const float* src[2] = {m, v};
+    float* dst[2] = {dp->opt.m, dp->opt.v};
+    for (int k = 0; k < 2; k++) {
+        layout_to_packed(&dp->lay, src[k], packed);
+        dp_mine_from_packed(dp, packed, mine);
+        copy_to_device(dst[k], mine, dp_state_size(dp) * sizeof(float));
+    }
+    free(packed);
+    free(mine);
+}
+
+// The whole model's parameters (the FP32 master weights in BF16 builds) and moments, FP32 on the host
+// in checkpoint order (Psi each; m and v may be NULL). Every rank of the dp group must call it.
+static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
+    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
+    if (dp->opt.master) dp_gather_to_packed(dp, dp->opt.master, 0, packed);
+    else if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);  // every rank has them all
+    else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
+    layout_to_checkpoint(&dp->lay, packed, params);
+    float* dst[2] = {m, v};
+    const float* src[2] = {dp->opt.m, dp->opt.v};
+    for (int k = 0; k < 2; k++) {
+        if (dst[k] == NULL) continue;
+        dp_gather_to_packed(dp, src[k], 0, packed);
+        layout_to_checkpoint(&dp->lay, packed, dst[k]);
+    }
+    free(packed);
+}
+
+// ----------------------------------------------------------------------------
+// one optimizer step
+
+static void dp_step_begin(DataParallel* dp) {
+    dp->z.gather_wait_ms = 0.0;
+    dp->grad_queue.wait_ms = 0.0;
+    if (dp->stage <= 1) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
+    // stages 2-3: each unit's working buffer is zeroed when the first micro-batch asks for it
+}
+
+// before each micro-batch: is it the step's last (whose backward communicates)?
+static void dp_micro_begin(DataParallel* dp, int micro, int num_micro) { dp->last_micro = micro == num_micro - 1; }
+
+// after the last backward: every gradient reduction waited (the time blocked is the step's comm wait)
+static void dp_finish_grads(DataParallel* dp) {
+    while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
+}
+
+// host ms this step spent blocked on gradient communication / on parameter all-gathers
+static double dp_grad_wait_ms(const DataParallel* dp) { return dp->grad_queue.wait_ms; }
+static double dp_gather_wait_ms(const DataParallel* dp) { return dp->z.gather_wait_ms; }
+
+// the mean of x over the dp group
+static float dp_mean(DataParallel* dp, float x) {
+    if (dp->dp == 1) return x;
+    copy_to_device(dp->scalars, &x, sizeof(float));
+    comm_all_reduce(dp->comm, GROUP_DP, dp->scalars, dp->scalars, 1, COMM_AVG, llm_ctx.stream);
+    copy_to_host(&x, dp->scalars, sizeof(float));
+    return x;
+}
+
+// The global L2 norm of the averaged gradient: each rank's sum of squares of the gradient it owns
+// (stage 0: all of it; stage 1: its blocks of the full buffer; stages 2-3: its shard), summed over the
+// group: norm = sqrt(sum_r |g_r|^2). The pads are zero and add nothing.
+static float dp_grad_norm(DataParallel* dp) {
+    cudaStream_t s = llm_ctx.stream;
+    AdamWState* st = &dp->opt;
+    device_memset_zero(st->norm, sizeof(float), s);
+    if (dp->stage == 0) {
+        global_norm_squared(st->norm, dp->grads, dp->lay.packed_size, s);
+    } else if (dp->stage == 1) {
+        for (int u = 0; u < dp->lay.num_units; u++) {
+            global_norm_squared(st->norm, dp->grads + dp->lay.units[u].start + (size_t)dp->rank * dp->z.block[u], dp->z.block[u], s);
+        }
+    } else {
+        global_norm_squared(st->norm, dp->grads_shard, dp->z.shard_size, s);
+    }
+    if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
+    float norm2;
+    copy_to_host(&norm2, st->norm, sizeof(float));
+    return sqrtf(norm2);
+}
+
+// AdamW on what this rank owns, each tensor's piece with its own weight decay (the 2-D tensors only)
+// and gradients scaled by min(1, clip / norm); then, under stages 1-2, the updated parameters
+// all-gathered. seed drives the BF16 stochastic rounding.
+static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float grad_norm, unsigned int seed) {
+    AdamWState* st = &dp->opt;
+    float grad_scale = grad_clip_scale(oc, grad_norm);
+    st->t += 1;
+    cudaStream_t s = llm_ctx.stream;
+    const ParamLayout* lay = &dp->lay;
+    int ts[NUM_TENSORS];
+    for (int u = 0; u < lay->num_units; u++) {
+        size_t lo, hi;
+        dp_owned(dp, u, &lo, &hi);
+        int k = unit_tensors(lay, u, ts);
+        for (int j = 0; j < k; j++) {  // the piece of tensor ts[j] inside [lo, hi)
+            int t = ts[j];
+            size_t a = lay->unit_offset[t], e = a + tensor_layer_size(lay->cfg, t);
+            if (a < lo) a = lo;
+            if (e > hi) e = hi;
+            if (a >= e) continue;
+            size_t i = dp_index(dp, u, a);  // in m, v, master and the shards
+            floatX* param = dp->stage == 3 ? dp->params_shard + i : dp->params + lay->units[u].start + a;
+            floatX* grad = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + i;
+            float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;
+            adamw_update(param, st->master ? st->master + i : NULL, grad, st->m + i, st->v + i, e - a, lr, oc->beta1,
+                         oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s);
+        }
+    }
+    if (dp->stage == 1 || dp->stage == 2) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
+    if (dp->stage >= 2) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed
+}
+
+// the paper's bytes of parameters + gradients + optimizer state per rank (Table 1 / Figure 1)
+static double dp_paper_bytes(int stage, int N, double psi) {
+    double p = (double)sizeof(floatX), g = p, K = ADAMW_HAS_MASTER ? 12.0 : 8.0;
+    switch (stage) {
+        case 0: return (p + g + K) * psi;
+        case 1: return (p + g) * psi + K * psi / N;
+        case 2: return p * psi + (g + K) * psi / N;
+        default: return (p + g + K) * psi / N;
+    }
+}
