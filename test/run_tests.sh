@@ -40,6 +40,7 @@ run() {  # run NAME CMD...
 
 run ops_grad ./build/test_ops_grad_cpu
 run model_vs_pytorch ./build/test_gpt_cpu
+run sampler ./build/test_sampler_cpu
 run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm -rf "$d"; exit $rc'
 run data ./build/test_data
 run resume bash test/test_resume.sh
@@ -63,6 +64,7 @@ run kernels_fp32_random env EMU_ORDER=random ./build/test_kernels_emu_fp32
 run kernels_asan_ubsan env EMU_ORDER=random EMU_THREADS=2 ./build/test_kernels_asan
 run model_vs_pytorch_emu ./build/test_gpt_emu
 run model_vs_pytorch_emu_bf16 ./build/test_gpt_emu_bf16
+run sampler_emu_bf16 ./build/test_sampler_emu
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"

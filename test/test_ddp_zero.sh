@@ -26,6 +26,7 @@
 #     2-process ZeRO-2 state, a 4-process ZeRO-3 run from a 2-process ZeRO-1 state (each against the
 #     uninterrupted run of the other layout), and DDP from a ZeRO-2 state at 2 processes (same bytes).
 #  6. The emulated CUDA build (FP32) at 2 processes, ZeRO-3, against the CPU build's 2-process run.
+#  6b. Activation recompute (selective, full) under DDP and ZeRO-3, CPU and emulated: the same bytes.
 #  7. A rank that exits at step 2 (--debug-die-at-step) ends the job non-zero well within 60 s.
 #  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --tp 2):
 #     one line, non-zero exit, no output directory.
@@ -112,6 +113,15 @@ for np in 2 4; do
 done
 check ratio "ledger ZeRO-3 / DDP at 4 processes" "$tmp/np4_z3_acc1.json" "$tmp/np4_z0_acc1.json"
 
+# activation recompute (llm/block.h) changes no bit: DDP and ZeRO-3 at 2 processes with gradient
+# accumulation, selective and full, against the same runs without recompute
+for z in 0 3; do
+    for r in selective full; do
+        train "np2_z${z}_acc2_${r}" 2 --total-batch 512 --grad-clip 0 --zero "$z" --recompute "$r" &&
+            check same "np2 ZeRO-$z --recompute $r vs none, 2 micro-steps" "$tmp/np2_z${z}_acc2_${r}" "$tmp/np2_z${z}_acc2"
+    done
+done
+
 # resuming across layouts (state files are layout-independent)
 train res_1to2z2 2 --total-batch 256 --grad-clip 0 --zero 2 --resume "$tmp/one_256/state_00000002.bin" &&
     check compare "resume: 2-process ZeRO-2 from a 1-process state vs 1 process" "$tmp/res_1to2z2" "$tmp/one_256" 4e-6 1e-5
@@ -132,6 +142,11 @@ if [ -x "$EMU" ]; then
     else
         bad "emulated CUDA 2-process run: exit $rc (see $LOG/emu_np2_z3.log)"
     fi
+    # and with full activation recompute: the same bytes (the kernels rerun on the same inputs)
+    timeout 300 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" --total-batch 512 --grad-clip 0 --zero 3 --recompute full \
+        --output-dir "$tmp/emu_np2_z3_full" > "$LOG/emu_np2_z3_full.log" 2>&1 &&
+        check same "emulated CUDA (FP32) 2-process ZeRO-3 --recompute full vs none" "$tmp/emu_np2_z3_full" "$tmp/emu_np2_z3" ||
+        bad "emulated CUDA 2-process --recompute full run (see $LOG/emu_np2_z3_full.log)"
 else
     echo "skip emulated CUDA 2-process run: $EMU not built (make build/train_gpt_emu)"; skipped=$((skipped+1))
 fi

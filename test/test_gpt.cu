@@ -40,6 +40,7 @@
 #include "../llm/dp.h"
 #include "../llm/optimizer.h"
 #include "../llm/checkpoint.h"
+#include "../llm/report.h"
 #include "test_common.h"
 
 #ifndef FIXTURES
@@ -136,10 +137,17 @@ int main(int argc, char** argv) {
         compare(what, grads + off, want_grads + off, tensor_size(cfg, t), 1e-5f, 1e-4f);
     }
 
-    // activation recompute: the same gradients, bit for bit, under each policy (same kernels, same inputs)
-    for (int r = RECOMPUTE_SELECTIVE; r <= RECOMPUTE_FULL; r++) {
+    // activation recompute: the bytes each layer keeps, as allocated, against the paper's per-layer
+    // formula adapted to this model (llm/report.h), each field rounded up to its 64-byte alignment
+    // at most (13 fields + x_in); then the same gradients, bit for bit, under each policy
+    for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
         Stage sr;
         stage_init(&sr, &dp.lay, &dp.hooks, B, T, (Recompute)r, 1);
+        double formula = activation_formula_bytes(cfg, B, T, (Recompute)r), measured = (double)sr.layer_act_bytes;
+        check(formula <= measured && measured <= formula + 14 * 63, "--recompute %s: a layer keeps %.0f B per micro-batch "
+              "(allocated), formula %.0f B (Korthikanti et al. 2022 adapted; + <= %d B of alignment)",
+              recompute_name((Recompute)r), measured, formula, 14 * 63);
+        if (r == RECOMPUTE_NONE) { stage_free(&sr); continue; }
         forward_backward(&dp, &sr, x, y);
         float* gr = (float*)mallocCheck(n * sizeof(float));
         grads_to_host(&dp, gr);

@@ -14,6 +14,7 @@
 #include "kernels/fused_classifier.h"
 #include "kernels/adamw.h"
 #include "kernels/global_norm.h"
+#include "kernels/residual.h"
 // the matmul family (cuBLASLt wrapper, bias-gradient and GELU-epilogue kernels) has its own program,
 // test/test_matmul.cu, run by make test in the same builds and thread orders
 
@@ -26,9 +27,12 @@ int main(int argc, char** argv) {
     test_layernorm();
     test_gelu();
     test_attention();
+    test_attention_decode();
     test_fused_classifier();
+    test_loss_accumulate();
     test_adamw();
     test_global_norm();
+    test_residual();
     context_free();
     return test_summary("test_kernels");
 }

@@ -277,3 +277,60 @@ static void test_attention(void) {
     }
     llm_ctx.attention_chunk_rows = 0;
 }
+
+// attention_decode (one query against a KV cache, the sampler's step) against an independent float64
+// evaluation of softmax(q k^T / sqrt(hs)) v per head, and its CPU reference against the last row of
+// attention_forward_cpu on the same q, k, v (the cache holds exactly the keys and values the full
+// attention would see). Tolerances: FP32: dot products of hs <= 48 terms and sums of len <= 300
+// probabilities in float, ~1e-6 relative to the output's scale (|v| ~ 1): atol 2e-6 (x scale), rtol
+// 1e-5. BF16: the output is rounded once to bf16 after FP32 arithmetic: rtol 4e-3, atol 1e-3 (of a
+// scale ~1). A wrong scale (no 1/sqrt(hs)), a dropped position, or a head's channels misplaced moves
+// outputs by > 1e-2.
+static void test_attention_decode(void) {
+    struct { int len, maxT, C, NH; } cases[] = {{1, 4, 16, 2}, {7, 9, 32, 4}, {64, 64, 64, 4}, {300, 320, 96, 2}};
+    for (auto cs : cases) {
+        int len = cs.len, maxT = cs.maxT, C = cs.C, NH = cs.NH, hs = C / NH;
+        std::vector<float> q = kc_randn(C, 1.0f), kc = kc_randn((size_t)maxT * C, 1.0f), vc = kc_randn((size_t)maxT * C, 1.0f);
+        floatX* d_q = kc_upload(q);
+        floatX* d_k = kc_upload(kc);
+        floatX* d_v = kc_upload(vc);
+        floatX* d_out = kc_alloc_poisoned<floatX>(C);
+        float* d_scores = kc_alloc_poisoned<float>((size_t)NH * maxT);
+        attention_decode(d_out, d_scores, d_q, d_k, d_v, len, maxT, C, NH, 0);
+        std::vector<float> want(C);
+        for (int h = 0; h < NH; h++) {  // float64: the math as written
+            std::vector<double> s(len);
+            double m = -1e300, sum = 0.0;
+            for (int t = 0; t < len; t++) {
+                double d = 0.0;
+                for (int i = 0; i < hs; i++) d += (double)q[h * hs + i] * kc[(size_t)t * C + h * hs + i];
+                s[t] = d / sqrt((double)hs);
+                m = s[t] > m ? s[t] : m;
+            }
+            for (int t = 0; t < len; t++) { s[t] = exp(s[t] - m); sum += s[t]; }
+            for (int i = 0; i < hs; i++) {
+                double o = 0.0;
+                for (int t = 0; t < len; t++) o += s[t] / sum * vc[(size_t)t * C + h * hs + i];
+                want[h * hs + i] = (float)o;
+            }
+        }
+        char what[128];
+        snprintf(what, sizeof(what), "attention_decode len=%d maxT=%d C=%d NH=%d vs float64", len, maxT, C, NH);
+        kc_compare(what, kc_download(d_out, C), want, 2e-6f, 1e-5f, 1e-3f, 4e-3f);
+        // the CPU reference is the last row of the full causal attention over the same positions
+        std::vector<float> inp((size_t)len * 3 * C), full((size_t)len * C), att((size_t)NH * len * len);
+        for (int t = 0; t < len; t++) {
+            for (int c = 0; c < C; c++) {
+                inp[(size_t)t * 3 * C + c] = t == len - 1 ? q[c] : 0.0f;
+                inp[(size_t)t * 3 * C + C + c] = kc[(size_t)t * C + c];
+                inp[(size_t)t * 3 * C + 2 * C + c] = vc[(size_t)t * C + c];
+            }
+        }
+        attention_forward_cpu(full.data(), att.data(), inp.data(), 1, len, C, NH);
+        std::vector<float> ref(C), scores((size_t)NH * maxT);
+        attention_decode_cpu(ref.data(), scores.data(), q.data(), kc.data(), vc.data(), len, maxT, C, NH);
+        snprintf(what, sizeof(what), "attention_decode_cpu len=%d C=%d NH=%d vs the last row of attention_forward_cpu", len, C, NH);
+        check_close(what, ref.data(), full.data() + (size_t)(len - 1) * C, C, 1e-6f, 1e-5f);
+        device_free(d_q); device_free(d_k); device_free(d_v); device_free(d_out); device_free(d_scores);
+    }
+}

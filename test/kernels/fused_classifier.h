@@ -65,3 +65,30 @@ static void test_fused_classifier(void) {
     fused_classifier_case(2, 50257, 1);  // GPT-2's vocabulary (Vp = 50304)
     fused_classifier_case(2, 50257, 0);
 }
+
+// loss_accumulate: acc += (float)(mean of the losses), against a float64 mean of the same values
+// rounded to float. The kernel sums in double in another order than index order, so the double sums
+// differ by ~1e-16 relative and the float mean can differ in its last bit where the double lands on a
+// float rounding boundary: tolerance 1 float ulp of the mean (2^-23 relative), on an accumulator that
+// starts at a known value (the add is checked, not just the mean), in both precisions (the losses
+// are FP32 in every build).
+static void test_loss_accumulate(void) {
+    const int sizes[] = {1, 31, 1000, 4099};
+    for (int BT : sizes) {
+        std::vector<float> losses(BT);
+        for (int i = 0; i < BT; i++) losses[i] = 3.0f + 2.0f * rng_f32(&g_rng);
+        float* d_losses = kc_upload_raw(losses);
+        double start = 1.25;
+        double* d_acc = kc_upload_raw(std::vector<double>(1, start));
+        loss_accumulate(d_acc, d_losses, BT, 0);
+        loss_accumulate(d_acc, d_losses, BT, 0);
+        double got = kc_download_raw(d_acc, 1)[0];
+        double sum = 0.0;
+        for (int i = 0; i < BT; i++) sum += (double)losses[i];
+        double mean = (double)(float)(sum / BT), want = start + 2 * mean;
+        double tol = 2 * mean * 1.2e-7;
+        check(fabs(got - want) <= tol, "loss_accumulate BT=%d twice: %.12g vs float64 %.12g (tol %.2g)", BT, got, want, tol);
+        device_free(d_losses);
+        device_free(d_acc);
+    }
+}

@@ -1,0 +1,182 @@
+// test_sampler.cu: generation (llm/sampler.h) against independent references.
+//   1. The KV-cache forward: the logits it computes at each position equal those of the stage's full
+//      forward of the whole sequence (llm/gpt.h: causal attention, so position t of one full forward
+//      sees exactly tokens 0..t), for a random model and sequence.
+//   2. Its cost: generating n tokens after a prompt of p runs p + n - 1 single-position forwards.
+//   3. Greedy generation: every generated token is the argmax of the full forward's logits.
+//   4. Sampling draws from softmax(logits): sample_softmax on fixed logits, and (CPU build) the whole
+//      path (model -> logits -> coin -> token) many times from one prompt, tested by Pearson's
+//      chi-square against the softmax of the full forward's logits. A sampler that is greedy, or uses
+//      another temperature (logits scaled by 2 or 1/2), or an off-by-one cdf, fails by a wide margin
+//      (chi-square in the thousands against a threshold of ~40).
+// Tolerances of 1. FP32: the decode path multiplies one row at a time (other BLAS blocking, other
+// summation order) and sums attention over the cache in its own order: ~1e-6 of the logits' scale:
+// 1e-5 * scale + 1e-4 relative. BF16: activations are rounded to bf16 at every op in both paths, but
+// at different points of different kernels: 3e-2 * scale (a wrong position, a missing cache entry or a
+// misplaced head changes logits by O(scale)).
+#include "../llm/common.h"
+#include "../llm/context.h"
+#include "../llm/comm.h"
+#include "../llm/tensors.h"
+#include "../llm/gpt.h"
+#include "../llm/dp.h"
+#include "../llm/sampler.h"
+#include "test_common.h"
+
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+static const int BF16 = 1;
+#else
+static const int BF16 = 0;
+#endif
+
+// Pearson's chi-square of counts against probabilities p (n categories, total draws); categories with
+// expected count < 5 are pooled (the statistic's usual condition)
+static double chi_square(const long* counts, const double* p, int n, long total, int* dof) {
+    double chi = 0.0, pool_obs = 0.0, pool_exp = 0.0;
+    int cats = 0;
+    for (int i = 0; i < n; i++) {
+        double e = p[i] * total;
+        if (e < 5.0) { pool_obs += counts[i]; pool_exp += e; continue; }
+        chi += (counts[i] - e) * (counts[i] - e) / e;
+        cats++;
+    }
+    if (pool_exp > 0.0) { chi += (pool_obs - pool_exp) * (pool_obs - pool_exp) / (pool_exp > 1e-9 ? pool_exp : 1e-9); cats++; }
+    *dof = cats - 1;
+    return chi;
+}
+// a conservative threshold: the chi-square quantile at p = 1e-6 is below 4 * dof + 30 for dof <= 60
+static double chi_threshold(int dof) { return 4.0 * dof + 30.0; }
+
+static void softmax64(const float* logits, int n, double* p) {
+    double m = logits[0], s = 0.0;
+    for (int i = 1; i < n; i++) m = logits[i] > m ? logits[i] : m;
+    for (int i = 0; i < n; i++) { p[i] = exp((double)logits[i] - m); s += p[i]; }
+    for (int i = 0; i < n; i++) p[i] /= s;
+}
+
+int main(int argc, char** argv) {
+    Comm comm;
+    comm_init(&comm, &argc, &argv, 0, 1, 1);
+    context_init();
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    printf("test_sampler: seed %llu, %s\n", (unsigned long long)seed, PRECISION_MODE);
+    Rng rng;
+    rng_init(&rng, seed);
+
+    // 4a. sample_softmax alone: fixed logits, 200000 coins
+    {
+        const int n = 8;
+        const double probs[n] = {0.3, 0.2, 0.15, 0.1, 0.1, 0.08, 0.05, 0.02};
+        float logits[n];
+        for (int i = 0; i < n; i++) logits[i] = (float)log(probs[i]) + 1.5f;  // a shift does not change softmax
+        long counts[n] = {0};
+        const long draws = 200000;
+        for (long d = 0; d < draws; d++) counts[sample_softmax(logits, n, rng_f32(&rng))]++;
+        int dof;
+        double chi = chi_square(counts, probs, n, draws, &dof);
+        check(chi < chi_threshold(dof), "sample_softmax: %ld draws vs softmax(logits): chi-square %.1f, %d dof (threshold %.0f)",
+              draws, chi, dof, chi_threshold(dof));
+        // the test has power: the same counts against the softmax at temperature 2 and 1/2 are rejected
+        float hot[n], cold[n];
+        double ph[n], pc[n];
+        for (int i = 0; i < n; i++) { hot[i] = logits[i] / 2; cold[i] = logits[i] * 2; }
+        softmax64(hot, n, ph);
+        softmax64(cold, n, pc);
+        double ch = chi_square(counts, ph, n, draws, &dof), cc = chi_square(counts, pc, n, draws, &dof);
+        check(ch > 100 * chi_threshold(dof) && cc > 100 * chi_threshold(dof),
+              "the same draws against temperature 2 and 1/2: chi-square %.0f and %.0f (both rejected)", ch, cc);
+    }
+
+    // a random model, one process (the data-parallel policy over one rank)
+    GPTConfig cfg = {32, 61, pad_vocab(61), 2, 4, 32};  // maxT V Vp L NH C
+    DataParallel dp;
+    dp_init(&dp, &comm, cfg, 0);
+    float* params = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
+    init_parameters(cfg, seed, params);
+    for (size_t i = 0; i < dp.lay.num_parameters; i++) params[i] *= 8.0f;  // sharper logits than at init
+    dp_import_params(&dp, params, 0);
+    free(params);
+    Sampler sp;
+    sampler_init(&sp, &dp.lay, &dp.hooks);
+    int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, N = 20;
+    int tokens[32];
+    for (int i = 0; i < N; i++) tokens[i] = (int)(rng_u64(&rng) % V);
+
+    // 1. the cache's logits at each position vs one full forward of the sequence
+    Stage st;
+    stage_init(&st, &dp.lay, &dp.hooks, 1, N, RECOMPUTE_NONE, 1);
+    stage_forward(&st, 0, tokens, NULL, 0.0f);
+    float* full = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
+    copy_to_host_float(full, st.slots[0].logits, (size_t)N * Vp);
+    float* cached = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        sampler_forward(&sp, tokens[t], t, 1);
+        memcpy(cached + (size_t)t * Vp, sp.logits_host, Vp * sizeof(float));
+    }
+    float scale = 0.0f;
+    for (int t = 0; t < N; t++) for (int v = 0; v < V; v++) scale = fmaxf(scale, fabsf(full[(size_t)t * Vp + v]));
+    float* a = (float*)mallocCheck((size_t)N * V * sizeof(float));
+    float* b = (float*)mallocCheck((size_t)N * V * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        memcpy(a + (size_t)t * V, cached + (size_t)t * Vp, V * sizeof(float));
+        memcpy(b + (size_t)t * V, full + (size_t)t * Vp, V * sizeof(float));
+    }
+    check_close("KV-cache logits at positions 0..19 vs the full forward", a, b, (size_t)N * V,
+                (BF16 ? 3e-2f : 1e-5f) * scale, BF16 ? 0.0f : 1e-4f);
+
+    // 2. and 3. greedy generation: 12 new tokens after a prompt of 8, each the argmax of the full forward
+    int gen[32], p = 8, n_new = 12;
+    memcpy(gen, tokens, p * sizeof(int));
+    long long before = sp.positions;
+    int len = sampler_generate(&sp, gen, p, n_new, -1, NULL);
+    check(len == p + n_new && sp.positions - before == p + n_new - 1,
+          "generating %d tokens after a prompt of %d ran %lld single-position forwards (p + n - 1 = %d)", n_new, p,
+          sp.positions - before, p + n_new - 1);
+    Stage st2;
+    stage_init(&st2, &dp.lay, &dp.hooks, 1, len, RECOMPUTE_NONE, 1);
+    stage_forward(&st2, 0, gen, NULL, 0.0f);
+    float* full2 = (float*)mallocCheck((size_t)len * Vp * sizeof(float));
+    copy_to_host_float(full2, st2.slots[0].logits, (size_t)len * Vp);
+    int agree = 0, bad = 0;
+    float tie = (BF16 ? 3e-2f : 1e-5f) * scale;  // logits closer than the tolerance of 1 are a tie
+    for (int t = p - 1; t < len - 1; t++) {
+        const float* l = full2 + (size_t)t * Vp;
+        int best = sample_argmax(l, V);
+        agree += gen[t + 1] == best;
+        bad += gen[t + 1] != best && l[best] - l[gen[t + 1]] > tie;
+    }
+    check(bad == 0, "greedy generation: %d of %d tokens are the argmax of the full forward's logits, the others ties within %.2g",
+          agree, n_new, tie);
+
+    // 4b. (CPU build) the whole path: one prompt, 20000 sampled next tokens vs softmax of the full forward
+    if (LLM_BUILD_CPU) {
+        const long draws = 20000;
+        long* counts = (long*)calloc(V, sizeof(long));
+        double* probs = (double*)mallocCheck(V * sizeof(double));
+        softmax64(full + (size_t)(4 - 1) * Vp, V, probs);  // the logits after the prompt tokens[0..4)
+        for (long d = 0; d < draws; d++) {
+            int g[8] = {0};
+            memcpy(g, tokens, 4 * sizeof(int));
+            sampler_generate(&sp, g, 4, 1, -1, &rng);
+            counts[g[4]]++;
+        }
+        int dof;
+        double chi = chi_square(counts, probs, V, draws, &dof);
+        double pmax = 0.0;
+        for (int v = 0; v < V; v++) pmax = probs[v] > pmax ? probs[v] : pmax;
+        check(chi < chi_threshold(dof) && pmax < 0.9,
+              "sampler_generate: %ld draws of the next token vs softmax of the model's logits: chi-square %.1f, %d dof "
+              "(threshold %.0f; the most likely token has p = %.2f, so greedy would fail)", draws, chi, dof, chi_threshold(dof), pmax);
+        free(counts);
+        free(probs);
+    }
+
+    free(full); free(cached); free(a); free(b); free(full2);
+    stage_free(&st);
+    stage_free(&st2);
+    sampler_free(&sp);
+    dp_free(&dp);
+    context_free();
+    comm_free(&comm);
+    return test_summary("test_sampler");
+}
