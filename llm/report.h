@@ -77,8 +77,8 @@ static void write_report(const char* path, int stage, const Zero* z, const AdamW
     memset(mine, 0, REPORT_RANK_BYTES);
     rank_report_json(z, st, c, grad_wait_ms, gather_wait_ms, mine, REPORT_RANK_BYTES);
     char* all = c->world_rank == 0 ? (char*)mallocCheck((size_t)c->world_size * REPORT_RANK_BYTES) : NULL;
-    // host text, not a collective of the training: plain MPI, outside the ledger
-    mpiCheck(MPI_Gather(mine, REPORT_RANK_BYTES, MPI_CHAR, all, REPORT_RANK_BYTES, MPI_CHAR, 0, c->mpi[GROUP_WORLD]));
+    // host text, not a collective of the training: outside the ledger
+    comm_gather_bytes(c, mine, REPORT_RANK_BYTES, all);
     if (c->world_rank == 0) {
         char formula[32];
         paper_formula_text(stage, formula, sizeof(formula));

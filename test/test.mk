@@ -38,7 +38,7 @@ build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_asan build/test_gpt_emu $(MATMUL_TESTS) \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
-                 build/test_comm_cpu build/test_comm_emu
+                 build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu
 
 # the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU
 build/test_kernels_gpu: test/test_kernels.cu $(LLM_HEADERS) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
