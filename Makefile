@@ -5,6 +5,11 @@
 #   make train                the embedded default run: synthetic addition data, train, evaluate
 #   make test                 every test (see test/run_tests.sh)
 #   make bench-cpu            CPU step-time benchmark
+#
+# MPI and NCCL are optional: without MPI (none found, or NO_MPI=1) every build is single-process
+# (-DLLM_NO_MPI, see llm/comm.h); the CUDA build is multi-process only with both MPI and NCCL
+# (NCCL_HOME=... if NCCL is elsewhere, NO_NCCL=1 to leave it out). A program built without them
+# says so when it is built ("note: ..."). The tests need MPI (mpirun).
 
 SHELL := /bin/bash
 CXX ?= g++
@@ -13,9 +18,52 @@ PRECISION ?= BF16
 CUDA_HOME ?= /usr/local/cuda
 PYTHON ?= python3
 
-# --- MPI and OpenBLAS (Debian: libopenmpi-dev, libopenblas-openmp-dev) ---
+# --- MPI (Debian: libopenmpi-dev), optional: found when its link flags are; NO_MPI=1 leaves it out ---
 MPI_CFLAGS := $(shell pkg-config --cflags ompi 2>/dev/null || mpicxx --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell pkg-config --libs ompi 2>/dev/null || mpicxx --showme:link 2>/dev/null)
+ifeq ($(NO_MPI),1)
+override MPI_CFLAGS :=
+override MPI_LIBS :=
+MPI_WHY := NO_MPI=1
+else
+MPI_WHY := MPI not found (no mpicxx / pkg-config ompi)
+endif
+ifeq ($(strip $(MPI_LIBS)),)
+MPI_DEFS := -DLLM_NO_MPI
+MPI_NOTE = echo "note: $(MPI_WHY): $@ is built single-process; install libopenmpi-dev for multi-process runs"
+else
+MPI_DEFS :=
+MPI_NOTE = true
+endif
+
+# --- NCCL (CUDA build only), optional: its header and library under NCCL_HOME, CUDA_HOME or /usr ---
+comma := ,
+NCCL_HOME ?=
+NCCL_H := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h \
+            /usr/include/nccl.h /usr/local/include/nccl.h))
+NCCL_SO := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib/libnccl.so) $(CUDA_HOME)/lib64/libnccl.so \
+             $(CUDA_HOME)/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so \
+             /usr/lib64/libnccl.so /usr/local/lib/libnccl.so))
+# -I / -L (and the run path) only for a directory the compilers do not search already
+NCCL_CFLAGS := $(if $(filter-out /usr/include/,$(dir $(NCCL_H))),-I$(dir $(NCCL_H)))
+NCCL_LIBS := $(if $(NCCL_SO),$(if $(filter /usr/lib%,$(dir $(NCCL_SO))),,-L$(dir $(NCCL_SO)) \
+               -Xlinker -rpath=$(dir $(NCCL_SO))) -lnccl)
+NCCL_WHY := $(if $(filter 1,$(NO_NCCL)),NO_NCCL=1,$(if $(and $(NCCL_H),$(NCCL_SO)),,NCCL not found (no nccl.h \
+              and libnccl.so under NCCL_HOME$(comma) $(CUDA_HOME) or /usr)))
+# the CUDA build: multi-process with MPI and NCCL, otherwise single-process (one GPU) without either
+MPI_MISSING := $(if $(strip $(MPI_LIBS)),,$(MPI_WHY))
+CUDA_COMM_WHY := $(strip $(MPI_MISSING)$(if $(and $(MPI_MISSING),$(NCCL_WHY)),; )$(NCCL_WHY))
+ifeq ($(CUDA_COMM_WHY),)
+CUDA_COMM_FLAGS := $(MPI_CFLAGS) $(NCCL_CFLAGS)
+CUDA_COMM_LIBS := $(NCCL_LIBS) $(MPI_LIBS)
+CUDA_NOTE = true
+else
+CUDA_COMM_FLAGS := -DLLM_NO_MPI
+CUDA_COMM_LIBS :=
+CUDA_NOTE = echo "note: $(CUDA_COMM_WHY): $@ is built single-process (one GPU); install libopenmpi-dev and NCCL (libnccl-dev) for multi-GPU"
+endif
+
+# --- OpenBLAS (Debian: libopenblas-openmp-dev) ---
 OPENBLAS_DIR := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp))
 ifneq ($(OPENBLAS_DIR),)
 BLAS_LIBS := -L$(OPENBLAS_DIR) -Wl,-rpath,$(OPENBLAS_DIR) -lopenblas
@@ -26,7 +74,7 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 
 # --- CPU build ---
 CPU_FLAGS := -std=c++17 -O3 -march=native -fno-math-errno -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function \
-             -x c++ $(MPI_CFLAGS) $(BLAS_CFLAGS)
+             -x c++ $(MPI_CFLAGS) $(MPI_DEFS) $(BLAS_CFLAGS)
 CPU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm
 
 # --- emulated CUDA build (tests): the kernels compiled by g++, run by dev/emu ---
@@ -35,14 +83,15 @@ PREC_FLAGS := -DENABLE_FP32
 else
 PREC_FLAGS :=
 endif
+# (with MPI it runs comm.h's NCCL code against dev/emu/nccl_emu.h, which needs NCCL's header only)
 EMU_FLAGS := -std=c++17 -O2 -g -x c++ -DLLM_EMU -fno-strict-aliasing -Wno-unknown-pragmas \
-             -fopenmp -I$(CUDA_HOME)/include $(MPI_CFLAGS) $(BLAS_CFLAGS) $(PREC_FLAGS)
+             -fopenmp -I$(CUDA_HOME)/include $(MPI_CFLAGS) $(MPI_DEFS) $(NCCL_CFLAGS) $(BLAS_CFLAGS) $(PREC_FLAGS)
 EMU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm -lpthread
 
 # --- CUDA build ---
 NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -gencode arch=compute_80,code=sm_80 \
-              -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp $(MPI_CFLAGS) $(PREC_FLAGS)
-NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS)
+              -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
+NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
 LLM_HEADERS := $(wildcard llm/*.h llm/*.cuh)
 
@@ -50,10 +99,22 @@ LLM_HEADERS := $(wildcard llm/*.h llm/*.cuh)
 
 all: train_gpt_cpu
 
-train_gpt_cpu: train_gpt.cu $(LLM_HEADERS)
+# the command each trainer was built with, in a file rewritten only when it changes (PRECISION,
+# NO_MPI=1, MPI or NCCL installed since), so that a change rebuilds it
+.PHONY: build-flags
+build/flags/train_gpt_cpu: build-flags
+	@mkdir -p $(@D)
+	@echo '$(CXX) $(CPU_FLAGS) $(CPU_LIBS)' | cmp -s - $@ || echo '$(CXX) $(CPU_FLAGS) $(CPU_LIBS)' > $@
+build/flags/train_gpt: build-flags
+	@mkdir -p $(@D)
+	@echo '$(NVCC) $(NVCC_FLAGS) $(NVCC_LIBS)' | cmp -s - $@ || echo '$(NVCC) $(NVCC_FLAGS) $(NVCC_LIBS)' > $@
+
+train_gpt_cpu: train_gpt.cu $(LLM_HEADERS) build/flags/train_gpt_cpu
+	@$(MPI_NOTE)
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-train_gpt: train_gpt.cu $(LLM_HEADERS)
+train_gpt: train_gpt.cu $(LLM_HEADERS) build/flags/train_gpt
+	@$(CUDA_NOTE)
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 
 # makefile fragments of the parts that build their own tests

@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
     // 5. the training loop: optimizer steps start_step+1 .. steps. Every rank runs all of it (val
     // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
     int* gen = (int*)mallocCheck((size_t)cfg.max_seq_len * sizeof(int));
-    double total_ms = 0.0, total_grad_wait = 0.0, total_gather_wait = 0.0;
+    double total_ms = 0.0, total_wait = 0.0;
     int timed_steps = 0;
     CommLedger step_ledger;  // the collectives of the last optimizer step
     memset(&step_ledger, 0, sizeof(step_ledger));
@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
         // one optimizer step: this rank's micro-batches forward and backward (the gradients averaged
         // over the dp ranks as each unit's are ready), then the global norm, clipping and AdamW
         ledger_reset(&comm);
+        comm_take_wait_ms(&comm);  // what val, samples and checkpoints waited is not this step's
         double t0 = wall_ms();
         dp_step_begin(&dp);
         for (int micro = 0; micro < grad_accum; micro++) {
@@ -203,11 +204,11 @@ int main(int argc, char** argv) {
         device_synchronize();
         double ms = wall_ms() - t0;
         step_ledger = comm.ledger;
-        double grad_wait = dp_grad_wait_ms(&dp), gather_wait = dp_gather_wait_ms(&dp);
+        // how long the computation waited for gradient reductions and parameter gathers (llm/comm.h)
+        double wait = comm_take_wait_ms(&comm);
         if (step > start_step + 1) {  // the first step warms up
             total_ms += ms;
-            total_grad_wait += grad_wait;
-            total_gather_wait += gather_wait;
+            total_wait += wait;
             timed_steps++;
         }
         float tok_s = (float)(args.total_batch / (ms / 1e3));
@@ -222,12 +223,11 @@ int main(int argc, char** argv) {
         if (rank0) {
             printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, train_loss, lr,
                    norm, ms, tok_s);
-            if (data_parallel) printf(" | comm wait %.1f ms", grad_wait);
-            if (data_parallel && args.zero > 0) printf(" (+ gather %.1f ms)", gather_wait);
+            if (data_parallel) printf(" | comm wait %.1f ms", wait);
             if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
             printf("\n");
         }
-        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)grad_wait : NAN);
+        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)wait : NAN);
         if (args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             gen[0] = eot;
             int len = sampler_generate(&sampler, gen, 1, args.sample_len, -1, &sample_rng);
@@ -254,8 +254,7 @@ int main(int argc, char** argv) {
     }
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
-        if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_grad_wait / timed_steps);
-        if (args.zero > 0) printf(" (+ gather %.2f ms)", total_gather_wait / timed_steps);
+        if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
         printf("\n");
     }
 
@@ -277,8 +276,7 @@ int main(int argc, char** argv) {
                "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(&dp, grad_accum));
     }
     if (args.report_json) {
-        write_report(args.report_json, &dp, &stage, &comm, grad_accum, timed_steps ? total_grad_wait / timed_steps : 0.0,
-                     timed_steps ? total_gather_wait / timed_steps : 0.0, timed_steps);
+        write_report(args.report_json, &dp, &stage, &comm, grad_accum, timed_steps ? total_wait / timed_steps : 0.0, timed_steps);
     }
 
     free(gen);

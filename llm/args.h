@@ -209,6 +209,5 @@ static void args_check_layout(Args* a, Comm* c) {
         fprintf(stderr, "error: %s\n", err);
         fflush(stderr);
     }
-    mpiCheck(MPI_Finalize());  // every rank gets here (same arguments), then all exit non-zero
-    exit(EXIT_FAILURE);
+    comm_exit(c, EXIT_FAILURE);  // every rank gets here (same arguments), then all exit non-zero
 }

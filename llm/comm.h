@@ -1,5 +1,6 @@
 // comm.h: the process mesh (dp x pp x tp), the collectives the parallel stages call, each naming its
-// group, over NCCL (CUDA build) or MPI (CPU and emulated builds), and a per-rank byte ledger.
+// group, over NCCL (CUDA build, and the emulated build through dev/emu/nccl_emu.h) or MPI (CPU
+// build), a per-rank byte ledger, and the time the computation waits for communication.
 //
 // The mesh. World size = dp * pp * tp. Rank order puts tp innermost (the ranks of a Megatron tensor-
 // parallel group are consecutive, so they share a node and its NVLink: Shoeybi et al. 2019,
@@ -15,6 +16,18 @@
 //     GROUP_PP     the ranks with my (dp_rank, tp_rank), ordered by pp_rank   (pipeline P2P)
 // "rank" and "root"/"peer" arguments of the collectives are ranks within the named group.
 //
+// Transports. One code path per kind of memory:
+//     CUDA build      NCCL on a communication stream; MPI only starts the processes and carries
+//                     each group's ncclUniqueId
+//     emulated build  the same NCCL code, against dev/emu/nccl_emu.h: NCCL's API implemented over
+//                     MPI on the CPU, with NCCL's semantics and argument checks, so CI runs the code
+//                     every multi-GPU run takes
+//     CPU build       MPI on host memory (FP32 only)
+//     without MPI     (-DLLM_NO_MPI: `make NO_MPI=1`, or the Makefile found no MPI; the CUDA build
+//                     also when it found no NCCL) a one-process mesh: every group has one rank, the
+//                     collectives are local copies, mpi.h is not needed. Asking for more than one
+//                     process (a layout, or a launch by mpirun) is refused with one line.
+//
 // The collectives (all in this file, on floatX or float buffers; float for the FP32 optimizer
 // state and norms). In the CUDA build the buffers are device memory, in the emulated build they
 // are cudaMalloc'd emulated device memory (checked), in the CPU build host memory.
@@ -29,26 +42,23 @@
 // conventions. Any other overlap of send and recv is refused. Sizes that do not divide evenly are
 // the caller's job (pad to size*block).
 //
-// Blocking and non-blocking. Every collective takes the caller's compute stream. In the CUDA build
-// it runs on a dedicated communication stream that first waits (event) for the work already on the
+// Blocking and non-blocking. Every collective takes the caller's compute stream. Over NCCL it runs
+// on a dedicated communication stream that first waits (event) for the work already on the
 // compute stream; the blocking form then makes the compute stream wait for the collective, so
 // later kernels on the compute stream see the result (the host must synchronize the stream before
 // reading it, as with any kernel). The non-blocking form (`_start`) returns a CommHandle holding an
 // event recorded on the communication stream; comm_wait makes the compute stream wait on it. This
 // is what lets DDP / ZeRO overlap gradient communication with the backward pass (Li et al. 2020,
-// "PyTorch Distributed", sec. 3.2.3; ZeRO sec. 5.1/5.2 for the bucketed reduce-scatter).
-// In the CPU and emulated builds all work is synchronous: the blocking form returns with the result
-// in recv, the non-blocking form starts MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather
-// and comm_wait completes it (Open MPI progresses a request only inside MPI calls: comm_test
-// between compute steps moves it along).
+// "PyTorch Distributed", sec. 3.2.3; ZeRO sec. 5.1/5.2 for the bucketed reduce-scatter). In the
+// emulated build streams are synchronous, so a collective has finished when its call returns.
+// In the CPU build the blocking form returns with the result in recv, the non-blocking form starts
+// MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather and comm_wait completes it (Open MPI
+// progresses a request only inside MPI calls: comm_test between compute steps moves it along).
 //
-// BF16 over MPI. MPI has no bf16 type: bf16 buffers travel as MPI_UINT16_T and are reduced with a
-// user-defined commutative MPI_Op that converts both operands to float, adds, and rounds the sum to
-// bf16 (round to nearest, ties to even). The sum is therefore rounded after every pairwise step of
-// whatever algorithm MPI picks (N-1 roundings on N ranks, each a relative error <= 2^-8), not once
-// at the end; NCCL does the same for bf16 (it accumulates in the buffer's type). The average is the
-// rounded sum times 1/N, rounded again (NCCL's ncclAvg pre-multiplies by 1/N instead; both are
-// exact for power-of-two N away from the subnormals).
+// BF16. NCCL sums bf16 in bf16: every partial sum is rounded to bf16 (N-1 roundings on N ranks,
+// each a relative error <= 2^-8), and ncclAvg multiplies every input by 1/N (rounded to bf16) before
+// summing; both exact for power-of-two N away from the subnormals. The MPI path is FP32 only (the
+// CPU build has no bf16 buffers). Over MPI the average is the sum times 1/N.
 //
 // The ledger. Every collective adds to a per-rank table, per kind and per group: the number of
 // calls, the payload bytes (the size of the full logical buffer: n elements for all_reduce,
@@ -71,14 +81,40 @@
 // gradients: 3 Psi (N-1)/N, i.e. 1.5x DDP (ZeRO sec. 7.2); ZeRO-1/2 send a reduce-scatter and an
 // all-gather, 2 Psi (N-1)/N, the same as DDP (sec. 7.2.1).
 //
+// The wait. comm_take_wait_ms(c) returns how long the computation waited in comm_wait for
+// non-blocking collectives since its last call; call it after the step's device synchronize.
+//     CUDA      comm_wait records a timing event on the compute stream where that stream starts to
+//               wait; the collective's completion event on the communication stream is a timing
+//               event too; the wait is max(0, done - ready), read once both have happened
+//               (comm_take_wait_ms, or when the completion event is about to be reused, which
+//               then synchronizes on the pair: rare, COMM_NUM_EVENTS collectives later). A handle
+//               waited after its completion event was reused is ordered correctly but not timed
+//               (counted in c->waits_untimed).
+//     emulated  streams are synchronous, so a non-blocking collective runs inside its _start call:
+//               the host time in that call is the stall (the event pair then reads <= 0)
+//     CPU       the host time blocked in MPI_Wait inside comm_wait (0 for a request that
+//               comm_test had already completed)
+// Blocking collectives are not counted: all of their time is communication.
+//
 // Errors. Every MPI call goes through mpiCheck and every NCCL call through ncclCheck; a failure
-// prints one line naming the call's file:line and aborts the whole job (MPI_Abort). An invalid
-// layout (world size != dp*tp*pp) is refused before anything is allocated: rank 0 prints one line,
-// every rank exits 1.
+// prints one line naming the call's file:line and ends the whole job (comm_abort_all: MPI_Abort).
+// An invalid layout (world size != dp*tp*pp) is refused before anything is allocated: rank 0 prints
+// one line, every rank exits 1.
 #pragma once
 
 #include "common.h"
 #include "device.h"
+#include <limits.h>
+
+// which transport: MPI unless -DLLM_NO_MPI; NCCL over it in the builds with kernels
+#ifdef LLM_NO_MPI
+#define COMM_MPI 0
+#else
+#define COMM_MPI 1
+#endif
+#define COMM_NCCL (COMM_MPI && LLM_HAS_KERNELS)
+
+#if COMM_MPI
 // the C API only: Open MPI's deprecated C++ bindings would need -lmpi_cxx
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
@@ -87,17 +123,33 @@
 #define MPICH_SKIP_MPICXX 1
 #endif
 #include <mpi.h>
-#include <limits.h>
-#if LLM_BUILD_CUDA
+#endif
+#if COMM_NCCL && LLM_BUILD_CUDA
 #include <nccl.h>
 #if NCCL_VERSION_CODE < 21000
 #error "llm/comm.h needs NCCL >= 2.10 (ncclAvg)"
 #endif
+#elif COMM_NCCL
+#include "../dev/emu/nccl_emu.h"  // NCCL's API over MPI, run on the CPU
 #endif
 
 // ----------------------------------------------------------------------------
-// checks
+// checks, and ending the job
 
+// ends every process of the job now, from any one rank (MPI_Abort); without MPI, this process
+[[noreturn]] static inline void comm_abort_all(int status) {
+    fflush(stdout);
+    fflush(stderr);
+#if COMM_MPI
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+#endif
+    exit(status);
+}
+
+#if COMM_MPI
 static inline void mpi_check(int err, const char* call, const char* file, int line) {
     if (err == MPI_SUCCESS) return;
     char msg[MPI_MAX_ERROR_STRING + 1];
@@ -105,16 +157,12 @@ static inline void mpi_check(int err, const char* call, const char* file, int li
     if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) len = 0;
     msg[len] = '\0';
     fprintf(stderr, "error: MPI: %s failed: %s (%s:%d)\n", call, len ? msg : "unknown error", file, line);
-    fflush(stderr);
-    int inited = 0, finalized = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(EXIT_FAILURE);
+    comm_abort_all(EXIT_FAILURE);
 }
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
+#endif
 
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
 static inline void nccl_check(ncclResult_t r, const char* file, int line) {
     if (r == ncclSuccess) return;
 #if NCCL_VERSION_CODE >= 21300
@@ -124,9 +172,7 @@ static inline void nccl_check(ncclResult_t r, const char* file, int line) {
 #endif
     fprintf(stderr, "error: NCCL: %s%s%s (%s:%d)\n", ncclGetErrorString(r), (last && last[0]) ? ": " : "",
             last ? last : "", file, line);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(EXIT_FAILURE);
+    comm_abort_all(EXIT_FAILURE);
 }
 #define ncclCheck(r) nccl_check((r), __FILE__, __LINE__)
 #endif
@@ -174,19 +220,27 @@ typedef struct {
     int pp_rank, pp;
     int local_rank, local_size;  // within the node (MPI_COMM_TYPE_SHARED)
     int group_rank[COMM_NUM_GROUPS], group_size[COMM_NUM_GROUPS];
+    int owns_mpi;     // comm_init called MPI_Init, so comm_free calls MPI_Finalize
+    double init_ms;   // how long MPI_Init took (0 when MPI was already initialized, or without MPI)
+    CommLedger ledger;
+    double wait_ms;         // wait time measured and not yet taken (comm_take_wait_ms)
+    long long waits_untimed;  // NCCL: waits whose completion event had been reused (not timed)
+#if COMM_MPI
     MPI_Comm mpi[COMM_NUM_GROUPS];  // world is a duplicate of MPI_COMM_WORLD
     MPI_Comm node;
-    MPI_Op bf16_sum;  // float sum of two bf16 values, rounded to nearest even
-    int owns_mpi;     // comm_init called MPI_Init, so comm_free calls MPI_Finalize
-    double init_ms;   // how long MPI_Init took (0 when MPI was already initialized)
-    CommLedger ledger;
-#if LLM_BUILD_CUDA
+#endif
+#if LLM_HAS_KERNELS
     int device;                           // cudaSetDevice(local_rank % device count)
+#endif
+#if COMM_NCCL
     ncclComm_t nccl[COMM_NUM_GROUPS];     // NULL for a group of one rank
     int nccl_owned[COMM_NUM_GROUPS];      // 0 when the group aliases the world communicator
     cudaStream_t stream;                  // the communication stream
     cudaEvent_t begin_event;              // compute -> comm ordering (consumed at once)
-    cudaEvent_t done_events[COMM_NUM_EVENTS];
+    cudaEvent_t done_events[COMM_NUM_EVENTS];   // after each collective on the comm stream (timing)
+    unsigned done_gen[COMM_NUM_EVENTS];         // how often each was recorded; a handle keeps its count
+    cudaEvent_t ready_events[COMM_NUM_EVENTS];  // where comm_wait's compute stream starts to wait
+    int wait_unread[COMM_NUM_EVENTS];           // 1: (ready, done) of this slot not yet read
     int next_event;
 #endif
 } Comm;
@@ -194,47 +248,22 @@ typedef struct {
 // What a non-blocking collective returns; pass it to comm_wait exactly once (more is harmless).
 typedef struct {
     int pending;
-#if LLM_BUILD_CUDA
-    cudaEvent_t event;    // recorded on the comm stream after the collective
+#if COMM_NCCL
+    cudaEvent_t event;    // recorded on the comm stream after the collective (done_events[slot])
     cudaStream_t stream;  // the compute stream that comm_wait makes wait on it
-#else
+    int slot;             // which done event
+    unsigned gen;         // its record count then: if it has changed, the event marks a later collective
+#elif COMM_MPI
     MPI_Request req;
     // work MPI cannot do, done when the request completes:
     void* move_dst;  // in-place reduce_scatter: MPI leaves the block at the front of the buffer
     const void* move_src;
     size_t move_bytes;
-    void* scale_buf;  // average: multiply by 1/N (MPI has no average)
+    float* scale_buf;  // average: multiply by 1/N (MPI has no average)
     size_t scale_n;
     float scale;
-    CommDtype dtype;
 #endif
 } CommHandle;
-
-// ----------------------------------------------------------------------------
-// bf16 as raw bits (all builds: the MPI reduction needs no CUDA types)
-
-static inline float comm_bf16_bits_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint16_t comm_float_to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);  // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even (overflow rounds to inf)
-    return (uint16_t)(u >> 16);
-}
-// the MPI_Op: inout[i] = bf16(float(in[i]) + float(inout[i]))
-static void comm_bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype* type) {
-    (void)type;
-    const uint16_t* a = (const uint16_t*)in;
-    uint16_t* b = (uint16_t*)inout;
-    for (int i = 0; i < *len; i++) {
-        b[i] = comm_float_to_bf16_bits(comm_bf16_bits_to_float(a[i]) + comm_bf16_bits_to_float(b[i]));
-    }
-}
 
 static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_BF16 ? 2 : 4; }
 static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : "float"; }
@@ -242,6 +271,19 @@ static inline CommDtype comm_dtype_of(const float*) { return COMM_FLOAT; }
 #if LLM_HAS_KERNELS
 static inline CommDtype comm_dtype_of(const __nv_bfloat16*) { return COMM_BF16; }
 #endif
+
+// which transport this build's collectives use, for logs
+static inline const char* comm_transport_name(void) {
+#if COMM_NCCL && LLM_BUILD_EMU
+    return "NCCL (emulated over MPI, dev/emu/nccl_emu.h)";
+#elif COMM_NCCL
+    return "NCCL";
+#elif COMM_MPI
+    return "MPI";
+#else
+    return "none (built without MPI: one process)";
+#endif
+}
 
 // ----------------------------------------------------------------------------
 // the mesh
@@ -252,11 +294,50 @@ static inline int comm_world_rank_of(const Comm* c, int dp_rank, int pp_rank, in
 static inline int comm_group_size(const Comm* c, CommGroup g) { return c->group_size[g]; }
 static inline int comm_group_rank(const Comm* c, CommGroup g) { return c->group_rank[g]; }
 
-// Start MPI (unless the caller did), check the layout, build the groups; in the CUDA build also
-// pick the GPU and create the NCCL communicators and the communication stream.
+// the layout error for dp x tp x pp on `world` processes, or "" (dp = 0 is resolved in *dp)
+static void comm_layout_error(int world, int* dp, int tp, int pp, char* err, size_t cap) {
+    err[0] = '\0';
+    if (tp < 1 || pp < 1 || *dp < 0) {
+        snprintf(err, cap, "invalid layout --dp %d --tp %d --pp %d: expected tp >= 1, pp >= 1, "
+                 "dp >= 0 (0 = world size / (tp*pp))", *dp, tp, pp);
+    } else if (*dp == 0 && world % ((long long)tp * pp) != 0) {
+        snprintf(err, cap, "invalid layout: --tp %d x --pp %d = %lld must divide the world size, "
+                 "found a world size of %d (mpirun -np)", tp, pp, (long long)tp * pp, world);
+    } else {
+        if (*dp == 0) *dp = world / (tp * pp);
+        long long want = (long long)*dp * tp * pp;
+        if (want != world) {
+            snprintf(err, cap, "invalid layout: --dp %d x --tp %d x --pp %d = %lld processes "
+                     "expected, found a world size of %d (mpirun -np)", *dp, tp, pp, want, world);
+        }
+    }
+}
+
+#if !COMM_MPI
+// the launcher's process count when one started this process (Open MPI, MPICH/Hydra, ...), else 1
+static inline int comm_launcher_size(int* rank) {
+    const char* size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
+    const char* rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"};
+    for (int i = 0; i < 3; i++) {
+        const char* s = getenv(size_vars[i]);
+        if (s != NULL && atoi(s) > 1) {
+            const char* r = getenv(rank_vars[i]);
+            *rank = r ? atoi(r) : 0;
+            return atoi(s);
+        }
+    }
+    *rank = 0;
+    return 1;
+}
+#endif
+
+// Start MPI (unless the caller did), check the layout, build the groups; over NCCL also pick the
+// GPU and create the NCCL communicators and the communication stream. Without MPI: one process.
 // dp = 0: dp = world size / (tp * pp). Exits (rank 0 printing one line) on an invalid layout.
 static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) {
     memset(c, 0, sizeof(*c));
+    char err[400] = "";
+#if COMM_MPI
     int inited = 0;
     mpiCheck(MPI_Initialized(&inited));
     if (!inited) {
@@ -274,21 +355,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
     int world = c->world_size;
 
     // the layout, before anything is allocated
-    char err[320] = "";
-    if (tp < 1 || pp < 1 || dp < 0) {
-        snprintf(err, sizeof(err), "invalid layout --dp %d --tp %d --pp %d: expected tp >= 1, pp >= 1, "
-                 "dp >= 0 (0 = world size / (tp*pp))", dp, tp, pp);
-    } else if (dp == 0 && world % ((long long)tp * pp) != 0) {
-        snprintf(err, sizeof(err), "invalid layout: --tp %d x --pp %d = %lld must divide the world size, "
-                 "found a world size of %d (mpirun -np)", tp, pp, (long long)tp * pp, world);
-    } else {
-        if (dp == 0) dp = world / (tp * pp);
-        long long want = (long long)dp * tp * pp;
-        if (want != world) {
-            snprintf(err, sizeof(err), "invalid layout: --dp %d x --tp %d x --pp %d = %lld processes "
-                     "expected, found a world size of %d (mpirun -np)", dp, tp, pp, want, world);
-        }
-    }
+    comm_layout_error(world, &dp, tp, pp, err, sizeof(err));
     if (err[0]) {
         if (c->world_rank == 0) {
             fprintf(stderr, "error: %s\n", err);
@@ -297,6 +364,35 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
         MPI_Finalize();  // every rank gets here (same arguments), then all exit non-zero
         exit(EXIT_FAILURE);
     }
+#else
+    // one process: refuse a launch of several, and any layout of more than one
+    (void)argc; (void)argv;
+    int launched_rank = 0, launched = comm_launcher_size(&launched_rank);
+    const int world = 1;
+    if (launched > 1) {
+        snprintf(err, sizeof(err), "this program was built without MPI and runs as one process, but the launcher "
+                 "started %d (mpirun -np %d): rebuild with MPI (libopenmpi-dev) and NCCL for more", launched, launched);
+    } else if (tp < 1 || pp < 1 || dp < 0) {
+        comm_layout_error(world, &dp, tp, pp, err, sizeof(err));
+    } else if ((long long)(dp > 0 ? dp : 1) * tp * pp != 1) {
+        char layout[64];
+        if (dp > 0) snprintf(layout, sizeof(layout), "--dp %d x --tp %d x --pp %d", dp, tp, pp);
+        else snprintf(layout, sizeof(layout), "--tp %d x --pp %d", tp, pp);
+        snprintf(err, sizeof(err), "invalid layout: %s asks for more than one process, but this program was built "
+                 "without MPI and runs as one process (rebuild with MPI and NCCL for more)", layout);
+    } else {
+        dp = 1;
+    }
+    if (err[0]) {
+        if (launched_rank == 0) {
+            fprintf(stderr, "error: %s\n", err);
+            fflush(stderr);
+        }
+        exit(EXIT_FAILURE);
+    }
+    c->world_rank = 0;
+    c->world_size = 1;
+#endif
 
     c->dp = dp; c->tp = tp; c->pp = pp;
     int r = c->world_rank;
@@ -304,6 +400,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
     c->pp_rank = (r / tp) % pp;
     c->dp_rank = r / (tp * pp);
 
+#if COMM_MPI
     // the groups: color selects the members, key orders them
     mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi[GROUP_WORLD]));
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, c->pp_rank * tp + c->tp_rank, c->dp_rank, &c->mpi[GROUP_DP]));
@@ -321,32 +418,43 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
             fprintf(stderr, "error: rank %d: %s group is rank %d of %d, expected %d of %d (%s:%d)\n", r,
                     comm_group_name(g), c->group_rank[g], c->group_size[g], want_rank[g], want_size[g],
                     __FILE__, __LINE__);
-            MPI_Abort(MPI_COMM_WORLD, 1);
+            comm_abort_all(EXIT_FAILURE);
         }
     }
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c->node));
     mpiCheck(MPI_Comm_rank(c->node, &c->local_rank));
     mpiCheck(MPI_Comm_size(c->node, &c->local_size));
-    mpiCheck(MPI_Op_create(comm_bf16_sum_op, 1 /* commutative */, &c->bf16_sum));
+#else
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        c->group_rank[g] = 0;
+        c->group_size[g] = 1;
+    }
+    c->local_rank = 0;
+    c->local_size = 1;
+#endif
 
-#if LLM_BUILD_CUDA
+#if LLM_HAS_KERNELS
     // one GPU per process, chosen by the node-local rank
     int ndev = 0;
     cudaCheck(cudaGetDeviceCount(&ndev));
     if (ndev < 1 || c->local_size > ndev) {
         if (c->local_rank == 0) {
-            fprintf(stderr, "error: %d processes on this node but %d GPUs: one GPU per process is needed\n",
-                    c->local_size, ndev);
+            fprintf(stderr, "error: %d processes on this node but %d GPUs: one GPU per process is needed%s\n",
+                    c->local_size, ndev, LLM_BUILD_EMU ? " (emulated: set EMU_DEVICES)" : "");
             fflush(stderr);
         }
         exit(EXIT_FAILURE);
     }
     c->device = c->local_rank % ndev;
     cudaCheck(cudaSetDevice(c->device));
+#endif
+#if COMM_NCCL
     cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&c->begin_event, cudaEventDisableTiming));
     for (int i = 0; i < COMM_NUM_EVENTS; i++) {
-        cudaCheck(cudaEventCreateWithFlags(&c->done_events[i], cudaEventDisableTiming));
+        // with timing: comm_take_wait_ms reads them (recording costs about the same)
+        cudaCheck(cudaEventCreateWithFlags(&c->done_events[i], cudaEventDefault));
+        cudaCheck(cudaEventCreateWithFlags(&c->ready_events[i], cudaEventDefault));
     }
     // one NCCL communicator per group: its rank 0 makes the id, the group's MPI communicator carries
     // it. Groups of one rank need none (their collectives are local copies); a group as large as the
@@ -369,21 +477,49 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
 }
 
 static void comm_free(Comm* c) {
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
     cudaCheck(cudaStreamSynchronize(c->stream));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         if (c->nccl_owned[g]) ncclCheck(ncclCommDestroy(c->nccl[g]));
         c->nccl[g] = NULL;
     }
-    for (int i = 0; i < COMM_NUM_EVENTS; i++) cudaCheck(cudaEventDestroy(c->done_events[i]));
+    for (int i = 0; i < COMM_NUM_EVENTS; i++) {
+        cudaCheck(cudaEventDestroy(c->done_events[i]));
+        cudaCheck(cudaEventDestroy(c->ready_events[i]));
+    }
     cudaCheck(cudaEventDestroy(c->begin_event));
     cudaCheck(cudaStreamDestroy(c->stream));
 #endif
-    mpiCheck(MPI_Op_free(&c->bf16_sum));
+#if COMM_MPI
     mpiCheck(MPI_Comm_free(&c->node));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) mpiCheck(MPI_Comm_free(&c->mpi[g]));
     if (c->owns_mpi) mpiCheck(MPI_Finalize());
+#endif
     c->owns_mpi = 0;
+}
+
+// Every rank calls it together (same arguments, e.g. after rank 0 printed why): finalize MPI and
+// exit with status. For an error seen by one rank alone use comm_abort_all.
+[[noreturn]] static inline void comm_exit(Comm* c, int status) {
+    (void)c;
+    fflush(stdout);
+    fflush(stderr);
+#if COMM_MPI
+    MPI_Finalize();
+#endif
+    exit(status);
+}
+
+// Host bytes of every rank to world rank 0: `all` (world_size * bytes, rank r's at r * bytes) is
+// written on rank 0 only (NULL elsewhere). Plain host data, outside the ledger (reports, logs).
+static void comm_gather_bytes(Comm* c, const void* mine, size_t bytes, void* all) {
+    if (bytes > (size_t)INT_MAX) fatal("comm_gather_bytes: %zu bytes exceed MPI's int count", bytes);
+#if COMM_MPI
+    mpiCheck(MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, c->mpi[GROUP_WORLD]));
+#else
+    (void)c;
+    if (bytes > 0) memcpy(all, mine, bytes);
+#endif
 }
 
 // ----------------------------------------------------------------------------
@@ -501,20 +637,11 @@ static inline void comm_check_buffer(const void* p, size_t bytes, const char* wh
 #endif
 }
 
-#if !LLM_BUILD_CUDA
-// multiply n elements by s in place (the MPI average); host-addressable memory in these builds
-static inline void comm_scale(void* buf, size_t n, CommDtype dt, float s) {
-    if (dt == COMM_FLOAT) {
-        float* x = (float*)buf;
-        for (size_t i = 0; i < n; i++) x[i] *= s;
-    } else {
-        uint16_t* x = (uint16_t*)buf;
-        for (size_t i = 0; i < n; i++) x[i] = comm_float_to_bf16_bits(comm_bf16_bits_to_float(x[i]) * s);
-    }
-}
+#if COMM_MPI && !COMM_NCCL
+// multiply n floats by s in place (the MPI average); host memory in this build
 static inline void comm_finish_host(CommHandle* h) {
     if (h->move_bytes > 0) memmove(h->move_dst, h->move_src, h->move_bytes);
-    if (h->scale_n > 0) comm_scale(h->scale_buf, h->scale_n, h->dtype, h->scale);
+    for (size_t i = 0; i < h->scale_n; i++) h->scale_buf[i] *= h->scale;
     h->move_bytes = 0;
     h->scale_n = 0;
     h->pending = 0;
@@ -527,20 +654,33 @@ static inline int comm_mpi_count(size_t n, const char* op) {
 }
 #endif
 
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
 static inline ncclDataType_t comm_nccl_type(CommDtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
 // the comm stream waits for everything already enqueued on the compute stream
 static inline void comm_stream_begin(Comm* c, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(c->begin_event, compute));
     cudaCheck(cudaStreamWaitEvent(c->stream, c->begin_event, 0));
 }
-// an event after the collective on the comm stream. Events are reused round robin: a reused
-// event is re-recorded later on the same stream, so waiting on it still waits for this collective.
-static inline cudaEvent_t comm_stream_end(Comm* c) {
-    cudaEvent_t e = c->done_events[c->next_event];
-    c->next_event = (c->next_event + 1) % COMM_NUM_EVENTS;
-    cudaCheck(cudaEventRecord(e, c->stream));
-    return e;
+// adds the wait of slot i, max(0, done - ready), to c->wait_ms (blocks until both events happened)
+static inline void comm_read_wait(Comm* c, int i) {
+    if (!c->wait_unread[i]) return;
+    cudaCheck(cudaEventSynchronize(c->done_events[i]));
+    cudaCheck(cudaEventSynchronize(c->ready_events[i]));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, c->ready_events[i], c->done_events[i]));
+    if (ms > 0.0f) c->wait_ms += ms;
+    c->wait_unread[i] = 0;
+}
+// an event after the collective on the comm stream; returns its slot. Events are reused round robin:
+// a reused event is re-recorded later on the same stream, so waiting on it still waits for this
+// collective; an unread wait of the slot is read first.
+static inline int comm_stream_end(Comm* c) {
+    int i = c->next_event;
+    c->next_event = (i + 1) % COMM_NUM_EVENTS;
+    comm_read_wait(c, i);
+    cudaCheck(cudaEventRecord(c->done_events[i], c->stream));
+    c->done_gen[i]++;
+    return i;
 }
 #endif
 
@@ -550,9 +690,8 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
                            CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking) {
     CommHandle h;
     memset(&h, 0, sizeof(h));
-#if !LLM_BUILD_CUDA
+#if COMM_MPI && !COMM_NCCL
     h.req = MPI_REQUEST_NULL;
-    h.dtype = dt;
 #endif
     const char* name = comm_kind_name(kind);
     if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("%s: invalid group %d", name, (int)g);
@@ -593,11 +732,12 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
         return h;
     }
 
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
     ncclComm_t nc = c->nccl[g];
     ncclDataType_t nt = comm_nccl_type(dt);
     ncclRedOp_t nop = op == COMM_AVG ? ncclAvg : ncclSum;
     comm_stream_begin(c, stream);
+    double t0 = wall_ms();
     switch (kind) {
         case COMM_ALL_REDUCE: ncclCheck(ncclAllReduce(send, recv, n, nt, nop, nc, c->stream)); break;
         case COMM_REDUCE_SCATTER: ncclCheck(ncclReduceScatter(send, recv, n, nt, nop, nc, c->stream)); break;
@@ -607,31 +747,35 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
         case COMM_RECV: ncclCheck(ncclRecv(recv, n, nt, peer, nc, c->stream)); break;
         default: fatal("comm: unknown collective %d", (int)kind);
     }
-    cudaEvent_t e = comm_stream_end(c);
+    // emulated streams are synchronous: the collective ran inside the call, the host stalled there
+    if (LLM_BUILD_EMU && nonblocking) c->wait_ms += wall_ms() - t0;
+    int slot = comm_stream_end(c);
     if (nonblocking) {
         h.pending = 1;
-        h.event = e;
+        h.event = c->done_events[slot];
         h.stream = stream;
+        h.slot = slot;
+        h.gen = c->done_gen[slot];
     } else {
-        cudaCheck(cudaStreamWaitEvent(stream, e, 0));
+        cudaCheck(cudaStreamWaitEvent(stream, c->done_events[slot], 0));
     }
-#else
+#elif COMM_MPI
     (void)stream;
+    if (dt != COMM_FLOAT) fatal("%s: %s buffers over MPI: the MPI path is FP32 only (bf16 goes over NCCL)", name, comm_dtype_name(dt));
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
-    MPI_Datatype mt = dt == COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT;
-    MPI_Op mop = dt == COMM_BF16 ? c->bf16_sum : MPI_SUM;
+    MPI_Datatype mt = MPI_FLOAT;
     MPI_Request* req = nonblocking ? &h.req : NULL;
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {
-        h.scale_buf = recv;
+        h.scale_buf = (float*)recv;
         h.scale_n = n;
         h.scale = 1.0f / (float)N;
     }
     switch (kind) {
         case COMM_ALL_REDUCE: {
             const void* sb = in_place ? MPI_IN_PLACE : send;
-            if (req) mpiCheck(MPI_Iallreduce(sb, recv, cnt, mt, mop, mc, req));
-            else mpiCheck(MPI_Allreduce(sb, recv, cnt, mt, mop, mc));
+            if (req) mpiCheck(MPI_Iallreduce(sb, recv, cnt, mt, MPI_SUM, mc, req));
+            else mpiCheck(MPI_Allreduce(sb, recv, cnt, mt, MPI_SUM, mc));
             break;
         }
         case COMM_REDUCE_SCATTER: {
@@ -645,8 +789,8 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
                 h.move_src = send;
                 h.move_bytes = n * esz;
             }
-            if (req) mpiCheck(MPI_Ireduce_scatter_block(sb, rb, cnt, mt, mop, mc, req));
-            else mpiCheck(MPI_Reduce_scatter_block(sb, rb, cnt, mt, mop, mc));
+            if (req) mpiCheck(MPI_Ireduce_scatter_block(sb, rb, cnt, mt, MPI_SUM, mc, req));
+            else mpiCheck(MPI_Reduce_scatter_block(sb, rb, cnt, mt, MPI_SUM, mc));
             break;
         }
         case COMM_ALL_GATHER: {
@@ -673,6 +817,9 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
     }
     if (nonblocking) h.pending = 1;
     else comm_finish_host(&h);
+#else
+    (void)op; (void)stream; (void)nonblocking;
+    fatal("%s: a group of %d ranks in a build without MPI", name, N);  // unreachable: every group has one rank
 #endif
     return h;
 }
@@ -730,30 +877,37 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
         if (n_send > 0 && (const void*)send != (const void*)recv) copy_device_to_device(recv, send, n_send * esz, stream);
         return;
     }
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
     ncclCheck(ncclGroupStart());
     ncclCheck(ncclSend(send, n_send, nt, dst, c->nccl[g], c->stream));
     ncclCheck(ncclRecv(recv, n_recv, nt, src, c->nccl[g], c->stream));
     ncclCheck(ncclGroupEnd());
-    cudaCheck(cudaStreamWaitEvent(stream, comm_stream_end(c), 0));
-#else
+    cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
+#elif COMM_MPI
     (void)stream;
-    MPI_Datatype mt = dt == COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Datatype mt = MPI_FLOAT;
     MPI_Status st;
     int nr = comm_mpi_count(n_recv, "sendrecv");
     mpiCheck(MPI_Sendrecv(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, recv, nr, mt, src, 0, c->mpi[g], &st));
     int got = 0;
     mpiCheck(MPI_Get_count(&st, mt, &got));
     if (got != nr) fatal("sendrecv: expected %d elements from rank %d of the %s group, got %d", nr, src, comm_group_name(g), got);
+#else
+    (void)stream;
+    fatal("sendrecv: a group of %d ranks in a build without MPI", N);  // unreachable
 #endif
 }
 
 // host-side barrier of the group (it does not wait for queued GPU work)
 static void comm_barrier(Comm* c, CommGroup g) {
     if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("barrier: invalid group %d", (int)g);
+#if COMM_MPI
     mpiCheck(MPI_Barrier(c->mpi[g]));
+#else
+    (void)c;  // one process
+#endif
 }
 
 // non-blocking forms: same arguments, the result is valid after comm_wait
@@ -770,35 +924,59 @@ static CommHandle comm_all_gather_start(Comm* c, CommGroup g, const T* send, T* 
     return comm_run(c, COMM_ALL_GATHER, g, send, recv, block, comm_dtype_of(send), COMM_SUM, 0, stream, 1);
 }
 
-// CUDA: the compute stream given at the start waits for the collective (the host does not block).
-// CPU / emulated: blocks until the request completes, then finishes the average / in-place move.
+// NCCL: the compute stream given at the start waits for the collective (the host does not block);
+// the wait is timed by an event pair (see the top of the file).
+// MPI: blocks until the request completes (timed), then finishes the average / in-place move.
 static void comm_wait(Comm* c, CommHandle* h) {
-    (void)c;
     if (!h->pending) return;
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
+    if (h->gen == c->done_gen[h->slot]) {
+        cudaCheck(cudaEventRecord(c->ready_events[h->slot], h->stream));
+        c->wait_unread[h->slot] = 1;
+    } else {
+        c->waits_untimed++;  // its event was re-recorded for a later collective: ordered, not timed
+    }
     cudaCheck(cudaStreamWaitEvent(h->stream, h->event, 0));
     h->pending = 0;
-#else
+#elif COMM_MPI
+    double t0 = wall_ms();
     mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
+    c->wait_ms += wall_ms() - t0;
     comm_finish_host(h);
+#else
+    (void)c;
+    h->pending = 0;
 #endif
 }
 
-// 1 if the collective has completed, 0 otherwise; call comm_wait all the same (in the CUDA build it
-// is what orders the compute stream after the collective). In the MPI builds comm_test also drives
-// the request forward: call it between compute steps to overlap.
+// 1 if the collective has completed, 0 otherwise; call comm_wait all the same (over NCCL it is what
+// orders the compute stream after the collective). Over MPI comm_test also drives the request
+// forward: call it between compute steps to overlap.
 static int comm_test(Comm* c, CommHandle* h) {
     (void)c;
     if (!h->pending) return 1;
-#if LLM_BUILD_CUDA
+#if COMM_NCCL
     cudaError_t e = cudaEventQuery(h->event);
     if (e == cudaErrorNotReady) return 0;
     cudaCheck(e);
     return 1;
-#else
+#elif COMM_MPI
     int done = 0;
     mpiCheck(MPI_Test(&h->req, &done, MPI_STATUS_IGNORE));
     if (done) comm_finish_host(h);
     return done;
+#else
+    return 1;
 #endif
+}
+
+// The time (ms) the computation waited in comm_wait since the last call (see the top of the file).
+// Over NCCL call it after the step's device synchronize: it reads the event pairs of the waits.
+static double comm_take_wait_ms(Comm* c) {
+#if COMM_NCCL
+    for (int i = 0; i < COMM_NUM_EVENTS; i++) comm_read_wait(c, i);
+#endif
+    double ms = c->wait_ms;
+    c->wait_ms = 0.0;
+    return ms;
 }

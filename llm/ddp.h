@@ -18,12 +18,12 @@
 // finish in the order final, layer L-1, ..., layer 0, embed (wte also gets the LM head's gradient,
 // at the start of the backward, so its bucket is ready only at the very end).
 //
-// Progress. In the CUDA build a collective runs on the communication stream and the compute stream
-// waits on it only at the end. Over MPI (CPU and emulated builds) a non-blocking collective moves
-// only while the process is inside an MPI call, so every bucket launch also tests (MPI_Test) the
-// pending ones; what is left is waited after the backward pass. The time the host spends blocked in
-// those final waits is the step's "comm wait" (in the CUDA build the host does not block there:
-// the stream waits, and the number is ~0).
+// Progress. In the CUDA and emulated builds a collective runs on NCCL's communication stream and the
+// compute stream waits on it only at the end. Over MPI (the CPU build) a non-blocking collective
+// moves only while the process is inside an MPI call, so every bucket launch also tests (MPI_Test)
+// the pending ones; what is left is waited after the backward pass. How long the computation waited
+// is measured by llm/comm.h (comm_take_wait_ms: CUDA events on a GPU, host time over MPI): the
+// step's "comm wait".
 #pragma once
 #include "common.h"
 #include "comm.h"
@@ -35,7 +35,6 @@ typedef struct {
     CommHandle* handles;  // (cap)
     int* tags;            // (cap) the caller's id of each (a unit)
     int count, cap;
-    double wait_ms;       // host time blocked in commq_wait_* since the last reset
 } CommQueue;
 
 static void commq_init(CommQueue* q, int cap) {
@@ -43,7 +42,6 @@ static void commq_init(CommQueue* q, int cap) {
     q->tags = (int*)mallocCheck((size_t)cap * sizeof(int));
     q->count = 0;
     q->cap = cap;
-    q->wait_ms = 0.0;
 }
 
 static void commq_free(CommQueue* q) {
@@ -86,12 +84,10 @@ static int commq_poll(Comm* c, CommQueue* q, int* done) {
     return n;
 }
 
-// waits for the oldest pending collective and returns its tag (-1 if none); timed
+// waits for the oldest pending collective and returns its tag (-1 if none)
 static int commq_wait_oldest(Comm* c, CommQueue* q) {
     if (q->count == 0) return -1;
-    double t0 = wall_ms();
     comm_wait(c, &q->handles[0]);
-    q->wait_ms += wall_ms() - t0;
     int tag = q->tags[0];
     commq_remove(q, 0);
     return tag;
@@ -104,9 +100,4 @@ static int commq_wait_oldest(Comm* c, CommQueue* q) {
 static void ddp_bucket_ready(Comm* c, CommQueue* q, floatX* grads, size_t n, int tag, cudaStream_t stream) {
     commq_push(q, comm_all_reduce_start(c, GROUP_DP, grads, grads, n, COMM_AVG, stream), tag);
     commq_poll(c, q, NULL);  // progress for the ones launched before
-}
-
-// after the backward: every bucket averaged (the time blocked here is the step's comm wait)
-static void ddp_wait_all(Comm* c, CommQueue* q) {
-    while (q->count > 0) commq_wait_oldest(c, q);
 }

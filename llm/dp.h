@@ -245,8 +245,6 @@ static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
 // one optimizer step
 
 static void dp_step_begin(DataParallel* dp) {
-    dp->z.gather_wait_ms = 0.0;
-    dp->grad_queue.wait_ms = 0.0;
     if (dp->stage <= 1) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
     // stages 2-3: each unit's working buffer is zeroed when the first micro-batch asks for it
 }
@@ -254,14 +252,10 @@ static void dp_step_begin(DataParallel* dp) {
 // before each micro-batch: is it the step's last (whose backward communicates)?
 static void dp_micro_begin(DataParallel* dp, int micro, int num_micro) { dp->last_micro = micro == num_micro - 1; }
 
-// after the last backward: every gradient reduction waited (the time blocked is the step's comm wait)
+// after the last backward: every gradient reduction waited
 static void dp_finish_grads(DataParallel* dp) {
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
 }
-
-// host ms this step spent blocked on gradient communication / on parameter all-gathers
-static double dp_grad_wait_ms(const DataParallel* dp) { return dp->grad_queue.wait_ms; }
-static double dp_gather_wait_ms(const DataParallel* dp) { return dp->z.gather_wait_ms; }
 
 // the mean of x over the dp group
 static float dp_mean(DataParallel* dp, float x) {

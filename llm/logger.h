@@ -61,7 +61,8 @@ static void logger_write_line(Logger* lg, const char* line) {
 // one training step. val_loss NaN: not measured at this step, the key is left out.
 // lr: learning rate used at this step; grad_norm: global L2 norm before clipping;
 // ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks).
-// comm_wait_ms: time rank 0 waited on gradient communication in the step (data parallelism), NaN:
+// comm_wait_ms: how long rank 0's computation waited in the step for gradient reductions and
+// parameter gathers (data parallelism; measured by llm/comm.h), NaN:
 // the key is left out.
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
                             float grad_norm, float ms, float tokens_per_s, float comm_wait_ms = NAN) {

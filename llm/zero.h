@@ -56,7 +56,6 @@ typedef struct {
     floatX** unit_grads;    // (U) stages 2-3: unit u's gradient working buffer this step
     int* order;             // (2U) stage 3: the units in forward order, then in backward order
     int* done;              // (U+1) scratch: the units whose gradient reductions just finished
-    double gather_wait_ms;  // this step: host time blocked on parameter all-gathers
 } ZeroState;
 
 static void zero_init(ZeroState* z, const ParamLayout* lay, int stage, int dp, int rank) {
@@ -149,9 +148,7 @@ static floatX* zero_params_acquire(ZeroState* z, Comm* c, CommQueue* grad_queue,
         if (order[i] == u) { zero_gather_start(z, c, order[i + 1], params_shard, s); break; }
     }
     zero_poll_grads(z, c, grad_queue);
-    double t0 = wall_ms();
     comm_wait(c, &z->gathers[u]);
-    z->gather_wait_ms += wall_ms() - t0;
     return z->unit_params[u];
 }
 
@@ -198,10 +195,6 @@ static void zero_gather_updated(ZeroState* z, Comm* c, const ParamLayout* lay, f
             floatX* unit = params + lay->units[u].start;
             h[u % 2] = comm_all_gather_start(c, GROUP_DP, unit + (size_t)z->rank * z->block[u], unit, z->block[u], s);
         }
-        if (u > 0) {
-            double t0 = wall_ms();
-            comm_wait(c, &h[(u - 1) % 2]);
-            z->gather_wait_ms += wall_ms() - t0;
-        }
+        if (u > 0) comm_wait(c, &h[(u - 1) % 2]);
     }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_check.sh: on a machine with an NVIDIA GPU, build the CUDA programs, run the kernel-vs-reference
 # harness, the kernel benchmarks of dev/cuda/, and a GPT-2 124M training benchmark (tokens/s, MFU),
-# then print one table. Logs go to build/gpu_check/.
+# then print one table. Logs go to build/gpu_check/. Needs the CUDA toolkit and driver only: without
+# MPI or NCCL the programs are built single-process (the build's "note:" lines say so; see Makefile).
 #   bash scripts/gpu_check.sh            (PRECISION=BF16; PEAK_TFLOPS=... to set the MFU denominator,
 #                                         otherwise the measured dense bf16 GEMM peak of dev/cuda/matmul)
 set -u
@@ -15,6 +16,7 @@ row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 echo "== build (sm_${ARCH})"
 make -j"$(nproc)" train_gpt build/test_kernels_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+while read -r note; do echo "$note"; row "build" "$note"; done < <(grep '^note:' "$LOG/build.log")
 # the kernel benchmarks (dev/cuda/cuda.mk), rebuilt every time; -k: one that fails leaves the others
 for f in dev/cuda/*.cu; do rm -f "build/cuda/$(basename "$f" .cu)"; done
 make -k -j"$(nproc)" dev-cuda CUDA_ARCH="sm_${ARCH}" > "$LOG/build_cuda.log" 2>&1

@@ -3,8 +3,9 @@
 #
 #   make test-comm              build both programs and run test/test_comm.sh (every layout, ~30 s)
 #   build/test_comm_cpu         CPU build (floatX = float); run under mpirun, see test/test_comm.cu
-#   build/test_comm_emu         emulated CUDA build (floatX = bf16: the bf16 MPI_Op is tested too)
+#   build/test_comm_emu         emulated CUDA build (floatX = bf16): comm.h's NCCL code over dev/emu/nccl_emu.h
 #   build/test_comm_cuda        CUDA build over NCCL (compiles anywhere; needs one GPU per process)
+#   build/emu/test_nccl_emu     the emulated NCCL itself (dev/emu/emu.mk)
 #   make bench-comm             all-reduce bandwidth of 2 processes, 1 MB .. 64 MB
 #
 # Until test/test.mk includes this file: make -f Makefile -f test/comm.mk test-comm

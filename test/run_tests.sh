@@ -47,6 +47,8 @@ run resume bash test/test_resume.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh
+# the trainer built without MPI: one process, and more refused with one line
+run nompi bash test/test_nompi.sh
 run bad_input bash test/test_bad_input.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
 # every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model

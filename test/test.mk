@@ -32,6 +32,11 @@ build/test_kernels_emu_fp32: test/test_kernels.cu $(EMU_DEPS)
 build/test_kernels_asan: test/test_kernels.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=undefined $< -o $@ $(EMU_LIBS)
+# the same without MPI (no MPI include path or library, -DLLM_NO_MPI): the one-process comm.h that a
+# CUDA build without MPI or NCCL compiles (test/test_nompi.sh)
+build/train_gpt_emu_nompi: train_gpt.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(filter-out $(MPI_CFLAGS),$(EMU_FLAGS)) -DLLM_NO_MPI -DENABLE_FP32 $< -o $@ $(filter-out $(MPI_LIBS),$(EMU_LIBS))
 build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
@@ -41,10 +46,10 @@ build/test_gpt_emu_bf16: test/test_gpt.cu $(EMU_DEPS)
 build/test_sampler_emu: test/test_sampler.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
+TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_asan build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu $(MATMUL_TESTS) \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
-                 build/test_comm_cpu build/test_comm_emu
+                 build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu
 
 # the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU
 build/test_kernels_gpu: test/test_kernels.cu $(LLM_HEADERS) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)

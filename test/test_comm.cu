@@ -8,10 +8,15 @@
 // and 1000, in every group, against the sum / concatenation this rank computes from every member's
 // data (each rank's data is regenerated here from its world rank and a seed that rank 0 picks and
 // broadcasts); that all ranks of a group get bitwise identical all-reduce results; with two ranks,
-// that the sum is exactly one rounding of a+b (the bf16 MPI_Op rounds to nearest even); send/recv,
-// sendrecv, barrier; the ledger's calls and bytes against the ring formulas of the ZeRO paper
-// (sec. 7), and DDP (2 Psi (N-1)/N) against ZeRO-3 (3 Psi (N-1)/N). Compiled as the CPU build
-// (floatX = float) and as the emulated CUDA build (floatX = bf16, both float and bf16 tested).
+// that the sum is exactly one rounding of a+b (bf16 rounds to nearest even); send/recv, sendrecv,
+// barrier; the ledger's calls and bytes against the ring formulas of the ZeRO paper (sec. 7), and
+// DDP (2 Psi (N-1)/N) against ZeRO-3 (3 Psi (N-1)/N); the wait accounting (comm_take_wait_ms: a rank
+// that joins late makes the others wait at least as long, blocking collectives count nothing, a
+// handle waited after its completion event was reused is not timed). Compiled as the CPU build
+// (floatX = float, MPI) and as the emulated CUDA build (floatX = bf16, both float and bf16 tested),
+// which runs comm.h's NCCL code against dev/emu/nccl_emu.h: there every collective of a group of
+// more than one rank must have run exactly one emulated NCCL operation of its kind (nccl_emu_calls),
+// which proves the NCCL path was taken.
 //
 // Each check is evaluated on every rank; rank 0 prints one line per check (with the number of ranks
 // that failed it) and the summary "test_comm: N passed, M failed". Exit status 1 on any failure.
@@ -130,6 +135,27 @@ static int same_across_group(CommGroup g, uint64_t v) {
 
 static uint64_t g_test_id = 0;  // every test case draws fresh data
 
+// the emulated NCCL operations run so far of comm kind k (the emulated build; -1 elsewhere)
+static long long nccl_ops(CommKind k) {
+#if LLM_BUILD_EMU && COMM_NCCL
+    static const int map[COMM_NUM_KINDS] = {NCCL_EMU_ALL_REDUCE, NCCL_EMU_REDUCE_SCATTER, NCCL_EMU_ALL_GATHER,
+                                            NCCL_EMU_BROADCAST, NCCL_EMU_SEND, NCCL_EMU_RECV};
+    return nccl_emu_calls(map[k]);
+#else
+    (void)k;
+    return -1;
+#endif
+}
+// over the emulated NCCL, a collective on a group of N ranks runs `want` NCCL operations if N > 1
+// and none if N == 1 (a local copy); elsewhere nothing to check
+static int nccl_ran(CommKind k, long long before, int N, long long want, char* detail, size_t cap) {
+    if (before < 0) return 1;
+    long long ran = nccl_ops(k) - before, expect = N > 1 ? want : 0;
+    if (ran == expect) return 1;
+    snprintf(detail, cap, "%lld emulated NCCL %s operations ran, expected %lld (group of %d)", ran, comm_kind_name(k), expect, N);
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // one collective, one configuration
 
@@ -175,6 +201,7 @@ static void test_collective(CommKind kind, int mode, int in_place, CommGroup g, 
     }
 
     cudaStream_t stream = 0;
+    const long long ops_before = nccl_ops(kind);
     if (mode == MODE_BLOCKING) {
         if (kind == COMM_ALL_REDUCE) comm_all_reduce(&C, g, send, recv, block, op, stream);
         else if (kind == COMM_REDUCE_SCATTER) comm_reduce_scatter(&C, g, send, recv, block, op, stream);
@@ -240,6 +267,7 @@ static void test_collective(CommKind kind, int mode, int in_place, CommGroup g, 
     }
     int same = 1;
     if (kind == COMM_ALL_REDUCE) same = same_across_group(g, hash_bytes(got, n_out * sizeof(T)));
+    if (ok && same) ok = nccl_ran(kind, ops_before, N, 1, detail, sizeof(detail));
 
     mcheck(ok && same, ok ? "results differ between the ranks of the group" : detail,
            "%-14s %-5s %-5s N=%d block=%-4zu %s %-10s %s: max|err| %.3g (%s)%s", comm_kind_name(kind),
@@ -313,11 +341,12 @@ static void test_broadcast(CommGroup g, size_t n) {
         T* h = (T*)mallocCheck(n * sizeof(T));
         for (size_t i = 0; i < n; i++) h[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
         T* d = dev_upload(h, n);
+        const long long ops_before = nccl_ops(COMM_BROADCAST);
         comm_broadcast(&C, g, d, n, root, (cudaStream_t)0);
         device_synchronize();
         copy_to_host(h, d, n * sizeof(T));
-        int ok = 1;
         char detail[160] = "";
+        int ok = nccl_ran(COMM_BROADCAST, ops_before, N, 1, detail, sizeof(detail));
         for (size_t i = 0; i < n && ok; i++) {
             float w = TT<T>::from(TT<T>::to(rand_val(tid, members[root], i)));
             if (TT<T>::from(h[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "[%zu] %g != %g", i, TT<T>::from(h[i]), w); }
@@ -344,10 +373,13 @@ static void test_p2p(CommGroup g, size_t n) {
     int ok = 1;
     char detail[160] = "";
     if (N >= 2) {
+        const long long sends_before = nccl_ops(COMM_SEND), recvs_before = nccl_ops(COMM_RECV);
         if (me == 0) { comm_send(&C, g, mine, n, 1, (cudaStream_t)0); comm_recv(&C, g, got, n, 1, (cudaStream_t)0); }
         if (me == 1) { comm_recv(&C, g, got, n, 0, (cudaStream_t)0); comm_send(&C, g, mine, n, 0, (cudaStream_t)0); }
         device_synchronize();
         if (me <= 1) {
+            ok = nccl_ran(COMM_SEND, sends_before, N, 1, detail, sizeof(detail)) &&
+                 nccl_ran(COMM_RECV, recvs_before, N, 1, detail, sizeof(detail));
             copy_to_host(h, got, n * sizeof(T));
             int peer = members[1 - me];
             for (size_t i = 0; i < n && ok; i++) {
@@ -360,10 +392,12 @@ static void test_p2p(CommGroup g, size_t n) {
     // ring: send to the next rank, receive from the previous one (N = 1: to itself, a copy)
     dev_poison(got, n * sizeof(T));
     int next = (me + 1) % N, prev = (me + N - 1) % N;
+    const long long sends_before = nccl_ops(COMM_SEND), recvs_before = nccl_ops(COMM_RECV);
     comm_sendrecv(&C, g, mine, n, next, got, n, prev, (cudaStream_t)0);
     device_synchronize();
     copy_to_host(h, got, n * sizeof(T));
-    ok = 1;
+    ok = nccl_ran(COMM_SEND, sends_before, N, 1, detail, sizeof(detail)) &&
+         nccl_ran(COMM_RECV, recvs_before, N, 1, detail, sizeof(detail));
     for (size_t i = 0; i < n && ok; i++) {
         float w = TT<T>::from(TT<T>::to(rand_val(tid, members[prev], i)));
         if (TT<T>::from(h[i]) != w) { ok = 0; snprintf(detail, sizeof(detail), "sendrecv [%zu] %g != %g", i, TT<T>::from(h[i]), w); }
@@ -436,6 +470,59 @@ static void test_barrier(void) {
         snprintf(detail, sizeof(detail), "left the barrier after %.0f ms", waited);
         mcheck(waited >= 150.0, detail, "barrier %-5s: every rank waits for the late group rank 0 (>= 150 ms)", comm_group_name(g));
     }
+}
+
+// comm_take_wait_ms: the time the computation waited in comm_wait (see llm/comm.h)
+static void test_wait(void) {
+    if (C.world_size < 2) return;
+    const size_t n = 1024;
+    const double late_ms = 200.0;
+    float* buf = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
+    device_memset_zero(buf, n * sizeof(float), 0);
+    device_synchronize();
+    comm_take_wait_ms(&C);  // drop what the tests before measured
+    const int late = C.world_rank == C.world_size - 1;
+    char detail[200];
+
+    // non-blocking: the last rank joins late; every other rank waits for it
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    if (late) usleep((useconds_t)(late_ms * 1000));
+    CommHandle h = comm_all_reduce_start(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+    comm_wait(&C, &h);
+    device_synchronize();
+    double w = comm_take_wait_ms(&C), again = comm_take_wait_ms(&C);
+    snprintf(detail, sizeof(detail), "%s rank measured %.1f ms, then %.1f ms", late ? "the late" : "a waiting", w, again);
+    mcheck(late ? (w < late_ms / 2) : (w >= 0.9 * late_ms), detail, "wait: world rank %d joins a non-blocking all-reduce "
+           "%.0f ms late: the others measure >= %.0f ms, it < %.0f ms", C.world_size - 1, late_ms, 0.9 * late_ms, late_ms / 2);
+    mcheck(again == 0.0, detail, "wait: comm_take_wait_ms starts again from 0 after it was read");
+
+    // blocking: the same delay, but a blocking collective is not a wait
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    if (late) usleep((useconds_t)(late_ms * 1000));
+    comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+    device_synchronize();
+    w = comm_take_wait_ms(&C);
+    snprintf(detail, sizeof(detail), "measured %.1f ms", w);
+    mcheck(w == 0.0, detail, "wait: a blocking all-reduce joined %.0f ms late counts no wait", late_ms);
+
+    // many waits (more than the COMM_NUM_EVENTS completion events), and a handle waited after its
+    // completion event was re-recorded: over NCCL it is ordered but not timed
+    long long untimed = C.waits_untimed;
+    for (int i = 0; i < 3 * COMM_NUM_EVENTS; i++) {
+        CommHandle hi = comm_all_reduce_start(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+        comm_wait(&C, &hi);
+    }
+    CommHandle old = comm_all_reduce_start(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+    for (int i = 0; i < COMM_NUM_EVENTS; i++) comm_all_reduce(&C, GROUP_WORLD, buf, buf, n, COMM_SUM, (cudaStream_t)0);
+    comm_wait(&C, &old);
+    device_synchronize();
+    w = comm_take_wait_ms(&C);
+    long long want_untimed = COMM_NCCL ? 1 : 0;
+    snprintf(detail, sizeof(detail), "measured %.1f ms, %lld untimed waits (expected %lld)", w, C.waits_untimed - untimed, want_untimed);
+    mcheck(w >= 0.0 && w < 1e5 && C.waits_untimed - untimed == want_untimed, detail, "wait: %d waits in a row, and one "
+           "after %d later collectives (%s): %lld untimed", 3 * COMM_NUM_EVENTS, COMM_NUM_EVENTS,
+           COMM_NCCL ? "its completion event reused" : "MPI: timed on the host", want_untimed);
+    device_free(buf);
 }
 
 static int close_rel(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
@@ -640,18 +727,19 @@ int main(int argc, char** argv) {
     mpiCheck(MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
     g_seed = seed;
     if (C.world_rank == 0) {
-        printf("test_comm: world %d = dp %d x pp %d x tp %d, %s build, floatX %s, seed %llu, MPI_Init %.0f ms%s\n",
-               C.world_size, C.dp, C.pp, C.tp, LLM_BUILD_CUDA ? "CUDA" : LLM_BUILD_EMU ? "emulated" : "CPU",
-               PRECISION_MODE, seed, C.init_ms, C.owns_mpi ? "" : " (MPI was up already)");
+        printf("test_comm: world %d = dp %d x pp %d x tp %d, %s build, floatX %s, collectives over %s, seed %llu, "
+               "MPI_Init %.0f ms%s\n", C.world_size, C.dp, C.pp, C.tp, LLM_BUILD_CUDA ? "CUDA" : LLM_BUILD_EMU ? "emulated" : "CPU",
+               PRECISION_MODE, comm_transport_name(), seed, C.init_ms, C.owns_mpi ? "" : " (MPI was up already)");
         fflush(stdout);
     }
 
     test_mesh();
     test_all_collectives<float>();
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
-    test_all_collectives<floatX>();  // bf16 over MPI: the user-defined MPI_Op
+    test_all_collectives<floatX>();  // bf16 over the (emulated) NCCL
 #endif
     test_barrier();
+    test_wait();
     test_ledger();
 
     {   // an example table: one DDP-like gradient average on the DP group
@@ -661,6 +749,12 @@ int main(int argc, char** argv) {
         device_free(g);
     }
     if (C.world_rank == 0) ledger_print(&C, stdout);
+#if LLM_BUILD_EMU && COMM_NCCL
+    long long ops = 0;
+    for (int k = 0; k < COMM_NUM_KINDS; k++) ops += nccl_ops((CommKind)k);
+    mcheck(C.world_size == 1 ? ops == 0 : ops > 0, NULL, "NCCL path: %lld collectives ran as emulated NCCL operations "
+           "(dev/emu/nccl_emu.h; each checked against its comm.h call above)", ops);
+#endif
 
     int failed = g_fail;
     if (C.world_rank == 0) printf("test_comm: %d passed, %d failed\n", g_pass, g_fail);

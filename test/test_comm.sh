@@ -5,11 +5,16 @@
 #
 # Runs test/test_comm.cu one process alone (Open MPI singleton init), under mpirun with 1, 2 and 4
 # processes in the layouts (dp x tp x pp) 2x1x1 1x2x1 1x1x2 4x1x1 2x2x1 1x2x2 2x1x2 (and dp inferred),
-# the emulated CUDA build (bf16 over the user-defined MPI_Op) with 1, 2 and 4, then checks that
-# an invalid layout exits non-zero with one line, that a host pointer is refused by the emulated
-# build, and that a rank leaving without MPI_Finalize (exit(1), SIGKILL) while the others wait in
-# an all-reduce ends the whole job non-zero within 30 s, and that the CUDA/NCCL build compiles (when
-# nvcc is here). Logs: build/comm/*.log. Each run prints its seed; rerun one with --seed S.
+# the emulated CUDA build with 1, 2 and 4 (comm.h's NCCL code against dev/emu/nccl_emu.h, float and
+# bf16; each run checks that every collective ran as an emulated NCCL operation), the emulated NCCL
+# itself (build/emu/test_nccl_emu, 2 and 3 processes), then checks that an invalid layout exits
+# non-zero with one line, that a host pointer is refused by the emulated build, that a rank leaving
+# without MPI_Finalize (exit(1), SIGKILL) while the others wait in an all-reduce ends the whole job
+# non-zero within 30 s, and that the CUDA/NCCL build compiles (when nvcc is here). Logs:
+# build/comm/*.log. Each run prints its seed; rerun one with --seed S.
+#
+# The emulated runs need one emulated device per process (as NCCL needs one GPU per rank):
+# EMU_DEVICES=4 is exported for them.
 # Ends with "test_comm: N passed, M failed"; exit status 1 on any failure.
 #
 # mpirun flags used here and why:
@@ -22,10 +27,11 @@
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
+export EMU_DEVICES=4
 LOG=build/comm
 mkdir -p "$LOG"
 
-make -s build/test_comm_cpu build/test_comm_emu >"$LOG/build.log" 2>&1 \
+make -s build/test_comm_cpu build/test_comm_emu build/emu/test_nccl_emu >"$LOG/build.log" 2>&1 \
     || { cat "$LOG/build.log"; echo "test_comm: 0 passed, 1 failed"; exit 1; }
 
 MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0)
@@ -67,6 +73,34 @@ run cpu_dp_auto     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --pp 4
 run emu_singleton   ./build/test_comm_emu
 run emu_1x2x1       "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --tp 2
 run emu_2x2x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_emu --dp 2 --tp 2 --pp 1
+
+# the emulated NCCL on its own: semantics, arithmetic, non-blocking communicators, refused arguments
+# (its summary line is "test_nccl_emu: N passed, M failed")
+run_nccl_emu() {  # NAME NP
+    local name=$1 np=$2 t0=$SECONDS log=$LOG/$1.log
+    timeout 60 "${MPIRUN[@]}" -np "$np" ./build/emu/test_nccl_emu >"$log" 2>&1
+    local rc=$? line p f
+    line=$(grep -E '^test_nccl_emu: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    p=$(echo "$line" | sed -nE 's/^test_nccl_emu: ([0-9]+) passed.*/\1/p'); p=${p:-0}
+    f=$(echo "$line" | sed -nE 's/^test_nccl_emu: [0-9]+ passed, ([0-9]+) failed.*/\1/p'); f=${f:-0}
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    grep -E '^(FAIL|  rank|error)' "$log" | head -10
+    pass=$((pass+p)); fail=$((fail+f))
+    echo "$( [ "$f" -eq 0 ] && echo "ok  " || echo "FAIL") $name: $p passed, $f failed, exit $rc ($((SECONDS-t0)) s)"
+}
+run_nccl_emu nccl_emu_np2 2
+run_nccl_emu nccl_emu_np3 3
+
+# the NCCL path, seen from outside: with NCCL_DEBUG=INFO the emulated NCCL logs every operation
+NCCL_DEBUG=INFO timeout 60 "${MPIRUN[@]}" -x NCCL_DEBUG -np 2 ./build/test_comm_emu --tp 2 >"$LOG/emu_nccl_debug.log" 2>&1
+rc=$?
+n_ar=$(grep -c 'NCCL INFO (emulated) ncclAllReduce' "$LOG/emu_nccl_debug.log")
+if [ $rc -eq 0 ] && [ "$n_ar" -gt 0 ]; then
+    ok "emu_nccl_debug: NCCL_DEBUG=INFO logs $n_ar emulated ncclAllReduce operations of test_comm_emu"
+else
+    bad "emu_nccl_debug: exit $rc, $n_ar 'NCCL INFO (emulated) ncclAllReduce' lines (see $LOG/emu_nccl_debug.log)"
+fi
 
 # an invalid layout: non-zero exit, exactly one line of output, naming the flags
 invalid() {  # NAME CMD...

@@ -25,7 +25,9 @@
 #  5. Resuming across layouts: a 2-process ZeRO-2 run from a 1-process state, a 1-process run from a
 #     2-process ZeRO-2 state, a 4-process ZeRO-3 run from a 2-process ZeRO-1 state (each against the
 #     uninterrupted run of the other layout), and DDP from a ZeRO-2 state at 2 processes (same bytes).
-#  6. The emulated CUDA build (FP32) at 2 processes, ZeRO-3, against the CPU build's 2-process run.
+#  6. The emulated CUDA build (FP32) at 2 processes, ZeRO-3, against the CPU build's 2-process run
+#     (its collectives run comm.h's NCCL code against dev/emu/nccl_emu.h; one emulated device per
+#     process: EMU_DEVICES=2).
 #  6b. Activation recompute (selective, full) under DDP and ZeRO-3, CPU and emulated: the same bytes.
 #  7. A rank that exits at step 2 (--debug-die-at-step) ends the job non-zero well within 60 s.
 #  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --tp 2):
@@ -134,7 +136,7 @@ train res_2z2to2z0 2 --total-batch 256 --grad-clip 0 --zero 0 --resume "$tmp/np2
 
 # the emulated CUDA build (FP32), 2 processes, ZeRO-3: the same run as np2_z3_acc2
 if [ -x "$EMU" ]; then
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" --total-batch 512 --grad-clip 0 --zero 3 \
+    EMU_DEVICES=2 timeout 300 "${MPIRUN[@]}" -x EMU_DEVICES -np 2 "$EMU" "${common[@]}" --total-batch 512 --grad-clip 0 --zero 3 \
         --output-dir "$tmp/emu_np2_z3" > "$LOG/emu_np2_z3.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then
@@ -143,7 +145,7 @@ if [ -x "$EMU" ]; then
         bad "emulated CUDA 2-process run: exit $rc (see $LOG/emu_np2_z3.log)"
     fi
     # and with full activation recompute: the same bytes (the kernels rerun on the same inputs)
-    timeout 300 "${MPIRUN[@]}" -np 2 "$EMU" "${common[@]}" --total-batch 512 --grad-clip 0 --zero 3 --recompute full \
+    EMU_DEVICES=2 timeout 300 "${MPIRUN[@]}" -x EMU_DEVICES -np 2 "$EMU" "${common[@]}" --total-batch 512 --grad-clip 0 --zero 3 --recompute full \
         --output-dir "$tmp/emu_np2_z3_full" > "$LOG/emu_np2_z3_full.log" 2>&1 &&
         check same "emulated CUDA (FP32) 2-process ZeRO-3 --recompute full vs none" "$tmp/emu_np2_z3_full" "$tmp/emu_np2_z3" ||
         bad "emulated CUDA 2-process --recompute full run (see $LOG/emu_np2_z3_full.log)"

@@ -4,6 +4,7 @@
 #   make test-emu        build dev/emu/test_emu.cu three ways into build/emu/ (plain, ASan+UBSan,
 #                        TSan) and run dev/emu/test_emu.sh
 #   make test-emu-nvcc   check that the same test source also compiles with nvcc (no GPU needed)
+#   build/emu/test_nccl_emu   the tests of nccl_emu.h (NCCL over MPI), run by test/test_comm.sh
 #
 # The emulator is header-only (dev/emu/emu.h, included by llm/common.h when -DLLM_EMU): a program
 # built with $(EMU_FLAGS) needs no extra objects. EMU_OBJS stays empty for targets that link it;
@@ -35,3 +36,8 @@ test-emu: $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu
 test-emu-nvcc: dev/emu/test_emu.cu $(EMU_HEADERS)
 	@mkdir -p $(EMU_BUILD)
 	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_emu_nvcc.o
+
+# the emulated NCCL (nccl_emu.h) tested on its own, under mpirun (run by test/test_comm.sh)
+$(EMU_BUILD)/test_nccl_emu: dev/emu/test_nccl_emu.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) -Wall -Wextra $< -o $@ $(EMU_LIBS) $(EMU_LINK)
