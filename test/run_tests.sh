@@ -64,6 +64,20 @@ run kernels_bf16_reverse env EMU_ORDER=reverse ./build/test_kernels_emu
 run kernels_bf16_random env EMU_ORDER=random ./build/test_kernels_emu
 run kernels_fp32_random env EMU_ORDER=random ./build/test_kernels_emu_fp32
 run kernels_asan_ubsan env EMU_ORDER=random EMU_THREADS=2 ./build/test_kernels_asan
+# racecheck (dev/emu/emu_racecheck.h): a shared-memory race between a block's threads stops the program.
+# racecheck_run CMD...: CMD's output and status; a failure too if CMD passed but its racecheck summary
+# shows no shared-memory access checked (the instrumentation was lost)
+racecheck_run() {
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    if [ $rc -eq 0 ] && ! grep -qE 'emu: racecheck: [1-9][0-9]* shared-memory accesses' <<< "$out"; then
+        echo "error: racecheck checked no shared-memory access in: $*"; return 1
+    fi
+    return $rc
+}
+run kernels_racecheck racecheck_run env EMU_ORDER=random ./build/test_kernels_racecheck
+run matmul_racecheck racecheck_run env EMU_ORDER=random ./build/test_matmul_racecheck
 run model_vs_pytorch_emu ./build/test_gpt_emu
 run model_vs_pytorch_emu_bf16 ./build/test_gpt_emu_bf16
 run sampler_emu_bf16 ./build/test_sampler_emu

@@ -37,6 +37,16 @@ build/test_kernels_asan: test/test_kernels.cu $(EMU_DEPS)
 build/train_gpt_emu_nompi: train_gpt.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(filter-out $(MPI_CFLAGS),$(EMU_FLAGS)) -DLLM_NO_MPI -DENABLE_FP32 $< -o $@ $(filter-out $(MPI_LIBS),$(EMU_LIBS))
+# racecheck (dev/emu/emu_racecheck.h): compiled with ThreadSanitizer's instrumentation, linked without
+# its runtime; every shared-memory race between a block's threads stops the program with a report
+build/test_kernels_racecheck: test/test_kernels.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $(EMU_RACECHECK_FLAGS) -c $< -o $@.o
+	$(CXX) $(EMU_RACECHECK_LINK) $@.o -o $@ $(EMU_LIBS)
+build/test_matmul_racecheck: test/test_matmul.cu $(MATMUL_EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $(EMU_RACECHECK_FLAGS) -c $< -o $@.o
+	$(CXX) $(EMU_RACECHECK_LINK) $@.o -o $@ $(EMU_LIBS)
 build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
@@ -47,8 +57,10 @@ build/test_sampler_emu: test/test_sampler.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
-                 build/test_kernels_asan build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu $(MATMUL_TESTS) \
+                 build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
+                 build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu $(MATMUL_TESTS) \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
+                 $(EMU_BUILD)/test_emu_racecheck \
                  build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu
 
 # the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU

@@ -61,6 +61,15 @@
 #include <omp.h>
 #endif
 
+// In a racecheck build (dev/emu/emu_racecheck.h: -DEMU_RACECHECK -fsanitize=thread), every load and
+// store becomes a call; these host-side loops never touch shared memory, so they are left as they are
+// (the products would otherwise run about 10x slower).
+#if defined(EMU_RACECHECK) && defined(__SANITIZE_THREAD__)
+#define CUBLASLT_EMU_HOST_LOOP __attribute__((no_sanitize_thread))
+#else
+#define CUBLASLT_EMU_HOST_LOOP
+#endif
+
 // ----------------------------------------------------------------------------
 // the descriptors: our own state, stored inside the toolkit's opaque structs
 
@@ -143,7 +152,7 @@ static inline size_t cublaslt_emu_type_size(int t) {
     }
 }
 
-static inline float cublaslt_emu_get(const void* p, int t, int64_t i) {
+CUBLASLT_EMU_HOST_LOOP static inline float cublaslt_emu_get(const void* p, int t, int64_t i) {
     switch (t) {
         case CUDA_R_32F: return ((const float*)p)[i];
         case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
@@ -155,7 +164,7 @@ static inline float cublaslt_emu_get(const void* p, int t, int64_t i) {
 
 // one rounding from float to the storage type: round-to-nearest-even; FP8 saturates to the largest
 // finite value (NaN stays NaN)
-static inline void cublaslt_emu_put(void* p, int t, int64_t i, float v) {
+CUBLASLT_EMU_HOST_LOOP static inline void cublaslt_emu_put(void* p, int t, int64_t i, float v) {
     switch (t) {
         case CUDA_R_32F: ((float*)p)[i] = v; break;
         case CUDA_R_16BF: ((__nv_bfloat16*)p)[i] = __float2bfloat16(v); break;
@@ -168,12 +177,12 @@ static inline void cublaslt_emu_put(void* p, int t, int64_t i, float v) {
 }
 
 // GELU, tanh approximation, and its derivative (the math of the GELU epilogues)
-static inline float cublaslt_emu_gelu(float x) {
+CUBLASLT_EMU_HOST_LOOP static inline float cublaslt_emu_gelu(float x) {
     const float s = 0.7978845608028654f;  // sqrt(2/pi)
     float u = s * (x + 0.044715f * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
 }
-static inline float cublaslt_emu_gelu_grad(float x) {
+CUBLASLT_EMU_HOST_LOOP static inline float cublaslt_emu_gelu_grad(float x) {
     const float s = 0.7978845608028654f;
     float u = s * (x + 0.044715f * x * x * x);
     float t = tanhf(u);
@@ -189,7 +198,8 @@ static inline float cublaslt_emu_gelu_grad(float x) {
 #define CUBLASLT_EMU_MR 4
 #define CUBLASLT_EMU_NR 64
 
-static inline void cublaslt_emu_gemm_f32(float* out, const float* a, const float* b, int m, int n, int k) {
+CUBLASLT_EMU_HOST_LOOP static inline void cublaslt_emu_gemm_f32(float* out, const float* a, const float* b, int m, int n,
+                                                                 int k) {
     int mt = (m + CUBLASLT_EMU_MR - 1) / CUBLASLT_EMU_MR;
     int nt = (n + CUBLASLT_EMU_NR - 1) / CUBLASLT_EMU_NR;
     #pragma omp parallel for collapse(2) schedule(static)
@@ -546,8 +556,8 @@ extern "C" inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t
     return CUBLAS_STATUS_SUCCESS;
 }
 
-extern "C" inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
-                                                const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
+extern "C" inline CUBLASLT_EMU_HOST_LOOP cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                                const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
                                                 cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
                                                 cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
                                                 const cublasLtMatmulAlgo_t* algo, void* workspace,

@@ -11,6 +11,7 @@
 //   emu_device.h   device-side math, bf16 helpers, atomics, cache-hinted loads and stores
 //   emu_runtime.h  the CUDA runtime API (memory, copies, streams, events, device properties)
 //   emu_symbol.h   a kernel's name from its address, for error messages
+//   emu_racecheck.h  the shared-memory race detector (-DEMU_RACECHECK builds)
 // See README.md beside this file for the supported subset and the environment variables.
 #pragma once
 
@@ -84,7 +85,21 @@
 #if defined(EMU_TSAN) && !EMU_TSAN_ON
 #error "EMU_TSAN needs a ThreadSanitizer build: add -fsanitize=thread"
 #endif
-#if EMU_TSAN_ON && !defined(EMU_TSAN)
+// racecheck (emu_racecheck.h): -fsanitize=thread only for its instrumentation, whose calls
+// (__tsan_read4, ...) the emulator defines itself; link without -fsanitize=thread (no libtsan)
+#if defined(EMU_RACECHECK)
+#if !EMU_TSAN_ON
+#error "EMU_RACECHECK needs g++ -fsanitize=thread when compiling (and not when linking): see dev/emu/emu.mk"
+#endif
+#if defined(EMU_TSAN)
+#error "EMU_RACECHECK and EMU_TSAN exclude each other"
+#endif
+#undef EMU_RACECHECK
+#define EMU_RACECHECK 1
+#else
+#define EMU_RACECHECK 0
+#endif
+#if EMU_TSAN_ON && !defined(EMU_TSAN) && !EMU_RACECHECK
 #define EMU_TSAN 1  // -fsanitize=thread alone also selects the TSan fiber mode
 #endif
 #ifdef EMU_TSAN
@@ -95,8 +110,9 @@
 #endif
 
 // the emulator's own bookkeeping is shared by all fibers of a block without happens-before (that
-// is the point of the TSan mode), so TSan must not instrument it
-#if EMU_TSAN
+// is the point of the TSan mode), so TSan must not instrument it; in racecheck, the emulator's own
+// accesses are not the kernel's and must not be checked
+#if EMU_TSAN || EMU_RACECHECK
 #define EMU_NOTSAN __attribute__((no_sanitize_thread))
 #else
 #define EMU_NOTSAN

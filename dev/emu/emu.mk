@@ -1,8 +1,8 @@
 # dev/emu/emu.mk: the CUDA emulator's part of the Makefile (included by the top-level Makefile,
 # which defines CXX, NVCC, EMU_FLAGS, NVCC_FLAGS and CUDA_HOME).
 #
-#   make test-emu        build dev/emu/test_emu.cu three ways into build/emu/ (plain, ASan+UBSan,
-#                        TSan) and run dev/emu/test_emu.sh
+#   make test-emu        build dev/emu/test_emu.cu four ways into build/emu/ (plain, ASan+UBSan,
+#                        TSan, racecheck) and run dev/emu/test_emu.sh
 #   make test-emu-nvcc   check that the same test source also compiles with nvcc (no GPU needed)
 #   build/emu/test_nccl_emu   the tests of nccl_emu.h (NCCL over MPI), run by test/test_comm.sh
 #
@@ -15,6 +15,11 @@ EMU_OBJS :=
 EMU_LINK := -lpthread -ldl
 EMU_BUILD := build/emu
 EMU_SAN_FLAGS := -O1 -g -fno-omit-frame-pointer
+# racecheck (emu_racecheck.h): compile with ThreadSanitizer's instrumentation, whose calls the emulator
+# defines, and link WITHOUT -fsanitize=thread (so without libtsan): two steps, the object beside the
+# program. EMU_RACECHECK_LINK is the link step's flags (-fopenmp: the emulated build's OpenMP).
+EMU_RACECHECK_FLAGS := -DEMU_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+EMU_RACECHECK_LINK := -fopenmp
 
 .PHONY: test-emu test-emu-nvcc
 
@@ -30,7 +35,12 @@ $(EMU_BUILD)/test_emu_tsan: dev/emu/test_emu.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=thread -DEMU_TSAN -Wall $< -o $@ $(EMU_LINK)
 
-test-emu: $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan
+$(EMU_BUILD)/test_emu_racecheck: dev/emu/test_emu.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_RACECHECK_FLAGS) -Wall -Wextra -c $< -o $@.o
+	$(CXX) $(EMU_RACECHECK_LINK) $@.o -o $@ $(EMU_LINK)
+
+test-emu: $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan $(EMU_BUILD)/test_emu_racecheck
 	bash dev/emu/test_emu.sh $(EMU_BUILD)
 
 test-emu-nvcc: dev/emu/test_emu.cu $(EMU_HEADERS)

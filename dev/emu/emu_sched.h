@@ -9,7 +9,8 @@
 // barrier's file:line: a __syncthreads that part of the block never reaches, a lane that returns
 // while lanes of its mask wait for it, a mask without the calling lane, a deadlock, bad launch
 // configurations, and pointer arguments outside device memory.
-// Blocks spread over EMU_THREADS OS threads (default 1).
+// Blocks spread over EMU_THREADS OS threads (default 1). In racecheck builds (-DEMU_RACECHECK), block
+// starts, barriers and completed collectives also tell the race detector (emu_racecheck.h).
 // Part of dev/emu/emu.h; not meant to be included on its own.
 #pragma once
 
@@ -67,7 +68,7 @@ static inline void emu_config_init(void) {
             exit(EXIT_FAILURE);
         }
     }
-    int kb = (EMU_ASAN || EMU_TSAN) ? 256 : 64;  // sanitizers make frames larger
+    int kb = (EMU_ASAN || EMU_TSAN || EMU_RACECHECK) ? 256 : 64;  // sanitizers make frames larger
     s = getenv("EMU_STACK_KB");
     if (s != NULL && s[0] != '\0') {
         kb = atoi(s);
@@ -249,6 +250,9 @@ EMU_NOTSAN static inline const char* emu_lanes_str(uint32_t m, char* buf, size_t
     return buf;
 }
 
+// the shared-memory race detector's hooks (empty unless EMU_RACECHECK)
+#include "emu_racecheck.h"
+
 // ----------------------------------------------------------------------------
 // the ready queue and switching
 
@@ -349,6 +353,7 @@ EMU_NOTSAN static inline int emu_syncthreads_op(const char* file, int line, int 
     if (w->sync_waiting == w->n) {  // the last one: release everyone
         w->sync_waiting = 0;
         w->sync_result = w->sync_count;
+        emu_rc_barrier(w);
 #if EMU_TSAN
         w->sync_parity ^= 1;
 #endif
@@ -381,6 +386,7 @@ EMU_NOTSAN static inline void emu_warp_release(EmuWorker* w, int wi, int gi) {
                        base[first].line, l, emu_coll_names[base[l].coll], base[l].file, base[l].line);
     }
     int cls = emu_coll_class[base[first].coll];
+    emu_rc_warp_join(w, wi, lanes);
     if (cls == 1) {  // shuffles: each lane reads its source lane's value
         for (uint32_t m = lanes; m; m &= m - 1) {
             int l = __builtin_ctz(m);
@@ -610,6 +616,7 @@ EMU_NOTSAN static inline EmuWorker* emu_worker_get(void) {
     memset((void*)w, 0, sizeof(*w));
     w->th = new EmuThread[EMU_MAX_THREADS]();
     emu_ctx_init_self(&w->sched);
+    emu_rc_worker_init(w);
 #if EMU_ASAN
     __asan_set_error_report_callback(emu_asan_report);
 #endif
@@ -713,7 +720,9 @@ EMU_NOTSAN static inline void emu_run_block(EmuWorker* w, const EmuLaunch* L, un
     EmuThread* first = emu_rq_pop(w);
     w->running = first;
     threadIdx = first->tid;
+    emu_rc_block_begin(w, L);
     emu_ctx_switch(&w->sched, &first->ctx);  // back here when nothing is ready
+    emu_rc_block_end(w);
     w->running = NULL;
     if (w->finished != n) emu_report_deadlock(w);
 #if EMU_TSAN

@@ -7,6 +7,9 @@
 //   oob_global oob_smem race partial_sync lane_exit mask_self deadlock host_ptr too_many_threads
 //   smem_optin smem_max stack_overflow
 //                 planted bugs: each must end with a non-zero exit and its report (see test_emu.sh)
+//   rc_tiled rc_reduce_twice rc_halves rc_raw rc_atomic, and each with _ok appended
+//                 shared-memory races that no thread order shows, and their fixes: all give the
+//                 right results (checked, "results <hash>"); racecheck reports the racy ones
 //   bench         timings of the emulator: switch cost per thread per barrier, per shuffle, per launch
 // Compiles with g++ in the emulated build and with nvcc (where the planted bugs are not detected).
 #include "../../llm/common.h"
@@ -416,7 +419,251 @@ __device__ __noinline__ float deep(int depth) {
 }
 __global__ void stack_kernel(float* out, int depth) { out[threadIdx.x] = deep(depth); }
 
+// ----------------------------------------------------------------------------
+// racecheck: shared-memory races that no thread order shows in the values. Each kernel comes in a
+// buggy (BUG = true) and a correct version with the same results. In the buggy one, the two racing
+// accesses of a pair of threads are separated by warp collectives of only one of the threads, so
+// when the emulator runs every thread up to its next barrier or collective, in any order, the first
+// access of every pair still comes first (in the random order, a warp would have to get several
+// collectives ahead of another thread that has not yet run once). Only the racecheck build
+// (-DEMU_RACECHECK, see emu_racecheck.h) reports them.
+
+// (1) a tiled loop through dynamic shared memory without the trailing __syncthreads: the next
+// tile's loads overwrite elements that another warp may still be about to read (write after read)
+template <bool BUG>
+__global__ void rc_tiled_kernel(const float* in, float* out, int ntiles) {
+    EXTERN_SHARED(float, tile);
+    int tid = threadIdx.x, n = blockDim.x;
+    const float* src = in + (size_t)blockIdx.x * ntiles * n;
+    float acc = 0.0f;
+    for (int t = 0; t < ntiles; t++) {
+        tile[tid] = src[t * n + tid];
+        __syncthreads();
+        float v = tile[n - 1 - tid] * (float)(t + 1);  // an element another warp loaded
+        acc += warp_sum(v);
+        if (!BUG) __syncthreads();  // every thread has read `tile` before the next tile overwrites it
+    }
+    out[blockIdx.x * n + tid] = acc;
+}
+
+// (2) two block reductions in a row through one shared buffer, without the barrier between them:
+// the second reduction's per-warp partials overwrite the first one's before every warp has read
+// them (write after read)
+template <bool BUG>
+__device__ float rc_block_sum(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum(v);
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = warp_sum(lane < nwarps ? partial[lane] : 0.0f);
+    if (!BUG) __syncthreads();  // every warp has read `partial` before the next call writes it
+    return v;
+}
+template <bool BUG>
+__global__ void rc_reduce_twice_kernel(const float* in, float* out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float x = in[i];
+    float s1 = rc_block_sum<BUG>(x);
+    float s2 = rc_block_sum<BUG>(x * x);
+    out[2 * i] = s1;
+    out[2 * i + 1] = s2;
+}
+
+// (3) a warp-synchronous reduction missing a __syncwarp: each half warp sums a row of 16 values with
+// shuffles over its own half (mask 0x0000ffff or 0xffff0000), the two half sums meet in shared
+// memory, row pair after row pair. Without the trailing __syncwarp, lane 0 writes its half's next
+// sum while lanes 16-31 may not have read the previous one: the half-warp shuffles in between
+// order nothing across the halves (write after read within one warp). Each lane also reads its
+// neighbour's value in its own half through shared memory after the half's __syncwarp(mask): that
+// one is ordered, and must not be reported.
+template <bool BUG>
+__global__ void rc_halves_kernel(const float* in, float* out, int rows) {
+    __shared__ float half_sum[32][2];  // (warp, half)
+    __shared__ float mine[32][32];     // (warp, lane)
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, h = lane / 16, l = lane % 16;
+    int gw = blockIdx.x * (blockDim.x / 32) + warp;  // this warp's rows: gw * rows + [0, rows)
+    unsigned half = h ? 0xffff0000u : 0x0000ffffu;
+    float acc = 0.0f;
+    for (int r = 0; r < rows; r += 2) {
+        float v = in[((size_t)gw * rows + r + h) * 16 + l];
+        mine[warp][lane] = v;
+        __syncwarp(half);                                      // this half's values are written
+        float next = mine[warp][h * 16 + (l + 1) % 16];        // the neighbour's, in the same half
+        for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(half, v, off);
+        if (l == 0) half_sum[warp][h] = v;
+        __syncwarp();                        // both half sums are written
+        acc += v * half_sum[warp][1 - h] + next;  // the other half's sum
+        if (!BUG) __syncwarp();              // both halves have read before the next pair is written
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+// (4) a plain read after write without a barrier: every thread stores its value, the warps compute
+// their means with shuffles, and each thread reads the next warp's value (read after write)
+template <bool BUG>
+__global__ void rc_raw_kernel(const float* in, float* out) {
+    __shared__ float vals[256];
+    int tid = threadIdx.x, n = blockDim.x;
+    float x = in[blockIdx.x * n + tid];
+    vals[tid] = x;
+    float mean = warp_sum(x) / 32.0f;
+    if (!BUG) __syncthreads();  // every thread's value is in `vals`
+    out[blockIdx.x * n + tid] = vals[(tid + 32) % n] - mean;
+}
+
+// (5) atomics on shared memory do not race with each other, but a plain read of the counter they
+// update does, without a barrier (read after atomic)
+template <bool BUG>
+__global__ void rc_atomic_kernel(const float* in, float* out) {
+    __shared__ int count;
+    int tid = threadIdx.x;
+    if (tid == 0) count = 0;
+    __syncthreads();
+    float x = in[blockIdx.x * blockDim.x + tid];
+    if (x > 0.0f) atomicAdd(&count, 1);
+    float s = warp_sum(x);
+    if (!BUG) __syncthreads();  // every atomicAdd is done
+    out[blockIdx.x * blockDim.x + tid] = s + 1000.0f * (float)count;
+}
+
+// the input of the racecheck kernels: small integers, so that every sum is exact in any order
+static float* rc_input(size_t n) {
+    float* x = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)((i * 7 + i / 13) % 11) - 5);
+    return x;
+}
+
+// runs racecheck case `name` (rc_tiled, rc_tiled_ok, rc_reduce_twice, ...), checks its results
+// against the CPU and prints them; returns -1 if name is not such a case
+template <bool BUG>
+static int run_rc_case(const char* base) {
+    const int nb = 3;
+    float* out = NULL;
+    size_t nout = 0;
+    if (strcmp(base, "rc_tiled") == 0) {
+        const int nt = 64, ntiles = 4;
+        size_t n = (size_t)nb * ntiles * nt;
+        float* in = rc_input(n);
+        float* d_in = device_copy(in, n);
+        float* d_out = device_copy<float>(NULL, (size_t)nb * nt);
+        LAUNCH(rc_tiled_kernel<BUG>, nb, nt, nt * sizeof(float), 0, d_in, d_out, ntiles);
+        nout = (size_t)nb * nt;
+        out = (float*)mallocCheck(nout * sizeof(float));
+        host_copy(out, d_out, nout);
+        for (int b = 0; b < nb; b++)
+            for (int tid = 0; tid < nt; tid++) {
+                float ref = 0.0f;
+                for (int t = 0; t < ntiles; t++)
+                    for (int l = 0; l < 32; l++) {  // the warp's sum of the elements it reads (mirrored)
+                        size_t k = ((size_t)b * ntiles + t) * nt + nt - 1 - (tid / 32 * 32 + l);
+                        ref += in[k] * (t + 1);
+                    }
+                CHECK(out[b * nt + tid] == ref, "rc_tiled block %d thread %d: %f, expected %f", b, tid, out[b * nt + tid],
+                      ref);
+            }
+        free(in);
+        cudaCheck(cudaFree(d_in));
+        cudaCheck(cudaFree(d_out));
+    } else if (strcmp(base, "rc_reduce_twice") == 0) {
+        const int nt = 128;
+        size_t n = (size_t)nb * nt;
+        float* in = rc_input(n);
+        float* d_in = device_copy(in, n);
+        float* d_out = device_copy<float>(NULL, 2 * n);
+        LAUNCH(rc_reduce_twice_kernel<BUG>, nb, nt, 0, 0, d_in, d_out);
+        nout = 2 * n;
+        out = (float*)mallocCheck(nout * sizeof(float));
+        host_copy(out, d_out, nout);
+        for (int b = 0; b < nb; b++) {
+            float s1 = 0.0f, s2 = 0.0f;
+            for (int t = 0; t < nt; t++) {
+                s1 += in[b * nt + t];
+                s2 += in[b * nt + t] * in[b * nt + t];
+            }
+            for (int t = 0; t < nt; t++)
+                CHECK(out[2 * (b * nt + t)] == s1 && out[2 * (b * nt + t) + 1] == s2,
+                      "rc_reduce_twice block %d thread %d: %f %f, expected %f %f", b, t, out[2 * (b * nt + t)],
+                      out[2 * (b * nt + t) + 1], s1, s2);
+        }
+        free(in);
+        cudaCheck(cudaFree(d_in));
+        cudaCheck(cudaFree(d_out));
+    } else if (strcmp(base, "rc_halves") == 0) {
+        const int nt = 64, rows = 6, nwarps = nb * nt / 32;
+        size_t n = (size_t)nwarps * rows * 16;
+        float* in = rc_input(n);
+        float* d_in = device_copy(in, n);
+        float* d_out = device_copy<float>(NULL, (size_t)nb * nt);
+        LAUNCH(rc_halves_kernel<BUG>, nb, nt, 0, 0, d_in, d_out, rows);
+        nout = (size_t)nb * nt;
+        out = (float*)mallocCheck(nout * sizeof(float));
+        host_copy(out, d_out, nout);
+        for (int gw = 0; gw < nwarps; gw++)
+            for (int lane = 0; lane < 32; lane++) {
+                float ref = 0.0f;
+                for (int r = 0; r < rows; r += 2) {
+                    float a = 0.0f, c = 0.0f;
+                    for (int l = 0; l < 16; l++) {
+                        a += in[((size_t)gw * rows + r) * 16 + l];
+                        c += in[((size_t)gw * rows + r + 1) * 16 + l];
+                    }
+                    ref += a * c + in[((size_t)gw * rows + r + lane / 16) * 16 + (lane % 16 + 1) % 16];
+                }
+                CHECK(out[gw * 32 + lane] == ref, "rc_halves warp %d lane %d: %f, expected %f", gw, lane,
+                      out[gw * 32 + lane], ref);
+            }
+        free(in);
+        cudaCheck(cudaFree(d_in));
+        cudaCheck(cudaFree(d_out));
+    } else if (strcmp(base, "rc_raw") == 0 || strcmp(base, "rc_atomic") == 0) {
+        const int nt = 128;
+        bool raw = strcmp(base, "rc_raw") == 0;
+        size_t n = (size_t)nb * nt;
+        float* in = rc_input(n);
+        float* d_in = device_copy(in, n);
+        float* d_out = device_copy<float>(NULL, n);
+        if (raw) LAUNCH(rc_raw_kernel<BUG>, nb, nt, 0, 0, d_in, d_out);
+        else LAUNCH(rc_atomic_kernel<BUG>, nb, nt, 0, 0, d_in, d_out);
+        nout = n;
+        out = (float*)mallocCheck(nout * sizeof(float));
+        host_copy(out, d_out, nout);
+        for (int b = 0; b < nb; b++) {
+            int count = 0;
+            for (int t = 0; t < nt; t++) count += in[b * nt + t] > 0.0f;
+            for (int t = 0; t < nt; t++) {
+                float ws = 0.0f;
+                for (int l = 0; l < 32; l++) ws += in[b * nt + t / 32 * 32 + l];
+                float ref = raw ? in[b * nt + (t + 32) % nt] - ws / 32.0f : ws + 1000.0f * (float)count;
+                CHECK(out[b * nt + t] == ref, "%s block %d thread %d: %f, expected %f", base, b, t, out[b * nt + t], ref);
+            }
+        }
+        free(in);
+        cudaCheck(cudaFree(d_in));
+        cudaCheck(cudaFree(d_out));
+    } else {
+        return -1;
+    }
+    printf("results %016llx\n", (unsigned long long)hash_bytes(1469598103934665603ull, out, nout * sizeof(float)));
+    printf("%s%s: the results are right\n", base, BUG ? "" : "_ok");
+    free(out);
+    return 0;
+}
+static int run_rc(const char* name) {
+    size_t len = strlen(name);
+    if (len > 3 && strcmp(name + len - 3, "_ok") == 0) {
+        char base[64];
+        snprintf(base, sizeof(base), "%.*s", (int)(len - 3), name);
+        return run_rc_case<false>(base);
+    }
+    return run_rc_case<true>(name);
+}
+
 static int run_bug(const char* name) {
+    if (strncmp(name, "rc_", 3) == 0) {
+        int r = run_rc(name);
+        if (r >= 0) return r;
+    }
     float* d_out = NULL;
     cudaCheck(cudaMalloc(&d_out, 64 * sizeof(float)));
     if (strcmp(name, "missing_sync") == 0) {
@@ -472,12 +719,15 @@ static int run_bug(const char* name) {
 // timings
 
 __global__ void barrier_bench_kernel(float* out, int iters) {
-    __shared__ float s[1024];
+    // two buffers, so that one barrier per iteration suffices: iteration it+1 writes the buffer that
+    // iteration it-1 read, and iteration it's barrier lies between them (racecheck found the
+    // single-buffer version's write-after-read race)
+    __shared__ float s[2][1024];
     float acc = 0.0f;
     for (int it = 0; it < iters; it++) {
-        s[threadIdx.x] = acc + it;
+        s[it & 1][threadIdx.x] = acc + it;
         __syncthreads();
-        acc += s[(threadIdx.x + 1) % blockDim.x];
+        acc += s[it & 1][(threadIdx.x + 1) % blockDim.x];
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
 }
