@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     DataParallel dp;
     dp_init(&dp, &comm, cfg, args.zero);
     Stage stage;
-    stage_init(&stage, &dp.lay, &dp.hooks, B, T, (Recompute)args.recompute, 1);
+    stage_init(&stage, &dp.lay, &dp.hooks, stage_range_all(cfg), B, T, (Recompute)args.recompute, 1);
     Sampler sampler;
     sampler_init(&sampler, &dp.lay, &dp.hooks);
     int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));
@@ -193,8 +193,8 @@ int main(int argc, char** argv) {
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next_batch(&train_loader);
             dp_micro_begin(&dp, micro, grad_accum);
-            stage_forward(&stage, 0, train_loader.inputs, train_loader.targets, 1.0f / ((float)B * T * grad_accum));
-            stage_backward(&stage, 0);
+            stage_forward(&stage, 0, train_loader.inputs, NULL, train_loader.targets, 1.0f / ((float)B * T * grad_accum));
+            stage_backward(&stage, 0, NULL);
         }
         dp_finish_grads(&dp);
         float train_loss = dp_mean(&dp, (float)(stage_take_loss(&stage) / grad_accum));  // over all ranks

@@ -81,17 +81,17 @@ int main(int argc, char** argv) {
     for (size_t mi = 0; mi < modes.size(); mi++) {
         Recompute r = modes[mi];
         Stage st;
-        stage_init(&st, &dp.lay, &dp.hooks, B, T, r, 1);
+        stage_init(&st, &dp.lay, &dp.hooks, stage_range_all(cfg), B, T, r, 1);
         std::vector<double> tf, tb, to, tt;
         for (int s = 0; s <= steps; s++) {
             for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_u64(&rng) % cfg.vocab_size); y[i] = (int)(rng_u64(&rng) % cfg.vocab_size); }
             double t0 = wall_ms();
             dp_step_begin(&dp);
             dp_micro_begin(&dp, 0, 1);
-            stage_forward(&st, 0, x.data(), y.data(), 1.0f / (B * T));
+            stage_forward(&st, 0, x.data(), NULL, y.data(), 1.0f / (B * T));
             device_synchronize();
             double t1 = wall_ms();
-            stage_backward(&st, 0);
+            stage_backward(&st, 0, NULL);
             dp_finish_grads(&dp);
             device_synchronize();
             double t2 = wall_ms();

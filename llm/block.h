@@ -104,7 +104,7 @@ static inline size_t act_field_bytes(const ActField* f) {
 }
 
 // Points the fields of f[0..n) that policy r keeps (keep = 1) or does not keep (keep = 0) into one
-// new allocation of `kind`, and returns it (NULL if it would be empty)
+// new allocation of `kind`, and returns it (NULL if it would be empty). Fields of count 0 get NULL.
 static void* carve_fields(ActField* f, int n, Recompute r, int keep, MemKind kind) {
     size_t total = 0;
     for (int i = 0; i < n; i++) if (f[i].kept[r] == keep) total += act_field_bytes(&f[i]);
@@ -113,7 +113,7 @@ static void* carve_fields(ActField* f, int n, Recompute r, int keep, MemKind kin
     char* p = mem;
     for (int i = 0; i < n; i++) {
         if (f[i].kept[r] != keep) continue;
-        *f[i].ptr = p;
+        *f[i].ptr = f[i].count ? p : NULL;
         p += act_field_bytes(&f[i]);
     }
     return mem;

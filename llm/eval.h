@@ -14,7 +14,7 @@ static float val_loss(Stage* st, DataLoader* val, int steps) {
     stage_take_loss(st);  // the accumulator starts empty
     for (int i = 0; i < steps; i++) {
         dataloader_next_batch(val);
-        stage_forward(st, 0, val->inputs, val->targets, 0.0f);
+        stage_forward(st, 0, val->inputs, NULL, val->targets, 0.0f);
     }
     return (float)(stage_take_loss(st) / steps);
 }

@@ -5,10 +5,14 @@
 //   x[l+1] = block_l(x[l])  for the stage's layers [l0, l1)            (llm/block.h)
 //   logits = LN_f(x[L]) @ wte^T;  loss = cross-entropy(logits, targets) (the head; last stage; the LM
 //                                                                        head is tied to wte)
-// A single process (and every data-parallel rank) is one stage holding all of it: the embedding,
-// every block and the head. The parameters and gradients of each unit come from the data-parallel
-// policy through ParamHooks (llm/tensors.h), so this file does not know how they are laid out over
-// ranks.
+// What a stage holds is its StageRange: the embedding or not, the blocks [l0, l1), the head or not.
+// Its input is the token ids (with the embedding) or an activation x[l0] (B,T,C) received from the
+// stage before; its output the loss (with the head) or x[l1] for the stage after. In the backward the
+// last stage starts from the loss, the others from the gradient of their output, and every stage but
+// the first leaves the gradient of its input for the stage before. A single process (and every
+// data-parallel rank) is one stage holding all of it. The parameters and gradients of each unit come
+// from the data-parallel policy through ParamHooks (llm/tensors.h), so this file does not know how
+// they are laid out over ranks.
 //
 // Micro-batches. A stage holds `num_slots` micro-batch slots: everything one micro-batch keeps from
 // its forward to its backward (its tokens, its residual stream x[0..L], its blocks' activations, the
@@ -28,12 +32,24 @@
 #include "layernorm.cuh"
 #include "fused_classifier.cuh"
 
+// what a stage runs: the embedding (first stage), the blocks [first_layer, last_layer), the head (last)
+typedef struct {
+    int first_layer, last_layer;
+    int has_embedding, has_head;
+} StageRange;
+
+static StageRange stage_range_all(GPTConfig c) {
+    StageRange r = {0, c.num_layers, 1, 1};
+    return r;
+}
+
 typedef struct {
     int* inputs;        // (B,T) device
     int* targets;       // (B,T) device
     int* inputs_host;   // (B,T) the encoder's backward reads the token ids on the host too
-    floatX** x;         // (L+1) the residual stream: x[0] the embedding's output, x[l+1] block l's, (B,T,C) each
-    BlockActs* blocks;  // (L)
+    floatX** x;         // (L+1) the residual stream, x[l0..l1] of it held: x[l0] the stage's input (the
+                        // embedding's output on the first stage), x[l+1] block l's output, (B,T,C) each
+    BlockActs* blocks;  // (L) blocks [l0, l1) held
     floatX* lnf;        // (B,T,C)
     float* lnf_mean;    // (B,T)
     float* lnf_rstd;    // (B,T)
@@ -47,6 +63,7 @@ typedef struct {
     GPTConfig cfg;
     const ParamLayout* lay;
     ParamHooks* hooks;      // the parameters and gradients of each unit (the data-parallel policy)
+    StageRange range;
     Recompute recompute;
     BlockLinears lin;
     LinearSpec lm_head;
@@ -57,7 +74,7 @@ typedef struct {
     void* shared_mem;
     BlockBuffers bufs;
     void* bufs_mem;
-    floatX* dx;             // (B,T,C) the residual stream's gradient
+    floatX* dx;             // (B,T,C) the residual stream's gradient; after stage_backward, that of the input
     double* loss_acc;       // (1) device: the sum of the mean losses of the forwards since stage_take_loss
     size_t layer_act_bytes; // measured: the bytes one layer keeps per micro-batch (x_in and its kept fields)
 } Stage;
@@ -65,10 +82,14 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // construction
 
-static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, int B, int T, Recompute recompute,
-                       int num_slots) {
+static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, StageRange range, int B, int T,
+                       Recompute recompute, int num_slots) {
     memset(st, 0, sizeof(*st));
     GPTConfig c = lay->cfg;
+    if (range.first_layer < 0 || range.last_layer > c.num_layers || range.first_layer > range.last_layer) {
+        fatal("stage: layers [%d, %d) are not within the model's %d layers", range.first_layer, range.last_layer, c.num_layers);
+    }
+    st->range = range;
     st->cfg = c;
     st->lay = lay;
     st->hooks = hooks;
@@ -80,38 +101,42 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, int
     st->B = B;
     st->T = T;
     st->num_slots = num_slots;
-    int L = c.num_layers;
+    int L = c.num_layers, l0 = range.first_layer, l1 = range.last_layer;
     size_t BT = (size_t)B * T, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    unsigned char head = (unsigned char)range.has_head, emb = (unsigned char)range.has_embedding;
     st->slots = (MicroBatch*)mallocCheck((size_t)num_slots * sizeof(MicroBatch));
     for (int s = 0; s < num_slots; s++) {
         MicroBatch* mb = &st->slots[s];
         memset(mb, 0, sizeof(*mb));
         mb->x = (floatX**)mallocCheck((size_t)(L + 1) * sizeof(floatX*));
+        memset(mb->x, 0, (size_t)(L + 1) * sizeof(floatX*));
         mb->blocks = (BlockActs*)mallocCheck((size_t)L * sizeof(BlockActs));
         memset(mb->blocks, 0, (size_t)L * sizeof(BlockActs));
-        mb->mem = (void**)mallocCheck((size_t)(L + 2) * sizeof(void*));
-        for (int l = 0; l < L; l++) {  // block l's input x[l] and what the policy keeps of its activations
+        mb->mem = (void**)mallocCheck((size_t)(L + 1) * sizeof(void*));
+        memset(mb->mem, 0, (size_t)(L + 1) * sizeof(void*));
+        for (int l = l0; l < l1; l++) {  // block l's input x[l] and what the policy keeps of its activations
             size_t before = mem_live(MEM_ACTIVATIONS);
             ActField f[BLOCK_ACT_FIELDS + 1];
             block_act_fields(&mb->blocks[l], c, B, T, f);
             f[BLOCK_ACT_FIELDS] = (ActField){(void**)&mb->x[l], BT * C, 0, {1, 1, 1}};
             mb->mem[l] = carve_fields(f, BLOCK_ACT_FIELDS + 1, recompute, 1, MEM_ACTIVATIONS);
-            if (s == 0 && l == 0) st->layer_act_bytes = mem_live(MEM_ACTIVATIONS) - before;
+            if (s == 0 && l == l0) st->layer_act_bytes = mem_live(MEM_ACTIVATIONS) - before;
         }
-        ActField head[] = {
-            {(void**)&mb->x[L], BT * C, 0, {1, 1, 1}},  {(void**)&mb->lnf, BT * C, 0, {1, 1, 1}},
-            {(void**)&mb->lnf_mean, BT, 1, {1, 1, 1}},  {(void**)&mb->lnf_rstd, BT, 1, {1, 1, 1}},
-            {(void**)&mb->logits, BT * Vp, 0, {1, 1, 1}}, {(void**)&mb->losses, BT, 1, {1, 1, 1}},
-            {(void**)&mb->inputs, BT, 1, {1, 1, 1}},    {(void**)&mb->targets, BT, 1, {1, 1, 1}},
+        // the stage's output x[l1] (the head's input on the last stage), the head's activations, the
+        // tokens (ints: 4 bytes, as floats); a field of count 0 is not allocated
+        ActField rest[] = {
+            {(void**)&mb->x[l1], BT * C, 0, {1, 1, 1}},           {(void**)&mb->lnf, head * BT * C, 0, {1, 1, 1}},
+            {(void**)&mb->lnf_mean, head * BT, 1, {1, 1, 1}},     {(void**)&mb->lnf_rstd, head * BT, 1, {1, 1, 1}},
+            {(void**)&mb->logits, head * BT * Vp, 0, {1, 1, 1}},  {(void**)&mb->losses, head * BT, 1, {1, 1, 1}},
+            {(void**)&mb->inputs, emb * BT, 1, {1, 1, 1}},        {(void**)&mb->targets, head * BT, 1, {1, 1, 1}},
         };
-        mb->mem[L] = carve_fields(head, (int)(sizeof(head) / sizeof(head[0])), recompute, 1, MEM_ACTIVATIONS);
-        mb->mem[L + 1] = NULL;
+        mb->mem[L] = carve_fields(rest, (int)(sizeof(rest) / sizeof(rest[0])), recompute, 1, MEM_ACTIVATIONS);
         mb->inputs_host = (int*)mallocCheck(BT * sizeof(int));
     }
     // the recompute buffer (the fields the policy does not keep), shared by every layer and slot
     st->shared_mem = block_acts_carve(&st->shared, c, B, T, recompute, 0, MEM_WORKSPACE);
     for (int s = 0; s < num_slots; s++) {
-        for (int l = 0; l < L; l++) block_acts_share(&st->slots[s].blocks[l], &st->shared, c, B, T, recompute);
+        for (int l = l0; l < l1; l++) block_acts_share(&st->slots[s].blocks[l], &st->shared, c, B, T, recompute);
     }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
     BlockBuffers* b = &st->bufs;
@@ -130,7 +155,7 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, int
 static void stage_free(Stage* st) {
     for (int s = 0; s < st->num_slots; s++) {
         MicroBatch* mb = &st->slots[s];
-        for (int i = 0; i < st->cfg.num_layers + 2; i++) device_free(mb->mem[i]);
+        for (int i = 0; i <= st->cfg.num_layers; i++) device_free(mb->mem[i]);
         free(mb->mem); free(mb->x); free(mb->blocks); free(mb->inputs_host);
     }
     free(st->slots);
@@ -142,36 +167,51 @@ static void stage_free(Stage* st) {
 // ----------------------------------------------------------------------------
 // one micro-batch
 
-// The forward of slot `slot` on inputs (B,T) (host token ids). With targets (B,T) (host) it also
-// computes the per-token losses and adds their mean to the loss accumulator; dloss > 0 means
+// The forward of slot `slot`. Its input: the token ids inputs (B,T) (host) on the first stage, else
+// x_in (B,T,C) (device), the previous stage's output. On the last stage, with targets (B,T) (host), it
+// also computes the per-token losses and adds their mean to the loss accumulator; dloss > 0 means
 // training: the classifier then writes dlogits = dloss * d(loss_i)/d(logits) in place of the logits,
 // ready for stage_backward (dloss = 1 / (B * T * micro-batches per step) for the step's mean loss).
-// With dloss == 0 the logits stay in the slot's logits (B,T,Vp).
-// Units are used in the order embed, layer 0 .. L-1, final, embed again (the LM head).
-static void stage_forward(Stage* st, int slot, const int* inputs, const int* targets, float dloss) {
+// With dloss == 0 the logits stay in the slot's logits (B,T,Vp). Other stages leave their output in
+// stage_output(). Units are used in the order embed, layer l0 .. l1-1, final, embed again (the LM head).
+static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* x_in, const int* targets, float dloss) {
     GPTConfig c = st->cfg;
+    StageRange r = st->range;
     int L = c.num_layers, C = c.channels, V = c.vocab_size, B = st->B, T = st->T, BT = B * T;
     MicroBatch* mb = &st->slots[slot];
     cudaStream_t s = llm_ctx.stream;
-    for (int i = 0; i < BT; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary [0, %d)", inputs[i], i, V);
-    }
-    copy_to_device(mb->inputs, inputs, BT * sizeof(int));
-    memcpy(mb->inputs_host, inputs, BT * sizeof(int));
     ParamHooks* h = st->hooks;
-    EmbedTensors emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));  // held until the LM head
-    encoder_forward(mb->x[0], mb->inputs, emb.wte, emb.wpe, B, T, C, s);
-    for (int l = 0; l < L; l++) {
+    if ((inputs != NULL) != (r.has_embedding != 0) || (x_in != NULL) == (r.has_embedding != 0)) {
+        fatal("stage_forward: a stage %s the embedding takes %s", r.has_embedding ? "with" : "without",
+              r.has_embedding ? "token ids, not an activation" : "an activation, not token ids");
+    }
+    if (targets != NULL && !r.has_head) fatal("stage_forward: targets given to a stage without the head");
+    EmbedTensors emb = {NULL, NULL};  // with the head too: held from the encoder to the LM head
+    if (r.has_embedding) {
+        for (int i = 0; i < BT; i++) {
+            if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary [0, %d)", inputs[i], i, V);
+        }
+        copy_to_device(mb->inputs, inputs, BT * sizeof(int));
+        memcpy(mb->inputs_host, inputs, BT * sizeof(int));
+        emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));
+        encoder_forward(mb->x[r.first_layer], mb->inputs, emb.wte, emb.wpe, B, T, C, s);
+        if (!r.has_head) h->params_done(h->ctx, UNIT_EMBED, 0);
+    } else if (x_in != NULL) {  // (checked above: a stage without the embedding has one)
+        copy_device_to_device(mb->x[r.first_layer], x_in, (size_t)BT * C * sizeof(floatX), s);
+    }
+    for (int l = r.first_layer; l < r.last_layer; l++) {
         LayerTensors w = layer_view(st->lay, h->params(h->ctx, unit_of_layer(l), 0));
         block_forward(&st->lin, c, w, &mb->blocks[l], &st->bufs, mb->x[l], mb->x[l + 1], B, T, s);
         h->params_done(h->ctx, unit_of_layer(l), 0);
     }
+    mb->trained = 0;
+    if (!r.has_head) return;
     FinalTensors fin = final_view(st->lay, h->params(h->ctx, unit_final(c), 0));
     layernorm_forward(mb->lnf, mb->lnf_mean, mb->lnf_rstd, mb->x[L], fin.lnfw, fin.lnfb, BT, C, s);
     h->params_done(h->ctx, unit_final(c), 0);
+    if (!r.has_embedding) emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));
     linear_forward(&st->lm_head, mb->logits, NULL, mb->lnf, emb.wte, NULL, BT, s);
     h->params_done(h->ctx, UNIT_EMBED, 0);
-    mb->trained = 0;
     if (targets != NULL) {
         copy_to_device(mb->targets, targets, BT * sizeof(int));
         fused_classifier(mb->logits, mb->losses, dloss, mb->targets, BT, V, c.padded_vocab_size, dloss > 0.0f, s);
@@ -180,30 +220,50 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const int* tar
     }
 }
 
-// Accumulates (+=) the gradients of slot's training forward into the buffers the hooks give. Units
-// in the order: embed (LM head), final, layer L-1 .. 0, embed (encoder); each unit's gradients are
-// final after its own part (grads_ready), the embedding's only at the very end (wte gets the LM
-// head's gradient first and the encoder's last).
-static void stage_backward(Stage* st, int slot) {
+// the output of a stage without the head: x[l1] (B,T,C), for the next stage
+static const floatX* stage_output(const Stage* st, int slot) { return st->slots[slot].x[st->range.last_layer]; }
+
+// Accumulates (+=) the gradients of slot's training forward into the buffers the hooks give. The last
+// stage starts from its loss (dx_out NULL), the others from dx_out (B,T,C) (device), the gradient of
+// their output. On a stage without the embedding the gradient of its input is left in st->dx (B,T,C)
+// for the previous stage. Units in the order: embed (LM head), final, layer l1-1 .. l0, embed
+// (encoder); each unit's gradients are final after its own part (grads_ready), the embedding's only
+// at the very end of the stage that holds both its uses (wte gets the LM head's gradient first and
+// the encoder's last).
+static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
     GPTConfig c = st->cfg;
+    StageRange r = st->range;
     int L = c.num_layers, C = c.channels, B = st->B, T = st->T, BT = B * T;
     MicroBatch* mb = &st->slots[slot];
-    if (!mb->trained) fatal("stage_backward: slot %d holds no training forward (dloss > 0) to differentiate", slot);
+    if ((dx_out != NULL) == (r.has_head != 0)) {
+        fatal("stage_backward: a stage %s the head takes %s", r.has_head ? "with" : "without",
+              r.has_head ? "no output gradient (it starts from its loss)" : "the gradient of its output");
+    }
+    if (r.has_head && !mb->trained) fatal("stage_backward: slot %d holds no training forward (dloss > 0) to differentiate", slot);
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = st->hooks;
     BlockBuffers* b = &st->bufs;
-    // the LM head (tied to wte), then the final LayerNorm; the stream's gradient starts there
-    EmbedTensors emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));  // held to the end
-    EmbedTensors gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
-    linear_backward(&st->lm_head, b->dbuf_c, gemb.wte, NULL, mb->logits, mb->lnf, emb.wte, b->scratch, NULL, BT, s);
-    device_memset_zero(st->dx, (size_t)BT * C * sizeof(floatX), s);
-    FinalTensors fin = final_view(st->lay, h->params(h->ctx, unit_final(c), 1));
-    FinalTensors gfin = final_view(st->lay, h->grads(h->ctx, unit_final(c)));
-    layernorm_backward(st->dx, gfin.lnfw, gfin.lnfb, b->scratch, b->dbuf_c, mb->x[L], fin.lnfw, mb->lnf_mean, mb->lnf_rstd,
-                       BT, C, s);
-    h->params_done(h->ctx, unit_final(c), 1);
-    h->grads_ready(h->ctx, unit_final(c));
-    for (int l = L - 1; l >= 0; l--) {
+    EmbedTensors emb = {NULL, NULL}, gemb = {NULL, NULL};
+    if (r.has_head) {
+        // the LM head (tied to wte), then the final LayerNorm; the stream's gradient starts there
+        emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));  // held to the encoder, if any
+        gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
+        linear_backward(&st->lm_head, b->dbuf_c, gemb.wte, NULL, mb->logits, mb->lnf, emb.wte, b->scratch, NULL, BT, s);
+        device_memset_zero(st->dx, (size_t)BT * C * sizeof(floatX), s);
+        FinalTensors fin = final_view(st->lay, h->params(h->ctx, unit_final(c), 1));
+        FinalTensors gfin = final_view(st->lay, h->grads(h->ctx, unit_final(c)));
+        layernorm_backward(st->dx, gfin.lnfw, gfin.lnfb, b->scratch, b->dbuf_c, mb->x[L], fin.lnfw, mb->lnf_mean,
+                           mb->lnf_rstd, BT, C, s);
+        h->params_done(h->ctx, unit_final(c), 1);
+        h->grads_ready(h->ctx, unit_final(c));
+        if (!r.has_embedding) {
+            h->params_done(h->ctx, UNIT_EMBED, 1);
+            h->grads_ready(h->ctx, UNIT_EMBED);
+        }
+    } else if (dx_out != NULL) {  // (checked above: a stage without the head has one)
+        copy_device_to_device(st->dx, dx_out, (size_t)BT * C * sizeof(floatX), s);
+    }
+    for (int l = r.last_layer - 1; l >= r.first_layer; l--) {
         int u = unit_of_layer(l);
         LayerTensors w = layer_view(st->lay, h->params(h->ctx, u, 1));
         LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
@@ -212,9 +272,15 @@ static void stage_backward(Stage* st, int slot) {
         h->params_done(h->ctx, u, 1);
         h->grads_ready(h->ctx, u);
     }
-    encoder_backward(gemb.wte, gemb.wpe, b->scratch, st->dx, mb->inputs, mb->inputs_host, B, T, C, s);
-    h->params_done(h->ctx, UNIT_EMBED, 1);
-    h->grads_ready(h->ctx, UNIT_EMBED);
+    if (r.has_embedding) {
+        if (!r.has_head) {
+            emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));
+            gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
+        }
+        encoder_backward(gemb.wte, gemb.wpe, b->scratch, st->dx, mb->inputs, mb->inputs_host, B, T, C, s);
+        h->params_done(h->ctx, UNIT_EMBED, 1);
+        h->grads_ready(h->ctx, UNIT_EMBED);
+    }
     mb->trained = 0;
 }
 

@@ -73,8 +73,8 @@ static void grads_to_host(DataParallel* dp, float* out) {
 static void forward_backward(DataParallel* dp, Stage* st, const int* x, const int* y) {
     dp_step_begin(dp);
     dp_micro_begin(dp, 0, 1);
-    stage_forward(st, 0, x, y, 1.0f / (st->B * st->T));
-    stage_backward(st, 0);
+    stage_forward(st, 0, x, NULL, y, 1.0f / (st->B * st->T));
+    stage_backward(st, 0, NULL);
     dp_finish_grads(dp);
 }
 
@@ -113,10 +113,10 @@ int main(int argc, char** argv) {
     float* params0 = (float*)mallocCheck(n * sizeof(float));  // what the model starts from (BF16: rounded)
     dp_export(&dp, params0, NULL, NULL);
     Stage st;
-    stage_init(&st, &dp.lay, &dp.hooks, B, T, RECOMPUTE_NONE, 1);
+    stage_init(&st, &dp.lay, &dp.hooks, stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
 
     // forward: logits (the unpadded V columns) and loss
-    stage_forward(&st, 0, x, y, 0.0f);
+    stage_forward(&st, 0, x, NULL, y, 0.0f);
     float loss = (float)stage_take_loss(&st);
     float* logits = (float*)mallocCheck((size_t)B * T * Vp * sizeof(float));
     copy_to_host_float(logits, st.slots[0].logits, (size_t)B * T * Vp);
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     // at most (13 fields + x_in); then the same gradients, bit for bit, under each policy
     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
         Stage sr;
-        stage_init(&sr, &dp.lay, &dp.hooks, B, T, (Recompute)r, 1);
+        stage_init(&sr, &dp.lay, &dp.hooks, stage_range_all(cfg), B, T, (Recompute)r, 1);
         double formula = activation_formula_bytes(cfg, B, T, (Recompute)r), measured = (double)sr.layer_act_bytes;
         check(formula <= measured && measured <= formula + 14 * 63, "--recompute %s: a layer keeps %.0f B per micro-batch "
               "(allocated), formula %.0f B (Korthikanti et al. 2022 adapted; + <= %d B of alignment)",
@@ -160,6 +160,32 @@ int main(int argc, char** argv) {
         stage_free(&sr);
     }
     stage_take_loss(&st);
+
+    // the stage seam (llm/gpt.h): two stages, the embedding and layer 0 | layer 1 and the head, the
+    // activation handed forward and its gradient back, give the one stage's loss and gradients bit for bit
+    {
+        StageRange ra = {0, 1, 1, 0}, rb = {1, cfg.num_layers, 0, 1};
+        Stage sa, sb;
+        stage_init(&sa, &dp.lay, &dp.hooks, ra, B, T, RECOMPUTE_NONE, 1);
+        stage_init(&sb, &dp.lay, &dp.hooks, rb, B, T, RECOMPUTE_NONE, 1);
+        dp_step_begin(&dp);
+        dp_micro_begin(&dp, 0, 1);
+        stage_forward(&sa, 0, x, NULL, NULL, 0.0f);
+        stage_forward(&sb, 0, NULL, stage_output(&sa, 0), y, 1.0f / (B * T));
+        stage_backward(&sb, 0, NULL);
+        stage_backward(&sa, 0, sb.dx);
+        dp_finish_grads(&dp);
+        float* g2 = (float*)mallocCheck(n * sizeof(float));
+        grads_to_host(&dp, g2);
+        size_t ndiff = 0;
+        for (size_t i = 0; i < n; i++) ndiff += memcmp(&g2[i], &grads[i], sizeof(float)) != 0;
+        float l2 = (float)stage_take_loss(&sb);
+        check(ndiff == 0 && memcmp(&l2, &loss, sizeof(float)) == 0, "two stages [emb, 0, 1) and [1, %d, head): loss and all %zu "
+              "gradients bit-identical to one stage (%zu differ)", cfg.num_layers, n, ndiff);
+        free(g2);
+        stage_free(&sa);
+        stage_free(&sb);
+    }
 
     // 10 AdamW steps on the same batch, hyperparameters as in the fixture's header
     OptimConfig oc = {1e-3f, 1.0f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f};
