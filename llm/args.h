@@ -47,7 +47,7 @@ static const FlagDoc FLAGS[] = {
     {"--steps", 'x', "optimizer steps (default -1: one epoch of the train data)"},
     {"--lr", 'l', "peak learning rate (default 3e-4)"},
     {"--warmup", 'u', "linear warm-up steps (default 0)"},
-    {"--lr-final", 'q', "final learning rate as a fraction of --lr, reached by cosine decay (default 1.0)"},
+    {"--lr-final", 'q', "final learning rate as a fraction of --lr, the end of the cosine decay (default 1.0)"},
     {"--weight-decay", 'c', "AdamW decoupled weight decay of the 2-D tensors (default 0.0)"},
     {"--grad-clip", 0, "clip the global gradient norm to this, 0 = off (default 1.0)"},
     {"--seed", 0, "seed of initialisation, data order and sampling (default 1337)"},

@@ -33,6 +33,23 @@ if [ "$(wc -l < "$tmp/a.fields")" -eq 4 ] && cmp -s "$tmp/a.fields" "$tmp/b.fiel
 else
     bad "steps 5..8 after resume differ:"; diff "$tmp/a.fields" "$tmp/b.fields" || true
 fi
+# the learning rate of each step against the schedule written out independently (GPT-3 appendix B:
+# linear warm-up over 2 steps to 1e-3, then a cosine from 1e-3 towards 0.1 x 1e-3 over the remaining
+# steps, llm.c's convention: step s of n at ratio (s - warmup) / (n - warmup)), within float rounding
+if python3 - "$tmp/a/log.jsonl" <<'PY'
+import json, math, sys
+lr, warm, total, final = 1e-3, 2, 8, 0.1e-3
+got = {o["step"]: o["lr"] for o in map(json.loads, open(sys.argv[1])) if "lr" in o}
+def want(step):  # step is 1-based in the log: the update of step s uses s - 1 completed steps
+    s = step - 1
+    if s < warm: return lr * (s + 1) / warm
+    return final + 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))) * (lr - final)
+bad = [(s, got[s], want(s)) for s in sorted(got) if abs(got[s] - want(s)) > 1e-6 * lr]
+print("lr per step:", " ".join("%d:%.6g" % (s, got[s]) for s in sorted(got)))
+sys.exit(1 if bad or len(got) != total else 0)
+PY
+then ok "learning rate of steps 1..8 = warm-up then cosine, written out independently (within 1e-6 lr)"
+else bad "learning rate schedule differs from the warm-up + cosine formula"; fi
 cmp -s "$tmp/a/model_00000008.bin" "$tmp/b/model_00000008.bin" && ok "final model: identical bytes" || bad "final model differs"
 cmp -s "$tmp/a/state_00000008.bin" "$tmp/b/state_00000008.bin" && ok "final state (moments, data position, RNG): identical bytes" || bad "final state differs"
 grep -a '^sample' "$tmp/a.out" | tail -1 > "$tmp/a.sample"; grep -a '^sample' "$tmp/b.out" | tail -1 > "$tmp/b.sample"
