@@ -123,15 +123,16 @@ int main(int argc, char** argv) {
         if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
         else snprintf(path, sizeof(path), "%s", args.resume);
         TrainState ts;
-        float *p, *m, *v;
-        state_load(path, cfg, &ts, &p, &m, &v);
+        float *p, *m, *v, *p16;
+        state_load(path, cfg, &ts, &p, &m, &v, &p16);
         dp_import_params(&dp, p, 1);
+        if (p16 != NULL && ADAMW_HAS_MASTER) dp_import_floatx(&dp, p16);  // the BF16 parameters exactly
         dp_import_moments(&dp, m, v);
         dp.opt.t = ts.adam_t;
         dataloader_seek(&train_loader, ts.data);
         sample_rng.state = ts.rng;
         start_step = ts.step;
-        free(p); free(m); free(v);
+        free(p); free(m); free(v); free(p16);
         if (rank0) printf("resumed from %s at step %d\n", path, start_step);
     } else {
         if (from_descriptor) {
@@ -243,13 +244,15 @@ int main(int argc, char** argv) {
             float* p = (float*)mallocCheck(n * sizeof(float));
             float* m = (float*)mallocCheck(n * sizeof(float));
             float* v = (float*)mallocCheck(n * sizeof(float));
+            float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
             dp_export(&dp, p, m, v);
+            if (p16) dp_export_floatx(&dp, p16);
             if (rank0) {
                 TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state};
-                checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, sizeof(floatX) == 2 ? 5 : 3);
+                checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, sizeof(floatX) == 2 ? 5 : 3);
                 printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
             }
-            free(p); free(m); free(v);
+            free(p); free(m); free(v); free(p16);
         }
     }
     if (rank0 && timed_steps > 0) {

@@ -93,7 +93,8 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
                              const floatX* grads,    // (n)
                              float* m, float* v,     // (n) moments, in/out
                              size_t n, float lr, float beta1, float beta2, float bc1, float bc2,
-                             float eps, float weight_decay, float grad_scale, unsigned int seed, int vec) {
+                             float eps, float weight_decay, float grad_scale, unsigned int seed, size_t index0,
+                             int vec) {
     const int S = x128::size;
     size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * S;
     if (i0 >= n) return;
@@ -123,7 +124,7 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
         for (int k = 0; k < S; k++) {
             pp[k] = adamw_step(pp[k], (float)g[k], &mm[k], &vv[k], lr, beta1, beta2, bc1, bc2, eps,
                                weight_decay, grad_scale);
-            pout[k] = adamw_round<floatX>(pp[k], adamw_random_bits(seed, i0 + k));
+            pout[k] = adamw_round<floatX>(pp[k], adamw_random_bits(seed, index0 + i0 + k));
         }
         #pragma unroll
         for (int j = 0; j < S; j += f128::size) {
@@ -145,7 +146,7 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
             m[i] = mi;
             v[i] = vi;
             if (master != NULL) master[i] = p;
-            params[i] = adamw_round<floatX>(p, adamw_random_bits(seed, i));
+            params[i] = adamw_round<floatX>(p, adamw_random_bits(seed, index0 + i));
         }
     }
 }
@@ -153,13 +154,16 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
 
 // ----------------------------------------------------------------------------
 // launcher
-// master: FP32 master weights (n), or NULL when floatX is float; seed drives stochastic rounding.
+// master: FP32 master weights (n), or NULL when floatX is float. seed and index0 drive stochastic
+// rounding: element i gets the random bits of (seed, index0 + i), so a tensor updated in pieces (a
+// rank's block of it under ZeRO) rounds exactly as when it is updated whole, if each piece passes its
+// offset in the tensor as index0.
 
 static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, int t, float eps, float weight_decay,
-                         float grad_scale, unsigned int seed, cudaStream_t stream) {
+                         float grad_scale, unsigned int seed, cudaStream_t stream, size_t index0 = 0) {
 #if LLM_BUILD_CPU
-    (void)master; (void)seed; (void)stream;
+    (void)master; (void)seed; (void)stream; (void)index0;
     adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale);
 #else
     if (n == 0) return;
@@ -171,6 +175,6 @@ static void adamw_update(floatX* params, float* master, const floatX* grads, flo
     const int block = 512;
     size_t chunks = ceil_div_sz(n, (size_t)x128::size);
     LAUNCH(adamw_kernel, dim3((unsigned int)ceil_div_sz(chunks, block)), dim3(block), 0, stream, params,
-           master, grads, m, v, n, lr, beta1, beta2, bc1, bc2, eps, weight_decay, grad_scale, seed, vec);
+           master, grads, m, v, n, lr, beta1, beta2, bc1, bc2, eps, weight_decay, grad_scale, seed, index0, vec);
 #endif
 }

@@ -149,8 +149,14 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
 //
 // header int32[256]: 0 magic, 1 version, 2 step (optimizer steps done), 3 adam t,
 //   4..9 config (maxT, V, L, NH, C, Vp), 10..11 num_parameters (lo, hi),
-//   12..13 data epoch (lo, hi), 14..15 data sample cursor (lo, hi), 16..17 sampler RNG (lo, hi)
-// then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v.
+//   12..13 data epoch (lo, hi), 14..15 data sample cursor (lo, hi), 16..17 sampler RNG (lo, hi),
+//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), else 0
+// then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
+// then, if header[18] = 1, num_parameters BF16 values (uint16): the parameters the model computes
+// with. A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
+// which rounding the master to nearest on resuming would not give back, and resuming must continue
+// the run bit for bit. (A BF16 run resumed from a file without them starts from the master rounded to
+// nearest.) All arrays are in checkpoint order.
 
 typedef struct {
     int step;          // optimizer steps completed
@@ -162,8 +168,9 @@ typedef struct {
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
 static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
 
+// params16: NULL, or the BF16 parameters as FP32 values (exactly representable in BF16)
 static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
-                       const float* m, const float* v) {
+                       const float* m, const float* v, const float* params16) {
     size_t n = num_parameters(cfg);
     int header[HEADER_INTS];
     memset(header, 0, sizeof(header));
@@ -181,17 +188,31 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     put64(header, 12, (uint64_t)ts->data.epoch);
     put64(header, 14, (uint64_t)ts->data.sample);
     put64(header, 16, ts->rng);
+    header[18] = params16 != NULL;
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
     fwriteCheck(params, sizeof(float), n, af.f, path);
     fwriteCheck(m, sizeof(float), n, af.f, path);
     fwriteCheck(v, sizeof(float), n, af.f, path);
+    if (params16 != NULL) {
+        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) {
+            tmp[i] = f32_to_bf16_bits(params16[i]);
+            if (bf16_bits_to_f32(tmp[i]) != params16[i] && params16[i] == params16[i]) {
+                fatal("state %s: parameter %zu = %.9g is not a BF16 value", path, i, params16[i]);
+            }
+        }
+        fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
+        free(tmp);
+    }
     atomic_commit(&af);
 }
 
-// Reads a state file; cfg must match the model being trained. params, m, v: malloc'd FP32 (n each).
-static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** params, float** m, float** v) {
+// Reads a state file; cfg must match the model being trained. params, m, v: malloc'd FP32 (n each);
+// params16: malloc'd FP32 values of the BF16 parameters if the file has them, else NULL.
+static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** params, float** m, float** v,
+                       float** params16) {
     FILE* f = fopen(path, "rb");
     if (f == NULL) fatal("--resume: cannot open state file %s: %s", path, strerror(errno));
     int header[HEADER_INTS];
@@ -212,7 +233,8 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     if (get64(header, 10) != n) fatal("--resume: state file %s: expected %zu parameters, found %llu", path, n, (unsigned long long)get64(header, 10));
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
-    size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float);
+    if (header[18] != 0 && header[18] != 1) fatal("--resume: state file %s: expected 0 or 1 in header[18], found %d", path, header[18]);
+    size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (header[18] ? n * sizeof(uint16_t) : 0);
     if (size < 0 || (size_t)size != expected) fatal("--resume: state file %s: expected %zu bytes, found %ld", path, expected, size);
     fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
     ts->step = header[2];
@@ -226,6 +248,14 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     freadCheck(*params, sizeof(float), n, f, path);
     freadCheck(*m, sizeof(float), n, f, path);
     freadCheck(*v, sizeof(float), n, f, path);
+    *params16 = NULL;
+    if (header[18]) {
+        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        freadCheck(tmp, sizeof(uint16_t), n, f, path);
+        *params16 = (float*)mallocCheck(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) (*params16)[i] = bf16_bits_to_f32(tmp[i]);
+        free(tmp);
+    }
     fcloseCheck(f, path);
 }
 
@@ -234,14 +264,15 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
 
 // Writes <dir>/model_<step>.bin (llm.c's format: version 5, BF16, the master weights rounded to
 // nearest, when the model runs in BF16; else version 3, FP32) and <dir>/state_<step>.bin (the
-// resumable state, the FP32 master exactly). params, m, v: Psi FP32 values, checkpoint order.
+// resumable state, the FP32 master exactly, and params16, the BF16 parameters, unless NULL). params,
+// m, v, params16: Psi FP32 values, checkpoint order.
 static void checkpoint_save_run(const char* dir, GPTConfig cfg, const TrainState* ts, const float* params,
-                                const float* m, const float* v, int version) {
+                                const float* m, const float* v, const float* params16, int version) {
     char path[1100];
     snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, ts->step);
     checkpoint_save(path, cfg, params, version);
     snprintf(path, sizeof(path), "%s/state_%08d.bin", dir, ts->step);
-    state_save(path, cfg, ts, params, m, v);
+    state_save(path, cfg, ts, params, m, v, params16);
 }
 
 // the newest state_<step>.bin in dir (for --resume latest)

@@ -241,6 +241,32 @@ static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
     free(packed);
 }
 
+// The parameters the model computes with, as they are (BF16 builds: the master rounded stochastically
+// at the last update), FP32 on the host in checkpoint order (Psi). Every rank of the dp group must call it.
+static void dp_export_floatx(DataParallel* dp, float* params) {
+    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
+    if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);
+    else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
+    layout_to_checkpoint(&dp->lay, packed, params);
+    free(packed);
+}
+
+// sets the parameters the model computes with to params (Psi FP32 values that floatX holds exactly,
+// checkpoint order), leaving the master weights as they are (a resumed BF16 run)
+static void dp_import_floatx(DataParallel* dp, const float* params) {
+    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
+    layout_to_packed(&dp->lay, params, packed);
+    if (dp->stage < 3) {
+        copy_floats_to_device(dp->params, packed, dp->lay.packed_size);
+    } else {
+        float* mine = (float*)mallocCheck(dp->z.shard_size * sizeof(float));
+        dp_mine_from_packed(dp, packed, mine);
+        copy_floats_to_device(dp->params_shard, mine, dp->z.shard_size);
+        free(mine);
+    }
+    free(packed);
+}
+
 // ----------------------------------------------------------------------------
 // one optimizer step
 
@@ -312,8 +338,11 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
             floatX* param = dp->stage == 3 ? dp->params_shard + i : dp->params + lay->units[u].start + a;
             floatX* grad = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + i;
             float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;
+            // the rounding bits of an element depend on (step, unit, tensor, its place in the tensor's
+            // slice), not on how the ranks' blocks cut the slice: every layout rounds alike
             adamw_update(param, st->master ? st->master + i : NULL, grad, st->m + i, st->v + i, e - a, lr, oc->beta1,
-                         oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s);
+                         oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s,
+                         a - lay->unit_offset[t]);
         }
     }
     if (dp->stage == 1 || dp->stage == 2) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);

@@ -5,6 +5,9 @@
   compare NAME RUN REF LOSS_RTOL PARAM_ATOL   losses (train, val) and grad norms of every step in both
                                               logs, relative; every parameter of the final models, absolute
   same NAME RUN REF                           final model and state files: identical bytes
+  update NAME RUN REF START LOSS_RTOL REL_L2   losses of every step, relative; the update of every
+                                              parameter (final FP32 master weights of the state files
+                                              minus START, an llm.c checkpoint) in relative L2
   memory NAME REPORT                          each rank's parameters + gradients + optimizer state, as
                                               allocated (the tagged allocator's counts), against the
                                               ZeRO paper's formula, within the padding
@@ -70,6 +73,30 @@ def same(name, run, ref):
     return True, "%s: final model and state files are the same bytes" % name
 
 
+def master(path):  # the resumable state: Psi FP32 parameters (the master weights) after the header
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[40:48])[0]
+    return struct.unpack("%df" % n, raw[1024:1024 + 4 * n])
+
+
+def update(name, run, ref, start, ltol, rtol):
+    a, b = log_steps(run), log_steps(ref)
+    common = sorted(set(a) & set(b))
+    if not common or set(a) - set(b):
+        return False, "%s: steps %s vs reference steps %s" % (name, sorted(a), sorted(b))
+    dl = max(rel(a[s]["train_loss"], b[s]["train_loss"]) for s in common)
+    p0 = params(start)
+    pa, pb = master(final_file(run, "state")), master(final_file(ref, "state"))
+    if not len(p0) == len(pa) == len(pb):
+        return False, "%s: %d, %d, %d parameters" % (name, len(p0), len(pa), len(pb))
+    ua = [x - z for x, z in zip(pa, p0)]
+    ub = [y - z for y, z in zip(pb, p0)]
+    err = sum((x - y) ** 2 for x, y in zip(ua, ub)) ** 0.5 / max(sum(y * y for y in ub) ** 0.5, 1e-30)
+    good = dl <= ltol and err <= rtol
+    return good, ("%s: %d steps, max rel diff loss %.2g (tol %g); the update of %d parameters: |run - ref| / |ref| = %.3g "
+                  "in L2 (tol %g; 1 for a missing update)" % (name, len(common), dl, ltol, len(pa), err, rtol))
+
+
 def memory(name, report):
     r = json.load(open(report))
     psi, packed, N = r["num_parameters"], r["packed_parameters"], r["dp"]
@@ -131,6 +158,8 @@ if __name__ == "__main__":
         good, msg = compare(args[0], args[1], args[2], float(args[3]), float(args[4]))
     elif cmd == "same":
         good, msg = same(*args)
+    elif cmd == "update":
+        good, msg = update(args[0], args[1], args[2], args[3], float(args[4]), float(args[5]))
     elif cmd == "memory":
         good, msg = memory(*args)
     elif cmd == "ledger":

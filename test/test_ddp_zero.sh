@@ -29,6 +29,8 @@
 #     (its collectives run comm.h's NCCL code against dev/emu/nccl_emu.h; one emulated device per
 #     process: EMU_DEVICES=2).
 #  6b. Activation recompute (selective, full) under DDP and ZeRO-3, CPU and emulated: the same bytes.
+#  6c. The BF16 emulated build: 2-process DDP vs 1 process (BF16 bounds), ZeRO-1/2/3 vs DDP and a
+#      cross-layout resume (the same bytes).
 #  7. A rank that exits at step 2 (--debug-die-at-step) ends the job non-zero well within 60 s.
 #  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --tp 2):
 #     one line, non-zero exit, no output directory.
@@ -151,6 +153,33 @@ if [ -x "$EMU" ]; then
         bad "emulated CUDA 2-process --recompute full run (see $LOG/emu_np2_z3_full.log)"
 else
     echo "skip emulated CUDA 2-process run: $EMU not built (make build/train_gpt_emu)"; skipped=$((skipped+1))
+fi
+
+# The BF16 emulated build: master weights, stochastic rounding, BF16 reductions (NCCL's, emulated).
+# One process against 2-process DDP, within BF16 bounds (ddp_zero_check.py update); ZeRO-1/2/3
+# against DDP, the same bytes (with 2 ranks every reduced element is one bf16 addition, as in DDP, and
+# the rounding bits of an element follow the element, not where the ranks' blocks cut its tensor);
+# and a ZeRO-3 run resumed from DDP's state of step 2, the same bytes as DDP uninterrupted (the state
+# keeps the BF16 parameters besides the FP32 master).
+EMU16=${EMU16:-./build/train_gpt_emu_bf16}
+emu16() {  # emu16 NAME NP ARGS...: a BF16 emulated run into $tmp/NAME (NP 0: one process)
+    local name=$1 np=$2; shift 2
+    local cmd=("$EMU16")
+    [ "$np" -gt 0 ] && cmd=(env EMU_DEVICES=2 "${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$EMU16")
+    timeout 300 "${cmd[@]}" "${common[@]}" --total-batch 512 --grad-clip 0 --output-dir "$tmp/$name" "$@" > "$LOG/$name.log" 2>&1 ||
+        { bad "$name: exit $? (see $LOG/$name.log)"; return 1; }
+}
+if [ -x "$EMU16" ]; then
+    emu16 bf16_one 0 && emu16 bf16_np2_z0 2 --zero 0 &&
+        check update "BF16 emulated: 2-process DDP vs 1 process" "$tmp/bf16_np2_z0" "$tmp/bf16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+    for z in 1 2 3; do
+        emu16 "bf16_np2_z$z" 2 --zero "$z" &&
+            check same "BF16 emulated: 2-process ZeRO-$z vs DDP" "$tmp/bf16_np2_z$z" "$tmp/bf16_np2_z0"
+    done
+    emu16 bf16_res_z0to3 2 --zero 3 --resume "$tmp/bf16_np2_z0/state_00000002.bin" &&
+        check same "BF16 emulated: 2-process ZeRO-3 resumed from DDP's state of step 2 vs DDP" "$tmp/bf16_res_z0to3" "$tmp/bf16_np2_z0"
+else
+    echo "skip BF16 emulated runs: $EMU16 not built (make build/train_gpt_emu_bf16)"; skipped=$((skipped+1))
 fi
 
 # a rank dies at step 2: mpirun must end the job, non-zero, well within the timeout

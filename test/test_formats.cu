@@ -61,11 +61,22 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) { m[i] = params[i] * 0.5f; v[i] = params[i] * params[i]; }
     snprintf(p1, sizeof(p1), "%s/state_a.bin", dir);
     snprintf(p2, sizeof(p2), "%s/state_b.bin", dir);
-    state_save(p1, cfg, &ts, params, m, v);
-    float *p_, *m_, *v_;
-    state_load(p1, cfg, &ts2, &p_, &m_, &v_);
-    state_save(p2, cfg, &ts2, p_, m_, v_);
-    check(same_bytes(p1, p2), "resumable state: save + load + save gives identical bytes");
+    state_save(p1, cfg, &ts, params, m, v, NULL);
+    float *p_, *m_, *v_, *p16_;
+    state_load(p1, cfg, &ts2, &p_, &m_, &v_, &p16_);
+    state_save(p2, cfg, &ts2, p_, m_, v_, NULL);
+    check(same_bytes(p1, p2) && p16_ == NULL, "resumable state: save + load + save gives identical bytes");
+    {  // with the BF16 parameters of a BF16 build: saved and read back exactly
+        float* p16 = (float*)mallocCheck(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) p16[i] = bf16_bits_to_f32(f32_to_bf16_bits(params[i] * 1.5f));
+        snprintf(p2, sizeof(p2), "%s/state_c.bin", dir);
+        state_save(p2, cfg, &ts, params, m, v, p16);
+        float *a, *b, *c, *d;
+        state_load(p2, cfg, &ts2, &a, &b, &c, &d);
+        check(d != NULL && memcmp(d, p16, n * sizeof(float)) == 0 && memcmp(a, params, n * sizeof(float)) == 0,
+              "resumable state with BF16 parameters: the FP32 master and the %zu BF16 values read back exactly", n);
+        free(p16); free(a); free(b); free(c); free(d);
+    }
     check(ts2.step == 42 && ts2.adam_t == 41 && ts2.data.epoch == 3 && ts2.data.sample == 1234567 &&
           ts2.rng == 0x0123456789abcdefull && memcmp(p_, params, n * 4) == 0 && memcmp(m_, m, n * 4) == 0 &&
           memcmp(v_, v, n * 4) == 0, "resumable state: every field read back");
