@@ -1,6 +1,7 @@
 // test_gpt.cu: the whole model against the independent PyTorch reference (dev/reference/, float64,
 // stored as float32): logits, loss, the gradients of all 16 parameter tensors, the losses of 10
-// AdamW steps, and the update those steps made (parameters after minus before). The model runs as
+// AdamW steps, and the update those steps made (parameters after minus before); the same 10 steps with
+// global-norm gradient clipping, and clipping's effect on AdamW's moments. The model runs as
 // the trainer runs it: a stage (llm/gpt.h) whose parameters come from the data-parallel policy
 // (llm/dp.h) over one rank. The gradients are also checked under each activation-recompute policy
 // (llm/block.h): bit-identical to no recompute. Builds as the CPU build and as the emulated CUDA
@@ -246,6 +247,98 @@ int main(int argc, char** argv) {
     }
     double rel = sqrt(e2 / r2), rel_tol = BF16 ? 0.05 : 1e-4;
     check(rel <= rel_tol, "update of 10 AdamW steps: |got - ref| / |ref| = %.3g in L2 (tol %.0e; 1 if the update is skipped)", rel, rel_tol);
+
+    // Gradient clipping (Pascanu et al. 2013: every gradient times clip / norm when norm > clip).
+    // (a) One step clipped to half the gradient's norm: AdamW's moments after it are exactly 1/2 (m) and
+    // 1/4 (v) of the unclipped step's (the scale 0.5 is exact in float, and so is every product by it).
+    // (b) The PyTorch case: the 10 steps again with clipping to 1.42 (5 of them clipped), losses, norms
+    // and the update against tiny_adamw_clip_losses.txt and tiny_model_step10_clip.bin, with the
+    // tolerances above. Clipping changes the loss of step 10 by 6e-3 (3.98343 vs 3.98947), 60x the FP32
+    // tolerance: a clipping that is skipped, or applied to the wrong steps, fails.
+    {
+        float* mv[4];
+        for (int k = 0; k < 4; k++) mv[k] = (float*)mallocCheck(n * sizeof(float));
+        float norm0 = 0.0f;
+        for (int k = 0; k < 2; k++) {
+            DataParallel d;
+            dp_init(&d, &comm, cfg, 0);
+            dp_import_params(&d, params, 0);
+            Stage sc;
+            stage_init(&sc, &d.lay, &d.hooks, stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
+            forward_backward(&d, &sc, x, y);
+            float norm = dp_grad_norm(&d);
+            if (k == 0) norm0 = norm;
+            OptimConfig oc1 = {1e-3f, 1.0f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, k == 0 ? 0.0f : 0.5f * norm};
+            dp_update(&d, &oc1, 1e-3f, norm, 1u);
+            float* p_ = (float*)mallocCheck(n * sizeof(float));
+            dp_export(&d, p_, mv[2 * k], mv[2 * k + 1]);
+            free(p_);
+            stage_take_loss(&sc);
+            stage_free(&sc);
+            dp_free(&d);
+        }
+        size_t bad_m = 0, bad_v = 0, nonzero = 0;
+        for (size_t i = 0; i < n; i++) {
+            bad_m += mv[2][i] != 0.5f * mv[0][i];
+            bad_v += mv[3][i] != 0.25f * mv[1][i];
+            nonzero += mv[0][i] != 0.0f;
+        }
+        check(bad_m == 0 && bad_v == 0 && nonzero > n / 2, "clipping to half the norm (%.4f): m and v after one step are "
+              "exactly 1/2 and 1/4 of the unclipped step's (%zu and %zu of %zu differ; %zu nonzero)", norm0, bad_m, bad_v, n, nonzero);
+        for (int k = 0; k < 4; k++) free(mv[k]);
+
+        f = fopenCheck(FIXTURES "/tiny_adamw_clip_losses.txt", "r");
+        float clip = 0.0f, cl_loss[10], cl_norm[10];
+        int nc = 0;
+        while (fgets(line, sizeof(line), f) && nc < 10) {
+            if (!strncmp(line, "# clip=", 7)) clip = strtof(line + 7, NULL);
+            if (line[0] == '#') continue;
+            if (sscanf(line, "%f %f", &cl_loss[nc], &cl_norm[nc]) == 2) nc++;
+        }
+        fcloseCheck(f, "clip losses");
+        if (nc != 10 || clip <= 0.0f) fatal("tiny_adamw_clip_losses.txt: expected clip= and 10 lines of loss and norm, found %d", nc);
+        DataParallel d;
+        dp_init(&d, &comm, cfg, 0);
+        dp_import_params(&d, params, 0);
+        Stage sc;
+        stage_init(&sc, &d.lay, &d.hooks, stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
+        OptimConfig occ = {1e-3f, 1.0f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, clip};
+        float norm_tol = BF16 ? 5e-3f : 1e-5f;  // BF16 observed 1.1e-3; every norm is >= 2.3% from the clip
+        int clipped = 0;
+        for (int step = 0; step < 10; step++) {
+            forward_backward(&d, &sc, x, y);
+            float step_loss = (float)stage_take_loss(&sc);
+            float norm = dp_grad_norm(&d);
+            clipped += norm > clip;
+            dp_update(&d, &occ, lr_schedule(&occ, step), norm, 1234u + step);
+            check(fabsf(step_loss - cl_loss[step]) <= step_tol && fabsf(norm - cl_norm[step]) <= norm_tol * cl_norm[step],
+                  "clipped AdamW step %d: loss %.7f vs %.7f (tol %.0e), gradient norm %.6f vs %.6f (rel tol %.0e)%s", step + 1,
+                  step_loss, cl_loss[step], step_tol, norm, cl_norm[step], norm_tol, norm > clip ? ", clipped" : "");
+        }
+        float* want = checkpoint_load(FIXTURES "/tiny_model_step10_clip.bin", &cfg10);
+        float* got = (float*)mallocCheck(n * sizeof(float));
+        dp_export(&d, got, NULL, NULL);
+        double e2 = 0.0, r2 = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            got[i] -= params0[i];
+            want[i] -= params[i];
+        }
+        for (int l = 0; l < cfg.num_layers; l++) {  // the key bias, as above
+            size_t kb = dp.lay.ckpt_offset[T_QKVB] + (size_t)l * 3 * C + C;
+            for (size_t i = kb; i < kb + C; i++) got[i] = want[i] = 0.0f;
+        }
+        for (size_t i = 0; i < n; i++) {
+            e2 += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+            r2 += (double)want[i] * want[i];
+        }
+        check(clipped == 5, "the clipping case clips 5 of the 10 steps here too (%d)", clipped);
+        check_close("update of 10 clipped AdamW steps vs the reference's", got, want, n, atol, rtol);
+        check(sqrt(e2 / r2) <= rel_tol, "update of 10 clipped AdamW steps: |got - ref| / |ref| = %.3g in L2 (tol %.0e)", sqrt(e2 / r2), rel_tol);
+        free(want);
+        free(got);
+        stage_free(&sc);
+        dp_free(&d);
+    }
 
     free(params); free(params0); free(x); free(y); free(want_logits); free(want_grads); free(logits); free(got_logits);
     free(grads); free(want_params10); free(got_params10);

@@ -35,6 +35,7 @@ SEED = 1337                 # torch seed for the weights, then the tokens
 LN_EPS = 1e-5
 
 ADAMW = dict(steps=10, lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+CLIP = 1.42  # the clipping case: the norms fall from ~2.2 to ~1.35, so some steps are clipped, others not
 
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
@@ -243,28 +244,36 @@ def builtin_ops_check(params, x, y, cfg, logits, loss):
 # ----------------------------------------------------------------------------------------------
 # AdamW in float64, decoupled weight decay on the 2-D tensors only
 
-def adamw_train(params, x, y, cfg, steps, lr, beta1, beta2, eps, weight_decay):
+def adamw_train(params, x, y, cfg, steps, lr, beta1, beta2, eps, weight_decay, clip=0.0):
+    """clip > 0: global-norm clipping first (Pascanu et al. 2013): when the norm of all gradients
+    together exceeds clip, every gradient is scaled by clip / norm. Returns the losses, the final
+    parameters and the gradient norm of each step (before clipping)."""
     params = [p.clone() for p in params]
     m = [torch.zeros_like(p) for p in params]
     v = [torch.zeros_like(p) for p in params]
-    losses = []
+    losses, norms = [], []
     for t in range(1, steps + 1):
         _, loss, grads = loss_and_grads(params, x, y, cfg)
         losses.append(loss.item())
+        norm = math.sqrt(sum((g * g).sum().item() for g in grads))
+        norms.append(norm)
+        scale = clip / norm if clip > 0 and norm > clip else 1.0
         for i, name in enumerate(PARAM_NAMES):
-            g = grads[i]
+            g = grads[i] * scale
             m[i] = beta1 * m[i] + (1 - beta1) * g
             v[i] = beta2 * v[i] + (1 - beta2) * g * g
             mhat = m[i] / (1 - beta1 ** t)
             vhat = v[i] / (1 - beta2 ** t)
             wd = weight_decay if name in DECAYED else 0.0
             params[i] = params[i] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * params[i])
-    return losses, params
+    return losses, params, norms
 
 
-def torch_adamw_check(params, x, y, cfg, final, steps, lr, beta1, beta2, eps, weight_decay):
-    """torch.optim.AdamW with two parameter groups (decay / no decay) must land on the same
-    parameters as adamw_train above (same update, different rounding order)."""
+def torch_adamw_check(params, x, y, cfg, final, steps, lr, beta1, beta2, eps, weight_decay, clip=0.0):
+    """torch.optim.AdamW with two parameter groups (decay / no decay), after
+    torch.nn.utils.clip_grad_norm_ when clip > 0, must land on the same parameters as adamw_train
+    above (same update, different rounding order; clip_grad_norm_ divides by norm + 1e-6, which
+    moves a clipped update by ~1e-6 / norm relative)."""
     ps = [p.clone().requires_grad_(True) for p in params]
     groups = [dict(params=[p for p, n in zip(ps, PARAM_NAMES) if n in DECAYED],
                    weight_decay=weight_decay),
@@ -274,12 +283,15 @@ def torch_adamw_check(params, x, y, cfg, final, steps, lr, beta1, beta2, eps, we
     for _ in range(steps):
         opt.zero_grad()
         forward(ps, x, y, cfg)[1].backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(ps, clip)
         opt.step()
     worst = max(((p.detach() - f).abs().max() / f.abs().max().clamp_min(1e-30)).item()
                 for p, f in zip(ps, final))
-    assert worst < 1e-9, f"torch.optim.AdamW differs from adamw_train: {worst:.3e}"
-    print(f"torch.optim.AdamW (2 param groups) after {steps} steps: max relative parameter "
-          f"diff {worst:.1e}: OK")
+    bound = 1e-9 if clip == 0 else 1e-5
+    assert worst < bound, f"torch.optim.AdamW differs from adamw_train: {worst:.3e}"
+    print(f"torch.optim.AdamW (2 param groups{', clip_grad_norm_ %g' % clip if clip else ''}) after "
+          f"{steps} steps: max relative parameter diff {worst:.1e}: OK")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -321,12 +333,15 @@ def write_debug_state(path, x, y, logits, loss, grads):
     write_atomic(path, hdr + b"".join(body))
 
 
-def write_losses(path, losses, cfg):
+def write_losses(path, losses, cfg, norms=None, clip=0.0):
     a = ADAMW
     lines = [
         "# tiny GPT-2 trained with AdamW on the single batch (x, y) of tiny_debug_state.bin,",
         "# starting from tiny_model.bin; written by dev/reference/gpt2_reference.py (float64).",
-        "# one step: forward (the loss below) -> backward -> AdamW update. No gradient clipping.",
+        "# one step: forward (the loss below) -> backward -> AdamW update. No gradient clipping."
+        if clip == 0 else
+        f"# one step: forward (the loss) -> backward -> global-norm clipping to {clip!r} (every gradient\n"
+        "# times clip / norm when norm > clip; norm = the L2 norm of all gradients before clipping) -> AdamW.",
         "# update: m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; mhat = m/(1-b1^t); vhat = v/(1-b2^t)",
         "#         p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), wd only for the decayed tensors",
         f"# steps={a['steps']}",
@@ -339,7 +354,11 @@ def write_losses(path, losses, cfg):
         f"# B={B} T={T} V={cfg['V']} Vp={cfg['Vp']} maxT={cfg['maxT']} L={cfg['L']} "
         f"NH={cfg['NH']} C={cfg['C']}",
     ]
-    lines += ["%.9g" % l for l in losses]
+    if clip > 0:
+        lines += [f"# clip={clip!r}", "# then one line per step: the loss and the gradient norm before clipping"]
+        lines += ["%.9g %.9g" % (l, n) for l, n in zip(losses, norms)]
+    else:
+        lines += ["%.9g" % l for l in losses]
     write_atomic(path, ("\n".join(lines) + "\n").encode("ascii"))
 
 
@@ -366,18 +385,29 @@ def main():
     if not args.skip_fd:
         finite_difference_check(params, x, y, cfg, grads)
 
-    losses, final = adamw_train(params, x, y, cfg, **ADAMW)
+    losses, final, norms = adamw_train(params, x, y, cfg, **ADAMW)
     assert losses[0] == loss.item()
     print("AdamW losses: " + " ".join("%.6f" % l for l in losses))
+    print("gradient norms: " + " ".join("%.6f" % n for n in norms))
     torch_adamw_check(params, x, y, cfg, final, **ADAMW)
+    # the same 10 steps with global-norm clipping: some steps clipped, some not, every norm at least 1%
+    # away from the threshold (so float32 rounding of the norm cannot flip a step's branch)
+    clip_losses, clip_final, clip_norms = adamw_train(params, x, y, cfg, clip=CLIP, **ADAMW)
+    clipped = sum(n > CLIP for n in clip_norms)
+    assert 3 <= clipped <= 7 and min(abs(n / CLIP - 1) for n in clip_norms) > 0.01, f"norms {clip_norms}"
+    print(f"gradient norms with clipping to {CLIP} ({clipped} steps clipped): " + " ".join("%.6f" % n for n in clip_norms))
+    print(f"AdamW losses with clipping to {CLIP}: " + " ".join("%.6f" % l for l in clip_losses))
+    torch_adamw_check(params, x, y, cfg, clip_final, clip=CLIP, **ADAMW)
 
     os.makedirs(args.out, exist_ok=True)
     write_checkpoint(os.path.join(args.out, "tiny_model.bin"), params, cfg)
     write_debug_state(os.path.join(args.out, "tiny_debug_state.bin"), x, y, logits, loss, grads)
     write_losses(os.path.join(args.out, "tiny_adamw_losses.txt"), losses, cfg)
     write_checkpoint(os.path.join(args.out, "tiny_model_step10.bin"), final, cfg)
+    write_losses(os.path.join(args.out, "tiny_adamw_clip_losses.txt"), clip_losses, cfg, clip_norms, CLIP)
+    write_checkpoint(os.path.join(args.out, "tiny_model_step10_clip.bin"), clip_final, cfg)
     for n in ("tiny_model.bin", "tiny_debug_state.bin", "tiny_adamw_losses.txt",
-              "tiny_model_step10.bin"):
+              "tiny_model_step10.bin", "tiny_adamw_clip_losses.txt", "tiny_model_step10_clip.bin"):
         print(f"wrote {os.path.join(args.out, n)} ({os.path.getsize(os.path.join(args.out, n))} bytes)")
 
 
