@@ -173,6 +173,8 @@ int main(int argc, char** argv) {
     int timed_steps = 0;
     CommLedger step_ledger;  // the collectives of the last optimizer step
     memset(&step_ledger, 0, sizeof(step_ledger));
+    DpTrace* step_trace = (DpTrace*)mallocCheck(sizeof(DpTrace));  // and the order of its data-parallel operations
+    memset(step_trace, 0, sizeof(*step_trace));
     if (args.val_data && args.val_every > 0) {
         float vloss = val_loss(&stage, &val_loader, args.val_steps);
         if (rank0) printf("step %d: val loss %.6f\n", start_step, vloss);
@@ -205,6 +207,7 @@ int main(int argc, char** argv) {
         device_synchronize();
         double ms = wall_ms() - t0;
         step_ledger = comm.ledger;
+        *step_trace = dp.trace;
         // how long the computation waited for gradient reductions and parameter gathers (llm/comm.h)
         double wait = comm_take_wait_ms(&comm);
         if (step > start_step + 1) {  // the first step warms up
@@ -279,10 +282,12 @@ int main(int argc, char** argv) {
                "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(&dp, grad_accum));
     }
     if (args.report_json) {
-        write_report(args.report_json, &dp, &stage, &comm, grad_accum, timed_steps ? total_wait / timed_steps : 0.0, timed_steps);
+        write_report(args.report_json, &dp, &stage, &comm, step_trace, grad_accum, timed_steps ? total_wait / timed_steps : 0.0,
+                     timed_steps);
     }
 
     free(gen);
+    free(step_trace);
     logger_free(&logger);
     if (have_tok) tokenizer_free(&tok);
     dataloader_free(&train_loader);

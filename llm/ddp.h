@@ -94,6 +94,30 @@ static int commq_wait_oldest(Comm* c, CommQueue* q) {
 }
 
 // ----------------------------------------------------------------------------
+// the order of a step's data-parallel operations, recorded for the tests (--report-json): what no
+// result shows, e.g. that a bucket's reduction starts while the backward goes on, or that ZeRO-3's
+// next unit is gathered before the current one is computed
+//     F u  the forward of unit u begins        B u  the backward of unit u begins
+//     G u  the all-gather of unit u's parameters starts
+//     R u  the reduction (all-reduce or reduce-scatter) of unit u's gradients starts
+//     E    the backward is over: the reductions still in flight are waited
+
+#define DP_TRACE_CAP 4096
+typedef struct {
+    char what[DP_TRACE_CAP];
+    int unit[DP_TRACE_CAP];
+    int n;         // events recorded (at most DP_TRACE_CAP)
+    int dropped;   // events past the cap
+} DpTrace;
+
+static inline void dp_trace(DpTrace* t, char what, int unit) {
+    if (t == NULL) return;
+    if (t->n == DP_TRACE_CAP) { t->dropped++; return; }
+    t->what[t->n] = what;
+    t->unit[t->n++] = unit;
+}
+
+// ----------------------------------------------------------------------------
 // DDP's bucket launch: the all-reduce (average over the dp group) of one ready bucket, in place
 
 // grads: (n) the bucket's gradients, contiguous; tag: its unit

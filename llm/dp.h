@@ -49,6 +49,7 @@ typedef struct {
     float* scalars;         // (2) device: a value to average, a sampled token to agree on
     CommQueue grad_queue;   // gradient all-reduces (stage 0) or reduce-scatters (1-3) in flight
     int last_micro;         // 1 in the step's last micro-batch: its backward communicates
+    DpTrace trace;          // this step's data-parallel operations, in order (llm/ddp.h)
     ParamHooks hooks;       // what the model calls
 } DataParallel;
 
@@ -68,8 +69,10 @@ static inline size_t dp_state_size(const DataParallel* dp) { return dp->stage ==
 
 static floatX* dp_hook_params(void* ctx, int u, int pass) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (dp->stage < 3) return dp->params + dp->lay.units[u].start;
-    return zero_params_acquire(&dp->z, dp->comm, &dp->grad_queue, u, pass, dp->params_shard, llm_ctx.stream);
+    floatX* p = dp->stage < 3 ? dp->params + dp->lay.units[u].start
+                              : zero_params_acquire(&dp->z, dp->comm, &dp->grad_queue, u, pass, dp->params_shard, llm_ctx.stream);
+    dp_trace(&dp->trace, pass ? 'B' : 'F', u);
+    return p;
 }
 
 static void dp_hook_params_done(void* ctx, int u, int pass) {
@@ -87,6 +90,7 @@ static floatX* dp_hook_grads(void* ctx, int u) {
 static void dp_hook_grads_ready(void* ctx, int u) {
     DataParallel* dp = (DataParallel*)ctx;
     if (!dp->last_micro) return;  // gradient accumulation: earlier micro-batches sum locally
+    dp_trace(&dp->trace, 'R', u);
     cudaStream_t s = llm_ctx.stream;
     floatX* g = dp->grads + dp->lay.units[u].start;
     if (dp->stage == 0) {
@@ -124,6 +128,7 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) {
     dp->rank = comm_group_rank(comm, GROUP_DP);
     layout_init(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp);
     if (stage > 0) zero_init(&dp->z, &dp->lay, stage, dp->dp, dp->rank);
+    dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
     size_t packed = dp->lay.packed_size, shard = dp->z.shard_size;
     if (stage < 3) dp->params = (floatX*)device_malloc(packed * sizeof(floatX), MEM_PARAMS);
@@ -271,6 +276,7 @@ static void dp_import_floatx(DataParallel* dp, const float* params) {
 // one optimizer step
 
 static void dp_step_begin(DataParallel* dp) {
+    dp->trace.n = dp->trace.dropped = 0;
     if (dp->stage <= 1) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
     // stages 2-3: each unit's working buffer is zeroed when the first micro-batch asks for it
 }
@@ -280,6 +286,7 @@ static void dp_micro_begin(DataParallel* dp, int micro, int num_micro) { dp->las
 
 // after the last backward: every gradient reduction waited
 static void dp_finish_grads(DataParallel* dp) {
+    dp_trace(&dp->trace, 'E', -1);
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
 }
 

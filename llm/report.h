@@ -86,16 +86,21 @@ static void print_memory(const DataParallel* dp, const Stage* st) {
 }
 
 // this rank's part of the report, one JSON object: "*_bytes" are measured (allocated), "*_peak_bytes" the peaks
-static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm* c, double comm_wait_ms,
-                             char* buf, size_t cap) {
+static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm* c, const DpTrace* trace,
+                             double comm_wait_ms, char* buf, size_t cap) {
     static const char* keys[MEM_NUM_KINDS] = {"params", "grads", "moments", "master", "activations", "comm_buffers", "workspace"};
     size_t len = 0;
 #define REPORT_PUT(...) do { int w_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
                              if (w_ > 0) len += (size_t)w_; } while (0)
     REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d", c->world_rank, c->dp_rank);
     for (int k = 0; k < MEM_NUM_KINDS; k++) REPORT_PUT(",\"%s_bytes\":%zu,\"%s_peak_bytes\":%zu", keys[k], mem_live((MemKind)k), keys[k], mem_peak((MemKind)k));
-    REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"ledger_step\":",
-               st->layer_act_bytes, comm_wait_ms);
+    REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"dp_events_dropped\":%d,\"dp_events\":\"",
+               st->layer_act_bytes, comm_wait_ms, trace->dropped);
+    for (int i = 0; i < trace->n; i++) {  // the last step's data-parallel operations (llm/ddp.h), e.g. "F0 F1 B3 R3"
+        if (trace->unit[i] >= 0) REPORT_PUT("%s%c%d", i ? " " : "", trace->what[i], trace->unit[i]);
+        else REPORT_PUT("%s%c", i ? " " : "", trace->what[i]);
+    }
+    REPORT_PUT("\",\"ledger_step\":");
 #undef REPORT_PUT
     if (len >= cap) fatal("--report-json: the report of rank %d is too long", c->world_rank);
     int lj = ledger_json(c, buf + len, cap - len);
@@ -103,14 +108,14 @@ static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm
     snprintf(buf + len + lj, cap - (len + (size_t)lj), "}");
 }
 
-#define REPORT_RANK_BYTES 8192
+#define REPORT_RANK_BYTES 65536
 
 // every rank's object gathered to rank 0, which writes the file (through a temporary name)
-static void write_report(const char* path, const DataParallel* dp, const Stage* st, Comm* c, int grad_accum,
-                         double comm_wait_ms, int timed_steps) {
+static void write_report(const char* path, const DataParallel* dp, const Stage* st, Comm* c, const DpTrace* trace,
+                         int grad_accum, double comm_wait_ms, int timed_steps) {
     char* mine = (char*)mallocCheck(REPORT_RANK_BYTES);
     memset(mine, 0, REPORT_RANK_BYTES);
-    rank_report_json(dp, st, c, comm_wait_ms, mine, REPORT_RANK_BYTES);
+    rank_report_json(dp, st, c, trace, comm_wait_ms, mine, REPORT_RANK_BYTES);
     char* all = c->world_rank == 0 ? (char*)mallocCheck((size_t)c->world_size * REPORT_RANK_BYTES) : NULL;
     // host text, not a collective of the training: outside the ledger
     comm_gather_bytes(c, mine, REPORT_RANK_BYTES, all);

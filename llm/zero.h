@@ -56,6 +56,7 @@ typedef struct {
     floatX** unit_grads;    // (U) stages 2-3: unit u's gradient working buffer this step
     int* order;             // (2U) stage 3: the units in forward order, then in backward order
     int* done;              // (U+1) scratch: the units whose gradient reductions just finished
+    DpTrace* trace;         // where the gathers are recorded (llm/ddp.h), or NULL
 } ZeroState;
 
 static void zero_init(ZeroState* z, const ParamLayout* lay, int stage, int dp, int rank) {
@@ -134,6 +135,7 @@ static void zero_poll_grads(ZeroState* z, Comm* c, CommQueue* q) {
 
 static void zero_gather_start(ZeroState* z, Comm* c, int u, const floatX* params_shard, cudaStream_t s) {
     if (z->unit_params[u] != NULL) return;  // started already (prefetched)
+    dp_trace(z->trace, 'G', u);
     z->unit_params[u] = pool_get(&z->pool, z->block[u] * z->dp);
     z->gathers[u] = comm_all_gather_start(c, GROUP_DP, params_shard + z->shard_off[u], z->unit_params[u], z->block[u], s);
 }
@@ -192,6 +194,7 @@ static void zero_gather_updated(ZeroState* z, Comm* c, const ParamLayout* lay, f
     int U = z->num_units;
     for (int u = 0; u <= U; u++) {
         if (u < U) {
+            dp_trace(z->trace, 'G', u);
             floatX* unit = params + lay->units[u].start;
             h[u % 2] = comm_all_gather_start(c, GROUP_DP, unit + (size_t)z->rank * z->block[u], unit, z->block[u], s);
         }

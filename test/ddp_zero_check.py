@@ -13,6 +13,8 @@
                                               ZeRO paper's formula, within the padding
   ledger NAME REPORT                          each rank's collectives of one step against sec. 7
   ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
+  order NAME REPORT                           the order of the last step's data-parallel operations
+                                              (llm/ddp.h's trace): what the numbers cannot show
 """
 import glob, json, os, struct, sys
 
@@ -142,6 +144,65 @@ def ledger(name, report):
         name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)
 
 
+def order(name, report):
+    """Each rank's trace of its last step (F u / B u: the forward / backward of unit u begins, G u: the
+    all-gather of unit u starts, R u: the reduction of unit u's gradients starts, E: the backward is
+    over). Units: 0 the embedding, 1..L the layers, L+1 the final LayerNorm."""
+    r = json.load(open(report))
+    stage, U, accum = r["stage"], r["num_units"], r["grad_accum"]
+    bwd = [0, U - 1] + list(range(U - 2, 0, -1))  # the LM head (embedding), final, layers L..1
+    for rk in r["ranks"]:
+        ev = [(t[0], int(t[1:]) if len(t) > 1 else -1) for t in rk["dp_events"].split()]
+        where = "%s: rank %d" % (name, rk["rank"])
+        if rk["dp_events_dropped"] or not ev:
+            return False, "%s: %d events, %d dropped" % (where, len(ev), rk["dp_events_dropped"])
+        starts = [i for i, (w, u) in enumerate(ev) if w == "F" and u == 0]  # each micro-step's forward
+        if len(starts) != accum:
+            return False, "%s: %d forwards in the step, expected %d micro-steps" % (where, len(starts), accum)
+        last = starts[-1]
+        e = [i for i, (w, _) in enumerate(ev) if w == "E"]
+        R = {u: i for i, (w, u) in enumerate(ev) if w == "R"}
+        nR = sum(1 for w, _ in ev if w == "R")
+        # 1. every unit's gradients reduced once, in the last micro-step only (no_sync before it), and each
+        # reduction started as soon as its unit's backward is done: before the next unit's backward begins,
+        # so communication overlaps the rest of the backward (PyTorch DDP sec. 3.2.3; ZeRO sec. 5.2)
+        if len(e) != 1 or nR != U or sorted(R) != list(range(U)) or min(R.values()) < last or max(R.values()) > e[0]:
+            return False, "%s: reductions %s in the last micro-step from event %d to the end of the backward %s" % (where, R, last, e)
+        B = {u: i for i, (w, u) in enumerate(ev) if w == "B" and i > last}
+        for u, nxt in zip(bwd[1:], bwd[2:]):
+            if not R[u] < B[nxt]:
+                return False, "%s: the reduction of unit %d starts at event %d, after the backward of unit %d (%d)" % (where, u, R[u], nxt, B[nxt])
+        G = [(i, u) for i, (w, u) in enumerate(ev) if w == "G"]
+        if stage == 0 and G:
+            return False, "%s: DDP gathered parameters: %s" % (where, G)
+        if stage in (1, 2) and (len(G) != U or min(i for i, _ in G) < e[0] or sorted(u for _, u in G) != list(range(U))):
+            return False, "%s: ZeRO-%d must gather each updated unit once after the backward; gathers %s, backward over at %d" % (where, stage, G, e[0])
+        if stage == 3:
+            # 2. each pass (a micro-step's forward, or its backward) gathers every unit once, and the next
+            # unit's gather starts before the current unit is computed (prefetch), ZeRO sec. 5.3
+            # micro-step m: from after micro-step m-1's last backward event to its own last one
+            ends = [max(i for i, (w, _) in enumerate(ev) if w == "B" and i < (starts[m + 1] if m + 1 < accum else len(ev)))
+                    for m in range(accum)]
+            for m in range(accum):
+                seg = list(enumerate(ev))[(ends[m - 1] + 1 if m else 0):ends[m] + 1]
+                last_f = max(k for k, (i, (w, _)) in enumerate(seg) if w == "F")
+                for kind, part in (("F", seg[:last_f + 1]), ("B", seg[last_f + 1:])):
+                    comp = [(i, u) for i, (w, u) in part if w == kind]
+                    gath = [(i, u) for i, (w, u) in part if w == "G"]
+                    if sorted(u for _, u in gath) != list(range(U)):
+                        return False, "%s: micro-step %d, %s pass gathers units %s, expected each of %d once" % (
+                            where, m, "forward" if kind == "F" else "backward", sorted(u for _, u in gath), U)
+                    gi = {u: i for i, u in gath}
+                    for (i, u), (_, nxt) in zip(comp, comp[1:]):
+                        if not gi[nxt] < i:
+                            return False, "%s: micro-step %d: unit %d is gathered at event %d, after unit %d's %s began (%d): no prefetch" % (
+                                where, m, nxt, gi[nxt], u, "forward" if kind == "F" else "backward", i)
+    what = {0: "no gathers", 1: "each updated unit gathered once after the backward", 2: "each updated unit gathered once after the backward",
+            3: "every pass gathers each unit once, the next one before the current one is computed"}[stage]
+    return True, "%s: %d ranks; each unit's gradients reduced once, in the last of %d micro-step(s), before the next unit's " \
+                 "backward begins; %s" % (name, len(r["ranks"]), accum, what)
+
+
 def ratio(name, report3, report0):
     a, b = json.load(open(report3)), json.load(open(report0))
     sa = sum(row["sent_bytes"] for row in a["ranks"][0]["ledger_step"]["rows"] if row["kind"] != "all_reduce")
@@ -166,6 +227,8 @@ if __name__ == "__main__":
         good, msg = ledger(*args)
     elif cmd == "ratio":
         good, msg = ratio(*args)
+    elif cmd == "order":
+        good, msg = order(*args)
     else:
         sys.exit("ddp_zero_check.py: unknown command " + cmd)
     print(("ok   " if good else "FAIL ") + msg)

@@ -19,6 +19,10 @@
 #     clip would scale the update by that.
 #  3. Memory per rank of parameters + gradients + optimizer state (--report-json) against the paper:
 #     formula <= measured <= formula + (p + g + K) * padding (16 bytes per parameter in FP32).
+#  4b. The order of each rank's data-parallel operations in the last step (the trace of llm/ddp.h):
+#     each unit's reduction starts before the next unit's backward begins (overlap), only in the last
+#     micro-step; ZeRO-3 gathers each unit once per pass, the next one before the current one runs;
+#     ZeRO-1/2 gather the updated units after the backward.
 #  4. Bytes per step in the comm ledger: DDP = one gradient all-reduce, 2 (N-1)/N * 4 Psi sent;
 #     ZeRO-1 and ZeRO-2 = reduce-scatter + all-gather (= DDP's volume, sec. 7.2.1);
 #     ZeRO-3 = all-gather (forward) + all-gather (backward) + reduce-scatter = 1.5 x DDP.
@@ -107,6 +111,7 @@ for np in 2 4; do
             check compare "$name vs 1 process" "$tmp/$name" "$tmp/$ref" 4e-6 1e-5
             check memory "$name memory" "$tmp/$name.json"
             check ledger "$name ledger" "$tmp/$name.json"
+            check order "$name order of operations" "$tmp/$name.json"
         done
         if [ "$np" -eq 2 ]; then
             for z in 1 2 3; do
