@@ -76,6 +76,22 @@ static inline float rand_val(uint64_t test, int world_rank, size_t i) {
 }
 
 // the element types under test, with their unit roundoff
+// world ranks of the members of my group g, in group-rank order (the formula; test_mesh checks the
+// groups against the coordinates the ranks report)
+static void group_members(CommGroup g, int* members) {
+    int dp = C.dp, tp = C.tp, pp = C.pp;
+    int d = C.world_rank / (tp * pp), p = (C.world_rank / tp) % pp, t = C.world_rank % tp;
+    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp : g == GROUP_TP ? tp : pp;
+    for (int j = 0; j < N; j++) {
+        switch (g) {
+            case GROUP_WORLD: members[j] = j; break;
+            case GROUP_DP: members[j] = (j * pp + p) * tp + t; break;
+            case GROUP_TP: members[j] = (d * pp + p) * tp + j; break;
+            default: members[j] = (d * pp + j) * tp + t; break;
+        }
+    }
+}
+
 template <typename T> struct TT;
 template <> struct TT<float> {
     static float to(float x) { return x; }
@@ -91,21 +107,6 @@ template <> struct TT<__nv_bfloat16> {
     static double eps() { return ldexp(1.0, -8); }
 };
 #endif
-
-// world ranks of the members of my group g, in group-rank order (the formula, independently)
-static void group_members(CommGroup g, int* members) {
-    int dp = C.dp, tp = C.tp, pp = C.pp;
-    int d = C.world_rank / (tp * pp), p = (C.world_rank / tp) % pp, t = C.world_rank % tp;
-    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp : g == GROUP_TP ? tp : pp;
-    for (int j = 0; j < N; j++) {
-        switch (g) {
-            case GROUP_WORLD: members[j] = j; break;
-            case GROUP_DP: members[j] = (j * pp + p) * tp + t; break;
-            case GROUP_TP: members[j] = (d * pp + p) * tp + j; break;
-            default: members[j] = (d * pp + j) * tp + t; break;
-        }
-    }
-}
 
 template <typename T>
 static T* dev_upload(const T* host, size_t n) {
@@ -410,40 +411,65 @@ static void test_p2p(CommGroup g, size_t n) {
 
 // ----------------------------------------------------------------------------
 
+// The mesh, from what the ranks report about themselves (gathered over the world), not from the
+// formula comm_init uses: the layout is the one asked for, the coordinates cover the dp x pp x tp grid
+// once, tp is innermost (consecutive world ranks differ in tp first, then pp), and each group is
+// exactly the ranks that share the other two coordinates, in the order of its own coordinate.
+static int g_want_dp, g_want_tp, g_want_pp;
 static void test_mesh(void) {
     const int W = C.world_size;
-    mcheck(C.dp * C.tp * C.pp == W, NULL, "mesh: dp %d x tp %d x pp %d = world %d", C.dp, C.tp, C.pp, W);
+    int want_dp = g_want_dp ? g_want_dp : W / (g_want_tp * g_want_pp);
+    mcheck(C.dp == want_dp && C.tp == g_want_tp && C.pp == g_want_pp, NULL, "mesh: the layout asked for: dp %d (%s) tp %d pp %d",
+           want_dp, g_want_dp ? "--dp" : "world / (tp*pp)", g_want_tp, g_want_pp);
     int r = C.world_rank;
-    int ok = r == (C.dp_rank * C.pp + C.pp_rank) * C.tp + C.tp_rank && r == comm_world_rank_of(&C, C.dp_rank, C.pp_rank, C.tp_rank)
-             && C.tp_rank == r % C.tp && C.pp_rank == (r / C.tp) % C.pp && C.dp_rank == r / (C.tp * C.pp);
+    int coords[3] = {C.dp_rank, C.pp_rank, C.tp_rank};
+    int* all = (int*)mallocCheck(3 * W * sizeof(int));
+    mpiCheck(MPI_Allgather(coords, 3, MPI_INT, all, 3, MPI_INT, MPI_COMM_WORLD));
+    int ok = 1;
     char detail[320];
+    for (int a = 0; a < W; a++) {  // a bijection onto the grid, tp innermost
+        int d = all[3 * a], p = all[3 * a + 1], t = all[3 * a + 2];
+        if (d < 0 || d >= C.dp || p < 0 || p >= C.pp || t < 0 || t >= C.tp) ok = 0;
+        for (int b = 0; b < a; b++) if (!memcmp(all + 3 * a, all + 3 * b, 3 * sizeof(int))) ok = 0;
+        if (a > 0) {
+            int pd = all[3 * (a - 1)], pp_ = all[3 * (a - 1) + 1], pt = all[3 * (a - 1) + 2];
+            int next_t = t == pt + 1 && p == pp_ && d == pd;                       // the next tp rank
+            int next_p = t == 0 && pt == C.tp - 1 && p == pp_ + 1 && d == pd;     // tp wrapped: the next pp rank
+            int next_d = t == 0 && p == 0 && pt == C.tp - 1 && pp_ == C.pp - 1 && d == pd + 1;
+            if (!(next_t || next_p || next_d)) ok = 0;
+        }
+    }
     snprintf(detail, sizeof(detail), "world %d -> dp %d pp %d tp %d", r, C.dp_rank, C.pp_rank, C.tp_rank);
-    mcheck(ok, detail, "mesh: world_rank = (dp_rank*pp + pp_rank)*tp + tp_rank (tp innermost, then pp, then dp)");
+    mcheck(ok, detail, "mesh: the ranks' coordinates cover the dp x pp x tp grid once, tp innermost, then pp, then dp");
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        int members[64], got[64];
-        group_members((CommGroup)g, members);
-        int N = C.group_size[g];
+        // the members from the gathered coordinates: the world ranks that share my other coordinates,
+        // ordered by the group's own coordinate (world: all, in world order)
+        int members[64], got[64], N = 0, k = g == GROUP_DP ? 0 : g == GROUP_PP ? 1 : 2;
+        for (int c = 0; g != GROUP_WORLD && c < W; c++) {
+            for (int a = 0; a < W; a++) {
+                int same = 1;
+                for (int q = 0; q < 3; q++) if (q != k && all[3 * a + q] != coords[q]) same = 0;
+                if (same && all[3 * a + k] == c) members[N++] = a;
+            }
+        }
+        if (g == GROUP_WORLD) for (int a = 0; a < W; a++) members[N++] = a;
         mpiCheck(MPI_Allgather(&r, 1, MPI_INT, got, 1, MPI_INT, C.mpi[g]));
-        int okg = N == (g == 0 ? W : g == 1 ? C.dp : g == 2 ? C.tp : C.pp);
-        int want_rank = g == 0 ? r : g == 1 ? C.dp_rank : g == 2 ? C.tp_rank : C.pp_rank;
-        okg = okg && C.group_rank[g] == want_rank && comm_group_rank(&C, (CommGroup)g) == want_rank &&
-              comm_group_size(&C, (CommGroup)g) == N;
+        int want_rank = g == GROUP_WORLD ? r : coords[k];
+        int okg = C.group_size[g] == N && comm_group_size(&C, (CommGroup)g) == N && C.group_rank[g] == want_rank &&
+                  comm_group_rank(&C, (CommGroup)g) == want_rank;
         char list[200] = "";
         for (int j = 0; j < N; j++) {
             if (got[j] != members[j]) okg = 0;
             snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d", j ? "," : "", got[j]);
         }
         snprintf(detail, sizeof(detail), "%s group members (world ranks) %s, my group rank %d", comm_group_name(g), list, C.group_rank[g]);
-        mcheck(okg, detail, "mesh: %s group has the expected members in rank order (size %d)", comm_group_name(g), N);
+        mcheck(okg, detail, "mesh: %s group = the ranks sharing my other coordinates, in order (size %d)", comm_group_name(g), N);
         if (r == 0) {
             printf("     %s group of world rank 0: {%s}\n", comm_group_name(g), list);
             fflush(stdout);
         }
     }
     // the whole mesh, for the reader: world rank -> (dp, pp, tp)
-    int coords[3] = {C.dp_rank, C.pp_rank, C.tp_rank};
-    int* all = (int*)mallocCheck(3 * W * sizeof(int));
-    mpiCheck(MPI_Gather(coords, 3, MPI_INT, all, 3, MPI_INT, 0, MPI_COMM_WORLD));
     if (r == 0) {
         printf("     world rank -> (dp, pp, tp):");
         for (int i = 0; i < W && i < 16; i++) printf(" %d:(%d,%d,%d)", i, all[3 * i], all[3 * i + 1], all[3 * i + 2]);
@@ -710,6 +736,7 @@ int main(int argc, char** argv) {
         else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --seed --die-rank --die-signal --bench --host-ptr)", a);
     }
     comm_init(&C, &argc, &argv, dp, tp, pp);
+    g_want_dp = dp; g_want_tp = tp; g_want_pp = pp;
     if (C.world_size > 64) fatal("test_comm: at most 64 processes (found %d)", C.world_size);
 
     if (die_rank >= 0) die_mode(die_rank, die_signal);
