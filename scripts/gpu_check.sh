@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh: on a machine with an NVIDIA GPU, build the CUDA programs, run the kernel-vs-reference
-# harness, the kernel benchmarks of dev/cuda/, and a GPT-2 124M training benchmark (tokens/s, MFU),
+# harness, the kernel benchmarks of dev/cuda/, a GPT-2 124M training benchmark (tokens/s, MFU) and the
+# activation-recompute benchmark (step time of --recompute none/selective/full as ratios),
 # then print one table. Logs go to build/gpu_check/. Needs the CUDA toolkit and driver only: without
 # MPI or NCCL the programs are built single-process (the build's "note:" lines say so; see Makefile).
 #   bash scripts/gpu_check.sh            (PRECISION=BF16; PEAK_TFLOPS=... to set the MFU denominator,
@@ -42,8 +43,13 @@ PEAK=${PEAK_TFLOPS:-$(grep -oE 'peak [0-9.]+ TFLOP/s' "$LOG/bench_matmul.log" 2>
 PEAK=${PEAK:-0}
 
 echo "== GPT-2 124M training benchmark: B=64 T=1024, $(grep -o 'PRECISION ?= [A-Z0-9]*' Makefile)"
-./build/bench_gpu d12 64 1024 20 "$PEAK" | tee "$LOG/bench_gpt2.log" | tail -1
-row "GPT-2 124M B=64 T=1024" "$(tail -1 "$LOG/bench_gpt2.log")"
+./build/bench_gpu d12 64 1024 20 "$PEAK" | tee "$LOG/bench_gpt2.log" | grep "^recompute none *median"
+row "GPT-2 124M B=64 T=1024" "$(grep '^recompute none *median' "$LOG/bench_gpt2.log")"
+
+echo "== activation recompute (--recompute none, selective, full): GPT-2 124M B=16 T=1024, step time ratios"
+./build/bench_gpu d12 16 1024 10 "$PEAK" none,selective,full | tee "$LOG/bench_recompute.log" | grep "step time /"
+while read -r line; do row "recompute $(echo "$line" | awk '{print $2}')" "$(echo "$line" | cut -d' ' -f3-)"; done \
+    < <(grep "step time /" "$LOG/bench_recompute.log")
 row "bf16 GEMM peak used for MFU" "${PEAK} TFLOP/s"
 
 echo
