@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
     } else {
         logger_init(&logger, NULL, 0);
     }
-    if (rank0 && (comm.dp > 1 || args.zero > 0 || args.recompute)) print_memory(&dp, &stage);
+    if (rank0) print_memory(&dp, &stage);
 
     // 5. the training loop: optimizer steps start_step+1 .. steps. Every rank runs all of it (val
     // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
@@ -274,8 +274,8 @@ int main(int argc, char** argv) {
 
     // the memory and the collectives of the last step, beside the papers' numbers
     comm.ledger = step_ledger;
-    if (rank0 && (comm.dp > 1 || args.zero > 0 || args.recompute)) {
-        print_memory(&dp, &stage);
+    if (rank0) print_memory(&dp, &stage);  // the peaks now include the training steps
+    if (rank0 && (comm.dp > 1 || args.zero > 0)) {
         ledger_print(&comm, stdout);
         double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
         printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "
