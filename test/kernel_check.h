@@ -4,6 +4,19 @@
 //
 // In BF16 builds the CPU reference runs on the same bf16-rounded inputs as the kernel (round_floatX),
 // so the comparison measures only the kernel's own rounding, not the rounding of its inputs.
+//
+// Where a kernel and its CPU reference compute the same arithmetic (the same helper, the same constant),
+// their agreement says nothing about the constant. Those families also compare the kernel and the
+// reference with a float64 evaluation written in the test from the paper's formula, against a
+// per-element bound on the error of one float computation (kc_check_bound). The bounds use:
+// - u = 2^-24, the unit roundoff of FP32 arithmetic (KC_U32), and 2^-8 for a value stored in bf16
+//   (8 significant bits, round to nearest: relative error <= 2^-8; KC_UX is the build's floatX);
+// - kc_sum_err(n, a): the error of a float sum of n terms with sum |term| = a, in any order: (n-1) u a,
+//   the first-order worst case (Higham, Accuracy and Stability of Numerical Algorithms, 2002, sec. 4.2),
+//   and for n > 64 the probabilistic bound of Higham & Mary (A new approach to probabilistic rounding
+//   error analysis, SIAM J. Sci. Comput. 41(5), 2019, sec. 3): lambda sqrt(n) u a with lambda = 8, which holds with probability >= 1 - 2n exp(-32)
+//   (> 1 - 1e-9 for n <= 10^4) when rounding errors are independent and of mean zero, as they are on
+//   random data (not on adversarial data, which these tests do not use).
 #pragma once
 #include "../llm/common.h"
 #include "../llm/device.h"
@@ -86,4 +99,41 @@ static int kc_compare(const char* what, const std::vector<float>& got, const std
     if (got.size() != want.size()) return check(0, "%s: size %zu vs %zu", what, got.size(), want.size());
     return KC_BF16 ? check_close(what, got.data(), want.data(), got.size(), atol16, rtol16)
                    : check_close(what, got.data(), want.data(), got.size(), atol32, rtol32);
+}
+
+// ----------------------------------------------------------------------------
+// float64 references and per-element error bounds (see the top of this file)
+
+static const double KC_U32 = 1.0 / 16777216.0;                      // 2^-24
+static const double KC_UX = KC_BF16 ? 1.0 / 256.0 : 1.0 / 16777216.0;  // a stored floatX: 2^-8 or 2^-24
+
+static double kc_sum_err(double n, double abs_sum) {
+    double k = n <= 1.0 ? 0.0 : fmin(n - 1.0, 8.0 * sqrt(n));
+    return k * KC_U32 * abs_sum;
+}
+
+// a float result rounded once more to floatX: its bound grows by one rounding of the (inexact) value
+static double kc_round_x(double bound32, double value) {
+    return KC_BF16 ? bound32 + KC_UX * (fabs(value) + bound32) : bound32;
+}
+
+// |got - want| <= bound elementwise (NaN fails). want: a float64 evaluation (or a float reference, with
+// bound covering both sides). Prints the largest ratio |got - want| / bound and where it is.
+template <class W>
+static int kc_check_bound(const char* what, const std::vector<float>& got, const std::vector<W>& want,
+                          const std::vector<double>& bound) {
+    if (got.size() != want.size() || got.size() != bound.size())
+        return check(0, "%s: sizes %zu, %zu, %zu", what, got.size(), want.size(), bound.size());
+    double worst = 0.0;
+    size_t wi = 0;
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double err = fabs((double)got[i] - (double)want[i]);
+        if (!(err <= bound[i])) bad = 1;
+        double ratio = isnan(err) ? INFINITY : (err == 0.0 ? 0.0 : err / bound[i]);
+        if (ratio > worst) { worst = ratio; wi = i; }
+    }
+    size_t n = got.size();
+    return check(!bad, "%s: n=%zu max |err|/bound = %.3g at [%zu] %.9g vs %.12g (bound %.3g)", what, n, worst, wi,
+                 n ? got[wi] : 0.0f, n ? (double)want[wi] : 0.0, n ? bound[wi] : 0.0);
 }

@@ -4,6 +4,11 @@
 // size. Built by g++ in the emulated build (make test runs it in three thread orders and under
 // ASan+UBSan) and by nvcc for a real GPU, from the same source. Each op family's checks live in
 // test/kernels/<family>.h and state their tolerances there.
+// Where a kernel and its reference share arithmetic (a helper, a constant), their agreement cannot show
+// a wrong constant, so kernels and references are also compared with float64 evaluations written in
+// the tests from the papers' formulas (GELU, LayerNorm with eps = 1e-5, attention, softmax and
+// cross-entropy, AdamW, the embedding sums, the sum of squares), within a per-element bound on the
+// error of one float evaluation (test/kernel_check.h, kc_check_bound).
 #include "../llm/common.h"
 #include "kernel_check.h"
 

@@ -20,6 +20,24 @@
 //     output; GELU's slope <= 1.13 carries the first), each at most 2^-8 relative (8 significant
 //     bits): 2^-8 (|y| + 1.13 |x|), doubled to 2^-7 (|y| + 1.13 |x|) because the values being rounded
 //     are themselves inexact; x is the pre-activation (0 when there is none).
+//   These are worst cases over the order of the k additions (the library picks its own order on a GPU);
+//   observed in FP32: ~0.01-0.03 of them; in BF16 the output roundings dominate (~0.5 of them).
+//
+// Against float64. The plain loops and the CUDA path share gelu_scalar / gelu_grad_scalar (gelu.cuh:
+// the reference's GELU and the separate GELU kernels), so their agreement cannot see a wrong GELU
+// constant. Every output, of the launchers and of the plain loops, is also compared with a float64
+// evaluation written here: dot products, bias, alpha and beta in double, and the GELU of Hendrycks &
+// Gimpel (2016) with its constants (sqrt(2/pi), 0.044715) written out, within the bound of ONE float
+// evaluation: (k + 8) u S for the product (half of the above), times |GELU'| <= 1.13 or |gelu'(aux)|
+// when an epilogue follows, plus the epilogue's own float error (the bounds of test/kernels/gelu.h:
+// GELU to 0.5 |x| 12u + 2u |y|, gelu' to about 26u |K(x)| + 10u, where K(x) = 0.5 x sqrt(2/pi)
+// (1 + 3 0.044715 x^2)); for the launchers in BF16 the roundings to bf16 (one of the output, one more of
+// a stored pre-activation: 2^-8 (|y| + 1.13 |x|), or 2^-8 (|x gelu'| + |y|) for dGELU), and on a GPU
+// cuBLASLt's own GELU (1e-3 of |x| and |y|, as above).
+// The product's bound is too wide to see a GELU constant (0.0447 for 0.044715 moves gelu by ~1e-5), so
+// the GELU epilogue is also checked on its own: the output against the float64 GELU of the
+// pre-activation the same call wrote (aux / pre_gelu), within the GELU bound alone (FP32: ~1e-6; BF16:
+// plus the two roundings), for the launchers and for the plain loops alike.
 #include "../llm/matmul.cuh"
 #include "../llm/device.h"
 #include "test_common.h"
@@ -117,6 +135,77 @@ static void compare(const char* what, const float* got, const float* ref, const 
 }
 
 // ----------------------------------------------------------------------------
+// float64 evaluation (see the top of this file)
+
+static const double kGeluS = sqrt(2.0 / M_PI), kGeluC = 0.044715;  // GELU's tanh approximation
+static double gelu64(double x) { return 0.5 * x * (1.0 + tanh(kGeluS * (x + kGeluC * x * x * x))); }
+static double gelu_grad64(double x) {
+    double t = tanh(kGeluS * (x + kGeluC * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluS * (1.0 + 3.0 * kGeluC * x * x);
+}
+// the error of one float evaluation of gelu(x) and of gelu'(x) (derived in test/kernels/gelu.h)
+static double gelu_err(double x) { return 0.5 * fabs(x) * 12.0 * kU + 2.0 * kU * fabs(gelu64(x)); }
+static double gelu_grad_err(double x) {
+    double t = tanh(kGeluS * (x + kGeluC * x * x * x)), dT = 12.0 * kU;
+    double A = 0.5 * (1.0 + t), Kx = 0.5 * fabs(x) * kGeluS * (1.0 + 3.0 * kGeluC * x * x), B = Kx * (1.0 - t * t);
+    return 0.5 * dT + 2.0 * kU * A + Kx * (2.0 * dT + 2.0 * kU) + 8.0 * kU * B + kU * fabs(gelu_grad64(x));
+}
+
+typedef enum { EPI_NONE, EPI_GELU, EPI_DGELU } Epi;
+
+// the bound of one evaluation against float64, per element: S the magnitudes of the product's terms,
+// y the float64 result, p the float64 product before the epilogue, a: dGELU's argument (aux);
+// launcher: 1 for the code under test (its BF16 roundings, a GPU's GELU), 0 for the plain loops (FP32)
+static double tol64(double S, double y, double p, double a, int K, Epi epi, int launcher) {
+    double prod = (K + 8) * kU * S, t;
+    if (epi == EPI_GELU) t = 1.13 * prod + gelu_err(p);
+    else if (epi == EPI_DGELU) t = fabs(gelu_grad64(a)) * prod + fabs(p) * gelu_grad_err(a) + kU * fabs(y);
+    else t = prod + kU * fabs(y);
+    if (launcher && kBF16) {
+        if (epi == EPI_GELU) t += ldexp(fabs(y) + 1.13 * fabs(p), -8) * 1.01;
+        else if (epi == EPI_DGELU) t += ldexp(fabs(p * gelu_grad64(a)) + fabs(y), -8) * 1.01;
+        else t += ldexp(fabs(y) + t, -8);
+    }
+#if LLM_BUILD_CUDA
+    if (launcher && epi != EPI_NONE) t += 1e-3 * (fabs(p) + fabs(y));
+#endif
+    return t + 1e-30;
+}
+
+// compare n values with their float64 evaluation y64 (p64: before the epilogue; a: dGELU's argument or NULL)
+static void compare64(const char* what, const float* got, const double* y64, const double* p64, const float* a,
+                      const float* S, size_t n, int K, Epi epi, int launcher) {
+    size_t bad = 0, worst_i = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double t = tol64(S[i], y64[i], p64[i], a != NULL ? a[i] : 0.0, K, epi, launcher);
+        double e = fabs((double)got[i] - y64[i]) / t;
+        if (!(e <= 1.0)) bad++;
+        if (!(e <= worst)) { worst = e != e ? INFINITY : e; worst_i = i; }
+    }
+    check(bad == 0, "%s: n=%zu worst err/tol %.3f at [%zu] %.7g vs %.9g, %zu bad", what, n, worst, worst_i,
+          n ? got[worst_i] : 0.0f, n ? y64[worst_i] : 0.0, bad);
+}
+
+// the GELU epilogue on its own: out against the float64 GELU of the pre-activation the same call wrote
+static void compare_gelu_epilogue(const char* what, const float* out, const float* pre, size_t n, int launcher) {
+    size_t bad = 0, worst_i = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = pre[i], y = gelu64(x), t = gelu_err(x);
+        if (launcher && kBF16) t += ldexp(fabs(y) + 1.13 * fabs(x), -8) * 1.01;
+#if LLM_BUILD_CUDA
+        if (launcher) t += 1e-3 * (fabs(x) + fabs(y));
+#endif
+        double e = fabs((double)out[i] - y) / (t + 1e-30);
+        if (!(e <= 1.0)) bad++;
+        if (!(e <= worst)) { worst = e != e ? INFINITY : e; worst_i = i; }
+    }
+    check(bad == 0, "%s: n=%zu worst err/tol %.3f at [%zu] %.7g vs float64 gelu(%.7g) = %.9g, %zu bad", what, n, worst,
+          worst_i, n ? out[worst_i] : 0.0f, n ? pre[worst_i] : 0.0f, n ? gelu64(pre[worst_i]) : 0.0, bad);
+}
+
+// ----------------------------------------------------------------------------
 // matmul_forward / matmul_backward
 
 static void test_forward(int BT, int C, int OC, int with_bias, int with_gelu, cudaStream_t s) {
@@ -148,13 +237,40 @@ static void test_forward(int BT, int C, int OC, int with_bias, int with_gelu, cu
     snprintf(what, sizeof(what), "forward BT=%d C=%d OC=%d%s%s%s: out", BT, C, OC, with_bias ? " bias" : "",
              with_gelu ? " gelu" : "", mode);
     compare(what, out, out_ref, with_gelu ? pre_ref : NULL, S, n, C);
+    // float64: the product plus bias, then GELU
+    double* pre64 = (double*)mallocCheck(n * sizeof(double));
+    double* out64 = (double*)mallocCheck(n * sizeof(double));
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++)
+        for (int o = 0; o < OC; o++) {
+            double v = bias != NULL ? bias[o] : 0.0;
+            for (int i = 0; i < C; i++) v += (double)inp[(size_t)bt * C + i] * (double)w[(size_t)o * C + i];
+            pre64[(size_t)bt * OC + o] = v;
+            out64[(size_t)bt * OC + o] = with_gelu ? gelu64(v) : v;
+        }
+    Epi epi = with_gelu ? EPI_GELU : EPI_NONE;
+    char w64[200];
+    snprintf(w64, sizeof(w64), "%s vs float64", what);
+    compare64(w64, out, out64, pre64, NULL, S, n, C, epi, 1);
+    snprintf(w64, sizeof(w64), "%s: matmul_forward_naive_cpu vs float64", what);
+    compare64(w64, out_ref, out64, pre64, NULL, S, n, C, epi, 0);
     if (with_gelu) {
         float* pre = download(d_pre, n);
         snprintf(what, sizeof(what), "forward BT=%d C=%d OC=%d%s gelu%s: pre_gelu", BT, C, OC, with_bias ? " bias" : "", mode);
         compare(what, pre, pre_ref, NULL, S, n, C);
+        snprintf(w64, sizeof(w64), "%s vs float64", what);
+        compare64(w64, pre, pre64, pre64, NULL, S, n, C, EPI_NONE, 1);
+        snprintf(w64, sizeof(w64), "%s: matmul_forward_naive_cpu vs float64", what);
+        compare64(w64, pre_ref, pre64, pre64, NULL, S, n, C, EPI_NONE, 0);
+        snprintf(w64, sizeof(w64), "forward BT=%d C=%d OC=%d%s gelu%s: out = GELU(its pre_gelu)", BT, C, OC,
+                 with_bias ? " bias" : "", mode);
+        compare_gelu_epilogue(w64, out, pre, n, 1);
+        snprintf(w64, sizeof(w64), "forward BT=%d C=%d OC=%d%s gelu: matmul_forward_naive_cpu out = GELU(its pre_gelu)",
+                 BT, C, OC, with_bias ? " bias" : "");
+        compare_gelu_epilogue(w64, out_ref, pre_ref, n, 0);
         free(pre);
     }
-    free(out);
+    free(out); free(pre64); free(out64);
     free(inp); free(w); free(bias); free(out_ref); free(pre_ref); free(S); free(ainp); free(aw); free(abias);
     device_free(d_inp); device_free(d_w); device_free(d_bias); device_free(d_out); device_free(d_pre);
 }
@@ -206,13 +322,55 @@ static void test_backward(int BT, int C, int OC, int with_dbias, int with_gelu, 
     snprintf(what, sizeof(what), "backward BT=%d C=%d OC=%d%s%s%s: dinp", BT, C, OC, with_dbias ? " dbias" : "",
              with_gelu ? " dgelu" : "", mode);
     compare(what, dinp, dinp_ref, with_gelu ? dinp_x : NULL, S_in, nin, OC);
+    // float64: dinp = (dout @ weight) * gelu'(pre), dweight = dw0 + dout^T @ inp, dbias = db0 + column sums
+    double* prod64 = (double*)mallocCheck(nin * sizeof(double));
+    double* dinp64 = (double*)mallocCheck(nin * sizeof(double));
+    double* dw64 = (double*)mallocCheck(nw * sizeof(double));
+    double* db64 = (double*)mallocCheck(OC * sizeof(double));
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        double* acc = prod64 + (size_t)bt * C;
+        for (int i = 0; i < C; i++) acc[i] = 0.0;
+        for (int o = 0; o < OC; o++) {
+            double d = dout[(size_t)bt * OC + o];
+            for (int i = 0; i < C; i++) acc[i] += d * (double)w[(size_t)o * C + i];
+        }
+        for (int i = 0; i < C; i++)
+            dinp64[(size_t)bt * C + i] = with_gelu ? acc[i] * gelu_grad64(pre[(size_t)bt * C + i]) : acc[i];
+    }
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        double* acc = dw64 + (size_t)o * C;
+        for (int i = 0; i < C; i++) acc[i] = dw0[(size_t)o * C + i];
+        double sb = with_dbias ? db0[o] : 0.0;
+        for (int bt = 0; bt < BT; bt++) {
+            double d = dout[(size_t)bt * OC + o];
+            sb += d;
+            for (int i = 0; i < C; i++) acc[i] += d * (double)inp[(size_t)bt * C + i];
+        }
+        db64[o] = sb;
+    }
+    char w64[200];
+    Epi epi = with_gelu ? EPI_DGELU : EPI_NONE;
+    snprintf(w64, sizeof(w64), "%s vs float64", what);
+    compare64(w64, dinp, dinp64, prod64, pre, S_in, nin, OC, epi, 1);
+    snprintf(w64, sizeof(w64), "%s: matmul_backward_naive_cpu vs float64", what);
+    compare64(w64, dinp_ref, dinp64, prod64, pre, S_in, nin, OC, epi, 0);
     snprintf(what, sizeof(what), "backward BT=%d C=%d OC=%d%s%s%s: dweight (accumulated)", BT, C, OC,
              with_dbias ? " dbias" : "", with_gelu ? " dgelu" : "", mode);
     compare(what, dw, dw_ref, NULL, S_w, nw, BT);
+    snprintf(w64, sizeof(w64), "%s vs float64", what);
+    compare64(w64, dw, dw64, dw64, NULL, S_w, nw, BT, EPI_NONE, 1);
+    snprintf(w64, sizeof(w64), "%s: matmul_backward_naive_cpu vs float64", what);
+    compare64(w64, dw_ref, dw64, dw64, NULL, S_w, nw, BT, EPI_NONE, 0);
     if (with_dbias) {
         float* db = download(d_db, OC);
         snprintf(what, sizeof(what), "backward BT=%d C=%d OC=%d: dbias (accumulated)", BT, C, OC);
         compare(what, db, db_ref, NULL, S_b, OC, BT);
+        snprintf(w64, sizeof(w64), "%s vs float64", what);
+        compare64(w64, db, db64, db64, NULL, S_b, OC, BT, EPI_NONE, 1);
+        snprintf(w64, sizeof(w64), "%s: matmul_backward_naive_cpu vs float64", what);
+        compare64(w64, db_ref, db64, db64, NULL, S_b, OC, BT, EPI_NONE, 0);
         // determinism: the same call from the same state gives the same bits
         upload(d_db, db0, OC);
         upload(d_dw, dw0, nw);
@@ -222,7 +380,7 @@ static void test_backward(int BT, int C, int OC, int with_dbias, int with_gelu, 
         check(memcmp(db, db2, OC * sizeof(float)) == 0, "backward BT=%d C=%d OC=%d: dbias bitwise identical on a rerun", BT, C, OC);
         free(db); free(db2);
     }
-    free(dinp); free(dw);
+    free(dinp); free(dw); free(prod64); free(dinp64); free(dw64); free(db64);
     free(dout); free(inp); free(w); free(pre); free(dw0); free(db0); free(dinp_ref); free(dinp_x); free(dw_ref);
     free(db_ref); free(scratch_w); free(adout); free(ainp); free(aw); free(S_in); free(S_w); free(S_b);
     device_free(d_dout); device_free(d_inp); device_free(d_w); device_free(d_pre); device_free(d_dw); device_free(d_db);
@@ -322,16 +480,54 @@ static void test_batched(BatchedCase t, cudaStream_t s) {
              t.offset ? " misaligned" : "", mode);
     compare(what, g, r, t.epi != MATMUL_EPILOGUE_NONE ? xs : NULL, Ss, n, t.K);
     check(gaps_bad == 0, "%s: %zu writes outside the matrices", what, gaps_bad);
+    // float64, in the packed (batch, M, N) order of g and r: p = alpha op(A) op(B) + beta C + bias, then
+    // the epilogue (GELU of p, or p gelu'(aux))
+    double* p64 = (double*)mallocCheck(n * sizeof(double));
+    double* y64 = (double*)mallocCheck(n * sizeof(double));
+    for (int bi = 0; bi < t.batch; bi++) {
+        const float* ab = a + bi * t.sA;
+        const float* bb = b + bi * t.sB;
+        #pragma omp parallel for
+        for (int i = 0; i < t.M; i++)
+            for (int j = 0; j < t.N; j++) {
+                double acc = 0.0;
+                for (int q = 0; q < t.K; q++) {
+                    double av = t.transA ? ab[(size_t)q * t.lda + i] : ab[(size_t)i * t.lda + q];
+                    double bv = t.transB ? bb[(size_t)j * t.ldb + q] : bb[(size_t)q * t.ldb + j];
+                    acc += av * bv;
+                }
+                double x = (double)t.alpha * acc;
+                if (t.beta != 0.0f) x += (double)t.beta * c0[bi * t.sC + (size_t)i * t.ldc + j];
+                if (bias != NULL) x += bias[j];
+                size_t k2 = ((size_t)bi * t.M + i) * t.N + j;
+                p64[k2] = x;
+                y64[k2] = t.epi == MATMUL_EPILOGUE_GELU ? gelu64(x)
+                          : t.epi == MATMUL_EPILOGUE_DGELU ? x * gelu_grad64(aux_in[k2]) : x;
+            }
+    }
+    Epi epi = t.epi == MATMUL_EPILOGUE_GELU ? EPI_GELU : t.epi == MATMUL_EPILOGUE_DGELU ? EPI_DGELU : EPI_NONE;
+    char w64[320];
+    snprintf(w64, sizeof(w64), "%s vs float64", what);
+    compare64(w64, g, y64, p64, aux_in, Ss, n, t.K, epi, 1);
+    snprintf(w64, sizeof(w64), "%s: matmul_batched_naive_cpu vs float64", what);
+    compare64(w64, r, y64, p64, aux_in, Ss, n, t.K, epi, 0);
     if (t.epi == MATMUL_EPILOGUE_GELU) {
         float* aux = download(d_aux, naux);
         float* Saux = (float*)mallocCheck(naux * sizeof(float));
         for (int bi = 0, kk = 0; bi < t.batch; bi++)
             for (int i = 0; i < t.M; i++)
                 for (int j = 0; j < t.N; j++, kk++) Saux[kk] = S[bi * t.sC + (size_t)i * t.ldc + j];
+        snprintf(w64, sizeof(w64), "%s: out = GELU(its aux)", what);
+        compare_gelu_epilogue(w64, g, aux, n, 1);
+        snprintf(w64, sizeof(w64), "%s: matmul_batched_naive_cpu out = GELU(its aux)", what);
+        compare_gelu_epilogue(w64, r, aux_ref, n, 0);
         strncat(what, ": aux", sizeof(what) - strlen(what) - 1);
         compare(what, aux, aux_ref, NULL, Saux, naux, t.K);
+        snprintf(w64, sizeof(w64), "%s vs float64", what);
+        compare64(w64, aux, p64, p64, NULL, Saux, naux, t.K, EPI_NONE, 1);
         free(aux); free(Saux);
     }
+    free(p64); free(y64);
     free(a); free(b); free(bias); free(aux_in); free(c0); free(c0x); free(c_ref); free(aux_ref); free(x_ref);
     free(aa); free(ab); free(abias); free(S); free(c); free(craw); free(g); free(r); free(xs); free(Ss); free(inside);
     device_free(d_a0); device_free(d_b0); device_free(d_bias); device_free(d_c0); device_free(d_aux);

@@ -1,22 +1,38 @@
 // test/kernels/adamw.h: adamw_update against adamw_update_cpu on the same floatX-rounded gradients,
-// and (BF16) the stochastic rounding of the FP32 master weights into the bf16 parameters.
+// both against a float64 AdamW written here, and (BF16) the stochastic rounding of the FP32 master
+// weights into the bf16 parameters.
 //
 // Inputs are kept in the regime the optimizer sees: m ~ N(0, 0.1^2) and v = m^2 + z^2 with
 // z ~ N(0, 0.05^2), so |m| / sqrt(v) <= 1 and, after one step, |mhat| / sqrt(vhat) <= ~1.5 (t = 3):
-// the update direction is O(1) and its rounding errors stay relative.
+// the update direction is O(1) and its rounding errors stay relative. One more set has everything
+// scaled by 1e-8 (gradients ~1e-8, sqrt(vhat) ~ eps = 1e-8), so that eps shapes the update: eps
+// dropped, moved inside the square root or given another value changes the update by O(1) there.
 //
-// Tolerances (|got - want| <= atol + rtol |want|), the same in both builds because m, v and the FP32
-// master are FP32 in both, and the gradients are the same floatX values for kernel and reference:
-// - m, v: one multiply-add of two products; a GPU may contract it into an FMA (1 ulp of the larger
-//   term, <= 1.5 here: ~1.2e-7 absolute). atol 3e-7, rtol 1e-6.
-// - master (FP32 build without master: params): p - lr (mhat / (sqrt(vhat) + eps) + wd p). The update
-//   direction has a few ulps of relative error (fast-math division and sqrt on a GPU: ~2 ulp each,
-//   plus the m, v errors), |direction| <= ~1.5, so lr * error < 1e-8 at lr = 1e-2; the subtraction
-//   rounds to 1 ulp of p, maybe 2 with FMA. atol 1e-7, rtol 1e-6 (8 ulps).
-// - BF16 params: exactly one of the two bf16 neighbours of the kernel's own master (bit check), and
-//   the rounding is unbiased: with frac = (master - lower) / spacing, E[rounded up] = frac, so over
-//   N elements mean(up - frac) has standard deviation <= 0.5 / sqrt(N); we allow 6 of those, per
-//   half of the frac range (round-to-nearest would be off by ~0.25 in each half).
+// Why float64: the launcher computes the bias corrections exactly as the reference does and the kernel
+// repeats the reference's expressions (adamw.cuh), so in both builds they agree bit for bit (observed
+// error 0), whatever the formula. The float64 evaluation is Loshchilov & Hutter (2019), Algorithm 2,
+// with Adam's bias correction (Kingma & Ba 2015, Algorithm 1), written out below from the same float
+// hyperparameters:
+//   g = grad * grad_scale;  m' = beta1 m + (1 - beta1) g;  v' = beta2 v + (1 - beta2) g^2
+//   p' = p - lr (m' / (1 - beta1^t) / (sqrt(v' / (1 - beta2^t)) + eps) + weight_decay p)
+//
+// Error bound of one FP32 evaluation (u = 2^-24), per element, to first order; a GPU's fast division
+// and square root (--use_fast_math, within 2 ulp) count 2u each, and a multiply-add contracted into an
+// FMA only removes roundings:
+// - g: u |g|.  m': 2u (beta1 |m| + (1 - beta1) |g|) + u |m'|.  v': 4u (beta2 v + (1 - beta2) g^2) + u v'.
+// - bc = 1 - beta^t by powf (< 1 ulp of beta^t) and a subtraction: |d bc| <= 2u beta^t + u bc.
+// - mhat = m' / bc1 and vhat = v' / bc2 carry those relative errors plus 2u; sqrt(vhat) half of vhat's
+//   plus 2u; + eps u; the direction mhat / (sqrt + eps) their sum plus 2u; + weight_decay p: 2u wd |p|
+//   and u of the sum; times lr and subtracted from p: u lr |update| and u |p'|.
+//   With lr = 1e-2 the parameter's bound is ~1.1 u |p'| (its final rounding), in which a bias
+//   correction dropped or taken with the other beta, or weight decay not decoupled, does not fit.
+// - kernel vs reference: the sum of the two bounds.
+// - BF16 params without a master: read as bf16, updated in FP32 and rounded stochastically: within one
+//   bf16 spacing (2^-7 relative, at most) of the FP32 result, against the reference and float64 alike.
+// - BF16 params with a master: exactly one of the two bf16 neighbours of the kernel's own master (bit
+//   check), and the rounding is unbiased: with frac = (master - lower) / spacing, E[rounded up] = frac,
+//   so over N elements mean(up - frac) has standard deviation <= 0.5 / sqrt(N); we allow 6 of those,
+//   per half of the frac range (round-to-nearest would be off by ~0.25 in each half).
 // - lr = 0 on masters exactly 1/4 of a spacing above a bf16 value: the fraction rounded up must be
 //   1/4 within 6 sigma = 6 sqrt(0.25 * 0.75 / N) (and the master unchanged, bit for bit).
 // - determinism: the same seed gives the same params bit for bit; another seed gives other params.
@@ -34,17 +50,18 @@ typedef struct {
     std::vector<float> params, master, grads, m, v;  // host copies (params, grads floatX-rounded)
 } AdamwData;
 
-static AdamwData adamw_random_data(size_t n) {
+// gradients ~ N(0, scale^2), m ~ N(0, (0.1 scale)^2), v = m^2 + z^2 with z ~ N(0, (0.05 scale)^2)
+static AdamwData adamw_random_data(size_t n, float scale = 1.0f) {
     AdamwData d;
     d.master.resize(n);
     rng_normal(&g_rng, d.master.data(), n, 0.0f, 0.5f);
     d.params.resize(n);
     for (size_t i = 0; i < n; i++) d.params[i] = (float)(floatX)d.master[i];
-    d.grads = kc_randn(n, 1.0f);
+    d.grads = kc_randn(n, scale);
     d.m.resize(n);
-    rng_normal(&g_rng, d.m.data(), n, 0.0f, 0.1f);
+    rng_normal(&g_rng, d.m.data(), n, 0.0f, 0.1f * scale);
     d.v.resize(n);
-    rng_normal(&g_rng, d.v.data(), n, 0.0f, 0.05f);
+    rng_normal(&g_rng, d.v.data(), n, 0.0f, 0.05f * scale);
     for (size_t i = 0; i < n; i++) d.v[i] = d.m[i] * d.m[i] + d.v[i] * d.v[i];
     return d;
 }
@@ -102,16 +119,64 @@ static size_t adamw_neighbour_violations(const std::vector<float>& params, const
     return bad;
 }
 
+// AdamW in float64 from the float inputs and hyperparameters, with the error bound of one FP32
+// evaluation of each output (top of this file)
+typedef struct {
+    std::vector<double> p, m, v;     // p' (from the master if given, else from params), m', v'
+    std::vector<double> bp, bm, bv;  // their bounds
+} AdamwF64;
+
+static AdamwF64 adamw_f64(const AdamwData& d, size_t n, int use_master, const AdamwHyper& h) {
+    const double u = KC_U32, b1 = h.beta1, b2 = h.beta2, lr = h.lr, eps = h.eps, wd = h.weight_decay;
+    double pw1 = pow(b1, h.t), pw2 = pow(b2, h.t), bc1 = 1.0 - pw1, bc2 = 1.0 - pw2;
+    double k1 = (2.0 * u * pw1 + u * bc1) / bc1, k2 = (2.0 * u * pw2 + u * bc2) / bc2;  // relative errors of bc
+    AdamwF64 r;
+    r.p.resize(n); r.m.resize(n); r.v.resize(n); r.bp.resize(n); r.bm.resize(n); r.bv.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        double p = use_master ? d.master[i] : d.params[i];
+        double g = (double)d.grads[i] * (double)h.grad_scale;
+        double m = b1 * d.m[i] + (1.0 - b1) * g, v = b2 * d.v[i] + (1.0 - b2) * g * g;
+        double mhat = m / bc1, vhat = v / bc2, den = sqrt(vhat) + eps, dir = mhat / den, upd = dir + wd * p;
+        double pn = p - lr * upd;
+        double dm = 2.0 * u * (b1 * fabs(d.m[i]) + (1.0 - b1) * fabs(g)) + u * fabs(m);
+        double dv = 4.0 * u * (b2 * d.v[i] + (1.0 - b2) * g * g) + u * v;
+        double dmhat = (dm + fabs(m) * k1) / bc1 + 2.0 * u * fabs(mhat);
+        double rvhat = (v > 0.0 ? dv / v : 0.0) + k2 + 2.0 * u;
+        double rden = sqrt(vhat) * (0.5 * rvhat + 2.0 * u) / den + u;
+        double ddir = dmhat / den + fabs(dir) * (rden + 2.0 * u);
+        double dupd = ddir + 2.0 * u * wd * fabs(p) + u * fabs(upd);
+        r.p[i] = pn; r.m[i] = m; r.v[i] = v;
+        r.bm[i] = dm; r.bv[i] = dv;
+        r.bp[i] = lr * dupd + u * lr * fabs(upd) + u * fabs(pn);
+    }
+    return r;
+}
+
 static void adamw_check_against_reference(const char* label, const AdamwData& d, const AdamwData& got,
                                           size_t n, int use_master, const AdamwHyper& h) {
     std::vector<float> p_ref = use_master ? d.master : d.params, m_ref = d.m, v_ref = d.v;
     adamw_update_cpu(p_ref.data(), d.grads.data(), m_ref.data(), v_ref.data(), n, h.lr, h.beta1, h.beta2,
                      h.t, h.eps, h.weight_decay, h.grad_scale);
+    AdamwF64 f = adamw_f64(d, n, use_master, h);
+    std::vector<double> bm2(n), bv2(n), bp2(n), bsr(n), bsr2(n);
+    for (size_t i = 0; i < n; i++) {
+        bm2[i] = 2.0 * f.bm[i];
+        bv2[i] = 2.0 * f.bv[i];
+        bp2[i] = 2.0 * f.bp[i];
+        bsr[i] = f.bp[i] + (fabs(f.p[i]) + f.bp[i]) / 128.0;  // stochastic rounding: one bf16 spacing
+        bsr2[i] = bsr[i] + f.bp[i];
+    }
     std::string w = std::string("adamw ") + label;
-    kc_compare((w + " m").c_str(), got.m, m_ref, 3e-7f, 1e-6f, 3e-7f, 1e-6f);
-    kc_compare((w + " v").c_str(), got.v, v_ref, 3e-7f, 1e-6f, 3e-7f, 1e-6f);
+    kc_check_bound((w + " m").c_str(), got.m, m_ref, bm2);
+    kc_check_bound((w + " v").c_str(), got.v, v_ref, bv2);
+    kc_check_bound((w + " m vs float64").c_str(), got.m, f.m, f.bm);
+    kc_check_bound((w + " v vs float64").c_str(), got.v, f.v, f.bv);
+    kc_check_bound((w + ": adamw_update_cpu m vs float64").c_str(), m_ref, f.m, f.bm);
+    kc_check_bound((w + ": adamw_update_cpu v vs float64").c_str(), v_ref, f.v, f.bv);
+    kc_check_bound((w + ": adamw_update_cpu params vs float64").c_str(), p_ref, f.p, f.bp);
     if (use_master) {
-        kc_compare((w + " master").c_str(), got.master, p_ref, 1e-7f, 1e-6f, 1e-7f, 1e-6f);
+        kc_check_bound((w + " master").c_str(), got.master, p_ref, bp2);
+        kc_check_bound((w + " master vs float64").c_str(), got.master, f.p, f.bp);
         if (KC_BF16) {
             size_t bad = adamw_neighbour_violations(got.params, got.master, NULL, NULL);
             check(bad == 0, "%s params: a bf16 neighbour of the master (%zu of %zu are not)", w.c_str(), bad, n);
@@ -119,22 +184,22 @@ static void adamw_check_against_reference(const char* label, const AdamwData& d,
             kc_compare((w + " params == master").c_str(), got.params, got.master, 0.0f, 0.0f, 0.0f, 0.0f);
         }
     } else if (KC_BF16) {
-        // no master: params were read as bf16, updated in FP32 and rounded stochastically; within one
-        // bf16 spacing (2^-7 relative, at most) of the FP32 reference
-        kc_compare((w + " params (no master)").c_str(), got.params, p_ref, 1e-6f, 1.0f / 128, 1e-6f, 1.0f / 128);
+        kc_check_bound((w + " params (no master)").c_str(), got.params, p_ref, bsr2);
+        kc_check_bound((w + " params (no master) vs float64").c_str(), got.params, f.p, bsr);
     } else {
-        kc_compare((w + " params").c_str(), got.params, p_ref, 1e-7f, 1e-6f, 1e-7f, 1e-6f);
+        kc_check_bound((w + " params").c_str(), got.params, p_ref, bp2);
+        kc_check_bound((w + " params vs float64").c_str(), got.params, f.p, f.bp);
     }
 }
 
 static void test_adamw(void) {
     AdamwHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3};
     const size_t ns[] = {1, 3, 1000, 100003};
+    char label[96];
     for (int k = 0; k < 4; k++) {
         size_t n = ns[k];
         AdamwData d = adamw_random_data(n);
         unsigned int seed = (unsigned int)rng_u64(&g_rng);
-        char label[96];
         // the build's own mode first (BF16: with master; FP32: without), then the other one
         int modes[2] = {KC_BF16, !KC_BF16};
         for (int mi = 0; mi < 2; mi++) {
@@ -152,6 +217,14 @@ static void test_adamw(void) {
         AdamwHyper h1 = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1};
         AdamwData d = adamw_random_data(1003);
         adamw_check_against_reference("n=1003 t=1 wd=0", d, adamw_run(d, 1003, KC_BF16, 0, h1, 7), 1003, KC_BF16, h1);
+    }
+    // gradients and moments ~1e-8: sqrt(vhat) ~ eps, so eps shapes every update; both modes
+    {
+        AdamwData d = adamw_random_data(1003, 1e-8f);
+        for (int mode = 0; mode < 2; mode++) {
+            snprintf(label, sizeof(label), "n=1003 master=%d gradients ~1e-8 (eps matters)", mode);
+            adamw_check_against_reference(label, d, adamw_run(d, 1003, mode, 0, h, 11), 1003, mode, h);
+        }
     }
 
     if (!KC_BF16) return;  // the rest is about stochastic rounding into bf16

@@ -1,5 +1,8 @@
 // test/kernels/encoder.h: encoder_forward and encoder_backward against encoder_forward_cpu and
-// encoder_backward_cpu on the same floatX-rounded inputs.
+// encoder_backward_cpu on the same floatX-rounded inputs, and both against a float64 evaluation of the
+// embedding written here (out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; dwte[v,:] += the dout rows of the
+// positions holding token v, dwpe[t,:] += the dout rows of position t), so that the reference is
+// checked by something that does not share its loops.
 //
 // Shapes: (B, T, C) from one position to B*T = 1028, C = 8 (one 16-byte chunk in BF16), 40 (not a
 // multiple of a warp's 32 chunks), 264 (two channel chunks per bucket in BF16, the second nearly
@@ -13,12 +16,18 @@
 // Tolerances (|got - want| <= atol + rtol |want|):
 // - forward: one addition of two floatX values, in FP32 by both: FP32 exact (atol 0, rtol 2^-24 for
 //   a contracted or reordered add), BF16 one rounding of the sum to bf16 (rtol 2^-8 = 3.9e-3).
+//   Against float64: none. The float64 sum of two floatX values is exact; rounded to float it is the
+//   correctly rounded float sum, which an IEEE float addition gives (the reference), and rounded on to
+//   floatX it is what the kernel writes, in every build.
 // - backward: each element is the initial value plus a sum of n terms dout ~ N(0, 1) (n = the token's
 //   count for dwte, B for dwpe), added in another order than the reference's. Each addition rounds by
 //   at most u = 2^-24 times the partial sum; with terms of random sign these errors add like a random
 //   walk, standard deviation about u n max|dout| / 3 (the worst case, u n^2 max|dout|, is vacuous for
 //   the long buckets). FP32: "a few ulps times the reduction length", atol = 4 u n max|dout| plus
 //   8 ulps of the result, rtol 0. BF16: the same, plus one rounding of the result to bf16 (rtol 2^-8).
+//   This bounds each side's error, so it serves unchanged for the kernel and for the reference against
+//   the float64 sums (observed: about 1/20 of it in FP32; in BF16 the rounding to bf16 dominates).
+//   A position dropped or counted twice, or a row added to the wrong token, moves an element by ~1.
 #pragma once
 #include "../kernel_check.h"
 #include "../../llm/encoder.cuh"
@@ -51,8 +60,23 @@ static void test_encoder(void) {
         encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
         std::vector<float> want(BT * C);
         encoder_forward_cpu(want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+        std::vector<float> got = kc_download(d_out, BT * C);
         snprintf(what, sizeof(what), "encoder_forward B=%d T=%d C=%d", B, T, C);
-        kc_compare(what, kc_download(d_out, BT * C), want, 0.0f, 6e-8f, 0.0f, 4e-3f);
+        kc_compare(what, got, want, 0.0f, 6e-8f, 0.0f, 4e-3f);
+        // float64: the sum rounded to float (the reference), then to floatX (the kernel); both exact
+        std::vector<float> sum32(BT * C), sumx(BT * C);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++) {
+                    size_t i = ((size_t)b * T + t) * C + c;
+                    double v = (double)wte[(size_t)inp[b * T + t] * C + c] + (double)wpe[(size_t)t * C + c];
+                    sum32[i] = (float)v;
+                    sumx[i] = (float)(floatX)sum32[i];
+                }
+        snprintf(what, sizeof(what), "encoder_forward B=%d T=%d C=%d vs float64 (exact)", B, T, C);
+        kc_compare(what, got, sumx, 0.0f, 0.0f, 0.0f, 0.0f);
+        snprintf(what, sizeof(what), "encoder_forward_cpu B=%d T=%d C=%d vs float64 (exact)", B, T, C);
+        kc_compare(what, want, sum32, 0.0f, 0.0f, 0.0f, 0.0f);
 
         // backward: dwte, dwpe start from random gradients
         std::vector<float> dout = kc_randn(BT * C, 1.0f);
@@ -68,10 +92,31 @@ static void test_encoder(void) {
         const float u = 5.96e-8f;
         float tol_wte = 4.0f * u * max_count * kc_max_abs(dout) + 8.0f * u * kc_max_abs(want_dwte);
         float tol_wpe = 4.0f * u * B * kc_max_abs(dout) + 8.0f * u * kc_max_abs(want_dwpe);
+        std::vector<float> got_dwte = kc_download(d_dwte, (size_t)Vp * C), got_dwpe = kc_download(d_dwpe, (size_t)maxT * C);
         snprintf(what, sizeof(what), "encoder_backward dwte B=%d T=%d C=%d (longest bucket %d)", B, T, C, max_count);
-        kc_compare(what, kc_download(d_dwte, (size_t)Vp * C), want_dwte, tol_wte, 0.0f, tol_wte, 3.9e-3f);
+        kc_compare(what, got_dwte, want_dwte, tol_wte, 0.0f, tol_wte, 3.9e-3f);
         snprintf(what, sizeof(what), "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
-        kc_compare(what, kc_download(d_dwpe, (size_t)maxT * C), want_dwpe, tol_wpe, 0.0f, tol_wpe, 3.9e-3f);
+        kc_compare(what, got_dwpe, want_dwpe, tol_wpe, 0.0f, tol_wpe, 3.9e-3f);
+        // float64: the initial values plus the sums, rows untouched by the batch included
+        std::vector<double> dwte64(dwte0.begin(), dwte0.end()), dwpe64(dwpe0.begin(), dwpe0.end());
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++) {
+                    double d = dout[((size_t)b * T + t) * C + c];
+                    dwte64[(size_t)inp[b * T + t] * C + c] += d;
+                    dwpe64[(size_t)t * C + c] += d;
+                }
+        std::vector<double> b_wte(dwte64.size()), b_wpe(dwpe64.size()), b_wte_x(dwte64.size()), b_wpe_x(dwpe64.size());
+        for (size_t i = 0; i < b_wte.size(); i++) { b_wte[i] = tol_wte; b_wte_x[i] = kc_round_x(tol_wte, dwte64[i]); }
+        for (size_t i = 0; i < b_wpe.size(); i++) { b_wpe[i] = tol_wpe; b_wpe_x[i] = kc_round_x(tol_wpe, dwpe64[i]); }
+        snprintf(what, sizeof(what), "encoder_backward dwte B=%d T=%d C=%d vs float64", B, T, C);
+        kc_check_bound(what, got_dwte, dwte64, b_wte_x);
+        snprintf(what, sizeof(what), "encoder_backward dwpe B=%d T=%d C=%d vs float64", B, T, C);
+        kc_check_bound(what, got_dwpe, dwpe64, b_wpe_x);
+        snprintf(what, sizeof(what), "encoder_backward_cpu dwte B=%d T=%d C=%d vs float64", B, T, C);
+        kc_check_bound(what, want_dwte, dwte64, b_wte);
+        snprintf(what, sizeof(what), "encoder_backward_cpu dwpe B=%d T=%d C=%d vs float64", B, T, C);
+        kc_check_bound(what, want_dwpe, dwpe64, b_wpe);
 
         // determinism: again from the same start, scratch poisoned again
         std::vector<floatX> first_wte = kc_download_raw(d_dwte, (size_t)Vp * C);
