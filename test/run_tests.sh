@@ -5,6 +5,7 @@
 # "total: N passed, M failed, K skipped". A skip is expected only where a check needs a GPU and there
 # is none ("no GPU here"); any other skip is counted as a failure, so a test that silently stops
 # covering something turns the run red. The full output of each test goes to build/test_logs/<name>.log.
+# ONLY="name1 name2" runs just those entries (test/mutations.py runs the suite one test at a time).
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p build/test_logs
@@ -13,6 +14,7 @@ total_pass=0; total_fail=0; total_skip=0; failed_tests=()
 
 run() {  # run NAME CMD...
     local name=$1; shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
     local log=build/test_logs/$name.log t0=$SECONDS
     echo "== $name: $* (log: $log)"
     "$@" > "$log" 2>&1

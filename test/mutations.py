@@ -1,0 +1,951 @@
+#!/usr/bin/env python3
+# mutations.py: mutation testing of `make test`. Each mutation below is a plausible one-line bug
+# planted in the code (a kernel, a CPU reference, the model, data parallelism, the optimizer, the
+# sampler, the data loader, the checkpoints, the emulator's race detector); the runner plants it in a
+# scratch copy of the repository, rebuilds what it touches, and runs the tests most likely to catch
+# it, then, if none fails, every other test it can affect. A mutation no test catches ("SURVIVED")
+# marks a gap in the suite. test/README.md lists the mutations and their results and says how to rerun.
+#
+#   python3 test/mutations.py                      every mutation (about 1 h 15 min on 2 shared cores)
+#   python3 test/mutations.py ID|COMPONENT ...     some of them (ids and component names as in --list)
+#   python3 test/mutations.py --list               the mutations, one line each
+#   python3 test/mutations.py --check              only check that every mutation still applies
+#   python3 test/mutations.py --readme test/README.md   also write the results table into that file
+#   python3 test/mutations.py --report [--readme F]  the table of the last run (no run)
+#
+# How a run works (all in --scratch, /tmp/gpt-mutations by default; nothing in the repository changes
+# but the --readme file):
+#   1. Every mutation is checked first: its file exists, its original text occurs exactly once there,
+#      and the replacement changes exactly one line. Any failure ends the run with one line per bad
+#      mutation, so the list is kept in step with the code.
+#   2. The baseline: the repository's tracked files (as they are in the working tree) are copied to
+#      base-<hash of their contents>/, every test program of the CPU and emulated builds is built
+#      there (make, never the nvcc targets), and the whole suite runs once (test/run_tests.sh, which
+#      builds build/test_comm_cuda with nvcc once, in test_comm.sh, where nvcc is installed). A later
+#      run on the same files reuses it. A test that fails in the baseline cannot catch anything.
+#   3. Each mutation: base/ is copied to work/ (time stamps kept), the mutation is applied keeping
+#      the file's time stamp, and the programs whose sources include the file (#include "..." followed
+#      from each program's main source) are deleted, so that make rebuilds exactly those. Then
+#        phase 1: the mutation's listed tests, one at a time (run_tests.sh with ONLY=name);
+#        phase 2: if none failed, every other test of run_tests.sh that runs a rebuilt program (a test
+#                 whose programs were not rebuilt runs the baseline's binaries and would pass as it
+#                 did there; --all-tests runs those too), one at a time.
+#      The first test that fails (or hangs past its time limit, 3x its baseline time + 60 s, twice in a
+#      row: one hang is retried) catches the mutation; the run stops there. A mutation whose build
+#      fails is "NOT COMPILED".
+# Results: one line per mutation as it finishes, a summary, and results.md / results.json in --scratch
+# (and the table in --readme); the results of earlier runs on the same files are kept for the
+# mutations this run did not select, so one mutation or component can be rerun alone. Kernel tests
+# draw fresh random inputs each run, so a rerun can differ where a mutation is caught only by some
+# inputs.
+import argparse
+import difflib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import namedtuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+Mutation = namedtuple("Mutation", "id component file original replacement description tests")
+
+
+def M(id, component, file, original, replacement, description, tests):
+    return Mutation(id, component, file, original, replacement, description, tests.split())
+
+
+# ----------------------------------------------------------------------------------------------------
+# the mutations: (id, component, file, original text (exactly once in the file), replacement (one line
+# changed), what the bug is, the tests (run_tests.sh names) most likely to catch it)
+
+MUTATIONS = [
+    # --- CUDA kernels (llm/*.cuh, the kernel code; the CPU references untouched) ---
+    M("k-encoder-wte-nosync", "kernels", "llm/encoder.cuh",
+      "    __syncthreads();\n    if (warp == 0 && c < C) {",
+      "    if (warp == 0 && c < C) {",
+      "encoder backward (dwte): warp 0 adds the warps' partial sums without the __syncthreads after they are stored",
+      "kernels_racecheck kernels_bf16_reverse kernels_bf16_random"),
+    M("k-layernorm-eps", "kernels", "llm/layernorm.cuh",
+      "    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);",
+      "    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C);",
+      "LayerNorm forward kernel: rstd without eps",
+      "kernels_fp32_random kernels_bf16_forward model_vs_pytorch_emu"),
+    M("k-layernorm-reduce-rows", "kernels", "llm/layernorm.cuh",
+      "        for (int r = 0; r < 32; r++) total += sums[r][lane];",
+      "        for (int r = 0; r < 31; r++) total += sums[r][lane];",
+      "LayerNorm backward: the dweight/dbias reduction drops the partial sums of row group 31 (only grids of > 31 blocks)",
+      "kernels_fp32_random kernels_bf16_forward"),
+    M("k-gelu-bwd-tail", "kernels", "llm/gelu.cuh",
+      "        for (; i < N; i++) d_in_out[i] = (floatX)(gelu_grad_scalar((float)inp[i]) * (float)d_in_out[i]);",
+      "        for (; i < N; i++) d_in_out[i] = (floatX)(gelu_grad_scalar((float)d_in_out[i]) * (float)inp[i]);",
+      "GELU backward kernel, the partial last chunk: the derivative taken at dout and multiplied by the input",
+      "kernels_fp32_random kernels_bf16_forward"),
+    M("k-attn-softmax-diag", "kernels", "llm/attention.cuh",
+      "            for (int k = 0; k < VEC; k++) p[k] = c * VEC + k <= t ? expf(p[k] * scale - row_max) * inv_sum : 0.0f;",
+      "            for (int k = 0; k < VEC; k++) p[k] = c * VEC + k < t ? expf(p[k] * scale - row_max) * inv_sum : 0.0f;",
+      "causal softmax kernel writes 0 on the diagonal (t2 < t instead of t2 <= t)",
+      "kernels_fp32_random kernels_bf16_forward model_vs_pytorch_emu"),
+    M("k-attn-dv-chunk", "kernels", "llm/attention.cuh",
+      "        matmul_batched(dv + (size_t)r0 * hs, att + (size_t)r0 * T + r0, dy + (size_t)r0 * hs, NULL, NULL,\n"
+      "                       r1 - r0, hs, T - r0, true, false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f,",
+      "        matmul_batched(dv + (size_t)r0 * hs, att + (size_t)r0 * T + r0, dy + (size_t)r0 * hs, NULL, NULL,\n"
+      "                       r1 - r0, hs, r1 - r0, true, false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f,",
+      "attention backward, causal chunks: dv of a chunk sums only the chunk's own queries (K = r1-r0, not T-r0)",
+      "kernels_fp32_random kernels_bf16_forward"),
+    M("k-attn-decode-max", "kernels", "llm/attention.cuh",
+      "    m = warp_reduce_max(lane < nwarps ? red[lane] : -INFINITY);",
+      "    m = warp_reduce_max(lane < nwarps ? red[0] : -INFINITY);",
+      "KV-cache decode: the softmax's max is warp 0's, not the block's (exp overflows once another warp's score is ~88 larger)",
+      "kernels_fp32_random kernels_bf16_forward sampler_emu_bf16"),
+    M("k-classifier-valid-chunks", "kernels", "llm/fused_classifier.cuh",
+      "    const int valid_chunks = (V + S - 1) / S;  // chunks with at least one column < V",
+      "    const int valid_chunks = V / S;  // chunks with at least one column < V",
+      "fused classifier: the last partial chunk of valid vocabulary columns is left out of the softmax",
+      "kernels_fp32_random kernels_bf16_forward model_vs_pytorch_emu_bf16"),
+    M("k-loss-acc-partial", "kernels", "llm/fused_classifier.cuh",
+      "        v = lane < nwarps ? partial[lane] : 0.0;",
+      "        v = lane <= nwarps ? partial[lane] : 0.0;",
+      "loss_accumulate kernel reads one warp partial past the block's warps (stale shared memory)",
+      "kernels_bf16_forward kernels_asan_ubsan kernels_racecheck"),
+    M("k-residual-tail", "kernels", "llm/residual.cuh",
+      "        for (; i < N; i++) out[i] = (floatX)((float)inp1[i] + (float)inp2[i]);",
+      "        for (; i < N; i++) out[i] = (floatX)((float)inp1[i] + (float)inp1[i]);",
+      "residual add kernel, the partial last chunk: inp1 + inp1",
+      "kernels_fp32_random kernels_bf16_forward"),
+    M("k-adamw-sr-mask", "kernels", "llm/adamw.cuh",
+      "    u += bits & 0xffffu;",
+      "    u += bits & 0x7fffu;",
+      "BF16 stochastic rounding adds 15 random bits, not 16: rounds up half as often (biased toward zero)",
+      "kernels_bf16_forward"),
+    M("k-adamw-eps-inside", "kernels", "llm/adamw.cuh",
+      "    return p - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p);",
+      "    return p - lr * (mhat / sqrtf(vhat + eps) + weight_decay * p);",
+      "AdamW kernel: eps inside the square root (sqrt(v + eps), not sqrt(v) + eps)",
+      "kernels_fp32_random kernels_bf16_forward model_vs_pytorch_emu"),
+    M("k-adamw-bc2-beta1", "kernels", "llm/adamw.cuh",
+      "    // bias corrections once, on the host, exactly as the CPU reference computes them\n"
+      "    float bc1 = 1.0f - powf(beta1, (float)t);\n"
+      "    float bc2 = 1.0f - powf(beta2, (float)t);",
+      "    // bias corrections once, on the host, exactly as the CPU reference computes them\n"
+      "    float bc1 = 1.0f - powf(beta1, (float)t);\n"
+      "    float bc2 = 1.0f - powf(beta1, (float)t);",
+      "AdamW launcher: the second moment's bias correction uses beta1",
+      "kernels_fp32_random model_vs_pytorch_emu"),
+    M("k-norm-tail", "kernels", "llm/global_norm.cuh",
+      "    if (tid < n - tail) { float x = (float)values[tail + tid]; acc += x * x; }",
+      "    if (tid + 1 < n - tail) { float x = (float)values[tail + tid]; acc += x * x; }",
+      "global norm kernel drops the last element after the whole 16-byte chunks",
+      "kernels_fp32_random kernels_bf16_forward"),
+    M("k-dbias-row-stride", "kernels", "llm/matmul.cuh",
+      "             row += gridDim.y * MATMUL_DBIAS_WARPS * 8) {",
+      "             row += MATMUL_DBIAS_WARPS * 8) {",
+      "bias-gradient kernel: the row stride forgets the row splits (rows summed by several splits)",
+      "matmul_emu_fp32 matmul_emu_bf16_forward"),
+
+    # --- CPU reference ops (*_cpu) ---
+    M("c-ln-unbiased-var", "cpu-ref", "llm/layernorm.cuh",
+      "        v /= C;",
+      "        v /= C - 1;",
+      "LayerNorm reference: unbiased variance (divides by C - 1)",
+      "model_vs_pytorch ops_grad kernels_fp32_random"),
+    M("c-ln-bwd-overwrite", "cpu-ref", "llm/layernorm.cuh",
+      "            di[c] += (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s;",
+      "            di[c] = (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s;",
+      "LayerNorm reference backward overwrites dinp instead of adding to the residual stream's gradient",
+      "model_vs_pytorch kernels_fp32_random"),
+    M("c-attn-bwd-dot", "cpu-ref", "llm/attention.cuh",
+      "                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * datt[t2];",
+      "                    for (int t2 = 0; t2 < t; t2++) dot += a[t2] * datt[t2];",
+      "attention reference backward: the softmax backward's sum leaves out the diagonal",
+      "ops_grad model_vs_pytorch"),
+    M("c-encoder-wpe-overwrite", "cpu-ref", "llm/encoder.cuh",
+      "                for (int c = c0; c < c1; c++) { dwe[c] += d[c]; dpe[c] += d[c]; }",
+      "                for (int c = c0; c < c1; c++) { dwe[c] += d[c]; dpe[c] = d[c]; }",
+      "encoder reference backward: dwpe overwritten by each sequence instead of summed over the batch",
+      "model_vs_pytorch kernels_fp32_random"),
+    M("c-gelu-grad-factor", "cpu-ref", "llm/gelu.cuh",
+      "    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);",
+      "    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 0.044715f * x * x);",
+      "GELU derivative (shared by the reference and the kernels) forgets the 3 of d/dx x^3",
+      "ops_grad model_vs_pytorch"),
+    M("c-classifier-pad", "cpu-ref", "llm/fused_classifier.cuh",
+      "            for (int v = V; v < Vp; v++) x[v] = 0.0f;",
+      "            for (int v = V + 1; v < Vp; v++) x[v] = 0.0f;",
+      "fused classifier reference leaves the first padded column's logit in dlogits",
+      "kernels_fp32_random model_vs_pytorch"),
+    M("c-dbias-overwrite", "cpu-ref", "llm/matmul.cuh",
+      "        for (int j = 0; j < n; j++) dbias[o0 + j] += acc[j];",
+      "        for (int j = 0; j < n; j++) dbias[o0 + j] = acc[j];",
+      "bias gradient (CPU build) overwritten instead of accumulated across micro-batches",
+      "matmul_cpu ddp_zero"),
+    M("c-adamw-vhat-bc1", "cpu-ref", "llm/adamw.cuh",
+      "        float mhat = mi / bc1, vhat = vi / bc2;",
+      "        float mhat = mi / bc1, vhat = vi / bc1;",
+      "AdamW reference: the second moment divided by the first moment's bias correction",
+      "model_vs_pytorch kernels_fp32_random"),
+
+    # --- the model parts (tensors.h, block.h, gpt.h) and the trainer ---
+    M("m-decay-ln1w", "model", "llm/tensors.h",
+      '    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},',
+      '    {"ln1w",     1, DIM_C,    DIM_1,  1, INIT_ONES,            TP_REPLICATED},',
+      "tensor table: weight decay on the first LayerNorm's gains",
+      "model_vs_pytorch"),
+    M("m-decay-fcb", "model", "llm/tensors.h",
+      '    {"fcb",      1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_ROWS},',
+      '    {"fcb",      1, DIM_4C,   DIM_1,  1, INIT_ZEROS,           TP_ROWS},',
+      "tensor table: weight decay on the MLP's fc bias (biases start at 0, so decay barely moves them)",
+      "model_vs_pytorch"),
+    M("m-init-residual-scale", "model", "llm/tensors.h",
+      "    float residual_scale = 1.0f / sqrtf(2.0f * c.num_layers);",
+      "    float residual_scale = 1.0f / sqrtf((float)c.num_layers);",
+      "init: the residual projections get 0.02/sqrt(L), not GPT-2's 0.02/sqrt(2L)",
+      "model_vs_pytorch sampler"),
+    M("m-recompute-residual2", "model", "llm/block.h",
+      "{(void**)&a->residual2, BT * C, 0, {1, 1, 0}},",
+      "{(void**)&a->residual2, BT * C, 0, {1, 0, 0}},",
+      "selective recompute does not keep residual2 (nor recomputes it): the backward reads another layer's",
+      "model_vs_pytorch model_vs_pytorch_emu"),
+    M("m-stage-dx-not-zeroed", "model", "llm/gpt.h",
+      "        device_memset_zero(st->dx, (size_t)BT * C * sizeof(floatX), s);",
+      "",
+      "stage backward: the residual stream's gradient is not zeroed before the final LayerNorm adds to it",
+      "model_vs_pytorch model_vs_pytorch_emu"),
+    M("m-dloss-accum", "model", "train_gpt.cu",
+      "1.0f / ((float)B * T * grad_accum));",
+      "1.0f / ((float)B * T));",
+      "trainer: dloss = 1/(B*T), forgetting the micro-batches of gradient accumulation (gradients x grad_accum)",
+      "ddp_zero"),
+
+    # --- data parallelism (ddp.h, zero.h, dp.h) ---
+    M("d-ddp-sum", "data-parallel", "llm/ddp.h",
+      "    commq_push(q, comm_all_reduce_start(c, GROUP_DP, grads, grads, n, COMM_AVG, stream), tag);",
+      "    commq_push(q, comm_all_reduce_start(c, GROUP_DP, grads, grads, n, COMM_SUM, stream), tag);",
+      "DDP sums the gradients over the ranks instead of averaging them",
+      "ddp_zero"),
+    M("d-ddp-no-progress", "data-parallel", "llm/ddp.h",
+      "    commq_poll(c, q, NULL);  // progress for the ones launched before",
+      "",
+      "DDP bucket launch no longer drives the pending all-reduces: no overlap with the backward over MPI",
+      "ddp_zero"),
+    M("d-zero3-no-prefetch", "data-parallel", "llm/zero.h",
+      "        if (order[i] == u) { zero_gather_start(z, c, order[i + 1], params_shard, s); break; }",
+      "        if (order[i] == u) { zero_gather_start(z, c, order[i], params_shard, s); break; }",
+      "ZeRO-3 prefetches the current unit instead of the next: every gather is waited right away",
+      "ddp_zero"),
+    M("d-norm-avg", "data-parallel", "llm/dp.h",
+      "    if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);",
+      "    if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_AVG, s);",
+      "ZeRO's global norm averages the shards' sums of squares instead of adding them",
+      "ddp_zero"),
+    M("d-z1-norm-block0", "data-parallel", "llm/dp.h",
+      "            global_norm_squared(st->norm, dp->grads + dp->lay.units[u].start + (size_t)dp->rank * dp->z.block[u], dp->z.block[u], s);",
+      "            global_norm_squared(st->norm, dp->grads + dp->lay.units[u].start, dp->z.block[u], s);",
+      "ZeRO-1 norm: every rank sums the squares of block 0 of each unit, not its own block",
+      "ddp_zero"),
+    M("d-z1-grads-not-zeroed", "data-parallel", "llm/dp.h",
+      "    if (dp->stage <= 1) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);",
+      "    if (dp->stage == 0) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);",
+      "ZeRO-1's full gradient buffer is not zeroed at the start of a step (gradients leak into the next step)",
+      "ddp_zero"),
+    M("d-z2-workbuf-not-zeroed", "data-parallel", "llm/zero.h",
+      "        device_memset_zero(z->unit_grads[u], n * sizeof(floatX), s);",
+      "",
+      "ZeRO-2/3 unit gradient buffers from the pool are not zeroed before the backward adds to them",
+      "ddp_zero"),
+    M("d-z1-rs-dst", "data-parallel", "llm/dp.h",
+      "zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, g, g + (size_t)dp->rank * dp->z.block[u], s);",
+      "zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, g, g, s);",
+      "ZeRO-1 reduce-scatter lands every rank's averaged block at block 0 of the unit, not at its own block",
+      "ddp_zero"),
+    M("d-zero-gather-src", "data-parallel", "llm/zero.h",
+      "comm_all_gather_start(c, GROUP_DP, unit + (size_t)z->rank * z->block[u], unit, z->block[u], s);",
+      "comm_all_gather_start(c, GROUP_DP, unit, unit, z->block[u], s);",
+      "ZeRO-1/2 all-gather of the updated parameters: every rank sends block 0 instead of its own block",
+      "ddp_zero"),
+    M("d-mean-sum", "data-parallel", "llm/dp.h",
+      "    comm_all_reduce(dp->comm, GROUP_DP, dp->scalars, dp->scalars, 1, COMM_AVG, llm_ctx.stream);",
+      "    comm_all_reduce(dp->comm, GROUP_DP, dp->scalars, dp->scalars, 1, COMM_SUM, llm_ctx.stream);",
+      "the logged train loss is summed over the dp ranks instead of averaged",
+      "ddp_zero"),
+    M("d-sr-seed-units", "data-parallel", "llm/dp.h",
+      "seed + (unsigned)t + 16u * (unsigned)u, s);",
+      "seed + (unsigned)t, s);",
+      "stochastic-rounding seed the same for a tensor in every layer (correlated BF16 rounding across layers)",
+      "model_vs_pytorch_emu_bf16 ddp_zero"),
+
+    # --- the optimizer (optimizer.h, dp.h's update) ---
+    M("o-warmup-off-by-one", "optimizer", "llm/optimizer.h",
+      "    if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;",
+      "    if (step < oc->warmup_steps) return oc->lr * (float)step / (float)oc->warmup_steps;",
+      "lr warm-up off by one: the first step has lr 0, warm-up ends one step late",
+      "resume ddp_zero"),
+    M("o-cosine-no-floor", "optimizer", "llm/optimizer.h",
+      "    return lr_final + coeff * (oc->lr - lr_final);",
+      "    return coeff * (oc->lr - lr_final);",
+      "cosine decay ends at 0 and starts at lr - lr_final, not from lr to lr * lr_final",
+      "resume ddp_zero"),
+    M("o-clip-always", "optimizer", "llm/optimizer.h",
+      "    if (oc->grad_clip > 0.0f && grad_norm > oc->grad_clip) return oc->grad_clip / grad_norm;",
+      "    if (oc->grad_clip > 0.0f) return oc->grad_clip / grad_norm;",
+      "gradient clipping also scales small gradients up to the clip norm (min(1, clip/norm) lost)",
+      "ddp_zero resume"),
+    M("o-decay-inverted", "optimizer", "llm/dp.h",
+      "            float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;",
+      "            float wd = TENSORS[t].decay ? 0.0f : oc->weight_decay;",
+      "weight decay on the 1-D tensors (LayerNorms, biases) instead of the 2-D ones",
+      "model_vs_pytorch model_vs_pytorch_emu"),
+
+    # --- the sampler ---
+    M("s-cdf-unscaled", "sampler", "llm/sampler.h",
+      "    double cdf = 0.0, target = coin * sum;",
+      "    double cdf = 0.0, target = coin;",
+      "sample_softmax compares the coin with the unnormalised cdf (forgets * sum)",
+      "sampler"),
+    M("s-sum-skips-first", "sampler", "llm/sampler.h",
+      "    for (int i = 0; i < n; i++) sum += expf(logits[i] - maxv);",
+      "    for (int i = 1; i < n; i++) sum += expf(logits[i] - maxv);",
+      "sample_softmax's normaliser starts at token 1 (off by one): the cdf reaches 1 early, the last tokens too rare",
+      "sampler"),
+    M("s-padded-vocab", "sampler", "llm/sampler.h",
+      "        int next = rng ? sample_softmax(sp->logits_host, c.vocab_size, rng_f32(rng)) : sample_argmax(sp->logits_host, c.vocab_size);",
+      "        int next = rng ? sample_softmax(sp->logits_host, c.padded_vocab_size, rng_f32(rng)) : sample_argmax(sp->logits_host, c.vocab_size);",
+      "sampling draws from the padded vocabulary (token ids >= V possible)",
+      "sampler"),
+    M("s-kv-position", "sampler", "llm/sampler.h",
+      "    encoder_forward(sp->x, sp->token, emb.wte, emb.wpe + (size_t)pos * C, 1, 1, C, s);",
+      "    encoder_forward(sp->x, sp->token, emb.wte, emb.wpe, 1, 1, C, s);",
+      "KV-cache forward: every position gets the position embedding of position 0",
+      "sampler sampler_emu_bf16"),
+    M("s-kv-key-is-query", "sampler", "llm/sampler.h",
+      "        copy_device_to_device(kc + (size_t)pos * C, sp->qkv + C, C * sizeof(floatX), s);",
+      "        copy_device_to_device(kc + (size_t)pos * C, sp->qkv, C * sizeof(floatX), s);",
+      "KV cache stores the query as the key",
+      "sampler sampler_emu_bf16"),
+    M("s-maxlen-off-by-one", "sampler", "llm/sampler.h",
+      "    for (int i = 0; i < max_new && len < c.max_seq_len; i++) {",
+      "    for (int i = 0; i < max_new && len <= c.max_seq_len; i++) {",
+      "generation makes one token more than the context length (maxT + 1 tokens, one past a maxT buffer)",
+      "sampler"),
+
+    # --- the data loader ---
+    M("l-target-offset", "dataloader", "llm/dataloader.h",
+      "            tgt[t] = (int32_t)dl_token_raw(dl->tokens, tb, off + t + 1);",
+      "            tgt[t] = (int32_t)dl_token_raw(dl->tokens, tb, off + t);",
+      "targets are the inputs (not shifted by one)",
+      "data"),
+    M("l-rank-slice", "dataloader", "llm/dataloader.h",
+      "        int64_t g = dl->cursor + (int64_t)dl->rank * B + b;  // may run past this epoch",
+      "        int64_t g = dl->cursor + b;  // may run past this epoch",
+      "every dp rank reads the same B samples (the rank's slice forgotten)",
+      "data ddp_zero"),
+    M("l-sattolo", "dataloader", "llm/dataloader.h",
+      "        int64_t j = (int64_t)(dl_next(&state) % (uint64_t)(i + 1));",
+      "        int64_t j = (int64_t)(dl_next(&state) % (uint64_t)i);",
+      "in-shard shuffle is Sattolo's algorithm (j < i): only cyclic permutations, no sample keeps its place",
+      "data"),
+    M("l-shard-samples", "dataloader", "llm/dataloader.h",
+      "        int64_t samples = dl->shard_tokens[s] > 0 ? (dl->shard_tokens[s] - 1) / T : 0;",
+      "        int64_t samples = dl->shard_tokens[s] > 0 ? dl->shard_tokens[s] / T : 0;",
+      "a shard holds floor(N/T) samples, not floor((N-1)/T): when T divides N the last target is read past the shard",
+      "data"),
+    M("l-locate-boundary", "dataloader", "llm/dataloader.h",
+      "        if (dl->order_start[mid] <= i) { lo = mid; } else { hi = mid - 1; }",
+      "        if (dl->order_start[mid] < i) { lo = mid; } else { hi = mid - 1; }",
+      "the first sample of each shard is looked up in the previous shard (binary search off by one)",
+      "data"),
+    M("l-epoch-crossing", "dataloader", "llm/dataloader.h",
+      "        int64_t e = dl->epoch + g / dl->num_samples;",
+      "        int64_t e = dl->epoch;",
+      "a batch that crosses the end of an epoch takes its last samples in the old epoch's order",
+      "data"),
+
+    # --- checkpoints and resume ---
+    M("r-bf16-round-half-up", "checkpoint", "llm/checkpoint.h",
+      "    u += 0x7fffu + ((u >> 16) & 1u);",
+      "    u += 0x8000u;",
+      "version-5 checkpoints round ties away from zero instead of to even",
+      "formats"),
+    M("r-get64-swapped", "checkpoint", "llm/checkpoint.h",
+      "static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }",
+      "static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot + 1] | ((uint64_t)(uint32_t)h[slot] << 32); }",
+      "state file: 64-bit fields read with their 32-bit halves swapped",
+      "formats resume"),
+    M("r-state-version", "checkpoint", "llm/checkpoint.h",
+      "    if (header[1] != STATE_VERSION) fatal(",
+      "    if (header[1] > STATE_VERSION) fatal(",
+      "a state file of an older (or 0) version is accepted",
+      "bad_input formats"),
+    M("r-state-saves-m-twice", "checkpoint", "llm/checkpoint.h",
+      "    state_save(path, cfg, ts, params, m, v);",
+      "    state_save(path, cfg, ts, params, m, m);",
+      "the state file holds the first moment in place of the second",
+      "resume"),
+    M("r-adam-t-not-restored", "checkpoint", "train_gpt.cu",
+      "        dp.opt.t = ts.adam_t;",
+      "",
+      "resume does not restore AdamW's step count (bias corrections restart)",
+      "resume"),
+    M("r-rng-not-restored", "checkpoint", "train_gpt.cu",
+      "        sample_rng.state = ts.rng;",
+      "",
+      "resume does not restore the sampler's RNG",
+      "resume"),
+    M("r-export-bf16-params", "checkpoint", "llm/dp.h",
+      "    if (dp->opt.master) dp_gather_to_packed(dp, dp->opt.master, 0, packed);",
+      "    if (0) dp_gather_to_packed(dp, dp->opt.master, 0, packed);",
+      "BF16 builds save the BF16 parameters, not the FP32 master weights, in the state file (resume not exact)",
+      "nompi ddp_zero"),
+
+    # --- the emulator's race detection (dev/emu/emu_racecheck.h) ---
+    M("e-rc-no-write-after-read", "emulator", "dev/emu/emu_racecheck.h",
+      "        if (kind != EMU_RC_READ && emu_rc_set_conflict(rc, &c->r, t, &u, &upc))",
+      "        if (kind == EMU_RC_ATOMIC && emu_rc_set_conflict(rc, &c->r, t, &u, &upc))",
+      "racecheck ignores a write after an unordered read (write-after-read races)",
+      "emulator kernels_racecheck"),
+    M("e-rc-hb-any-warp", "emulator", "dev/emu/emu_racecheck.h",
+      "    return u == t || ((u >> 5) == (t >> 5) && rc->vc[(size_t)t * 32 + (u & 31)] >= cu);",
+      "    return u == t || rc->vc[(size_t)t * 32 + (u & 31)] >= cu;",
+      "racecheck orders accesses of different warps by lane clocks (misses races across warps)",
+      "emulator kernels_racecheck"),
+    M("e-rc-no-new-interval", "emulator", "dev/emu/emu_racecheck.h",
+      "    rc->interval++;",
+      "",
+      "racecheck keeps the access records across __syncthreads (reports races the barrier prevents)",
+      "emulator kernels_racecheck"),
+]
+
+# ----------------------------------------------------------------------------------------------------
+# what the tests run: each test/run_tests.sh entry and the programs it needs built
+
+TEST_BINARIES = {
+    "ops_grad": ["build/test_ops_grad_cpu"],
+    "model_vs_pytorch": ["build/test_gpt_cpu"],
+    "sampler": ["build/test_sampler_cpu"],
+    "formats": ["build/test_formats_cpu"],
+    "data": ["build/test_data"],
+    "resume": ["train_gpt_cpu"],
+    "comm": ["build/test_comm_cpu", "build/test_comm_emu", "build/emu/test_nccl_emu", "build/test_comm_cuda"],
+    "ddp_zero": ["train_gpt_cpu", "build/train_gpt_emu"],
+    "nompi": ["build/train_gpt_emu_nompi", "build/train_gpt_emu"],
+    "bad_input": ["train_gpt_cpu"],
+    "emulator": ["build/emu/test_emu", "build/emu/test_emu_asan", "build/emu/test_emu_tsan", "build/emu/test_emu_racecheck"],
+    "cublaslt": ["build/test_cublaslt"],
+    "matmul_cpu": ["build/test_matmul_cpu"],
+    "matmul_emu_bf16_forward": ["build/test_matmul_emu"],
+    "matmul_emu_bf16_reverse": ["build/test_matmul_emu"],
+    "matmul_emu_bf16_random": ["build/test_matmul_emu"],
+    "matmul_emu_fp32": ["build/test_matmul_emu_fp32"],
+    "kernels_bf16_forward": ["build/test_kernels_emu"],
+    "kernels_bf16_reverse": ["build/test_kernels_emu"],
+    "kernels_bf16_random": ["build/test_kernels_emu"],
+    "kernels_fp32_random": ["build/test_kernels_emu_fp32"],
+    "kernels_asan_ubsan": ["build/test_kernels_asan"],
+    "kernels_racecheck": ["build/test_kernels_racecheck"],
+    "matmul_racecheck": ["build/test_matmul_racecheck"],
+    "model_vs_pytorch_emu": ["build/test_gpt_emu"],
+    "model_vs_pytorch_emu_bf16": ["build/test_gpt_emu_bf16"],
+    "sampler_emu_bf16": ["build/test_sampler_emu"],
+    "emu_vs_cpu": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
+}
+
+# every program: its main source (the include graph from it says which mutations rebuild it)
+BINARY_SOURCES = {
+    "train_gpt_cpu": "train_gpt.cu",
+    "build/test_gpt_cpu": "test/test_gpt.cu",
+    "build/test_ops_grad_cpu": "test/test_ops_grad.cu",
+    "build/test_formats_cpu": "test/test_formats.cu",
+    "build/test_data": "test/test_data.cpp",
+    "build/test_sampler_cpu": "test/test_sampler.cu",
+    "build/train_gpt_emu": "train_gpt.cu",
+    "build/train_gpt_emu_nompi": "train_gpt.cu",
+    "build/train_gpt_emu_bf16": "train_gpt.cu",
+    "build/test_kernels_emu": "test/test_kernels.cu",
+    "build/test_kernels_emu_fp32": "test/test_kernels.cu",
+    "build/test_kernels_asan": "test/test_kernels.cu",
+    "build/test_kernels_racecheck": "test/test_kernels.cu",
+    "build/test_matmul_racecheck": "test/test_matmul.cu",
+    "build/test_gpt_emu": "test/test_gpt.cu",
+    "build/test_gpt_emu_bf16": "test/test_gpt.cu",
+    "build/test_sampler_emu": "test/test_sampler.cu",
+    "build/test_cublaslt": "test/test_cublaslt.cu",
+    "build/test_matmul_cpu": "test/test_matmul.cu",
+    "build/test_matmul_emu": "test/test_matmul.cu",
+    "build/test_matmul_emu_fp32": "test/test_matmul.cu",
+    "build/emu/test_emu": "dev/emu/test_emu.cu",
+    "build/emu/test_emu_asan": "dev/emu/test_emu.cu",
+    "build/emu/test_emu_tsan": "dev/emu/test_emu.cu",
+    "build/emu/test_emu_racecheck": "dev/emu/test_emu.cu",
+    "build/test_comm_cpu": "test/test_comm.cu",
+    "build/test_comm_emu": "test/test_comm.cu",
+    "build/emu/test_nccl_emu": "dev/emu/test_nccl_emu.cu",
+    "build/test_comm_cuda": "test/test_comm.cu",  # nvcc: built by test_comm.sh itself, never by this tool
+}
+NVCC_BINARIES = {"build/test_comm_cuda"}
+
+
+def die(msg):
+    print("error: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------------------------------
+# checks that keep this file in step with the code
+
+def changed_lines(a, b):
+    """how many lines differ between a and b (a replaced, added or removed line counts once)"""
+    n = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a.split("\n"), b.split("\n"), autojunk=False).get_opcodes():
+        if tag != "equal":
+            n += max(i2 - i1, j2 - j1)
+    return n
+
+
+def check_mutations(root, muts):
+    """one error line per mutation that does not apply to the files under root; [] when all do"""
+    errors, seen = [], set()
+    for m in muts:
+        if m.id in seen:
+            errors.append("mutation %s: the id is used twice" % m.id)
+        seen.add(m.id)
+        path = os.path.join(root, m.file)
+        if not os.path.isfile(path):
+            errors.append("mutation %s: file %s not found" % (m.id, m.file))
+            continue
+        text = open(path, encoding="utf-8").read()
+        n = text.count(m.original)
+        if n != 1:
+            errors.append("mutation %s: expected the original text exactly once in %s, found it %d times: %r"
+                          % (m.id, m.file, n, m.original))
+        if changed_lines(m.original, m.replacement) != 1:
+            errors.append("mutation %s: expected the replacement to change exactly one line of %s, it changes %d"
+                          % (m.id, m.file, changed_lines(m.original, m.replacement)))
+        for t in m.tests:
+            if t not in TEST_BINARIES:
+                errors.append("mutation %s: test '%s' is not an entry of test/run_tests.sh" % (m.id, t))
+    return errors
+
+
+def run_tests_entries(root):
+    """the test names of test/run_tests.sh, in order ("run NAME ..." lines)"""
+    names = re.findall(r"^run (\S+) ", open(os.path.join(root, "test/run_tests.sh")).read(), re.M)
+    if not names:
+        die("test/run_tests.sh: expected 'run NAME CMD...' lines, found none")
+    return names
+
+
+def make_binaries(root):
+    """the programs `make test-build` builds with g++: train_gpt_cpu, TEST_CPU_BINS, TEST_EMU_BINS"""
+    out = subprocess.run(["make", "--no-print-directory", "-C", root, "--eval", "print-%: ; @echo $($*)",
+                          "print-TEST_CPU_BINS", "print-TEST_EMU_BINS"], capture_output=True, text=True)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["(no message)"])[-1]
+        die("make could not list TEST_CPU_BINS and TEST_EMU_BINS: " + last)
+    return ["train_gpt_cpu"] + out.stdout.split()
+
+
+def check_tables(root):
+    errors = []
+    names = run_tests_entries(root)
+    for n in names:
+        if n not in TEST_BINARIES:
+            errors.append("test/run_tests.sh runs '%s', which test/mutations.py's TEST_BINARIES does not list" % n)
+    for n in TEST_BINARIES:
+        if n not in names:
+            errors.append("test/mutations.py's TEST_BINARIES lists '%s', which test/run_tests.sh does not run" % n)
+    built = make_binaries(root)
+    for b in built:
+        if b not in BINARY_SOURCES:
+            errors.append("make test-build builds %s, which test/mutations.py's BINARY_SOURCES does not list" % b)
+    for b in BINARY_SOURCES:
+        if b not in built and b not in NVCC_BINARIES:
+            errors.append("test/mutations.py's BINARY_SOURCES lists %s, which make test-build does not build" % b)
+    for b, src in BINARY_SOURCES.items():
+        if not os.path.isfile(os.path.join(root, src)):
+            errors.append("test/mutations.py: the source %s of %s is missing" % (src, b))
+    return names, errors
+
+
+# ----------------------------------------------------------------------------------------------------
+# the include graph
+
+INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def include_closure(root, src, cache={}):
+    """src and every file it includes with #include "...", transitively (paths relative to root);
+    conditional includes count too, so this is a superset of what one build compiles"""
+    if src in cache:
+        return cache[src]
+    seen, stack = set(), [src]
+    while stack:
+        f = stack.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        try:
+            text = open(os.path.join(root, f), encoding="utf-8", errors="replace").read()
+        except OSError:
+            continue
+        for inc in INCLUDE_RE.findall(text):
+            p = os.path.normpath(os.path.join(os.path.dirname(f), inc))
+            if os.path.isfile(os.path.join(root, p)):
+                stack.append(p)
+    cache[src] = seen
+    return seen
+
+
+def affected_binaries(root, file):
+    """the programs whose sources include file; None if it is in none (then every test may depend on it)"""
+    hit = [b for b, src in BINARY_SOURCES.items() if file in include_closure(root, src)]
+    return hit if hit else None
+
+
+# ----------------------------------------------------------------------------------------------------
+# running things
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.env = dict(os.environ)
+        if os.geteuid() == 0:  # Open MPI refuses root without these
+            self.env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            self.env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        self.env.pop("ONLY", None)
+
+    def run(self, cmd, cwd, timeout=None, env=None):
+        """(returncode or 'timeout', stdout+stderr) of cmd, in its own process group (killed on timeout)"""
+        p = subprocess.Popen(cmd, cwd=cwd, env=env or self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, errors="replace", start_new_session=True)
+        try:
+            out, _ = p.communicate(timeout=timeout)
+            return p.returncode, out
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            return "timeout", out
+        except KeyboardInterrupt:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+
+    def make(self, cwd, targets):
+        """(ok, first error line) of building targets with make -jN"""
+        targets = [t for t in targets if t not in NVCC_BINARIES]
+        if not targets:
+            return True, ""
+        rc, out = self.run(["make", "--no-print-directory", "-j%d" % self.args.jobs] + sorted(set(targets)), cwd)
+        if rc == 0:
+            return True, ""
+        lines = [l for l in out.splitlines() if "error" in l] or out.strip().splitlines()[-1:] or ["make failed"]
+        return False, lines[0].strip()[:200]
+
+    def test(self, cwd, name, timeout):
+        """runs one entry of test/run_tests.sh: (passed, seconds, first FAIL/error line)"""
+        env = dict(self.env)
+        env["ONLY"] = name
+        t0 = time.time()
+        rc, out = self.run(["bash", "test/run_tests.sh"], cwd, timeout=timeout, env=env)
+        dt = time.time() - t0
+        if rc == "timeout":
+            return False, dt, "timed out after %.0f s (a hang)" % dt
+        m = re.search(r"^   %s: (\d+) passed, (\d+) failed, (\d+) skipped" % re.escape(name), out, re.M)
+        if m and int(m.group(2)) == 0 and rc == 0:
+            return True, dt, ""
+        return False, dt, first_failure(cwd, name, out)
+
+
+def first_failure(cwd, name, out):
+    """the first FAIL or error line of a test's log (else its run_tests.sh lines, else its last line)"""
+    log = os.path.join(cwd, "build/test_logs/%s.log" % name)
+    lines = []
+    if os.path.isfile(log):
+        lines = open(log, errors="replace").read().splitlines()
+    for pattern in (r"\s*(FAIL|error)", r".*(racecheck: shared-memory race|AddressSanitizer|runtime error:|"
+                    r"ThreadSanitizer|Segmentation fault|Aborted|terminate called|fatal)"):
+        for l in lines:
+            if re.match(pattern, l):
+                return l.strip()[:200]
+    for l in out.splitlines():
+        if "unexpected skip" in l or "ran no check" in l:
+            return l.strip()[:200]
+    tail = [l for l in lines if l.strip()]
+    return (tail[-1].strip()[:200] if tail else "no output") + " (no FAIL line)"
+
+
+def tree_files(root):
+    out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True, text=True)
+    if out.returncode != 0:
+        die("git ls-files failed in %s: %s" % (root, out.stderr.strip()))
+    return [f for f in out.stdout.split("\0") if f and os.path.isfile(os.path.join(root, f))]
+
+
+def tree_key(root, files):
+    """a hash of the tracked files that builds and tests read (not the docs, not this tool)"""
+    h = hashlib.sha256()
+    for f in sorted(files):
+        if f.endswith(".md") or f == "test/mutations.py":
+            continue
+        h.update(f.encode() + b"\0")
+        h.update(open(os.path.join(root, f), "rb").read())
+    return h.hexdigest()[:16]
+
+
+def copy_tree(root, files, dst):
+    for f in files:
+        d = os.path.join(dst, f)
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        shutil.copy2(os.path.join(root, f), d)
+
+
+def fmt_s(s):
+    if s >= 3600:
+        return "%d h %02d min" % (s // 3600, (s % 3600) // 60)
+    return "%d min %02d s" % (s // 60, s % 60) if s >= 60 else "%.0f s" % s
+
+
+# ----------------------------------------------------------------------------------------------------
+# the baseline and one mutation
+
+def baseline(runner, root, files, names, scratch):
+    key = tree_key(root, files)
+    base = os.path.join(scratch, "base-" + key)
+    done = os.path.join(base, ".baseline.json")
+    if os.path.isfile(done):
+        b = json.load(open(done))
+        b["reused"] = True
+        print("baseline: reusing %s (built in %s, suite %s)" % (base, fmt_s(b["build_s"]), fmt_s(b["suite_s"])), flush=True)
+        return base, b
+    for d in os.listdir(scratch):  # older baselines (of other file contents) are not needed any more
+        if d.startswith("base-"):
+            shutil.rmtree(os.path.join(scratch, d), ignore_errors=True)
+    os.makedirs(base)
+    copy_tree(root, files, base)
+    print("baseline: building every test program in %s" % base, flush=True)
+    t0 = time.time()
+    ok, err = runner.make(base, [b for b in BINARY_SOURCES if b not in NVCC_BINARIES])
+    if not ok:
+        die("the baseline does not build: " + err)
+    build_s = time.time() - t0
+    print("baseline: built in %s; running the whole suite" % fmt_s(build_s), flush=True)
+    tests, t1 = {}, time.time()
+    for n in names:
+        passed, dt, line = runner.test(base, n, timeout=1800)
+        tests[n] = {"passed": passed, "s": round(dt, 1), "line": line}
+        print("  %-28s %s (%.0f s)%s" % (n, "ok" if passed else "FAIL", dt, "" if passed else ": " + line), flush=True)
+    b = {"key": key, "build_s": round(build_s, 1), "suite_s": round(time.time() - t1, 1), "tests": tests}
+    failing = [n for n in names if not tests[n]["passed"]]
+    if failing:
+        print("baseline: these tests fail without any mutation and cannot catch one: " + " ".join(failing), flush=True)
+    json.dump(b, open(done, "w"), indent=1)
+    b["reused"] = False
+    return base, b
+
+
+def run_mutation(runner, m, base, base_info, names, work):
+    t0 = time.time()
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(base, work, symlinks=True, copy_function=shutil.copy2)  # time stamps kept: make sees it built
+    os.remove(os.path.join(work, ".baseline.json"))
+    path = os.path.join(work, m.file)
+    text = open(path, encoding="utf-8").read()
+    if text.count(m.original) != 1:
+        die("mutation %s: expected the original text exactly once in %s, found it %d times" % (m.id, m.file, text.count(m.original)))
+    st = os.stat(path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text.replace(m.original, m.replacement))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # make rebuilds only what is deleted below
+    affected = affected_binaries(work, m.file)
+    if affected is None:  # not in any program's sources: every test may see it
+        affected_tests = list(names)
+    else:
+        for b in affected:
+            if b not in NVCC_BINARIES:
+                for p in (b, b + ".o"):
+                    if os.path.exists(os.path.join(work, p)):
+                        os.remove(os.path.join(work, p))
+            else:  # test_comm.sh rebuilds it with nvcc when it is older than its sources
+                os.utime(path, None)
+        affected_tests = [n for n in names if set(TEST_BINARIES[n]) & set(affected)]
+    healthy = {n for n in names if base_info["tests"][n]["passed"]}
+    res = {"id": m.id, "component": m.component, "file": m.file, "description": m.description,
+           "listed": m.tests, "status": "SURVIVED", "test": "", "line": "", "phase": "", "ran": []}
+
+    def phase(label, tests):
+        tests = [n for n in tests if (n in affected_tests or runner.args.all_tests) and n in healthy]
+        if not tests:
+            return False
+        ok, err = runner.make(work, sum((TEST_BINARIES[n] for n in tests), []))
+        if not ok:
+            res.update(status="NOT COMPILED", line=err, phase=label)
+            return True
+        for n in tests:
+            limit = 3 * base_info["tests"][n]["s"] + 60
+            passed, dt, line = runner.test(work, n, timeout=limit)
+            res["ran"].append([n, round(dt, 1)])
+            if not passed and line.startswith("timed out"):  # a hang once may be the machine: try again
+                passed, dt, line2 = runner.test(work, n, timeout=limit)
+                res["ran"].append([n, round(dt, 1)])
+                line = line2 if not passed and not line2.startswith("timed out") else line + (
+                    ", twice" if not passed else "")
+                if passed:
+                    res["flaky"] = res.get("flaky", []) + [n]
+            if not passed:
+                res.update(status="CAUGHT", test=n, line=line, phase=label)
+                return True
+        return False
+
+    listed = [n for n in names if n in m.tests]
+    listed.sort(key=lambda n: m.tests.index(n))
+    if not phase("listed", listed) and not phase("rest", [n for n in names if n not in m.tests]):
+        res["status"] = "SURVIVED"
+    res["seconds"] = round(time.time() - t0, 1)
+    return res
+
+
+# ----------------------------------------------------------------------------------------------------
+# reports
+
+def result_cell(r):
+    if r["status"] == "CAUGHT":
+        where = "" if r["phase"] == "listed" else " (not listed)"
+        return "caught by `%s`%s: %s" % (r["test"], where, r["line"].replace("|", "\\|"))
+    if r["status"] == "NOT COMPILED":
+        return "not compiled: " + r["line"].replace("|", "\\|")
+    return "**SURVIVED**"
+
+
+def markdown(results, header):
+    rows = [header, "", "| id | component | file | mutation | listed tests | result |", "|---|---|---|---|---|---|"]
+    current = {m.id: m for m in MUTATIONS}  # the descriptions as the list has them now
+    for r in results:
+        m = current.get(r["id"])
+        desc = m.description if m else r["description"]
+        rows.append("| %s | %s | %s | %s | %s | %s |" % (r["id"], r["component"], r["file"], desc.replace("|", "\\|"),
+                                                       " ".join(m.tests if m else r["listed"]), result_cell(r)))
+    return "\n".join(rows) + "\n"
+
+
+BEGIN, END = "<!-- mutations:begin -->", "<!-- mutations:end -->"
+
+
+def write_readme(path, table):
+    text = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
+    if BEGIN in text and END in text:
+        a, rest = text.split(BEGIN, 1)
+        _, b = rest.split(END, 1)
+        text = a + BEGIN + "\n" + table + END + b
+    else:
+        text += "\n" + BEGIN + "\n" + table + END + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # --list | head
+    ap = argparse.ArgumentParser(description="mutation testing of make test (see the top of this file)")
+    ap.add_argument("select", nargs="*", help="mutation ids or component names (default: all)")
+    ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--check", action="store_true", help="check that every mutation applies, then exit")
+    ap.add_argument("--scratch", default="/tmp/gpt-mutations", help="scratch directory (default %(default)s)")
+    ap.add_argument("--jobs", type=int, default=2, help="make -j (default %(default)s)")
+    ap.add_argument("--all-tests", action="store_true", help="phase 2 also runs the tests of programs not rebuilt")
+    ap.add_argument("--readme", help="write the results table into this file between the mutations markers")
+    ap.add_argument("--report", action="store_true", help="print (and with --readme write) the last results; run nothing")
+    args = ap.parse_args()
+
+    errors = check_mutations(ROOT, MUTATIONS)
+    if errors:
+        for e in errors:
+            print("error: " + e, file=sys.stderr)
+        sys.exit(2)
+    if args.list:
+        for m in MUTATIONS:
+            print("%-28s %-14s %-26s %s [%s]" % (m.id, m.component, m.file, m.description, " ".join(m.tests)))
+        return
+    names, errors = check_tables(ROOT)
+    if errors:
+        for e in errors:
+            print("error: " + e, file=sys.stderr)
+        sys.exit(2)
+    if args.check:
+        print("ok: %d mutations apply; %d tests and %d programs known" % (len(MUTATIONS), len(names), len(BINARY_SOURCES)))
+        return
+    if args.report:  # the table of the last results, without running anything
+        rpath = os.path.join(args.scratch, "results.json")
+        if not os.path.isfile(rpath) or "header" not in json.load(open(rpath)):
+            die("%s: expected the results of an earlier run, found none (run without --report first)" % rpath)
+        old = json.load(open(rpath))
+        table = markdown(old["results"], old["header"])
+        print(table, end="")
+        if args.readme:
+            write_readme(args.readme, table)
+            print("table written to %s" % args.readme)
+        return
+    comps = {m.component for m in MUTATIONS}
+    for s in args.select:
+        if s not in comps and s not in {m.id for m in MUTATIONS}:
+            die("'%s' is neither a mutation id nor a component (%s); see --list" % (s, ", ".join(sorted(comps))))
+    selected = [m for m in MUTATIONS if not args.select or m.id in args.select or m.component in args.select]
+
+    t_start = time.time()
+    os.makedirs(args.scratch, exist_ok=True)
+    runner = Runner(args)
+    files = tree_files(ROOT)
+    base, base_info = baseline(runner, ROOT, files, names, args.scratch)
+    work = os.path.join(args.scratch, "work")
+    results = []
+    print("%d mutations" % len(selected), flush=True)
+    for i, m in enumerate(selected):
+        r = run_mutation(runner, m, base, base_info, names, work)
+        results.append(r)
+        what = {"CAUGHT": "by %s: %s" % (r["test"], r["line"]), "NOT COMPILED": r["line"], "SURVIVED": ""}[r["status"]]
+        print("[%2d/%d] %-26s %-12s %-5s %s" % (i + 1, len(selected), m.id, r["status"], fmt_s(r["seconds"]), what), flush=True)
+    total = time.time() - t_start
+    counts = {s: sum(r["status"] == s for r in results) for s in ("CAUGHT", "SURVIVED", "NOT COMPILED")}
+    base_s = 0.0 if base_info["reused"] else base_info["build_s"] + base_info["suite_s"]
+    baseline_note = ("the baseline reused" if base_info["reused"] else
+                     "of which %s building the baseline and running the suite on it" % fmt_s(base_s))
+    print("summary: %d mutations, %d caught, %d survived, %d not compiled; %s in all, %s"
+          % (len(results), counts["CAUGHT"], counts["SURVIVED"], counts["NOT COMPILED"], fmt_s(total), baseline_note))
+    for r in results:
+        if r["status"] == "SURVIVED":
+            print("survived: %-26s %s" % (r["id"], r["description"]))
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # uncommitted changes to files the builds and tests read (not the docs, not this tool: as tree_key)
+    status = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                            text=True).stdout.splitlines()
+    dirty = [l for l in status if not (l[3:].endswith(".md") or l[3:] == "test/mutations.py")]
+    # the results of earlier runs on the same files (same baseline) are kept for the mutations not rerun
+    rpath = os.path.join(args.scratch, "results.json")
+    earlier = {}
+    if os.path.isfile(rpath):
+        old = json.load(open(rpath))
+        if old.get("baseline", {}).get("key") == base_info["key"]:
+            earlier = {r["id"]: r for r in old["results"]}
+    now = {r["id"]: r for r in results}
+    merged = [now.get(m.id) or earlier.get(m.id) for m in MUTATIONS if m.id in now or m.id in earlier]
+    kept = len(merged) - len(results)
+    mc = {s: sum(r["status"] == s for r in merged) for s in ("CAUGHT", "SURVIVED", "NOT COMPILED")}
+    header = ("%d mutations on %s%s (%s): %d caught, %d survived, %d not compiled. The mutations took %s in all (each "
+              "one's rebuild and tests, summed%s); the baseline %s to build and %s to run the suite once."
+              % (len(merged), head, " with uncommitted changes" if dirty else "", time.strftime("%Y-%m-%d"),
+                 mc["CAUGHT"], mc["SURVIVED"], mc["NOT COMPILED"], fmt_s(sum(r["seconds"] for r in merged)),
+                 ", %d of them from an earlier run on the same files" % kept if kept else "",
+                 fmt_s(base_info["build_s"]), fmt_s(base_info["suite_s"])))
+    table = markdown(merged, header)
+    open(os.path.join(args.scratch, "results.md"), "w").write(table)
+    json.dump({"total_s": round(total, 1), "baseline": base_info, "header": header, "results": merged}, open(rpath, "w"),
+              indent=1)
+    print("results: %s/results.md, results.json" % args.scratch)
+    if args.readme:
+        write_readme(args.readme, table)
+        print("table written to %s" % args.readme)
+
+
+if __name__ == "__main__":
+    main()
