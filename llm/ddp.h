@@ -29,12 +29,38 @@
 #include "comm.h"
 
 // ----------------------------------------------------------------------------
+// the order of a step's data-parallel operations, recorded for the tests (--report-json): what no
+// result shows, e.g. that a bucket's reduction starts while the backward goes on, or that ZeRO-3's
+// next unit is gathered before the current one is computed
+//     F u  the forward of unit u begins        B u  the backward of unit u begins
+//     G u  the all-gather of unit u's parameters starts
+//     R u  the reduction (all-reduce or reduce-scatter) of unit u's gradients starts
+//     P n  the n reductions in flight are tested (over MPI, what moves them along)
+//     E    the backward is over: the reductions still in flight are waited
+
+#define DP_TRACE_CAP 4096
+typedef struct {
+    char what[DP_TRACE_CAP];
+    int unit[DP_TRACE_CAP];
+    int n;         // events recorded (at most DP_TRACE_CAP)
+    int dropped;   // events past the cap
+} DpTrace;
+
+static inline void dp_trace(DpTrace* t, char what, int unit) {
+    if (t == NULL) return;
+    if (t->n == DP_TRACE_CAP) { t->dropped++; return; }
+    t->what[t->n] = what;
+    t->unit[t->n++] = unit;
+}
+
+// ----------------------------------------------------------------------------
 // a queue of started collectives, oldest first (also used by llm/zero.h)
 
 typedef struct {
     CommHandle* handles;  // (cap)
     int* tags;            // (cap) the caller's id of each (a unit)
     int count, cap;
+    DpTrace* trace;       // where each poll is recorded, or NULL
 } CommQueue;
 
 static void commq_init(CommQueue* q, int cap) {
@@ -42,6 +68,7 @@ static void commq_init(CommQueue* q, int cap) {
     q->tags = (int*)mallocCheck((size_t)cap * sizeof(int));
     q->count = 0;
     q->cap = cap;
+    q->trace = NULL;
 }
 
 static void commq_free(CommQueue* q) {
@@ -70,6 +97,7 @@ static void commq_remove(CommQueue* q, int i) {
 // (orders the compute stream after them in the CUDA build), removed, and their tags written to done
 // (room for q->count). Returns how many completed.
 static int commq_poll(Comm* c, CommQueue* q, int* done) {
+    if (q->count > 0) dp_trace(q->trace, 'P', q->count);
     int n = 0;
     for (int i = 0; i < q->count;) {
         if (comm_test(c, &q->handles[i])) {
@@ -91,30 +119,6 @@ static int commq_wait_oldest(Comm* c, CommQueue* q) {
     int tag = q->tags[0];
     commq_remove(q, 0);
     return tag;
-}
-
-// ----------------------------------------------------------------------------
-// the order of a step's data-parallel operations, recorded for the tests (--report-json): what no
-// result shows, e.g. that a bucket's reduction starts while the backward goes on, or that ZeRO-3's
-// next unit is gathered before the current one is computed
-//     F u  the forward of unit u begins        B u  the backward of unit u begins
-//     G u  the all-gather of unit u's parameters starts
-//     R u  the reduction (all-reduce or reduce-scatter) of unit u's gradients starts
-//     E    the backward is over: the reductions still in flight are waited
-
-#define DP_TRACE_CAP 4096
-typedef struct {
-    char what[DP_TRACE_CAP];
-    int unit[DP_TRACE_CAP];
-    int n;         // events recorded (at most DP_TRACE_CAP)
-    int dropped;   // events past the cap
-} DpTrace;
-
-static inline void dp_trace(DpTrace* t, char what, int unit) {
-    if (t == NULL) return;
-    if (t->n == DP_TRACE_CAP) { t->dropped++; return; }
-    t->what[t->n] = what;
-    t->unit[t->n++] = unit;
 }
 
 // ----------------------------------------------------------------------------

@@ -143,6 +143,7 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) {
     adamw_state_alloc(&dp->opt, dp_state_size(dp), s);
     dp->scalars = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
     commq_init(&dp->grad_queue, dp->lay.num_units + 1);
+    dp->grad_queue.trace = &dp->trace;
     ParamHooks h = {dp, dp_hook_params, dp_hook_params_done, dp_hook_grads, dp_hook_grads_ready, dp_hook_agree_token};
     dp->hooks = h;
 }

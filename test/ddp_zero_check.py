@@ -168,6 +168,12 @@ def order(name, report):
         # so communication overlaps the rest of the backward (PyTorch DDP sec. 3.2.3; ZeRO sec. 5.2)
         if len(e) != 1 or nR != U or sorted(R) != list(range(U)) or min(R.values()) < last or max(R.values()) > e[0]:
             return False, "%s: reductions %s in the last micro-step from event %d to the end of the backward %s" % (where, R, last, e)
+        # the reductions in flight are driven along (polled) during the backward, after each launch but the
+        # last: over MPI a non-blocking collective moves only inside MPI calls
+        P = [i for i, (w, _) in enumerate(ev) if w == "P"]
+        for u, i in R.items():
+            if i != max(R.values()) and not any(i < p < e[0] for p in P):
+                return False, "%s: no poll of the reductions in flight after unit %d's started (event %d), before the end of the backward" % (where, u, i)
         B = {u: i for i, (w, u) in enumerate(ev) if w == "B" and i > last}
         for u, nxt in zip(bwd[1:], bwd[2:]):
             if not R[u] < B[nxt]:
@@ -200,7 +206,7 @@ def order(name, report):
     what = {0: "no gathers", 1: "each updated unit gathered once after the backward", 2: "each updated unit gathered once after the backward",
             3: "every pass gathers each unit once, the next one before the current one is computed"}[stage]
     return True, "%s: %d ranks; each unit's gradients reduced once, in the last of %d micro-step(s), before the next unit's " \
-                 "backward begins; %s" % (name, len(r["ranks"]), accum, what)
+                 "backward begins, driven by polls during the backward; %s" % (name, len(r["ranks"]), accum, what)
 
 
 def ratio(name, report3, report0):

@@ -269,6 +269,30 @@ static void test_dataloader(void) {
         std::vector<int> other = flatten(run_layout(4, 1, 1, 8, 16));
         check(again == s && other != s, "dataloader: shuffle: same seed same order, other seed other order");
     }
+    {   // a shuffled batch across the epoch end: the rows after the boundary are epoch 1's first
+        // samples in epoch 1's order (as B = 4, which divides the 32 samples, reads them)
+        std::vector<int> by4 = flatten(run_layout(4, 1, 1, 11, 16));  // epochs 0 and 1
+        std::vector<std::vector<int>> by5 = run_layout(5, 1, 1, 11, 7);
+        std::vector<int> want = {by4[30], by4[31], by4[32], by4[33], by4[34]};
+        check(by5[6] == want, "dataloader: shuffle: a batch across the epoch end takes the end of epoch 0, then the "
+              "start of epoch 1, each in its own order", keys_str(by5[6]) + " vs " + keys_str(want));
+    }
+    {   // the permutations are uniform (Fisher-Yates), not just any shuffle: over 300 seeds, each of
+        // the 14 samples of shard 2 stays at its own place with probability 1/14, so about 300 fixed
+        // points in all (sd ~17); a cyclic shuffle (Sattolo's) has none. And sample 0 comes first in
+        // ~300/14 = 21 of them.
+        int fixed = 0, first = 0;
+        for (uint64_t seed = 1; seed <= 300; seed++) {
+            std::vector<int> e = flatten(run_layout(4, 1, 1, seed, 8));
+            std::vector<int> in2;
+            for (int k : e) { if (k / 1000 == 2) { in2.push_back(k % 1000); } }
+            for (size_t i = 0; i < in2.size(); i++) { fixed += in2[i] == (int)i; }
+            first += !in2.empty() && in2[0] == 0;
+        }
+        check(fixed > 200 && fixed < 400 && first > 5 && first < 45,
+              "dataloader: shuffle: uniform permutations (300 seeds: samples at their own place ~300, sample 0 first ~21)",
+              fmt("%d fixed points, sample 0 first %d times", fixed, first));
+    }
     for (int shuffle = 0; shuffle <= 1; shuffle++) {  // seek reproduces the rest, also in another layout
         DataPosition mid;
         std::vector<std::vector<int>> head = run_layout(2, 2, shuffle, 3, 7, NULL, &mid);

@@ -340,6 +340,134 @@ int main(int argc, char** argv) {
         dp_free(&d);
     }
 
+    // Weight decay by tensor, against the reference's set (the "# decayed=" line of the fixture): one
+    // AdamW step with zero gradients (m = v = 0, so only the decay moves anything) from parameters
+    // that are all nonzero moves each decayed tensor by -lr wd p and leaves the others exactly alone.
+    {
+        char decayed[256] = "";
+        f = fopenCheck(FIXTURES "/tiny_adamw_losses.txt", "r");
+        while (fgets(line, sizeof(line), f)) if (!strncmp(line, "# decayed=", 10)) snprintf(decayed, sizeof(decayed), ",%s", line + 10);
+        fcloseCheck(f, "losses");
+        decayed[strcspn(decayed, "\n")] = ',';
+        float* p1 = (float*)mallocCheck(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) p1[i] = 0.5f + 0.25f * (float)(i % 7);  // nonzero everywhere, exact in bf16
+        DataParallel d;
+        dp_init(&d, &comm, cfg, 0);
+        dp_import_params(&d, p1, 1);
+        dp_step_begin(&d);  // zero gradients
+        OptimConfig ocw = {1e-2f, 1.0f, 0, 1, 0.9f, 0.95f, 1e-8f, 0.5f, 0.0f};
+        dp_update(&d, &ocw, ocw.lr, 0.0f, 1u);
+        float* p2 = (float*)mallocCheck(n * sizeof(float));
+        dp_export(&d, p2, NULL, NULL);
+        int wrong = 0;
+        char got_set[256] = "";
+        for (int t = 0; t < NUM_TENSORS; t++) {
+            char key[32];
+            snprintf(key, sizeof(key), ",%s,", TENSORS[t].name);
+            int want_decay = strstr(decayed, key) != NULL, moved = 0, exact = 1;
+            for (size_t i = dp.lay.ckpt_offset[t]; i < dp.lay.ckpt_offset[t] + tensor_size(cfg, t); i++) {
+                float w = p1[i] - ocw.lr * (ocw.weight_decay * p1[i]);  // the decoupled decay of AdamW, alone
+                moved |= p2[i] != p1[i];
+                exact &= p2[i] == (want_decay ? w : p1[i]);
+            }
+            if (moved) snprintf(got_set + strlen(got_set), sizeof(got_set) - strlen(got_set), "%s%s", got_set[0] ? "," : "", TENSORS[t].name);
+            wrong += !exact || moved != want_decay;
+        }
+        check(wrong == 0 && strlen(decayed) > 2, "weight decay moves exactly the reference's tensors (%s) by -lr wd p: decayed here {%s}",
+              decayed + 1, got_set);
+        free(p1);
+        free(p2);
+        dp_free(&d);
+    }
+
+    // GPT-2's initialisation by each tensor's rule (init_parameters), on a model large enough for the
+    // statistics: ones, zeros, N(0, 0.02), N(0, 0.02 / sqrt(2L)) for the projections into the residual
+    // stream; the padded vocabulary rows zero. Each normal tensor's sample std within 2% of its rule
+    // (with >= 65536 draws the sample std is within 0.6% with probability 1 - 1e-6; the residual scale
+    // of another L, or 0.02 for them, is off by 29% or more) and its mean within 5 sigma / sqrt(n).
+    {
+        GPTConfig ci;
+        gpt_config_from_descriptor("d4,C=128,NH=4,maxT=64,V=1000", &ci);
+        size_t ni = num_parameters(ci);
+        float* pi = (float*)mallocCheck(ni * sizeof(float));
+        init_parameters(ci, 4321, pi);
+        ParamLayout li;
+        layout_init(&li, ci, 8);
+        int bad = 0;
+        char worst[200] = "";
+        for (int t = 0; t < NUM_TENSORS; t++) {
+            const float* v = pi + li.ckpt_offset[t];
+            size_t m = tensor_size(ci, t), used = m;
+            if (t == T_WTE) {  // the padded rows: exactly 0, and left out of the statistics
+                for (size_t i = (size_t)ci.vocab_size * ci.channels; i < m; i++) bad += v[i] != 0.0f;
+                used = (size_t)ci.vocab_size * ci.channels;
+            }
+            double sum = 0.0, sq = 0.0;
+            for (size_t i = 0; i < used; i++) { sum += v[i]; sq += (double)v[i] * v[i]; }
+            double mean = sum / used, sd = sqrt(sq / used - mean * mean);
+            double want = TENSORS[t].init == INIT_NORMAL ? 0.02 : TENSORS[t].init == INIT_NORMAL_RESIDUAL ? 0.02 / sqrt(2.0 * ci.num_layers) : 0.0;
+            int ok;
+            if (TENSORS[t].init == INIT_ONES || TENSORS[t].init == INIT_ZEROS) {
+                float c = TENSORS[t].init == INIT_ONES ? 1.0f : 0.0f;
+                ok = 1;
+                for (size_t i = 0; i < used; i++) ok &= v[i] == c;
+            } else {
+                ok = fabs(sd / want - 1.0) <= 0.02 && fabs(mean) <= 5.0 * want / sqrt((double)used);
+            }
+            if (!ok) { bad++; snprintf(worst, sizeof(worst), "%s: mean %.3g std %.4g, rule std %.4g", TENSORS[t].name, mean, sd, want); }
+        }
+        check(bad == 0, "initialisation of each tensor by its rule (d4, C=128): %s", bad ? worst : "ones, zeros, N(0, 0.02), N(0, 0.02/sqrt(2L)), padded rows 0");
+        layout_free(&li);
+        free(pi);
+    }
+
+    // (BF16 builds) Stochastic rounding of the master weights into the BF16 parameters: a master exactly
+    // halfway between two BF16 values rounds up in half the cases (unbiased: E[round(x)] = x), and
+    // two layers holding the same values round them independently (each tensor piece of each unit has
+    // its own random bits), so about half their elements round differently. With zero gradients and no
+    // decay the master does not move. 12,600 elements per layer: each fraction within 0.5 +- 0.03 (> 6 sigma).
+    if (BF16) {
+        float* ph = (float*)mallocCheck(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            float lo = 0.5f + (float)(i % 64) / 128.0f;  // a bf16 value in [0.5, 1): spacing 2^-8
+            ph[i] = lo + 1.0f / 512.0f;                   // halfway to the next one
+        }
+        for (int l = 1; l < cfg.num_layers; l++) {  // layer l's tensors = layer 0's
+            for (int t = 0; t < NUM_TENSORS; t++) {
+                if (!TENSORS[t].per_layer) continue;
+                size_t per = tensor_layer_size(cfg, t);
+                memcpy(ph + dp.lay.ckpt_offset[t] + l * per, ph + dp.lay.ckpt_offset[t], per * sizeof(float));
+            }
+        }
+        DataParallel d;
+        dp_init(&d, &comm, cfg, 0);
+        dp_import_params(&d, ph, 1);
+        dp_step_begin(&d);
+        OptimConfig oc0 = {1e-3f, 1.0f, 0, 1, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+        dp_update(&d, &oc0, oc0.lr, 0.0f, 77u);
+        float* pb = (float*)mallocCheck(n * sizeof(float));
+        dp_export_floatx(&d, pb);
+        size_t up[2] = {0, 0}, same = 0, cnt = 0;
+        for (int t = 0; t < NUM_TENSORS; t++) {
+            if (!TENSORS[t].per_layer) continue;
+            size_t per = tensor_layer_size(cfg, t);
+            for (size_t j = 0; j < per; j++) {
+                size_t i0 = dp.lay.ckpt_offset[t] + j, i1 = i0 + per;  // layers 0 and 1
+                up[0] += pb[i0] > ph[i0];
+                up[1] += pb[i1] > ph[i1];
+                same += pb[i0] == pb[i1];
+                cnt++;
+            }
+        }
+        double f0 = (double)up[0] / cnt, f1 = (double)up[1] / cnt, fs = (double)same / cnt;
+        check(fabs(f0 - 0.5) < 0.03 && fabs(f1 - 0.5) < 0.03 && fabs(fs - 0.5) < 0.03,
+              "stochastic rounding of halfway masters: %.3f and %.3f of layers 0 and 1 round up, %.3f round the same in both "
+              "(each ~0.5; %zu elements per layer)", f0, f1, fs, cnt);
+        free(ph);
+        free(pb);
+        dp_free(&d);
+    }
+
     free(params); free(params0); free(x); free(y); free(want_logits); free(want_grads); free(logits); free(got_logits);
     free(grads); free(want_params10); free(got_params10);
     stage_free(&st);

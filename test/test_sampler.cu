@@ -155,6 +155,16 @@ int main(int argc, char** argv) {
     check(bad == 0, "greedy generation: %d of %d tokens are the argmax of the full forward's logits, the others ties within %.2g",
           agree, n_new, tie);
 
+    // generation stops at the model's context: a prompt of maxT - 1 tokens asked for 5 more ends at maxT
+    {
+        int* buf = (int*)mallocCheck((size_t)(cfg.max_seq_len + 8) * sizeof(int));
+        for (int i = 0; i < cfg.max_seq_len - 1; i++) buf[i] = (int)(rng_u64(&rng) % V);
+        int got = sampler_generate(&sp, buf, cfg.max_seq_len - 1, 5, -1, NULL);
+        check(got == cfg.max_seq_len, "a prompt of maxT - 1 = %d tokens and 5 new ones stops at maxT = %d tokens (got %d)",
+              cfg.max_seq_len - 1, cfg.max_seq_len, got);
+        free(buf);
+    }
+
     // 4b. (CPU build) the whole path: one prompt, 20000 sampled next tokens vs softmax of the full forward
     if (LLM_BUILD_CPU) {
         const long draws = 20000;

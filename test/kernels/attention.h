@@ -341,10 +341,15 @@ static void test_attention(void) {
 // (2^-8 plus the FP32 rtol). A wrong scale (no 1/sqrt(hs)), a dropped position, or a head's channels
 // misplaced moves outputs by > 1e-2.
 static void test_attention_decode(void) {
-    struct { int len, maxT, C, NH; } cases[] = {{1, 4, 16, 2}, {7, 9, 32, 4}, {64, 64, 64, 4}, {300, 320, 96, 2}};
+    // the last case has one key 16 q (a score ~110 above the others) at position 40, which the
+    // kernel's second warp scores: the softmax must take the block's max, not one warp's, or e^(s - max)
+    // overflows (the output is then still one convex combination of v, dominated by v[40])
+    struct { int len, maxT, C, NH, peak; } cases[] = {{1, 4, 16, 2, -1}, {7, 9, 32, 4, -1}, {64, 64, 64, 4, -1},
+                                                      {300, 320, 96, 2, -1}, {300, 320, 96, 2, 40}};
     for (auto cs : cases) {
         int len = cs.len, maxT = cs.maxT, C = cs.C, NH = cs.NH, hs = C / NH;
         std::vector<float> q = kc_randn(C, 1.0f), kc = kc_randn((size_t)maxT * C, 1.0f), vc = kc_randn((size_t)maxT * C, 1.0f);
+        if (cs.peak >= 0) for (int c = 0; c < C; c++) kc[(size_t)cs.peak * C + c] = 16.0f * q[c];  // exact in bf16 too
         floatX* d_q = kc_upload(q);
         floatX* d_k = kc_upload(kc);
         floatX* d_v = kc_upload(vc);
@@ -369,7 +374,8 @@ static void test_attention_decode(void) {
             }
         }
         char what[128];
-        snprintf(what, sizeof(what), "attention_decode len=%d maxT=%d C=%d NH=%d vs float64", len, maxT, C, NH);
+        snprintf(what, sizeof(what), "attention_decode len=%d maxT=%d C=%d NH=%d%s vs float64", len, maxT, C, NH,
+                 cs.peak >= 0 ? " (one dominant key, in the second warp)" : "");
         kc_compare(what, kc_download(d_out, C), want, 2e-6f, 1e-5f, 2e-6f, 4e-3f);
         // the CPU reference is the last row of the full causal attention over the same positions
         std::vector<float> inp((size_t)len * 3 * C), full((size_t)len * C), att((size_t)NH * len * len);
