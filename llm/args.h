@@ -62,7 +62,7 @@ static const FlagDoc FLAGS[] = {
     {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
     {"--dp", 0, "data-parallel ranks (default: the world size / (tp*pp)); world size = dp*tp*pp"},
-    {"--tp", 0, "tensor-parallel ranks (default 1; > 1 not implemented yet)"},
+    {"--tp", 0, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/tensor_parallel.h)"},
     {"--pp", 0, "pipeline-parallel stages (default 1; > 1 not implemented yet)"},
     {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
@@ -192,9 +192,8 @@ static void args_check_layout(Args* a, Comm* c) {
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
     if (a->zero < 0 || a->zero > 3) {
         snprintf(err, sizeof(err), "--zero: expected a ZeRO stage 0 (DDP), 1, 2 or 3, found %d", a->zero);
-    } else if (c->tp > 1 || c->pp > 1) {
-        snprintf(err, sizeof(err), "--tp %d --pp %d: tensor and pipeline parallelism are not implemented yet "
-                 "(later issue); expected --tp 1 --pp 1", c->tp, c->pp);
+    } else if (c->pp > 1) {
+        snprintf(err, sizeof(err), "--pp %d: pipeline parallelism is not implemented yet (later issue); expected --pp 1", c->pp);
     } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
         if (c->dp == 1) {
             snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",

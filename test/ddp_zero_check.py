@@ -15,6 +15,8 @@
   ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
   order NAME REPORT                           the order of the last step's data-parallel operations
                                               (llm/ddp.h's trace): what the numbers cannot show
+  tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
+                                              Megatron-LM's count (test/test_tp.sh)
 """
 import glob, json, os, struct, sys
 
@@ -101,7 +103,8 @@ def update(name, run, ref, start, ltol, rtol):
 
 def memory(name, report):
     r = json.load(open(report))
-    psi, packed, N = r["num_parameters"], r["packed_parameters"], r["dp"]
+    # Psi: the parameters one model-parallel (tp) rank holds, the whole model without tensor parallelism
+    psi, packed, N = r.get("shard_parameters", r["num_parameters"]), r["packed_parameters"], r["dp"]
     paper = r["paper_model_states_bytes"]
     per = 2 * r["bytes_per_value"] + r["optimizer_bytes_per_param"]  # p + g + K
     slack = per * (packed - psi)  # the padding, at most
@@ -120,7 +123,7 @@ def memory(name, report):
 def ledger(name, report):
     r = json.load(open(report))
     stage, N, x = r["stage"], r["dp"], r["bytes_per_value"]
-    S, P, accum = x * r["num_parameters"], x * r["packed_parameters"], r["grad_accum"]
+    S, P, accum = x * r.get("shard_parameters", r["num_parameters"]), x * r["packed_parameters"], r["grad_accum"]
     loss = 4 if N > 1 else 0
     # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
     # (the loss average; the norm's sum of squares in stages 1-3)
@@ -130,10 +133,10 @@ def ledger(name, report):
             3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[stage]
     for rk in r["ranks"]:
         got = {row["kind"]: row["payload_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp"}
-        other = [row for row in rk["ledger_step"]["rows"] if row["group"] != "dp"]
+        other = [row for row in rk["ledger_step"]["rows"] if row["group"] not in ("dp", "tp")]  # tp: tp_ledger
         if got != want or other:
             return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
-        sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"])
+        sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp")
         scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage == 0 else 0))
         if abs(sent - scalars - r["paper_sent_bytes_per_step"]) > 1.0:
             return False, "%s: rank %d sent %.1f B per step, paper %.1f B + scalars %.1f B" % (
@@ -142,6 +145,31 @@ def ledger(name, report):
                3: "%d(N-1)/N P" % (2 * accum + 1)}[stage]
     return True, "%s: payload per step %s; sent %.0f B = %s (S = %d B gradient, P = %d B padded)" % (
         name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)
+
+
+def tp_ledger(name, report):
+    """The tensor-parallel traffic of one step against Megatron-LM (Shoeybi et al. 2019, sec. 3): per
+    micro-batch, per layer 2 all-reduces of the (B,T,C) activations in the forward (g after attproj and
+    fcproj) and 2 in the backward (f before QKV and fc), plus one for the vocabulary-parallel embedding
+    and one for the LM head's input gradient; the vocabulary-parallel cross-entropy all-gathers 3 floats
+    per token and rank; the gradient norm adds one 4-byte all-reduce. Sent: 2(t-1)/t of an all-reduce's
+    payload, (t-1)/t of an all-gather's (ring)."""
+    r = json.load(open(report))
+    t, L, B, T, C, x, accum = r["tp"], r["L"], r["B"], r["T"], r["C"], r["bytes_per_value"], r["grad_accum"]
+    ar_calls, ar_bytes = accum * (4 * L + 2) + 1, accum * (4 * L + 2) * B * T * C * x + 4
+    ag_calls, ag_bytes = accum, accum * 3 * B * T * 4 * t
+    want_sent = 2.0 * (t - 1) / t * ar_bytes + (t - 1.0) / t * ag_bytes
+    for rk in r["ranks"]:
+        rows = {row["kind"]: row for row in rk["ledger_step"]["rows"] if row["group"] == "tp"}
+        got = {k: (v["calls"], v["payload_bytes"]) for k, v in rows.items()}
+        want = {"all_reduce": (ar_calls, ar_bytes), "all_gather": (ag_calls, ag_bytes)}
+        if got != want:
+            return False, "%s: rank %d tp calls and payload per step %s, expected %s" % (name, rk["rank"], got, want)
+        sent = sum(v["sent_bytes"] for v in rows.values())
+        if abs(sent - want_sent) > 1.0:
+            return False, "%s: rank %d sent %.1f B on tp per step, expected %.1f B" % (name, rk["rank"], sent, want_sent)
+    return True, ("%s: tp per step: %d all-reduces, %d B = %d micro-batches x (4L + 2) x BTC x %d B + 4; %d all-gathers, "
+                  "%d B; sent %.0f B" % (name, ar_calls, ar_bytes, accum, x, ag_calls, ag_bytes, want_sent))
 
 
 def order(name, report):
@@ -231,6 +259,8 @@ if __name__ == "__main__":
         good, msg = memory(*args)
     elif cmd == "ledger":
         good, msg = ledger(*args)
+    elif cmd == "tp_ledger":
+        good, msg = tp_ledger(*args)
     elif cmd == "ratio":
         good, msg = ratio(*args)
     elif cmd == "order":
