@@ -96,6 +96,12 @@ bench-cpu: build/bench_cpu
 bench-recompute: build/bench_cpu
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_cpu d12 4 256 3 0 none,selective,full
 
+# tensor parallelism (--tp): GPT-2 124M at B=4, T=256, tp 2 against tp 1 on the CPU in one run, with
+# the share of tp 2's step spent in the tp collectives (dev/bench_tp.sh)
+.PHONY: bench-tp
+bench-tp: build/bench_cpu
+	bash dev/bench_tp.sh
+
 # data parallelism on the CPU build: 2 processes x 1 thread against 1 process x 1 thread on the same
 # global batch, the speed-up and the comm wait per step (test/bench_ddp.sh)
 .PHONY: bench-ddp
