@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
     // (llm/gpt.h), and the sampler
     DataParallel dp;
     dp_init(&dp, &comm, cfg, args.zero);
+    dp.sequence_parallel = args.sequence_parallel && comm.tp > 1;  // the LayerNorms' gradients are partial sums
     Stage stage;
-    stage_init(&stage, &dp.lay, &dp.hooks, dp.comm, stage_range_all(cfg), B, T, (Recompute)args.recompute, 1);
+    stage_init(&stage, &dp.lay, &dp.hooks, tp_group(dp.comm, args.sequence_parallel), stage_range_all(cfg), B, T, (Recompute)args.recompute, 1);
     Sampler sampler;
     sampler_init(&sampler, &dp.lay, &dp.hooks, dp.comm);
     int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));

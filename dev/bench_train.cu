@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     for (size_t mi = 0; mi < modes.size(); mi++) {
         Recompute r = modes[mi];
         Stage st;
-        stage_init(&st, &dp.lay, &dp.hooks, dp.comm, stage_range_all(cfg), B, T, r, 1);
+        stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, r, 1);
         std::vector<double> tf, tb, to, tt, ttp;
         for (int s = 0; s <= steps; s++) {
             for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_u64(&rng) % cfg.vocab_size); y[i] = (int)(rng_u64(&rng) % cfg.vocab_size); }
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
             printf("recompute %-9s step time / %s's: %.3f | expected from the FLOPs: %.3f | activations per layer: %zu B measured, %.0f B predicted\n",
                    recompute_name(r), recompute_name(modes[0]), ms / base_ms,
                    (flops_per_token + extra[r]) / (flops_per_token + extra[modes[0]]), st.layer_act_bytes,
-                   activation_formula_bytes(cfg, B, T, r, tp));
+                   activation_formula_bytes(cfg, B, T, r, tp, 0));
         }
         stage_free(&st);
     }

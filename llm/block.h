@@ -104,15 +104,16 @@ typedef struct {
 #define BLOCK_ACT_FIELDS 13
 static void block_act_fields(BlockActs* a, const BlockLinears* lin, int B, int T, ActField* f /*(BLOCK_ACT_FIELDS)*/) {
     size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, NH = (size_t)lin->heads;
+    size_t R = (size_t)tp_rows(&lin->qkv.tp, (int)BT);  // the tokens of the sequence-parallel regions
     size_t F = (size_t)lin->fc.out_local;  // 4C / T
     size_t qkvr = LLM_HAS_KERNELS ? 3 * BT * Ca : 0;  // the CPU reference attention works on qkv directly
     ActField fields[BLOCK_ACT_FIELDS] = {
-        {(void**)&a->ln1, BT * C, 0, {1, 0, 0}},         {(void**)&a->ln1_mean, BT, 1, {1, 0, 0}},
-        {(void**)&a->ln1_rstd, BT, 1, {1, 0, 0}},        {(void**)&a->qkv, 3 * BT * Ca, 0, {1, 1, 0}},
+        {(void**)&a->ln1, R * C, 0, {1, 0, 0}},          {(void**)&a->ln1_mean, R, 1, {1, 0, 0}},
+        {(void**)&a->ln1_rstd, R, 1, {1, 0, 0}},         {(void**)&a->qkv, 3 * BT * Ca, 0, {1, 1, 0}},
         {(void**)&a->qkvr, qkvr, 0, {1, 0, 0}},          {(void**)&a->att, (size_t)B * NH * T * T, 0, {1, 0, 0}},
-        {(void**)&a->atty, BT * Ca, 0, {1, 0, 0}},       {(void**)&a->residual2, BT * C, 0, {1, 1, 0}},
-        {(void**)&a->ln2, BT * C, 0, {1, 0, 0}},         {(void**)&a->ln2_mean, BT, 1, {1, 0, 0}},
-        {(void**)&a->ln2_rstd, BT, 1, {1, 0, 0}},        {(void**)&a->fch, BT * F, 0, {1, 1, 0}},
+        {(void**)&a->atty, BT * Ca, 0, {1, 0, 0}},       {(void**)&a->residual2, R * C, 0, {1, 1, 0}},
+        {(void**)&a->ln2, R * C, 0, {1, 0, 0}},          {(void**)&a->ln2_mean, R, 1, {1, 0, 0}},
+        {(void**)&a->ln2_rstd, R, 1, {1, 0, 0}},         {(void**)&a->fch, BT * F, 0, {1, 1, 0}},
         {(void**)&a->fch_gelu, BT * F, 0, {1, 1, 0}},
     };
     memcpy(f, fields, sizeof(fields));
@@ -172,48 +173,48 @@ typedef struct {
 // forward and backward
 
 static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a, const BlockBuffers* buf,
-                          const floatX* x_in /*(B,T,C)*/, floatX* x_out /*(B,T,C)*/, int B, int T, cudaStream_t s) {
-    int C = c.channels, BT = B * T;
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, BT, C, s);
+                          const floatX* x_in /*(R,C)*/, floatX* x_out /*(R,C)*/, int B, int T, cudaStream_t s) {
+    int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
     linear_forward(&lin->qkv, a->qkv, NULL, a->ln1, w.qkvw, w.qkvb, BT, s);
     attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, lin->att_c, lin->heads, s);
     linear_forward(&lin->attproj, buf->proj, NULL, a->atty, w.attprojw, w.attprojb, BT, s);
     fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
-                                     BT, C, s);
+                                     R, C, s);
     linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
     linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
-    residual_forward(x_out, a->residual2, buf->proj, (size_t)BT * C, s);
+    residual_forward(x_out, a->residual2, buf->proj, (size_t)R * C, s);
 }
 
 // refills the fields policy r did not keep, for the backward of this block (same kernels, same inputs)
 static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a,
                             const BlockBuffers* buf, const floatX* x_in, int B, int T, cudaStream_t s) {
-    int C = c.channels, BT = B * T;
+    int C = c.channels, R = tp_rows(&lin->qkv.tp, B * T);
     if (r == RECOMPUTE_FULL) {
         block_forward(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, s);
     } else if (r == RECOMPUTE_SELECTIVE) {
-        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, BT, C, s);
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
         attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, lin->att_c, lin->heads, s);
         // the forward's fused kernel normalised the rounded residual2: the plain LayerNorm of it is the same
-        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, BT, C, s);
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, R, C, s);
     }
 }
 
 // dx: on entry the gradient of x_out, on return the gradient of x_in. gw: where the parameter
 // gradients accumulate (+=). The activations must be complete (block_recompute first).
 static void block_backward(const BlockLinears* lin, GPTConfig c, LayerTensors w, LayerTensors gw, const BlockActs* a,
-                           const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(B,T,C)*/, int B, int T,
+                           const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(R,C)*/, int B, int T,
                            cudaStream_t s) {
-    int C = c.channels, BT = B * T;
+    int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
     // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dbuf_4c = d fch
     linear_backward(&lin->fcproj, buf->dbuf_4c, gw.fcprojw, gw.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
     linear_backward(&lin->fc, buf->dbuf_c, gw.fcw, gw.fcb, buf->dbuf_4c, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
     layernorm_backward(dx, gw.ln2w, gw.ln2b, buf->scratch, buf->dbuf_c, a->residual2, w.ln2w, a->ln2_mean, a->ln2_rstd,
-                       BT, C, s);
+                       R, C, s);
     // dx is now the gradient of residual2 = x_in + attproj
     linear_backward(&lin->attproj, buf->dbuf_c, gw.attprojw, gw.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
     attention_backward(buf->dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T,
                        lin->att_c, lin->heads, s);
     linear_backward(&lin->qkv, buf->dbuf_c, gw.qkvw, gw.qkvb, buf->dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
-    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, BT, C, s);
+    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, R, C, s);
 }

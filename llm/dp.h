@@ -50,6 +50,8 @@ typedef struct {
     CommQueue grad_queue;   // gradient all-reduces (stage 0) or reduce-scatters (1-3) in flight
     int last_micro;         // 1 in the step's last micro-batch: its backward communicates
     DpTrace trace;          // this step's data-parallel operations, in order (llm/ddp.h)
+    int sequence_parallel;  // 1: the TP_NORM tensors' gradients are partial sums over the tp ranks' tokens,
+                            // all-reduced over tp in dp_finish_grads (set by the caller after dp_init)
     ParamHooks hooks;       // what the model calls
 } DataParallel;
 
@@ -304,10 +306,49 @@ static void dp_step_begin(DataParallel* dp) {
 // before each micro-batch: is it the step's last (whose backward communicates)?
 static void dp_micro_begin(DataParallel* dp, int micro, int num_micro) { dp->last_micro = micro == num_micro - 1; }
 
-// after the last backward: every gradient reduction waited
+// With sequence parallelism each tp rank's LayerNorm gradients cover its own tokens: the pieces of the
+// TP_NORM tensors this rank owns (the same positions on every tp rank: the tp ranks' layouts have the
+// same units and offsets) are summed over tp, packed into one all-reduce per step. Sums over dp and
+// over tp commute, so this can follow the dp reductions.
+static void dp_reduce_norm_grads_tp(DataParallel* dp) {
+    const ParamLayout* lay = &dp->lay;
+    cudaStream_t s = llm_ctx.stream;
+    int ts[NUM_TENSORS];
+    for (int pass = 0, total = 0; pass < 2; pass++) {  // pass 0: count; pass 1: pack, reduce, unpack
+        floatX* buf = pass ? (floatX*)device_malloc((size_t)total * sizeof(floatX), MEM_COMM) : NULL;
+        for (int dir = 0; dir < (pass ? 2 : 1); dir++) {
+            size_t at = 0;
+            for (int u = 0; u < lay->num_units; u++) {
+                size_t lo, hi;
+                dp_owned(dp, u, &lo, &hi);
+                int k = unit_tensors(lay, u, ts);
+                for (int j = 0; j < k; j++) {
+                    int t = ts[j];
+                    if (TENSORS[t].tp != TP_NORM) continue;
+                    size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
+                    if (a < lo) a = lo;
+                    if (e > hi) e = hi;
+                    if (a >= e) continue;
+                    floatX* g = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + dp_index(dp, u, a);
+                    if (pass == 1 && dir == 0) copy_device_to_device(buf + at, g, (e - a) * sizeof(floatX), s);
+                    if (pass == 1 && dir == 1) copy_device_to_device(g, buf + at, (e - a) * sizeof(floatX), s);
+                    at += e - a;
+                }
+            }
+            if (pass == 0) total = (int)at;
+            if (pass == 0 && total == 0) return;  // this dp rank owns no piece of a LayerNorm
+            if (pass == 1 && dir == 0 && total > 0) comm_all_reduce(dp->comm, GROUP_TP, buf, buf, (size_t)total, COMM_SUM, s);
+        }
+        if (pass == 1) device_free(buf);
+    }
+}
+
+// after the last backward: every gradient reduction waited (and, with sequence parallelism, the
+// LayerNorms' gradients summed over tp)
 static void dp_finish_grads(DataParallel* dp) {
     dp_trace(&dp->trace, 'E', -1);
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
+    if (dp->sequence_parallel && dp->lay.tp > 1) dp_reduce_norm_grads_tp(dp);
 }
 
 // the mean of x over the dp group
@@ -337,7 +378,7 @@ static float dp_grad_norm(DataParallel* dp) {
             int k = unit_tensors(lay, u, ts);
             for (int j = 0; j < k; j++) {  // the piece of tensor ts[j] inside [lo, hi), as in dp_update
                 int t = ts[j];
-                if (TENSORS[t].tp == TP_REPLICATED && lay->tp_rank != 0) continue;
+                if (tp_replicated(t) && lay->tp_rank != 0) continue;
                 size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
                 if (a < lo) a = lo;
                 if (e > hi) e = hi;

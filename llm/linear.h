@@ -38,7 +38,7 @@ typedef struct {
 // a layer split `parallel` over the tp group g (replicated when g has one rank)
 static LinearSpec linear_spec_tp(const char* name, int in, int out, int gelu, LinearParallel parallel, TPGroup g) {
     if (g.size == 1) parallel = LINEAR_REPLICATED;
-    LinearSpec s = {name, in, out, in, out, gelu, parallel, g, 0, LINEAR_PRECISION_FLOATX};
+    LinearSpec s = {name, in, out, in, out, gelu, parallel, g, g.sequence_parallel, LINEAR_PRECISION_FLOATX};
     if (parallel == LINEAR_COLUMN_PARALLEL) s.out_local = out / g.size;
     if (parallel == LINEAR_ROW_PARALLEL) s.in_local = in / g.size;
     return s;
@@ -58,22 +58,32 @@ static void linear_check(const LinearSpec* s) {
                                              s->out_local * (s->parallel == LINEAR_COLUMN_PARALLEL ? s->tp.size : 1) != s->out)) {
         fatal("linear %s: expected %d x %d to split evenly over %d tensor-parallel ranks", s->name, s->out, s->in, s->tp.size);
     }
-    if (s->sequence_parallel) fatal("linear %s: sequence parallelism is not implemented yet", s->name);
+    if (s->sequence_parallel && (s->parallel == LINEAR_REPLICATED || s->tp.gathered == NULL || s->tp.full == NULL)) {
+        fatal("linear %s: sequence parallelism needs a column- or row-parallel layer and the stage's workspace", s->name);
+    }
     if (s->precision != LINEAR_PRECISION_FLOATX) fatal("linear %s: FP8 linear layers are not implemented yet; expected %s", s->name, PRECISION_MODE);
 }
 
 // out (BT, out) = inp (BT, in) @ w^T + b; with spec->gelu, pre_gelu (BT, out) gets the product and out
-// its GELU. b may be NULL (the tied LM head has no bias).
-//   column-parallel: inp (BT, in) whole (f: identity), w (out/T, in), b (out/T), out (BT, out/T) local
+// its GELU. b may be NULL (the tied LM head has no bias). BT: the micro-batch's tokens.
+//   column-parallel: inp (BT, in) whole (f: identity), w (out/T, in), b (out/T), out (BT, out/T) local;
+//                    sequence-parallel: inp is this rank's (BT/T, in) block, all-gathered first
 //   row-parallel:    inp (BT, in/T) local, w (out, in/T); the partial products are summed over the tp
-//                    group (g: all-reduce), the bias (out) added once, by tp rank 0
+//                    group (g: all-reduce), the bias (out) added once, by tp rank 0; sequence-parallel:
+//                    reduce-scattered instead, out is this rank's (BT/T, out) block
 static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, const floatX* inp,
                            const floatX* w /*(out_local, in_local)*/, const floatX* b /*(out_local) or NULL*/, int BT,
                            cudaStream_t stream) {
-    int row = s->parallel == LINEAR_ROW_PARALLEL;
-    matmul_forward(out, s->gelu ? pre_gelu : NULL, inp, w, row && s->tp.rank != 0 ? NULL : b, BT, s->in_local,
+    int row = s->parallel == LINEAR_ROW_PARALLEL, T = s->tp.size;
+    if (s->sequence_parallel && !row) {
+        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+        inp = s->tp.gathered;
+    }
+    floatX* y = s->sequence_parallel && row ? s->tp.full : out;
+    matmul_forward(y, s->gelu ? pre_gelu : NULL, inp, w, row && s->tp.rank != 0 ? NULL : b, BT, s->in_local,
                    s->out_local, stream);
-    if (row) tp_all_reduce(&s->tp, out, (size_t)BT * s->out, stream);
+    if (row && s->sequence_parallel) comm_reduce_scatter(s->tp.comm, GROUP_TP, y, out, (size_t)BT / T * s->out, COMM_SUM, stream);
+    else if (row) tp_all_reduce(&s->tp, out, (size_t)BT * s->out, stream);
 }
 
 // dinp (BT, in_local) = dout @ w (overwritten), dw += dout^T @ inp, db += column sums of dout (if db !=
@@ -81,15 +91,29 @@ static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, c
 // in_local): then dinp also gets the GELU's derivative (the MLP's fcproj fuses fc's dGELU). scratch:
 // FP32, see matmul.
 //   column-parallel: dinp is this rank's part of the input's gradient: summed over the tp group
-//                    (f's backward: all-reduce); dout (BT, out/T) local
+//                    (f's backward: all-reduce); dout (BT, out/T) local. Sequence-parallel: inp (this
+//                    rank's block) is all-gathered again for dw, and dinp reduce-scattered to the
+//                    rank's (BT/T, in) block
 //   row-parallel:    dout (BT, out) the same on every rank (g's backward: identity); dinp (BT, in/T)
-//                    local; db the same on every rank, so the replicated bias stays replicated
+//                    local; db the same on every rank, so the replicated bias stays replicated.
+//                    Sequence-parallel: dout is this rank's (BT/T, out) block, all-gathered first
 static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
                             const floatX* inp, const floatX* w, float* scratch, const floatX* inp_pre_gelu,
                             int BT, cudaStream_t stream) {
-    if (s->parallel == LINEAR_COLUMN_PARALLEL && inp_pre_gelu) {
+    int column = s->parallel == LINEAR_COLUMN_PARALLEL, T = s->tp.size;
+    if (column && inp_pre_gelu) {
         fatal("linear %s: the GELU derivative applies after the input gradient's all-reduce; a column-parallel layer takes no inp_pre_gelu", s->name);
     }
-    matmul_backward(dinp, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local, s->out_local, stream);
-    if (s->parallel == LINEAR_COLUMN_PARALLEL) tp_all_reduce(&s->tp, dinp, (size_t)BT * s->in, stream);
+    floatX* dx = dinp;
+    if (s->sequence_parallel && column) {
+        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+        inp = s->tp.gathered;
+        dx = s->tp.full;
+    } else if (s->sequence_parallel) {
+        comm_all_gather(s->tp.comm, GROUP_TP, dout, s->tp.full, (size_t)BT / T * s->out, stream);
+        dout = s->tp.full;
+    }
+    matmul_backward(dx, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local, s->out_local, stream);
+    if (s->sequence_parallel && column) comm_reduce_scatter(s->tp.comm, GROUP_TP, dx, dinp, (size_t)BT / T * s->in, COMM_SUM, stream);
+    else if (column) tp_all_reduce(&s->tp, dinp, (size_t)BT * s->in, stream);
 }

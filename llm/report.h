@@ -61,14 +61,18 @@ static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
 // the attention's and the MLP's inner activations are split, the LayerNorms' inputs and outputs are not:
 //   none       4 e sbh + (12 e sbh + e as^2 b + 3 e sbh in the kernel builds) / t + 16 sb
 //   selective  2 e sbh + 11 e sbh / t
-static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r, int tp) {
+//   full       e sbh
+// With sequence parallelism as well (sec. 4.2.2: (34 sbh + 5 as^2 b) / t) every term is divided by t:
+// the LayerNorm/residual region holds 1/t of the tokens, and the gathered inputs of the column-
+// parallel linears are not kept (gathered again in the backward, llm/tensor_parallel.h).
+static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r, int tp, int sp) {
     double s = T, b = B, h = cfg.channels, a = cfg.num_heads, e = (double)sizeof(floatX), t = tp;
-    double sbh = s * b * h;
+    double sbh = s * b * h, split = sp && tp > 1 ? t : 1.0;  // the divisor of the replicated regions
     switch (r) {
         case RECOMPUTE_NONE:
-            return 4 * e * sbh + (12 * e * sbh + e * a * s * s * b + (LLM_HAS_KERNELS ? 3 * e * sbh : 0)) / t + 16 * s * b;
-        case RECOMPUTE_SELECTIVE: return 2 * e * sbh + 11 * e * sbh / t;
-        default: return e * sbh;
+            return (4 * e * sbh + 16 * s * b) / split + (12 * e * sbh + e * a * s * s * b + (LLM_HAS_KERNELS ? 3 * e * sbh : 0)) / t;
+        case RECOMPUTE_SELECTIVE: return 2 * e * sbh / split + 11 * e * sbh / t;
+        default: return e * sbh / split;
     }
 }
 
@@ -89,7 +93,7 @@ static void print_memory(const DataParallel* dp, const Stage* st) {
     printf("\n  model states %.0f B = %.3f B/parameter measured | ZeRO paper (Table 1) predicts %s = %.3f B/parameter = %.0f B (+%.0f B of padding)\n",
            states, states / psi, formula, paper / psi, paper, states - paper);
     printf("  activations per layer per micro-batch (--recompute %s): %zu B measured | %.0f B predicted (Korthikanti et al. 2022, adapted)\n",
-           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size));
+           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel));
 }
 
 // this rank's part of the report, one JSON object: "*_bytes" are measured (allocated), "*_peak_bytes" the peaks
@@ -135,13 +139,13 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
                 "at once); paper_*: predictions of the formulas\",\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
                 "\"build\":\"%s\",\"precision\":\"%s\",\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,"
                 "\"num_parameters\":%zu,\"shard_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
-                "\"L\":%d,\"C\":%d,\"NH\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
+                "\"L\":%d,\"C\":%d,\"NH\":%d,\"sequence_parallel\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
                 "\"paper_activations_per_layer_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
                 dp->stage, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
                 PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.shard_parameters, dp->lay.num_units,
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
-                recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters),
-                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size), paper_sent_bytes(dp, grad_accum), timed_steps);
+                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters),
+                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(af.f, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
         fprintf(af.f, "]}\n");
         atomic_commit(&af);

@@ -77,7 +77,7 @@ static void sampler_init(Sampler* sp, const ParamLayout* lay, ParamHooks* hooks,
     sp->cfg = c;
     sp->lay = lay;
     sp->hooks = hooks;
-    sp->tp = tp_group(comm);
+    sp->tp = tp_group(comm, 0);  // one token at a time: no sequence to split
     sp->lin = block_linears(c, sp->tp);
     sp->lm_head = linear_spec_tp("lm_head", c.channels, c.padded_vocab_size, 0, LINEAR_COLUMN_PARALLEL, sp->tp);
     size_t C = c.channels, Ca = (size_t)sp->lin.att_c, F = (size_t)sp->lin.fc.out_local;

@@ -36,37 +36,71 @@
 #include "fused_classifier.cuh"
 #include "vocab_parallel_classifier.cuh"
 
-// this rank's place in the tp group (size 1, comm NULL: no tensor parallelism)
+// this rank's place in the tp group (size 1, comm NULL: no tensor parallelism), and whether the
+// regions between the linear layers are sequence-parallel (with their two workspace buffers, set by
+// the stage that owns them)
 typedef struct {
     Comm* comm;
     int size, rank;
+    int sequence_parallel;  // 1: LayerNorms, residual adds and the embedding's output hold 1/size of the tokens
+    floatX* gathered;       // (B*T, C) a column-parallel layer's all-gathered input
+    floatX* full;           // (B*T, C) a row-parallel layer's output before the reduce-scatter, a column-
+                            // parallel layer's input gradient before it, a gathered output gradient
 } TPGroup;
 
-static TPGroup tp_group(Comm* comm) {
-    TPGroup g = {comm, comm ? comm_group_size(comm, GROUP_TP) : 1, comm ? comm_group_rank(comm, GROUP_TP) : 0};
+// sequence_parallel only takes effect with more than one tp rank
+static TPGroup tp_group(Comm* comm, int sequence_parallel) {
+    TPGroup g = {comm, comm ? comm_group_size(comm, GROUP_TP) : 1, comm ? comm_group_rank(comm, GROUP_TP) : 0, 0, NULL, NULL};
+    g.sequence_parallel = sequence_parallel && g.size > 1;
     return g;
 }
+
+// the tokens of a micro-batch of BT that this rank holds in a sequence-parallel region
+static inline int tp_rows(const TPGroup* g, int BT) { return g->sequence_parallel ? BT / g->size : BT; }
 
 // the sum over the tp group of buf (n floatX, device), in place: g's forward, f's backward
 static void tp_all_reduce(const TPGroup* g, floatX* buf, size_t n, cudaStream_t s) {
     if (g->size > 1) comm_all_reduce(g->comm, GROUP_TP, buf, buf, n, COMM_SUM, s);
 }
 
-// ----------------------------------------------------------------------------
-// the vocabulary-parallel embedding: out (B,T,C) = wte[inp] + wpe, wte split by vocabulary rows
+// Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+// Transformer Models", sec. 4.2.2): the LayerNorms, the residual adds and the embedding's output, which
+// tensor parallelism leaves replicated, work on 1/T of the tokens (the B*T tokens of a micro-batch in
+// T contiguous blocks: with B = 1 the sequence split of the paper, in general a split of the tokens,
+// which is the same to these per-token ops). f becomes an all-gather of the tokens before each
+// column-parallel linear (its backward a reduce-scatter of the input gradient), g a reduce-scatter
+// after each row-parallel linear (its backward an all-gather of the output gradient): an all-reduce
+// is a reduce-scatter plus an all-gather, so the bytes are those of the all-reduces they replace. The
+// gathered input of a column-parallel linear is not kept for its weight gradient: the backward
+// gathers it again, as Megatron does (2 more all-gathers per layer, the memory of 2 full (B,T,C)
+// inputs per layer saved). The LayerNorms' parameter gradients are then partial sums over each rank's
+// tokens: llm/dp.h all-reduces them over tp once per step (the TP_NORM tensors of llm/tensors.h).
 
-static void vp_embedding_forward(const TPGroup* g, floatX* out /*(B,T,C)*/, const int* inp /*(B,T) device*/,
+// ----------------------------------------------------------------------------
+// the vocabulary-parallel embedding: out = wte[inp] + wpe, wte split by vocabulary rows; out is
+// (B,T,C), or with sequence parallelism this rank's (B*T/T_tp, C) block of it (a reduce-scatter
+// instead of the all-reduce)
+
+static void vp_embedding_forward(const TPGroup* g, floatX* out, const int* inp /*(B,T) device*/,
                                  const floatX* wte /*(Vp/T, C)*/, const floatX* wpe /*(maxT, C)*/, int Vp,
                                  int B, int T, int C, cudaStream_t s) {
     int Vl = Vp / g->size;
-    encoder_forward_range(out, inp, wte, g->rank == 0 ? wpe : NULL, g->rank * Vl, Vl, B, T, C, s);
-    tp_all_reduce(g, out, (size_t)B * T * C, s);
+    size_t BTC = (size_t)B * T * C;
+    floatX* whole = g->sequence_parallel ? g->full : out;  // (B,T,C): this rank's vocabulary's part
+    encoder_forward_range(whole, inp, wte, g->rank == 0 ? wpe : NULL, g->rank * Vl, Vl, B, T, C, s);
+    if (g->sequence_parallel) comm_reduce_scatter(g->comm, GROUP_TP, whole, out, BTC / g->size, COMM_SUM, s);
+    else tp_all_reduce(g, out, BTC, s);
 }
 
-// dwte (Vp/T, C) += the rows of this rank's tokens; dwpe (maxT, C) += on every rank (dout is the same)
+// dwte (Vp/T, C) += the rows of this rank's tokens; dwpe (maxT, C) += on every rank (the output's
+// gradient is the same on every rank: with sequence parallelism it is all-gathered first)
 static void vp_embedding_backward(const TPGroup* g, floatX* dwte, floatX* dwpe, float* scratch, const floatX* dout,
                                   const int* inp, const int* inp_host, int Vp, int B, int T, int C, cudaStream_t s) {
     int Vl = Vp / g->size;
+    if (g->sequence_parallel) {
+        comm_all_gather(g->comm, GROUP_TP, dout, g->full, (size_t)B * T * C / g->size, s);
+        dout = g->full;
+    }
     encoder_backward_range(dwte, dwpe, scratch, dout, inp, inp_host, g->rank * Vl, Vl, B, T, C, s);
 }
 

@@ -81,7 +81,9 @@ typedef enum {
 
 // how Megatron tensor parallelism splits a tensor over the tp ranks (Shoeybi et al. 2019, sec. 3)
 typedef enum {
-    TP_REPLICATED,  // every tp rank holds all of it (LayerNorms, wpe, biases of row-parallel layers)
+    TP_REPLICATED,  // every tp rank holds all of it (wpe, biases of row-parallel layers)
+    TP_NORM,        // replicated too (the LayerNorms), but with sequence parallelism each tp rank normalises
+                    // its own tokens, so its gradient is a partial sum, all-reduced over tp (llm/dp.h)
     TP_QKV_HEADS,   // output rows in head groups: rank r holds heads [r NH/T, (r+1) NH/T) of q, k and v
     TP_ROWS,        // output rows (column-parallel linear: fc)
     TP_COLS,        // input columns (row-parallel linear: attproj, fcproj)
@@ -107,21 +109,24 @@ static const TensorInfo TENSORS[NUM_TENSORS] = {
     //  name      per_layer rows     cols    decay init                  tp split
     {"wte",      0, DIM_VP,   DIM_C,  1, INIT_NORMAL,          TP_VOCAB},
     {"wpe",      0, DIM_MAXT, DIM_C,  1, INIT_NORMAL,          TP_REPLICATED},
-    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},
-    {"ln1b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
+    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
+    {"ln1b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
     {"qkvw",     1, DIM_3C,   DIM_C,  1, INIT_NORMAL,          TP_QKV_HEADS},
     {"qkvb",     1, DIM_3C,   DIM_1,  0, INIT_ZEROS,           TP_QKV_HEADS},
     {"attprojw", 1, DIM_C,    DIM_C,  1, INIT_NORMAL_RESIDUAL, TP_COLS},
     {"attprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
-    {"ln2w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},
-    {"ln2b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
+    {"ln2w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
+    {"ln2b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
     {"fcw",      1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_ROWS},
     {"fcb",      1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_ROWS},
     {"fcprojw",  1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_COLS},
     {"fcprojb",  1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
-    {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},
-    {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
+    {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
+    {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
 };
+
+// every tp rank holds all of tensor t (the same values on every rank)
+static inline int tp_replicated(int t) { return TENSORS[t].tp == TP_REPLICATED || TENSORS[t].tp == TP_NORM; }
 
 static inline size_t dim_value(GPTConfig c, Dim d) {
     switch (d) {
@@ -176,7 +181,7 @@ typedef struct {
 //                 the shard is itself a fused (3 C/T, cols) qkv of NH/T heads
 //   TP_ROWS, TP_VOCAB   rows [r rows/T, (r+1) rows/T)
 //   TP_COLS       columns [r cols/T, (r+1) cols/T) of every row
-//   TP_REPLICATED all of it
+//   TP_REPLICATED, TP_NORM  all of it
 
 static inline size_t shard_rows(GPTConfig c, int t, int tp) {
     size_t rows = dim_value(c, TENSORS[t].rows);

@@ -153,23 +153,49 @@ def tp_ledger(name, report):
     fcproj) and 2 in the backward (f before QKV and fc), plus one for the vocabulary-parallel embedding
     and one for the LM head's input gradient; the vocabulary-parallel cross-entropy all-gathers 3 floats
     per token and rank; the gradient norm adds one 4-byte all-reduce. Sent: 2(t-1)/t of an all-reduce's
-    payload, (t-1)/t of an all-gather's (ring)."""
+    payload, (t-1)/t of an all-gather's or reduce-scatter's (ring).
+    With sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) each all-reduce becomes a reduce-
+    scatter plus an all-gather of the same (B,T,C): per layer, forward 2 all-gathers (QKV's and fc's
+    inputs) and 2 reduce-scatters (attproj's and fcproj's outputs), backward 2 all-gathers (the output
+    gradients of fcproj and attproj), 2 reduce-scatters (the input gradients of fc and QKV) and 2 more
+    all-gathers (QKV's and fc's inputs again, for their weight gradients: not kept); the head: an
+    all-gather forward, one again and a reduce-scatter backward; the embedding: a reduce-scatter
+    forward, an all-gather backward. And one all-reduce of the LayerNorms' gradient pieces each rank
+    owns: over the dp group, the LayerNorms' (2L + 1) 2C values (under DDP every dp rank owns them all)."""
     r = json.load(open(report))
     t, L, B, T, C, x, accum = r["tp"], r["L"], r["B"], r["T"], r["C"], r["bytes_per_value"], r["grad_accum"]
-    ar_calls, ar_bytes = accum * (4 * L + 2) + 1, accum * (4 * L + 2) * B * T * C * x + 4
-    ag_calls, ag_bytes = accum, accum * 3 * B * T * 4 * t
-    want_sent = 2.0 * (t - 1) / t * ar_bytes + (t - 1.0) / t * ag_bytes
+    sp = r.get("sequence_parallel", 0)
+    BTC = B * T * C * x
+    ce = 3 * B * T * 4 * t  # the cross-entropy's row states, all-gathered
+    if sp:
+        want = {"all_gather": (accum * (6 * L + 4), accum * ((6 * L + 3) * BTC + ce)),
+                "reduce_scatter": (accum * (4 * L + 2), accum * (4 * L + 2) * BTC)}
+    else:
+        want = {"all_reduce": (accum * (4 * L + 2) + 1, accum * (4 * L + 2) * BTC + 4), "all_gather": (accum, accum * ce)}
+    norms = 0.0  # sp: the LayerNorm gradients all-reduced by the ranks of tp rank 0, summed
     for rk in r["ranks"]:
         rows = {row["kind"]: row for row in rk["ledger_step"]["rows"] if row["group"] == "tp"}
         got = {k: (v["calls"], v["payload_bytes"]) for k, v in rows.items()}
-        want = {"all_reduce": (ar_calls, ar_bytes), "all_gather": (ag_calls, ag_bytes)}
+        if sp:
+            ar = got.pop("all_reduce", (0, 0))
+            if ar[0] not in (1, 2) or (ar[0] == 2) != (ar[1] > 4):
+                return False, "%s: rank %d tp all-reduces per step %s, expected the norm's and at most one of LayerNorm gradients" % (name, rk["rank"], ar)
+            if rk["rank"] % t == 0:
+                norms += ar[1] - 4
         if got != want:
             return False, "%s: rank %d tp calls and payload per step %s, expected %s" % (name, rk["rank"], got, want)
+        sent_want = sum((2.0 if k == "all_reduce" else 1.0) * (t - 1) / t * rows[k]["payload_bytes"] for k in rows)
         sent = sum(v["sent_bytes"] for v in rows.values())
-        if abs(sent - want_sent) > 1.0:
-            return False, "%s: rank %d sent %.1f B on tp per step, expected %.1f B" % (name, rk["rank"], sent, want_sent)
-    return True, ("%s: tp per step: %d all-reduces, %d B = %d micro-batches x (4L + 2) x BTC x %d B + 4; %d all-gathers, "
-                  "%d B; sent %.0f B" % (name, ar_calls, ar_bytes, accum, x, ag_calls, ag_bytes, want_sent))
+        if abs(sent - sent_want) > 1.0:
+            return False, "%s: rank %d sent %.1f B on tp per step, expected %.1f B" % (name, rk["rank"], sent, sent_want)
+    # DDP: every dp rank owns all of them; ZeRO: the dp ranks' pieces add up to them once
+    owners = r["dp"] if r["stage"] == 0 else 1
+    if sp and norms != owners * (2 * L + 1) * 2 * C * x:
+        return False, "%s: LayerNorm gradients all-reduced over tp: %d B over the dp group, expected %d x (2L+1) 2C x %d = %d B" % (
+            name, norms, owners, x, owners * (2 * L + 1) * 2 * C * x)
+    per_layer = "6 all-gathers + 4 reduce-scatters of BTC (10 BTC (t-1)/t sent)" if sp else "4 all-reduces of BTC (8 BTC (t-1)/t sent)"
+    return True, "%s: tp per step %s; per layer and micro-batch %s" % (
+        name, " ".join("%s %d calls %d B" % (k, v[0], v[1]) for k, v in sorted(want.items())), per_layer)
 
 
 def order(name, report):
