@@ -16,8 +16,9 @@
 #     a run with clipping (--grad-clip 0.5 < the norms, ~2) checks it through the update too.
 #  1b. tp 2 with --recompute selective and full: the same bytes as without (the same kernels and
 #     collectives rerun on the same inputs).
-#  2. The samples printed during training are the same text as one process's (the gathered logits of
-#     the KV-cache sampler, llm/sampler.h), and the same for every tp layout.
+#  2. The samples printed during training and the greedy answers of the exact-match evaluation
+#     (--eval-file) are the same text as one process's (the gathered logits of the KV-cache sampler,
+#     llm/sampler.h).
 #  3. Memory: each rank's parameters + gradients + optimizer state (the tagged allocator) against the
 #     ZeRO paper's Table 1 with Psi = the parameters of one tp rank's shards; the activations per
 #     layer against Korthikanti et al. 2022 sec. 4.2.1 adapted (llm/report.h), measured == formula.
@@ -62,7 +63,8 @@ D="$tmp/data"
 # builds need multiples of 8), and the padded vocabulary Vp = 384 into 192 or 96 rows
 common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
         -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1
-        --val-every 2 --val-steps 1 --sample-every 2 --sample-len 6 --checkpoint-every 2)
+        --val-every 2 --val-steps 1 --sample-every 2 --sample-len 6 --checkpoint-every 2
+        --eval-file "$D/addition_test.bin")
 
 # train NAME NP BIN ARGS...: a run into $tmp/NAME (NP 0: one process without mpirun); log in $LOG/NAME.log
 train() {
@@ -75,11 +77,13 @@ train() {
     [ $rc -eq 0 ] || bad "$name: exit $rc (see $LOG/$name.log): $(tail -2 "$LOG/$name.log" | tr '\n' ' ')"
     return $rc
 }
-samples() { grep -a '^sample' "$1" | md5sum | cut -c1-12; }
+# the sampled text and the greedy answers of the exact-match evaluation (its first 8 examples)
+samples() { grep -a -E '^sample|^  .* -> ' "$1" | md5sum | cut -c1-12; }
 same_samples() {  # NAME RUN REF
     local a b
     a=$(samples "$LOG/$2.log"); b=$(samples "$LOG/$3.log")
-    if [ "$a" = "$b" ] && [ "$(grep -ac '^sample' "$LOG/$2.log")" -gt 0 ]; then ok "$1: samples the same text ($(grep -ac '^sample' "$LOG/$2.log") lines)"
+    if [ "$a" = "$b" ] && [ "$(grep -ac '^sample' "$LOG/$2.log")" -gt 0 ] && [ "$(grep -ac ' -> ' "$LOG/$2.log")" -gt 0 ]; then
+        ok "$1: samples and exact-match answers the same text ($(grep -ac -E '^sample|^  .* -> ' "$LOG/$2.log") lines)"
     else bad "$1: samples differ ($LOG/$2.log vs $LOG/$3.log)"; fi
 }
 
