@@ -73,6 +73,11 @@ int main(int argc, char** argv) {
     if (T > cfg.max_seq_len) {
         fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg.max_seq_len, T);
     }
+    char tp_err[256];
+    if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err))) {  // before anything is allocated
+        if (rank0) fprintf(stderr, "error: %s\n", tp_err);
+        comm_exit(&comm, EXIT_FAILURE);
+    }
 
     // 3. data, checked before anything large is allocated; dp rank r reads its slice of every batch
     DataLoader train_loader, val_loader;
@@ -92,10 +97,11 @@ int main(int argc, char** argv) {
     // (llm/gpt.h), and the sampler
     DataParallel dp;
     dp_init(&dp, &comm, cfg, args.zero);
+    dp.sequence_parallel = args.sequence_parallel && comm.tp > 1;  // the LayerNorms' gradients are partial sums
     Stage stage;
-    stage_init(&stage, &dp.lay, &dp.hooks, stage_range_all(cfg), B, T, (Recompute)args.recompute, 1);
+    stage_init(&stage, &dp.lay, &dp.hooks, tp_group(dp.comm, args.sequence_parallel), stage_range_all(cfg), B, T, (Recompute)args.recompute, 1);
     Sampler sampler;
-    sampler_init(&sampler, &dp.lay, &dp.hooks);
+    sampler_init(&sampler, &dp.lay, &dp.hooks, dp.comm);
     int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));
     int steps = args.steps;
     if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));

@@ -3,10 +3,14 @@
 // model FLOPs utilisation (MFU). Random tokens, a fresh GPT-2 init, one process (the data-parallel
 // policy over one rank, as the trainer runs it). Builds as the CPU build (build/bench_cpu,
 // `make bench-cpu`, `make bench-recompute`) and the CUDA build (build/bench_gpu, scripts/gpu_check.sh).
-//   bench MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,...]]
+//   bench MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]
 // RECOMPUTE: a comma-separated list of none, selective, full (default none); each is timed in turn,
 // in this one process, and the step times are printed as ratios to the first, beside the expected
 // cost from the FLOPs each recomputes.
+// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/tensor_parallel.h);
+// rank 0 prints, and each step's time spent inside the tp group's blocking collectives (the host time
+// in comm.h: in the CPU build the collectives' whole duration, waiting for the other rank included)
+// is printed beside the step (dev/bench_tp.sh compares tp 2 with tp 1 in one run).
 // MFU counts the model FLOPs of a training step as in the PaLM paper (appendix B):
 //   6 N per token for the matmuls with N the non-embedding parameters plus the LM head (Vp*C),
 //   plus 6 L T C per token for attention's QK^T and AV (forward 2 L T C, backward twice that),
@@ -30,8 +34,8 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char** argv) {
-    if (argc < 5 || argc > 7) {
-        fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,...]]\n", argv[0]);
+    if (argc < 5 || argc > 8) {
+        fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]\n", argv[0]);
         return 1;
     }
     double peak_tflops = argc >= 6 ? atof(argv[5]) : 0.0;
@@ -40,7 +44,8 @@ int main(int argc, char** argv) {
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
     if (B <= 0 || T <= 0 || T > cfg.max_seq_len || steps <= 0) fatal("bench: bad B=%d T=%d steps=%d", B, T, steps);
     std::vector<Recompute> modes;
-    const char* list = argc == 7 ? argv[6] : "none";
+    const char* list = argc >= 7 ? argv[6] : "none";
+    int tp = argc == 8 ? atoi(argv[7]) : 1;
     for (const char* p = list; *p;) {
         const char* e = strchr(p, ',');
         size_t len = e ? (size_t)(e - p) : strlen(p);
@@ -51,8 +56,11 @@ int main(int argc, char** argv) {
         p += len + (e ? 1 : 0);
     }
     Comm comm;
-    comm_init(&comm, &argc, &argv, 1, 1, 1);
+    comm_init(&comm, &argc, &argv, 1, tp, 1);
     context_init();
+    int rank0 = comm.world_rank == 0;
+    char tp_err[256];
+    if (tp_layout_error(cfg, tp, tp_err, sizeof(tp_err))) fatal("bench: %s", tp_err);
     DataParallel dp;
     dp_init(&dp, &comm, cfg, 0);
     float* p = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
@@ -64,9 +72,10 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("bench: L=%d NH=%d C=%d maxT=%d V=%d (Vp %d), %.1fM parameters, B=%d T=%d, %s %s, %d OpenMP threads, %d steps (+1 warm-up)\n",
-           cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
-           dp.lay.num_parameters / 1e6, B, T, LLM_BUILD_CPU ? "CPU" : "CUDA", PRECISION_MODE, threads, steps);
+    if (rank0) printf("bench: L=%d NH=%d C=%d maxT=%d V=%d (Vp %d), %.1fM parameters, B=%d T=%d, %s %s, %d OpenMP threads, "
+                      "tp %d, %d steps (+1 warm-up)\n", cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len,
+                      cfg.vocab_size, cfg.padded_vocab_size, dp.lay.num_parameters / 1e6, B, T,
+                      LLM_BUILD_CPU ? "CPU" : "CUDA", PRECISION_MODE, threads, tp, steps);
     // model FLOPs per token (PaLM appendix B) and what each recompute policy adds
     double L = cfg.num_layers, C = cfg.channels, Tt = T;
     double n_blocks = L * (12 * C * C + 13 * C);                 // the blocks' parameters
@@ -81,11 +90,11 @@ int main(int argc, char** argv) {
     for (size_t mi = 0; mi < modes.size(); mi++) {
         Recompute r = modes[mi];
         Stage st;
-        stage_init(&st, &dp.lay, &dp.hooks, stage_range_all(cfg), B, T, r, 1);
-        std::vector<double> tf, tb, to, tt;
+        stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, r, 1);
+        std::vector<double> tf, tb, to, tt, ttp;
         for (int s = 0; s <= steps; s++) {
             for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_u64(&rng) % cfg.vocab_size); y[i] = (int)(rng_u64(&rng) % cfg.vocab_size); }
-            double t0 = wall_ms();
+            double t0 = wall_ms(), tp0 = comm.blocking_ms[GROUP_TP];
             dp_step_begin(&dp);
             dp_micro_begin(&dp, 0, 1);
             stage_forward(&st, 0, x.data(), NULL, y.data(), 1.0f / (B * T));
@@ -102,18 +111,22 @@ int main(int argc, char** argv) {
             double t3 = wall_ms();
             if (s == 0) continue;  // warm-up
             tf.push_back(t1 - t0); tb.push_back(t2 - t1); to.push_back(t3 - t2); tt.push_back(t3 - t0);
-            printf("  [%s] step %d: %.1f ms (loss %.4f)\n", recompute_name(r), s, t3 - t0, loss);
+            ttp.push_back(comm.blocking_ms[GROUP_TP] - tp0);
+            if (rank0) printf("  [%s] step %d: %.1f ms (loss %.4f)\n", recompute_name(r), s, t3 - t0, loss);
         }
         double ms = median(tt), tok_s = B * T / (ms / 1e3);
         if (mi == 0) base_ms = ms;
-        printf("recompute %-9s median step %.1f ms | forward %.1f ms | backward %.1f ms | optimizer %.1f ms | %.0f tok/s | %.2f TFLOP/s",
-               recompute_name(r), ms, median(tf), median(tb), median(to), tok_s, tok_s * flops_per_token / 1e12);
-        if (peak_tflops > 0) printf(" | MFU %.1f%% of %.0f TFLOP/s", 100.0 * tok_s * flops_per_token / 1e12 / peak_tflops, peak_tflops);
-        printf("\n");
-        printf("recompute %-9s step time / %s's: %.3f | expected from the FLOPs: %.3f | activations per layer: %zu B measured, %.0f B predicted\n",
-               recompute_name(r), recompute_name(modes[0]), ms / base_ms,
-               (flops_per_token + extra[r]) / (flops_per_token + extra[modes[0]]), st.layer_act_bytes,
-               activation_formula_bytes(cfg, B, T, r));
+        if (rank0) {
+            printf("recompute %-9s median step %.1f ms | forward %.1f ms | backward %.1f ms | optimizer %.1f ms | %.0f tok/s | %.2f TFLOP/s",
+                   recompute_name(r), ms, median(tf), median(tb), median(to), tok_s, tok_s * flops_per_token / 1e12);
+            if (peak_tflops > 0) printf(" | MFU %.1f%% of %.0f TFLOP/s", 100.0 * tok_s * flops_per_token / 1e12 / peak_tflops, peak_tflops);
+            if (tp > 1) printf(" | tp collectives %.1f ms (%.1f%%)", median(ttp), 100.0 * median(ttp) / ms);
+            printf("\n");
+            printf("recompute %-9s step time / %s's: %.3f | expected from the FLOPs: %.3f | activations per layer: %zu B measured, %.0f B predicted\n",
+                   recompute_name(r), recompute_name(modes[0]), ms / base_ms,
+                   (flops_per_token + extra[r]) / (flops_per_token + extra[modes[0]]), st.layer_act_bytes,
+                   activation_formula_bytes(cfg, B, T, r, tp, 0));
+        }
         stage_free(&st);
     }
     dp_free(&dp);

@@ -28,6 +28,7 @@ typedef struct {
     const char* report_json;    // memory and communication report, or NULL
     int debug_die_at_step;      // a rank exits(1) at this step (the failure test), 0 = never
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/block.h)
+    int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/tensor_parallel.h)
 } Args;
 
 typedef struct {
@@ -62,7 +63,8 @@ static const FlagDoc FLAGS[] = {
     {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
     {"--dp", 0, "data-parallel ranks (default: the world size / (tp*pp)); world size = dp*tp*pp"},
-    {"--tp", 0, "tensor-parallel ranks (default 1; > 1 not implemented yet)"},
+    {"--tp", 0, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/tensor_parallel.h)"},
+    {"--sequence-parallel", 0, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
     {"--pp", 0, "pipeline-parallel stages (default 1; > 1 not implemented yet)"},
     {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
@@ -119,6 +121,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->seed = 1337; a->shuffle = 1;
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
     a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0; a->recompute = 0;
+    a->sequence_parallel = 0;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
@@ -163,6 +166,10 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--zero")) a->zero = parse_int_flag(name, v);
         else if (!strcmp(name, "--report-json")) a->report_json = v;
         else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
+        else if (!strcmp(name, "--sequence-parallel")) {
+            a->sequence_parallel = parse_int_flag(name, v);
+            if (a->sequence_parallel != 0 && a->sequence_parallel != 1) fatal("--sequence-parallel: expected 0 or 1, found %s", v);
+        }
         else if (!strcmp(name, "--recompute")) {
             if (!strcmp(v, "none")) a->recompute = 0;
             else if (!strcmp(v, "selective")) a->recompute = 1;
@@ -192,9 +199,11 @@ static void args_check_layout(Args* a, Comm* c) {
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
     if (a->zero < 0 || a->zero > 3) {
         snprintf(err, sizeof(err), "--zero: expected a ZeRO stage 0 (DDP), 1, 2 or 3, found %d", a->zero);
-    } else if (c->tp > 1 || c->pp > 1) {
-        snprintf(err, sizeof(err), "--tp %d --pp %d: tensor and pipeline parallelism are not implemented yet "
-                 "(later issue); expected --tp 1 --pp 1", c->tp, c->pp);
+    } else if (a->sequence_parallel && c->tp > 1 && a->T % c->tp != 0) {
+        snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
+                 a->T, c->tp);
+    } else if (c->pp > 1) {
+        snprintf(err, sizeof(err), "--pp %d: pipeline parallelism is not implemented yet (later issue); expected --pp 1", c->pp);
     } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
         if (c->dp == 1) {
             snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",

@@ -74,7 +74,26 @@ typedef struct {
     floatX* fch_gelu;   // (B,T,4C)
 } BlockActs;
 
-// the fields of BlockActs with their sizes and the policies that keep them (the table above)
+// the linear layers of a block, and the part of the attention a rank runs: with tensor parallelism
+// (llm/tensor_parallel.h) QKV and fc are column-parallel, attproj and fcproj row-parallel, and the
+// attention core runs on the rank's NH/T heads (heads) of hs channels, heads * hs = att_c channels
+typedef struct {
+    LinearSpec qkv, attproj, fc, fcproj;
+    int heads, att_c;
+} BlockLinears;
+
+static BlockLinears block_linears(GPTConfig c, TPGroup g) {
+    int C = c.channels;
+    BlockLinears l = {linear_spec_tp("qkv", C, 3 * C, 0, LINEAR_COLUMN_PARALLEL, g),
+                      linear_spec_tp("attproj", C, C, 0, LINEAR_ROW_PARALLEL, g),
+                      linear_spec_tp("fc", C, 4 * C, 1, LINEAR_COLUMN_PARALLEL, g),
+                      linear_spec_tp("fcproj", 4 * C, C, 0, LINEAR_ROW_PARALLEL, g), c.num_heads / g.size,
+                      C / g.size};
+    return l;
+}
+
+// the fields of BlockActs with their sizes and the policies that keep them (the table above; with
+// tensor parallelism the attention fields and fc's outputs are the rank's part)
 typedef struct {
     void** ptr;
     size_t count;
@@ -83,17 +102,19 @@ typedef struct {
 } ActField;
 
 #define BLOCK_ACT_FIELDS 13
-static void block_act_fields(BlockActs* a, GPTConfig c, int B, int T, ActField* f /*(BLOCK_ACT_FIELDS)*/) {
-    size_t BT = (size_t)B * T, C = c.channels, NH = c.num_heads;
-    size_t qkvr = LLM_HAS_KERNELS ? 3 * BT * C : 0;  // the CPU reference attention works on qkv directly
+static void block_act_fields(BlockActs* a, const BlockLinears* lin, int B, int T, ActField* f /*(BLOCK_ACT_FIELDS)*/) {
+    size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, NH = (size_t)lin->heads;
+    size_t R = (size_t)tp_rows(&lin->qkv.tp, (int)BT);  // the tokens of the sequence-parallel regions
+    size_t F = (size_t)lin->fc.out_local;  // 4C / T
+    size_t qkvr = LLM_HAS_KERNELS ? 3 * BT * Ca : 0;  // the CPU reference attention works on qkv directly
     ActField fields[BLOCK_ACT_FIELDS] = {
-        {(void**)&a->ln1, BT * C, 0, {1, 0, 0}},         {(void**)&a->ln1_mean, BT, 1, {1, 0, 0}},
-        {(void**)&a->ln1_rstd, BT, 1, {1, 0, 0}},        {(void**)&a->qkv, 3 * BT * C, 0, {1, 1, 0}},
+        {(void**)&a->ln1, R * C, 0, {1, 0, 0}},          {(void**)&a->ln1_mean, R, 1, {1, 0, 0}},
+        {(void**)&a->ln1_rstd, R, 1, {1, 0, 0}},         {(void**)&a->qkv, 3 * BT * Ca, 0, {1, 1, 0}},
         {(void**)&a->qkvr, qkvr, 0, {1, 0, 0}},          {(void**)&a->att, (size_t)B * NH * T * T, 0, {1, 0, 0}},
-        {(void**)&a->atty, BT * C, 0, {1, 0, 0}},        {(void**)&a->residual2, BT * C, 0, {1, 1, 0}},
-        {(void**)&a->ln2, BT * C, 0, {1, 0, 0}},         {(void**)&a->ln2_mean, BT, 1, {1, 0, 0}},
-        {(void**)&a->ln2_rstd, BT, 1, {1, 0, 0}},        {(void**)&a->fch, 4 * BT * C, 0, {1, 1, 0}},
-        {(void**)&a->fch_gelu, 4 * BT * C, 0, {1, 1, 0}},
+        {(void**)&a->atty, BT * Ca, 0, {1, 0, 0}},       {(void**)&a->residual2, R * C, 0, {1, 1, 0}},
+        {(void**)&a->ln2, R * C, 0, {1, 0, 0}},          {(void**)&a->ln2_mean, R, 1, {1, 0, 0}},
+        {(void**)&a->ln2_rstd, R, 1, {1, 0, 0}},         {(void**)&a->fch, BT * F, 0, {1, 1, 0}},
+        {(void**)&a->fch_gelu, BT * F, 0, {1, 1, 0}},
     };
     memcpy(f, fields, sizeof(fields));
 }
@@ -120,31 +141,19 @@ static void* carve_fields(ActField* f, int n, Recompute r, int keep, MemKind kin
 }
 
 // the fields of a block's activations that r keeps (keep = 1) or not (keep = 0), in one allocation
-static void* block_acts_carve(BlockActs* a, GPTConfig c, int B, int T, Recompute r, int keep, MemKind kind) {
+static void* block_acts_carve(BlockActs* a, const BlockLinears* lin, int B, int T, Recompute r, int keep, MemKind kind) {
     ActField f[BLOCK_ACT_FIELDS];
-    block_act_fields(a, c, B, T, f);
+    block_act_fields(a, lin, B, T, f);
     return carve_fields(f, BLOCK_ACT_FIELDS, r, keep, kind);
 }
 
 // the fields `r` does not keep, pointed at the shared recompute buffer `shared` (carved the same way)
-static void block_acts_share(BlockActs* a, const BlockActs* shared, GPTConfig c, int B, int T, Recompute r) {
+static void block_acts_share(BlockActs* a, const BlockActs* shared, const BlockLinears* lin, int B, int T, Recompute r) {
     ActField f[BLOCK_ACT_FIELDS], g[BLOCK_ACT_FIELDS];
     BlockActs s = *shared;
-    block_act_fields(a, c, B, T, f);
-    block_act_fields(&s, c, B, T, g);
+    block_act_fields(a, lin, B, T, f);
+    block_act_fields(&s, lin, B, T, g);
     for (int i = 0; i < BLOCK_ACT_FIELDS; i++) if (!f[i].kept[r]) *f[i].ptr = *g[i].ptr;
-}
-
-// the linear layers of a block
-typedef struct {
-    LinearSpec qkv, attproj, fc, fcproj;
-} BlockLinears;
-
-static BlockLinears block_linears(GPTConfig c) {
-    int C = c.channels;
-    BlockLinears l = {linear_spec("qkv", C, 3 * C, 0), linear_spec("attproj", C, C, 0), linear_spec("fc", C, 4 * C, 1),
-                      linear_spec("fcproj", 4 * C, C, 0)};
-    return l;
 }
 
 // what a block borrows during one call; shared by every block of a stage (workspace)
@@ -164,47 +173,48 @@ typedef struct {
 // forward and backward
 
 static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a, const BlockBuffers* buf,
-                          const floatX* x_in /*(B,T,C)*/, floatX* x_out /*(B,T,C)*/, int B, int T, cudaStream_t s) {
-    int C = c.channels, NH = c.num_heads, BT = B * T;
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, BT, C, s);
+                          const floatX* x_in /*(R,C)*/, floatX* x_out /*(R,C)*/, int B, int T, cudaStream_t s) {
+    int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
     linear_forward(&lin->qkv, a->qkv, NULL, a->ln1, w.qkvw, w.qkvb, BT, s);
-    attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, C, NH, s);
+    attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, lin->att_c, lin->heads, s);
     linear_forward(&lin->attproj, buf->proj, NULL, a->atty, w.attprojw, w.attprojb, BT, s);
     fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
-                                     BT, C, s);
+                                     R, C, s);
     linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
     linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
-    residual_forward(x_out, a->residual2, buf->proj, (size_t)BT * C, s);
+    residual_forward(x_out, a->residual2, buf->proj, (size_t)R * C, s);
 }
 
 // refills the fields policy r did not keep, for the backward of this block (same kernels, same inputs)
 static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a,
                             const BlockBuffers* buf, const floatX* x_in, int B, int T, cudaStream_t s) {
-    int C = c.channels, NH = c.num_heads, BT = B * T;
+    int C = c.channels, R = tp_rows(&lin->qkv.tp, B * T);
     if (r == RECOMPUTE_FULL) {
         block_forward(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, s);
     } else if (r == RECOMPUTE_SELECTIVE) {
-        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, BT, C, s);
-        attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, C, NH, s);
+        layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
+        attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, lin->att_c, lin->heads, s);
         // the forward's fused kernel normalised the rounded residual2: the plain LayerNorm of it is the same
-        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, BT, C, s);
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, R, C, s);
     }
 }
 
 // dx: on entry the gradient of x_out, on return the gradient of x_in. gw: where the parameter
 // gradients accumulate (+=). The activations must be complete (block_recompute first).
 static void block_backward(const BlockLinears* lin, GPTConfig c, LayerTensors w, LayerTensors gw, const BlockActs* a,
-                           const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(B,T,C)*/, int B, int T,
+                           const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(R,C)*/, int B, int T,
                            cudaStream_t s) {
-    int C = c.channels, NH = c.num_heads, BT = B * T;
+    int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
     // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dbuf_4c = d fch
     linear_backward(&lin->fcproj, buf->dbuf_4c, gw.fcprojw, gw.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
     linear_backward(&lin->fc, buf->dbuf_c, gw.fcw, gw.fcb, buf->dbuf_4c, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
     layernorm_backward(dx, gw.ln2w, gw.ln2b, buf->scratch, buf->dbuf_c, a->residual2, w.ln2w, a->ln2_mean, a->ln2_rstd,
-                       BT, C, s);
+                       R, C, s);
     // dx is now the gradient of residual2 = x_in + attproj
     linear_backward(&lin->attproj, buf->dbuf_c, gw.attprojw, gw.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
-    attention_backward(buf->dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T, C, NH, s);
+    attention_backward(buf->dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T,
+                       lin->att_c, lin->heads, s);
     linear_backward(&lin->qkv, buf->dbuf_c, gw.qkvw, gw.qkvb, buf->dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
-    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, BT, C, s);
+    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, R, C, s);
 }

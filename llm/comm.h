@@ -224,6 +224,8 @@ typedef struct {
     double init_ms;   // how long MPI_Init took (0 when MPI was already initialized, or without MPI)
     CommLedger ledger;
     double wait_ms;         // wait time measured and not yet taken (comm_take_wait_ms)
+    double blocking_ms[COMM_NUM_GROUPS];  // host time inside blocking collectives, per group (CPU build:
+                                          // their whole duration; NCCL: the time to enqueue them only)
     long long waits_untimed;  // NCCL: waits whose completion event had been reused (not timed)
 #if COMM_MPI
     MPI_Comm mpi[COMM_NUM_GROUPS];  // world is a duplicate of MPI_COMM_WORLD
@@ -686,8 +688,8 @@ static inline int comm_stream_end(Comm* c) {
 
 // n: elements of all_reduce / broadcast / send / recv; the block (per-rank) count of reduce_scatter
 // and all_gather. peer: the root of broadcast, the destination of send, the source of recv.
-static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
-                           CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking) {
+static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
+                                CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking) {
     CommHandle h;
     memset(&h, 0, sizeof(h));
 #if COMM_MPI && !COMM_NCCL
@@ -821,6 +823,15 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
     (void)op; (void)stream; (void)nonblocking;
     fatal("%s: a group of %d ranks in a build without MPI", name, N);  // unreachable: every group has one rank
 #endif
+    return h;
+}
+
+// every collective: the body above, the host time of the blocking ones counted per group
+static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
+                           CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking) {
+    double t0 = wall_ms();
+    CommHandle h = comm_run_body(c, kind, g, send, recv, n, dt, op, peer, stream, nonblocking);
+    if (!nonblocking) c->blocking_ms[g] += wall_ms() - t0;  // (g was checked by the body)
     return h;
 }
 

@@ -50,6 +50,8 @@ typedef struct {
     CommQueue grad_queue;   // gradient all-reduces (stage 0) or reduce-scatters (1-3) in flight
     int last_micro;         // 1 in the step's last micro-batch: its backward communicates
     DpTrace trace;          // this step's data-parallel operations, in order (llm/ddp.h)
+    int sequence_parallel;  // 1: the TP_NORM tensors' gradients are partial sums over the tp ranks' tokens,
+                            // all-reduced over tp in dp_finish_grads (set by the caller after dp_init)
     ParamHooks hooks;       // what the model calls
 } DataParallel;
 
@@ -126,7 +128,7 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) {
     dp->comm = comm;
     dp->dp = comm_group_size(comm, GROUP_DP);
     dp->rank = comm_group_rank(comm, GROUP_DP);
-    layout_init(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp);
+    layout_init_tp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp, comm_group_size(comm, GROUP_TP), comm_group_rank(comm, GROUP_TP));
     if (stage > 0) zero_init(&dp->z, &dp->lay, stage, dp->dp, dp->rank);
     dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
@@ -229,31 +231,50 @@ static void dp_import_moments(DataParallel* dp, const float* m, const float* v) 
     free(mine);
 }
 
+// packed (this tp rank's shards, host FP32) into the whole model in checkpoint order: with tp > 1 the
+// tp group all-gathers the packed shards (every rank of the tp group must call it) and each rank's
+// shards go to their places (the replicated tensors are the same on every tp rank)
+static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float* ckpt) {
+    const ParamLayout* lay = &dp->lay;
+    if (lay->tp == 1) { layout_to_checkpoint(lay, packed, ckpt); return; }
+    size_t n = lay->packed_size;
+    float* dev = (float*)device_malloc((size_t)(lay->tp + 1) * n * sizeof(float), MEM_COMM);
+    float* all = (float*)mallocCheck((size_t)lay->tp * n * sizeof(float));
+    copy_to_device(dev + (size_t)lay->tp * n, packed, n * sizeof(float));
+    comm_all_gather(dp->comm, GROUP_TP, dev + (size_t)lay->tp * n, dev, n, llm_ctx.stream);
+    device_synchronize();
+    copy_to_host(all, dev, (size_t)lay->tp * n * sizeof(float));
+    for (int r = 0; r < lay->tp; r++) layout_to_checkpoint_rank(lay, r, all + (size_t)r * n, ckpt);
+    free(all);
+    device_free(dev);
+}
+
 // The whole model's parameters (the FP32 master weights in BF16 builds) and moments, FP32 on the host
-// in checkpoint order (Psi each; m and v may be NULL). Every rank of the dp group must call it.
+// in checkpoint order (Psi each; m and v may be NULL). Every rank of the dp and tp groups must call it.
 static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
     float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
     if (dp->opt.master) dp_gather_to_packed(dp, dp->opt.master, 0, packed);
     else if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);  // every rank has them all
     else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
-    layout_to_checkpoint(&dp->lay, packed, params);
+    dp_packed_to_checkpoint(dp, packed, params);
     float* dst[2] = {m, v};
     const float* src[2] = {dp->opt.m, dp->opt.v};
     for (int k = 0; k < 2; k++) {
         if (dst[k] == NULL) continue;
         dp_gather_to_packed(dp, src[k], 0, packed);
-        layout_to_checkpoint(&dp->lay, packed, dst[k]);
+        dp_packed_to_checkpoint(dp, packed, dst[k]);
     }
     free(packed);
 }
 
 // The parameters the model computes with, as they are (BF16 builds: the master rounded stochastically
-// at the last update), FP32 on the host in checkpoint order (Psi). Every rank of the dp group must call it.
+// at the last update), FP32 on the host in checkpoint order (Psi). Every rank of the dp and tp groups
+// must call it.
 static void dp_export_floatx(DataParallel* dp, float* params) {
     float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
     if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);
     else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
-    layout_to_checkpoint(&dp->lay, packed, params);
+    dp_packed_to_checkpoint(dp, packed, params);
     free(packed);
 }
 
@@ -285,10 +306,49 @@ static void dp_step_begin(DataParallel* dp) {
 // before each micro-batch: is it the step's last (whose backward communicates)?
 static void dp_micro_begin(DataParallel* dp, int micro, int num_micro) { dp->last_micro = micro == num_micro - 1; }
 
-// after the last backward: every gradient reduction waited
+// With sequence parallelism each tp rank's LayerNorm gradients cover its own tokens: the pieces of the
+// TP_NORM tensors this rank owns (the same positions on every tp rank: the tp ranks' layouts have the
+// same units and offsets) are summed over tp, packed into one all-reduce per step. Sums over dp and
+// over tp commute, so this can follow the dp reductions.
+static void dp_reduce_norm_grads_tp(DataParallel* dp) {
+    const ParamLayout* lay = &dp->lay;
+    cudaStream_t s = llm_ctx.stream;
+    int ts[NUM_TENSORS];
+    for (int pass = 0, total = 0; pass < 2; pass++) {  // pass 0: count; pass 1: pack, reduce, unpack
+        floatX* buf = pass ? (floatX*)device_malloc((size_t)total * sizeof(floatX), MEM_COMM) : NULL;
+        for (int dir = 0; dir < (pass ? 2 : 1); dir++) {
+            size_t at = 0;
+            for (int u = 0; u < lay->num_units; u++) {
+                size_t lo, hi;
+                dp_owned(dp, u, &lo, &hi);
+                int k = unit_tensors(lay, u, ts);
+                for (int j = 0; j < k; j++) {
+                    int t = ts[j];
+                    if (TENSORS[t].tp != TP_NORM) continue;
+                    size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
+                    if (a < lo) a = lo;
+                    if (e > hi) e = hi;
+                    if (a >= e) continue;
+                    floatX* g = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + dp_index(dp, u, a);
+                    if (pass == 1 && dir == 0) copy_device_to_device(buf + at, g, (e - a) * sizeof(floatX), s);
+                    if (pass == 1 && dir == 1) copy_device_to_device(g, buf + at, (e - a) * sizeof(floatX), s);
+                    at += e - a;
+                }
+            }
+            if (pass == 0) total = (int)at;
+            if (pass == 0 && total == 0) return;  // this dp rank owns no piece of a LayerNorm
+            if (pass == 1 && dir == 0 && total > 0) comm_all_reduce(dp->comm, GROUP_TP, buf, buf, (size_t)total, COMM_SUM, s);
+        }
+        if (pass == 1) device_free(buf);
+    }
+}
+
+// after the last backward: every gradient reduction waited (and, with sequence parallelism, the
+// LayerNorms' gradients summed over tp)
 static void dp_finish_grads(DataParallel* dp) {
     dp_trace(&dp->trace, 'E', -1);
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
+    if (dp->sequence_parallel && dp->lay.tp > 1) dp_reduce_norm_grads_tp(dp);
 }
 
 // the mean of x over the dp group
@@ -302,21 +362,42 @@ static float dp_mean(DataParallel* dp, float x) {
 
 // The global L2 norm of the averaged gradient: each rank's sum of squares of the gradient it owns
 // (stage 0: all of it; stage 1: its blocks of the full buffer; stages 2-3: its shard), summed over the
-// group: norm = sqrt(sum_r |g_r|^2). The pads are zero and add nothing.
+// group: norm = sqrt(sum_r |g_r|^2). The pads are zero and add nothing. With tensor parallelism the
+// split tensors' shards are disjoint and add up over the tp group too, while the replicated tensors
+// (LayerNorms, wpe, the row-parallel biases) are the same on every tp rank: only tp rank 0 counts them.
 static float dp_grad_norm(DataParallel* dp) {
     cudaStream_t s = llm_ctx.stream;
     AdamWState* st = &dp->opt;
+    const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
-    if (dp->stage == 0) {
-        global_norm_squared(st->norm, dp->grads, dp->lay.packed_size, s);
+    if (lay->tp > 1) {
+        int ts[NUM_TENSORS];
+        for (int u = 0; u < lay->num_units; u++) {
+            size_t lo, hi;
+            dp_owned(dp, u, &lo, &hi);
+            int k = unit_tensors(lay, u, ts);
+            for (int j = 0; j < k; j++) {  // the piece of tensor ts[j] inside [lo, hi), as in dp_update
+                int t = ts[j];
+                if (tp_replicated(t) && lay->tp_rank != 0) continue;
+                size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
+                if (a < lo) a = lo;
+                if (e > hi) e = hi;
+                if (a >= e) continue;
+                const floatX* g = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + dp_index(dp, u, a);
+                global_norm_squared(st->norm, g, e - a, s);
+            }
+        }
+    } else if (dp->stage == 0) {
+        global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
     } else if (dp->stage == 1) {
-        for (int u = 0; u < dp->lay.num_units; u++) {
-            global_norm_squared(st->norm, dp->grads + dp->lay.units[u].start + (size_t)dp->rank * dp->z.block[u], dp->z.block[u], s);
+        for (int u = 0; u < lay->num_units; u++) {
+            global_norm_squared(st->norm, dp->grads + lay->units[u].start + (size_t)dp->rank * dp->z.block[u], dp->z.block[u], s);
         }
     } else {
         global_norm_squared(st->norm, dp->grads_shard, dp->z.shard_size, s);
     }
     if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
+    if (lay->tp > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);
     float norm2;
     copy_to_host(&norm2, st->norm, sizeof(float));
     return sqrtf(norm2);
@@ -338,7 +419,7 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
         int k = unit_tensors(lay, u, ts);
         for (int j = 0; j < k; j++) {  // the piece of tensor ts[j] inside [lo, hi)
             int t = ts[j];
-            size_t a = lay->unit_offset[t], e = a + tensor_layer_size(lay->cfg, t);
+            size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
             if (a < lo) a = lo;
             if (e > hi) e = hi;
             if (a >= e) continue;

@@ -1,5 +1,8 @@
 // encoder.cuh: the GPT-2 input embedding, out[b,t,:] = wte[inp[b,t],:] + wpe[t,:], and its backward.
 // The backward is deterministic: every gradient element is summed in a fixed order.
+// The _range forms serve the vocabulary-parallel embedding (llm/tensor_parallel.h): wte holds only the
+// rows of tokens [v0, v0 + Vl); a token outside contributes zero (and gets no gradient here), and
+// wpe may be NULL (added by one tp rank only).
 #pragma once
 #include "common.h"
 
@@ -8,26 +11,28 @@
 
 static void encoder_forward_cpu(float* out,        // (B,T,C)
                                 const int* inp,    // (B,T) token ids
-                                const float* wte,  // (Vp,C)
-                                const float* wpe,  // (maxT,C)
-                                int B, int T, int C) {
+                                const float* wte,  // (Vl,C) the rows of tokens [v0, v0 + Vl)
+                                const float* wpe,  // (maxT,C) or NULL
+                                int v0, int Vl, int B, int T, int C) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             float* o = out + ((size_t)b * T + t) * C;
-            const float* we = wte + (size_t)inp[b * T + t] * C;
-            const float* pe = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+            int tok = inp[b * T + t] - v0;
+            const float* we = tok >= 0 && tok < Vl ? wte + (size_t)tok * C : NULL;
+            const float* pe = wpe ? wpe + (size_t)t * C : NULL;
+            for (int c = 0; c < C; c++) o[c] = (we ? we[c] : 0.0f) + (pe ? pe[c] : 0.0f);
         }
     }
 }
 
-// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (both accumulate)
-static void encoder_backward_cpu(float* dwte,        // (Vp,C)
+// dwte[inp[b,t] - v0,:] += dout[b,t,:] for the tokens in [v0, v0 + Vl); dwpe[t,:] += dout[b,t,:]
+// (both accumulate)
+static void encoder_backward_cpu(float* dwte,        // (Vl,C)
                                  float* dwpe,        // (maxT,C)
                                  const float* dout,  // (B,T,C)
                                  const int* inp,     // (B,T)
-                                 int B, int T, int C) {
+                                 int v0, int Vl, int B, int T, int C) {
     // threads own disjoint channel ranges and walk (b,t) in order: race-free and deterministic
     #pragma omp parallel
     {
@@ -36,9 +41,14 @@ static void encoder_backward_cpu(float* dwte,        // (Vp,C)
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < T; t++) {
                 const float* d = dout + ((size_t)b * T + t) * C;
-                float* dwe = dwte + (size_t)inp[b * T + t] * C;
+                int tok = inp[b * T + t] - v0;
                 float* dpe = dwpe + (size_t)t * C;
-                for (int c = c0; c < c1; c++) { dwe[c] += d[c]; dpe[c] += d[c]; }
+                if (tok >= 0 && tok < Vl) {
+                    float* dwe = dwte + (size_t)tok * C;
+                    for (int c = c0; c < c1; c++) { dwe[c] += d[c]; dpe[c] += d[c]; }
+                } else {
+                    for (int c = c0; c < c1; c++) dpe[c] += d[c];
+                }
             }
         }
     }
@@ -61,17 +71,18 @@ static void encoder_backward_cpu(float* dwte,        // (Vp,C)
 // token id per 16 bytes of out (shared by the row's threads, cached).
 __global__ void encoder_forward_kernel(floatX* out,        // (B,T,C)
                                        const int* inp,     // (B,T)
-                                       const floatX* wte,  // (Vp,C)
-                                       const floatX* wpe,  // (maxT,C)
-                                       int B, int T, int C) {
+                                       const floatX* wte,  // (Vl,C) the rows of tokens [v0, v0 + Vl)
+                                       const floatX* wpe,  // (maxT,C) or NULL
+                                       int v0, int Vl, int B, int T, int C) {
     int chunks_per_row = C / x128::size;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * chunks_per_row) return;
     size_t bt = idx / chunks_per_row;
     int c = (int)(idx % chunks_per_row) * x128::size;
     int t = (int)(bt % T);
-    x128 we = load128(wte + (size_t)inp[bt] * C + c);
-    x128 pe = load128(wpe + (size_t)t * C + c);
+    int tok = inp[bt] - v0;
+    x128 we = tok >= 0 && tok < Vl ? load128(wte + (size_t)tok * C + c) : x128::constant((floatX)0.0f);
+    x128 pe = wpe ? load128(wpe + (size_t)t * C + c) : x128::constant((floatX)0.0f);
     x128 o;
     #pragma unroll
     for (int k = 0; k < x128::size; k++) o[k] = (floatX)((float)we[k] + (float)pe[k]);
@@ -174,34 +185,42 @@ static void encoder_check_shapes(const char* who, int C, const void* a, const vo
 // ----------------------------------------------------------------------------
 // launchers
 
-static void encoder_forward(floatX* out,        // (B,T,C)
-                            const int* inp,     // (B,T) on the device
-                            const floatX* wte,  // (Vp,C)
-                            const floatX* wpe,  // (maxT,C)
-                            int B, int T, int C, cudaStream_t stream) {
+static void encoder_forward_range(floatX* out,        // (B,T,C)
+                                  const int* inp,     // (B,T) on the device
+                                  const floatX* wte,  // (Vl,C) the rows of tokens [v0, v0 + Vl)
+                                  const floatX* wpe,  // (maxT,C) or NULL
+                                  int v0, int Vl, int B, int T, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    encoder_forward_cpu(out, inp, wte, wpe, B, T, C);
+    encoder_forward_cpu(out, inp, wte, wpe, v0, Vl, B, T, C);
 #else
     encoder_check_shapes("encoder_forward", C, out, wte, wpe, NULL);
     size_t threads = (size_t)B * T * (C / x128::size);
     if (threads == 0) return;
     LAUNCH(encoder_forward_kernel, dim3((unsigned)ceil_div_sz(threads, ENCODER_BLOCK_SIZE)), dim3(ENCODER_BLOCK_SIZE),
-           0, stream, out, inp, wte, wpe, B, T, C);
+           0, stream, out, inp, wte, wpe, v0, Vl, B, T, C);
 #endif
 }
 
+static void encoder_forward(floatX* out,        // (B,T,C)
+                            const int* inp,     // (B,T) on the device
+                            const floatX* wte,  // (Vp,C)
+                            const floatX* wpe,  // (maxT,C)
+                            int B, int T, int C, cudaStream_t stream) {
+    encoder_forward_range(out, inp, wte, wpe, 0, INT_MAX, B, T, C, stream);
+}
+
 // scratch: B*T*C floats of device memory the kernels may use; inp_host: the same tokens on the host
-static void encoder_backward(floatX* dwte,        // (Vp,C) accumulates
-                             floatX* dwpe,        // (maxT,C) accumulates
-                             float* scratch,      // (B*T*C)
-                             const floatX* dout,  // (B,T,C)
-                             const int* inp,      // (B,T) on the device
-                             const int* inp_host, // (B,T) on the host
-                             int B, int T, int C, cudaStream_t stream) {
+static void encoder_backward_range(floatX* dwte,        // (Vl,C) accumulates, the rows of tokens [v0, v0 + Vl)
+                                   floatX* dwpe,        // (maxT,C) accumulates
+                                   float* scratch,      // (B*T*C)
+                                   const floatX* dout,  // (B,T,C)
+                                   const int* inp,      // (B,T) on the device
+                                   const int* inp_host, // (B,T) on the host
+                                   int v0, int Vl, int B, int T, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)scratch; (void)inp_host; (void)stream;
-    encoder_backward_cpu(dwte, dwpe, dout, inp, B, T, C);
+    encoder_backward_cpu(dwte, dwpe, dout, inp, v0, Vl, B, T, C);
 #else
     encoder_check_shapes("encoder_backward", C, dwte, dwpe, dout, scratch);
     int BT = B * T;
@@ -226,8 +245,10 @@ static void encoder_backward(floatX* dwte,        // (Vp,C) accumulates
     for (int v = 0; v <= max_token; v++) token_start[v + 1] += token_start[v];
     std::vector<int> by_token(BT), fill(token_start.begin(), token_start.end() - 1);
     for (int i = 0; i < BT; i++) by_token[fill[inp_host[i]]++] = i;
-    std::vector<int> tokens;  // the distinct tokens, then sorted into bucket order
-    for (int v = 0; v <= max_token; v++) if (token_start[v + 1] > token_start[v]) tokens.push_back(v);
+    std::vector<int> tokens;  // the distinct tokens of [v0, v0 + Vl), then sorted into bucket order
+    for (int v = 0; v <= max_token; v++) {
+        if (token_start[v + 1] > token_start[v] && v >= v0 && v - v0 < Vl) tokens.push_back(v);
+    }
     std::sort(tokens.begin(), tokens.end(), [&](int a, int b) {
         int na = token_start[a + 1] - token_start[a], nb = token_start[b + 1] - token_start[b];
         return na != nb ? na > nb : a < b;
@@ -242,7 +263,7 @@ static void encoder_backward(floatX* dwte,        // (Vp,C) accumulates
     for (int k = 0; k < U; k++) {
         int v = tokens[k];
         h_start[k] = n;
-        h_token[k] = v;
+        h_token[k] = v - v0;
         for (int j = token_start[v]; j < token_start[v + 1]; j++) h_pos[n++] = by_token[j];
         if (token_start[v + 1] - token_start[v] >= ENCODER_WTE_LONG) n_long = k + 1;
     }
@@ -265,4 +286,14 @@ static void encoder_backward(floatX* dwte,        // (Vp,C) accumulates
                dim3(ENCODER_WTE_WARPS_SHORT * 32), 0, stream, dwte, dout, d_pos, d_start, d_token, n_long, C);
     }
 #endif
+}
+
+static void encoder_backward(floatX* dwte,        // (Vp,C) accumulates
+                             floatX* dwpe,        // (maxT,C) accumulates
+                             float* scratch,      // (B*T*C)
+                             const floatX* dout,  // (B,T,C)
+                             const int* inp,      // (B,T) on the device
+                             const int* inp_host, // (B,T) on the host
+                             int B, int T, int C, cudaStream_t stream) {
+    encoder_backward_range(dwte, dwpe, scratch, dout, inp, inp_host, 0, INT_MAX, B, T, C, stream);
 }

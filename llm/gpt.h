@@ -31,6 +31,7 @@
 #include "encoder.cuh"
 #include "layernorm.cuh"
 #include "fused_classifier.cuh"
+#include "tensor_parallel.h"
 
 // what a stage runs: the embedding (first stage), the blocks [first_layer, last_layer), the head (last)
 typedef struct {
@@ -49,11 +50,13 @@ typedef struct {
     int* inputs_host;   // (B,T) the encoder's backward reads the token ids on the host too
     floatX** x;         // (L+1) the residual stream, x[l0..l1] of it held: x[l0] the stage's input (the
                         // embedding's output on the first stage), x[l+1] block l's output, (B,T,C) each
+                        // (with sequence parallelism: this tp rank's (B*T/tp, C) block of the tokens)
     BlockActs* blocks;  // (L) blocks [l0, l1) held
-    floatX* lnf;        // (B,T,C)
+    floatX* lnf;        // (B,T,C) (sequence parallelism: (B*T/tp, C))
     float* lnf_mean;    // (B,T)
     float* lnf_rstd;    // (B,T)
-    floatX* logits;     // (B,T,Vp) the logits; a training forward replaces them by dlogits
+    floatX* logits;     // (B,T,Vp/tp) the logits (this tp rank's vocabulary range); a training forward
+                        // replaces them by dlogits
     float* losses;      // (B,T)
     int trained;        // 1 after a training forward (dlogits written), until its backward
     void** mem;         // (L + 2) the slot's allocations
@@ -63,6 +66,7 @@ typedef struct {
     GPTConfig cfg;
     const ParamLayout* lay;
     ParamHooks* hooks;      // the parameters and gradients of each unit (the data-parallel policy)
+    TPGroup tp;             // the tensor-parallel group the stage's linear layers are split over
     StageRange range;
     Recompute recompute;
     BlockLinears lin;
@@ -74,7 +78,10 @@ typedef struct {
     void* shared_mem;
     BlockBuffers bufs;
     void* bufs_mem;
-    floatX* dx;             // (B,T,C) the residual stream's gradient; after stage_backward, that of the input
+    floatX* dx;             // (B,T,C) the residual stream's gradient (sequence parallelism: (B*T/tp, C)); after
+                            // stage_backward, that of the input
+    float* vp_stats;        // ((tp+1) * 3 * B*T) the vocabulary-parallel cross-entropy's row states (tp > 1)
+    void* sp_mem;           // sequence parallelism: the tp group's two (B*T, C) workspace buffers
     double* loss_acc;       // (1) device: the sum of the mean losses of the forwards since stage_take_loss
     size_t layer_act_bytes; // measured: the bytes one layer keeps per micro-batch (x_in and its kept fields)
 } Stage;
@@ -82,10 +89,26 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // construction
 
-static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, StageRange range, int B, int T,
+// tp: the tensor-parallel group that splits the linear layers (tp_group(NULL, 0): one process), with
+// or without sequence parallelism; lay must be the layout of this tp rank's shards
+static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPGroup tp, StageRange range, int B, int T,
                        Recompute recompute, int num_slots) {
     memset(st, 0, sizeof(*st));
     GPTConfig c = lay->cfg;
+    st->tp = tp;
+    if (tp.sequence_parallel && (T % tp.size != 0)) {
+        fatal("--sequence-parallel: expected the sequence length T = %d to divide evenly over --tp %d", T, tp.size);
+    }
+    if (tp.sequence_parallel) {  // the workspace of the all-gathers and reduce-scatters (llm/tensor_parallel.h)
+        size_t n = (size_t)B * T * c.channels;
+        st->sp_mem = device_malloc(2 * n * sizeof(floatX), MEM_WORKSPACE);
+        st->tp.gathered = (floatX*)st->sp_mem;
+        st->tp.full = st->tp.gathered + n;
+    }
+    if (st->tp.size != lay->tp || st->tp.rank != lay->tp_rank) {
+        fatal("stage: the parameter layout holds tp rank %d of %d, the process is tp rank %d of %d", lay->tp_rank, lay->tp,
+              st->tp.rank, st->tp.size);
+    }
     if (range.first_layer < 0 || range.last_layer > c.num_layers || range.first_layer > range.last_layer) {
         fatal("stage: layers [%d, %d) are not within the model's %d layers", range.first_layer, range.last_layer, c.num_layers);
     }
@@ -94,15 +117,17 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, Sta
     st->lay = lay;
     st->hooks = hooks;
     st->recompute = recompute;
-    st->lin = block_linears(c);
-    st->lm_head = linear_spec("lm_head", c.channels, c.padded_vocab_size, 0);
+    st->lin = block_linears(c, st->tp);
+    st->lm_head = linear_spec_tp("lm_head", c.channels, c.padded_vocab_size, 0, LINEAR_COLUMN_PARALLEL, st->tp);
     const LinearSpec* specs[5] = {&st->lin.qkv, &st->lin.attproj, &st->lin.fc, &st->lin.fcproj, &st->lm_head};
     for (int i = 0; i < 5; i++) linear_check(specs[i]);
     st->B = B;
     st->T = T;
     st->num_slots = num_slots;
     int L = c.num_layers, l0 = range.first_layer, l1 = range.last_layer;
-    size_t BT = (size_t)B * T, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T, C = c.channels, Vl = (size_t)st->lm_head.out_local;
+    size_t Ca = (size_t)st->lin.att_c, NH = (size_t)st->lin.heads, F = (size_t)st->lin.fc.out_local;
+    size_t R = (size_t)tp_rows(&st->tp, (int)BT);  // the tokens of the residual stream on this rank
     unsigned char head = (unsigned char)range.has_head, emb = (unsigned char)range.has_embedding;
     st->slots = (MicroBatch*)mallocCheck((size_t)num_slots * sizeof(MicroBatch));
     for (int s = 0; s < num_slots; s++) {
@@ -117,35 +142,36 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, Sta
         for (int l = l0; l < l1; l++) {  // block l's input x[l] and what the policy keeps of its activations
             size_t before = mem_live(MEM_ACTIVATIONS);
             ActField f[BLOCK_ACT_FIELDS + 1];
-            block_act_fields(&mb->blocks[l], c, B, T, f);
-            f[BLOCK_ACT_FIELDS] = (ActField){(void**)&mb->x[l], BT * C, 0, {1, 1, 1}};
+            block_act_fields(&mb->blocks[l], &st->lin, B, T, f);
+            f[BLOCK_ACT_FIELDS] = (ActField){(void**)&mb->x[l], R * C, 0, {1, 1, 1}};
             mb->mem[l] = carve_fields(f, BLOCK_ACT_FIELDS + 1, recompute, 1, MEM_ACTIVATIONS);
             if (s == 0 && l == l0) st->layer_act_bytes = mem_live(MEM_ACTIVATIONS) - before;
         }
         // the stage's output x[l1] (the head's input on the last stage), the head's activations, the
         // tokens (ints: 4 bytes, as floats); a field of count 0 is not allocated
         ActField rest[] = {
-            {(void**)&mb->x[l1], BT * C, 0, {1, 1, 1}},           {(void**)&mb->lnf, head * BT * C, 0, {1, 1, 1}},
-            {(void**)&mb->lnf_mean, head * BT, 1, {1, 1, 1}},     {(void**)&mb->lnf_rstd, head * BT, 1, {1, 1, 1}},
-            {(void**)&mb->logits, head * BT * Vp, 0, {1, 1, 1}},  {(void**)&mb->losses, head * BT, 1, {1, 1, 1}},
+            {(void**)&mb->x[l1], R * C, 0, {1, 1, 1}},            {(void**)&mb->lnf, head * R * C, 0, {1, 1, 1}},
+            {(void**)&mb->lnf_mean, head * R, 1, {1, 1, 1}},      {(void**)&mb->lnf_rstd, head * R, 1, {1, 1, 1}},
+            {(void**)&mb->logits, head * BT * Vl, 0, {1, 1, 1}},  {(void**)&mb->losses, head * BT, 1, {1, 1, 1}},
             {(void**)&mb->inputs, emb * BT, 1, {1, 1, 1}},        {(void**)&mb->targets, head * BT, 1, {1, 1, 1}},
         };
         mb->mem[L] = carve_fields(rest, (int)(sizeof(rest) / sizeof(rest[0])), recompute, 1, MEM_ACTIVATIONS);
         mb->inputs_host = (int*)mallocCheck(BT * sizeof(int));
     }
     // the recompute buffer (the fields the policy does not keep), shared by every layer and slot
-    st->shared_mem = block_acts_carve(&st->shared, c, B, T, recompute, 0, MEM_WORKSPACE);
+    st->shared_mem = block_acts_carve(&st->shared, &st->lin, B, T, recompute, 0, MEM_WORKSPACE);
     for (int s = 0; s < num_slots; s++) {
-        for (int l = l0; l < l1; l++) block_acts_share(&st->slots[s].blocks[l], &st->shared, c, B, T, recompute);
+        for (int l = l0; l < l1; l++) block_acts_share(&st->slots[s].blocks[l], &st->shared, &st->lin, B, T, recompute);
     }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
     BlockBuffers* b = &st->bufs;
     ActField bufs[] = {
-        {(void**)&b->proj, BT * C, 0, {1, 1, 1}},        {(void**)&b->x_scratch, recompute == RECOMPUTE_FULL ? BT * C : 0, 0, {1, 1, 1}},
-        {(void**)&b->dbuf_c, BT * C, 0, {1, 1, 1}},      {(void**)&b->dbuf_4c, 4 * BT * C, 0, {1, 1, 1}},
-        {(void**)&b->dqkv, 3 * BT * C, 0, {1, 1, 1}},    {(void**)&b->dqkvr, LLM_HAS_KERNELS ? 3 * BT * C : 0, 0, {1, 1, 1}},
+        {(void**)&b->proj, BT * C, 0, {1, 1, 1}},        {(void**)&b->x_scratch, recompute == RECOMPUTE_FULL ? R * C : 0, 0, {1, 1, 1}},
+        {(void**)&b->dbuf_c, BT * C, 0, {1, 1, 1}},      {(void**)&b->dbuf_4c, BT * F, 0, {1, 1, 1}},
+        {(void**)&b->dqkv, 3 * BT * Ca, 0, {1, 1, 1}},   {(void**)&b->dqkvr, LLM_HAS_KERNELS ? 3 * BT * Ca : 0, 0, {1, 1, 1}},
         {(void**)&b->datt, B * NH * T * T, 0, {1, 1, 1}}, {(void**)&b->dscratch, BT * C, 0, {1, 1, 1}},
-        {(void**)&b->scratch, scratch_n, 1, {1, 1, 1}},  {(void**)&st->dx, BT * C, 0, {1, 1, 1}},
+        {(void**)&st->vp_stats, head && st->tp.size > 1 ? (size_t)(st->tp.size + 1) * 3 * BT : 0, 1, {1, 1, 1}},
+        {(void**)&b->scratch, scratch_n, 1, {1, 1, 1}},  {(void**)&st->dx, R * C, 0, {1, 1, 1}},
         {(void**)&st->loss_acc, 2 * sizeof(double) / sizeof(float), 1, {1, 1, 1}},
     };
     st->bufs_mem = carve_fields(bufs, (int)(sizeof(bufs) / sizeof(bufs[0])), recompute, 1, MEM_WORKSPACE);
@@ -161,6 +187,7 @@ static void stage_free(Stage* st) {
     free(st->slots);
     device_free(st->shared_mem);
     device_free(st->bufs_mem);
+    device_free(st->sp_mem);
     memset(st, 0, sizeof(*st));
 }
 
@@ -172,12 +199,12 @@ static void stage_free(Stage* st) {
 // also computes the per-token losses and adds their mean to the loss accumulator; dloss > 0 means
 // training: the classifier then writes dlogits = dloss * d(loss_i)/d(logits) in place of the logits,
 // ready for stage_backward (dloss = 1 / (B * T * micro-batches per step) for the step's mean loss).
-// With dloss == 0 the logits stay in the slot's logits (B,T,Vp). Other stages leave their output in
+// With dloss == 0 the logits stay in the slot's logits (B,T,Vp/tp). Other stages leave their output in
 // stage_output(). Units are used in the order embed, layer l0 .. l1-1, final, embed again (the LM head).
 static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* x_in, const int* targets, float dloss) {
     GPTConfig c = st->cfg;
     StageRange r = st->range;
-    int L = c.num_layers, C = c.channels, V = c.vocab_size, B = st->B, T = st->T, BT = B * T;
+    int L = c.num_layers, C = c.channels, V = c.vocab_size, B = st->B, T = st->T, BT = B * T, R = tp_rows(&st->tp, BT);
     MicroBatch* mb = &st->slots[slot];
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = st->hooks;
@@ -194,10 +221,10 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
         copy_to_device(mb->inputs, inputs, BT * sizeof(int));
         memcpy(mb->inputs_host, inputs, BT * sizeof(int));
         emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));
-        encoder_forward(mb->x[r.first_layer], mb->inputs, emb.wte, emb.wpe, B, T, C, s);
+        vp_embedding_forward(&st->tp, mb->x[r.first_layer], mb->inputs, emb.wte, emb.wpe, c.padded_vocab_size, B, T, C, s);
         if (!r.has_head) h->params_done(h->ctx, UNIT_EMBED, 0);
     } else if (x_in != NULL) {  // (checked above: a stage without the embedding has one)
-        copy_device_to_device(mb->x[r.first_layer], x_in, (size_t)BT * C * sizeof(floatX), s);
+        copy_device_to_device(mb->x[r.first_layer], x_in, (size_t)R * C * sizeof(floatX), s);
     }
     for (int l = r.first_layer; l < r.last_layer; l++) {
         LayerTensors w = layer_view(st->lay, h->params(h->ctx, unit_of_layer(l), 0));
@@ -207,14 +234,15 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     mb->trained = 0;
     if (!r.has_head) return;
     FinalTensors fin = final_view(st->lay, h->params(h->ctx, unit_final(c), 0));
-    layernorm_forward(mb->lnf, mb->lnf_mean, mb->lnf_rstd, mb->x[L], fin.lnfw, fin.lnfb, BT, C, s);
+    layernorm_forward(mb->lnf, mb->lnf_mean, mb->lnf_rstd, mb->x[L], fin.lnfw, fin.lnfb, R, C, s);
     h->params_done(h->ctx, unit_final(c), 0);
     if (!r.has_embedding) emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));
     linear_forward(&st->lm_head, mb->logits, NULL, mb->lnf, emb.wte, NULL, BT, s);
     h->params_done(h->ctx, UNIT_EMBED, 0);
     if (targets != NULL) {
         copy_to_device(mb->targets, targets, BT * sizeof(int));
-        fused_classifier(mb->logits, mb->losses, dloss, mb->targets, BT, V, c.padded_vocab_size, dloss > 0.0f, s);
+        vp_cross_entropy(&st->tp, mb->logits, mb->losses, dloss, mb->targets, st->vp_stats, BT, V, c.padded_vocab_size,
+                         dloss > 0.0f, s);
         loss_accumulate(st->loss_acc, mb->losses, BT, s);
         mb->trained = dloss > 0.0f;
     }
@@ -233,7 +261,7 @@ static const floatX* stage_output(const Stage* st, int slot) { return st->slots[
 static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
     GPTConfig c = st->cfg;
     StageRange r = st->range;
-    int L = c.num_layers, C = c.channels, B = st->B, T = st->T, BT = B * T;
+    int L = c.num_layers, C = c.channels, B = st->B, T = st->T, BT = B * T, R = tp_rows(&st->tp, BT);
     MicroBatch* mb = &st->slots[slot];
     if ((dx_out != NULL) == (r.has_head != 0)) {
         fatal("stage_backward: a stage %s the head takes %s", r.has_head ? "with" : "without",
@@ -249,11 +277,11 @@ static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
         emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));  // held to the encoder, if any
         gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
         linear_backward(&st->lm_head, b->dbuf_c, gemb.wte, NULL, mb->logits, mb->lnf, emb.wte, b->scratch, NULL, BT, s);
-        device_memset_zero(st->dx, (size_t)BT * C * sizeof(floatX), s);
+        device_memset_zero(st->dx, (size_t)R * C * sizeof(floatX), s);
         FinalTensors fin = final_view(st->lay, h->params(h->ctx, unit_final(c), 1));
         FinalTensors gfin = final_view(st->lay, h->grads(h->ctx, unit_final(c)));
         layernorm_backward(st->dx, gfin.lnfw, gfin.lnfb, b->scratch, b->dbuf_c, mb->x[L], fin.lnfw, mb->lnf_mean,
-                           mb->lnf_rstd, BT, C, s);
+                           mb->lnf_rstd, R, C, s);
         h->params_done(h->ctx, unit_final(c), 1);
         h->grads_ready(h->ctx, unit_final(c));
         if (!r.has_embedding) {
@@ -261,7 +289,7 @@ static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
             h->grads_ready(h->ctx, UNIT_EMBED);
         }
     } else if (dx_out != NULL) {  // (checked above: a stage without the head has one)
-        copy_device_to_device(st->dx, dx_out, (size_t)BT * C * sizeof(floatX), s);
+        copy_device_to_device(st->dx, dx_out, (size_t)R * C * sizeof(floatX), s);
     }
     for (int l = r.last_layer - 1; l >= r.first_layer; l--) {
         int u = unit_of_layer(l);
@@ -277,7 +305,8 @@ static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
             emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));
             gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
         }
-        encoder_backward(gemb.wte, gemb.wpe, b->scratch, st->dx, mb->inputs, mb->inputs_host, B, T, C, s);
+        vp_embedding_backward(&st->tp, gemb.wte, gemb.wpe, b->scratch, st->dx, mb->inputs, mb->inputs_host,
+                              c.padded_vocab_size, B, T, C, s);
         h->params_done(h->ctx, UNIT_EMBED, 1);
         h->grads_ready(h->ctx, UNIT_EMBED);
     }

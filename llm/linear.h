@@ -12,12 +12,14 @@
 //                       sec. 4.2.2)
 //   precision           the floatX of the build, or FP8 with a scaling recipe (Micikevicius et al.
 //                       2022, "FP8 Formats for Deep Learning")
-// Only the replicated layer in the build's precision is implemented so far; the other fields exist
-// and linear_check refuses them with one clear line until their stages land. The matmul itself is
+// Replicated, column- and row-parallel layers in the build's precision are implemented (the tensor-
+// parallel operators are llm/tensor_parallel.h); sequence parallelism and FP8 exist as fields and
+// linear_check refuses them with one clear line until their stages land. The matmul itself is
 // llm/matmul.cuh (OpenBLAS in the CPU build, cuBLASLt otherwise).
 #pragma once
 #include "common.h"
 #include "matmul.cuh"
+#include "tensor_parallel.h"
 
 typedef enum { LINEAR_REPLICATED = 0, LINEAR_COLUMN_PARALLEL, LINEAR_ROW_PARALLEL } LinearParallel;
 typedef enum { LINEAR_PRECISION_FLOATX = 0, LINEAR_PRECISION_FP8 } LinearPrecision;
@@ -25,39 +27,93 @@ typedef enum { LINEAR_PRECISION_FLOATX = 0, LINEAR_PRECISION_FP8 } LinearPrecisi
 typedef struct {
     const char* name;           // "qkv", "attproj", "fc", "fcproj", "lm_head": for messages
     int in, out;                // input and output features of the whole (unsplit) layer
+    int in_local, out_local;    // this rank's: in / T for row-parallel, out / T for column-parallel
     int gelu;                   // 1: GELU after the product (the forward writes the pre-activation too)
     LinearParallel parallel;
+    TPGroup tp;                 // the tensor-parallel group (size 1: replicated)
     int sequence_parallel;
     LinearPrecision precision;
 } LinearSpec;
 
-static LinearSpec linear_spec(const char* name, int in, int out, int gelu) {
-    LinearSpec s = {name, in, out, gelu, LINEAR_REPLICATED, 0, LINEAR_PRECISION_FLOATX};
+// a layer split `parallel` over the tp group g (replicated when g has one rank)
+static LinearSpec linear_spec_tp(const char* name, int in, int out, int gelu, LinearParallel parallel, TPGroup g) {
+    if (g.size == 1) parallel = LINEAR_REPLICATED;
+    LinearSpec s = {name, in, out, in, out, gelu, parallel, g, g.sequence_parallel, LINEAR_PRECISION_FLOATX};
+    if (parallel == LINEAR_COLUMN_PARALLEL) s.out_local = out / g.size;
+    if (parallel == LINEAR_ROW_PARALLEL) s.in_local = in / g.size;
     return s;
+}
+
+static LinearSpec linear_spec(const char* name, int in, int out, int gelu) {
+    TPGroup one = {NULL, 1, 0};
+    return linear_spec_tp(name, in, out, gelu, LINEAR_REPLICATED, one);
 }
 
 // ends the program with one line if the spec asks for something not implemented yet
 static void linear_check(const LinearSpec* s) {
-    if (s->parallel != LINEAR_REPLICATED) {
-        fatal("linear %s: %s linear layers (tensor parallelism, --tp > 1) are not implemented yet; expected a replicated layer",
-              s->name, s->parallel == LINEAR_COLUMN_PARALLEL ? "column-parallel" : "row-parallel");
+    if (s->parallel == LINEAR_ROW_PARALLEL && s->gelu) {
+        fatal("linear %s: a row-parallel layer's output is a partial sum until the all-reduce; expected no GELU after it", s->name);
     }
-    if (s->sequence_parallel) fatal("linear %s: sequence parallelism is not implemented yet", s->name);
+    if (s->parallel != LINEAR_REPLICATED && (s->in_local * (s->parallel == LINEAR_ROW_PARALLEL ? s->tp.size : 1) != s->in ||
+                                             s->out_local * (s->parallel == LINEAR_COLUMN_PARALLEL ? s->tp.size : 1) != s->out)) {
+        fatal("linear %s: expected %d x %d to split evenly over %d tensor-parallel ranks", s->name, s->out, s->in, s->tp.size);
+    }
+    if (s->sequence_parallel && (s->parallel == LINEAR_REPLICATED || s->tp.gathered == NULL || s->tp.full == NULL)) {
+        fatal("linear %s: sequence parallelism needs a column- or row-parallel layer and the stage's workspace", s->name);
+    }
     if (s->precision != LINEAR_PRECISION_FLOATX) fatal("linear %s: FP8 linear layers are not implemented yet; expected %s", s->name, PRECISION_MODE);
 }
 
 // out (BT, out) = inp (BT, in) @ w^T + b; with spec->gelu, pre_gelu (BT, out) gets the product and out
-// its GELU. b may be NULL (the tied LM head has no bias).
+// its GELU. b may be NULL (the tied LM head has no bias). BT: the micro-batch's tokens.
+//   column-parallel: inp (BT, in) whole (f: identity), w (out/T, in), b (out/T), out (BT, out/T) local;
+//                    sequence-parallel: inp is this rank's (BT/T, in) block, all-gathered first
+//   row-parallel:    inp (BT, in/T) local, w (out, in/T); the partial products are summed over the tp
+//                    group (g: all-reduce), the bias (out) added once, by tp rank 0; sequence-parallel:
+//                    reduce-scattered instead, out is this rank's (BT/T, out) block
 static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, const floatX* inp,
-                           const floatX* w /*(out, in)*/, const floatX* b /*(out) or NULL*/, int BT, cudaStream_t stream) {
-    matmul_forward(out, s->gelu ? pre_gelu : NULL, inp, w, b, BT, s->in, s->out, stream);
+                           const floatX* w /*(out_local, in_local)*/, const floatX* b /*(out_local) or NULL*/, int BT,
+                           cudaStream_t stream) {
+    int row = s->parallel == LINEAR_ROW_PARALLEL, T = s->tp.size;
+    if (s->sequence_parallel && !row) {
+        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+        inp = s->tp.gathered;
+    }
+    floatX* y = s->sequence_parallel && row ? s->tp.full : out;
+    matmul_forward(y, s->gelu ? pre_gelu : NULL, inp, w, row && s->tp.rank != 0 ? NULL : b, BT, s->in_local,
+                   s->out_local, stream);
+    if (row && s->sequence_parallel) comm_reduce_scatter(s->tp.comm, GROUP_TP, y, out, (size_t)BT / T * s->out, COMM_SUM, stream);
+    else if (row) tp_all_reduce(&s->tp, out, (size_t)BT * s->out, stream);
 }
 
-// dinp (BT, in) = dout @ w (overwritten), dw += dout^T @ inp, db += column sums of dout (if db != NULL).
-// inp_pre_gelu: when inp is the GELU of a previous layer's output, that pre-activation (BT, in): then
-// dinp also gets the GELU's derivative (the MLP's fcproj fuses fc's dGELU). scratch: FP32, see matmul.
+// dinp (BT, in_local) = dout @ w (overwritten), dw += dout^T @ inp, db += column sums of dout (if db !=
+// NULL). inp_pre_gelu: when inp is the GELU of a previous layer's output, that pre-activation (BT,
+// in_local): then dinp also gets the GELU's derivative (the MLP's fcproj fuses fc's dGELU). scratch:
+// FP32, see matmul.
+//   column-parallel: dinp is this rank's part of the input's gradient: summed over the tp group
+//                    (f's backward: all-reduce); dout (BT, out/T) local. Sequence-parallel: inp (this
+//                    rank's block) is all-gathered again for dw, and dinp reduce-scattered to the
+//                    rank's (BT/T, in) block
+//   row-parallel:    dout (BT, out) the same on every rank (g's backward: identity); dinp (BT, in/T)
+//                    local; db the same on every rank, so the replicated bias stays replicated.
+//                    Sequence-parallel: dout is this rank's (BT/T, out) block, all-gathered first
 static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
                             const floatX* inp, const floatX* w, float* scratch, const floatX* inp_pre_gelu,
                             int BT, cudaStream_t stream) {
-    matmul_backward(dinp, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in, s->out, stream);
+    int column = s->parallel == LINEAR_COLUMN_PARALLEL, T = s->tp.size;
+    if (column && inp_pre_gelu) {
+        fatal("linear %s: the GELU derivative applies after the input gradient's all-reduce; a column-parallel layer takes no inp_pre_gelu", s->name);
+    }
+    floatX* dx = dinp;
+    if (s->sequence_parallel && column) {
+        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+        inp = s->tp.gathered;
+        dx = s->tp.full;
+    } else if (s->sequence_parallel) {
+        comm_all_gather(s->tp.comm, GROUP_TP, dout, s->tp.full, (size_t)BT / T * s->out, stream);
+        dout = s->tp.full;
+    }
+    matmul_backward(dx, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local, s->out_local, stream);
+    if (s->sequence_parallel && column) comm_reduce_scatter(s->tp.comm, GROUP_TP, dx, dinp, (size_t)BT / T * s->in, COMM_SUM, stream);
+    else if (column) tp_all_reduce(&s->tp, dinp, (size_t)BT * s->in, stream);
 }

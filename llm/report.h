@@ -36,7 +36,7 @@ static void paper_formula_text(int stage, char* buf, size_t cap) {
 // backward: with gradient accumulation 2 * grad_accum all-gathers per step.
 static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
     double N = dp->dp, f = (N - 1) / N;
-    double S = (double)sizeof(floatX) * dp->lay.num_parameters, P = (double)sizeof(floatX) * dp->lay.packed_size;
+    double S = (double)sizeof(floatX) * dp->lay.shard_parameters, P = (double)sizeof(floatX) * dp->lay.packed_size;
     if (dp->stage == 0) return 2 * f * S;          // all-reduce of the gradients
     if (dp->stage <= 2) return 2 * f * P;          // stages 1-2: reduce-scatter + all-gather (sec. 7.2.1)
     return (2 * grad_accum + 1) * f * P;           // all-gather forward + all-gather backward + reduce-scatter
@@ -57,24 +57,35 @@ static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
 //   selective  x_in, q k v, residual2, fc output, GELU output: 13 e sbh (the attention core and the
 //              LayerNorm outputs are recomputed)
 //   full       x_in: e sbh (the paper's 2 sbh)
-static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r) {
-    double s = T, b = B, h = cfg.channels, a = cfg.num_heads, e = (double)sizeof(floatX);
-    double sbh = s * b * h;
+// With tensor parallelism over t ranks (sec. 4.2.1: 10 sbh + 24 sbh / t + 5 as^2 b / t in the paper)
+// the attention's and the MLP's inner activations are split, the LayerNorms' inputs and outputs are not:
+//   none       4 e sbh + (12 e sbh + e as^2 b + 3 e sbh in the kernel builds) / t + 16 sb
+//   selective  2 e sbh + 11 e sbh / t
+//   full       e sbh
+// With sequence parallelism as well (sec. 4.2.2: (34 sbh + 5 as^2 b) / t) every term is divided by t:
+// the LayerNorm/residual region holds 1/t of the tokens, and the gathered inputs of the column-
+// parallel linears are not kept (gathered again in the backward, llm/tensor_parallel.h).
+static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r, int tp, int sp) {
+    double s = T, b = B, h = cfg.channels, a = cfg.num_heads, e = (double)sizeof(floatX), t = tp;
+    double sbh = s * b * h, split = sp && tp > 1 ? t : 1.0;  // the divisor of the replicated regions
     switch (r) {
-        case RECOMPUTE_NONE: return 16 * e * sbh + e * a * s * s * b + 16 * s * b + (LLM_HAS_KERNELS ? 3 * e * sbh : 0);
-        case RECOMPUTE_SELECTIVE: return 13 * e * sbh;
-        default: return e * sbh;
+        case RECOMPUTE_NONE:
+            return (4 * e * sbh + 16 * s * b) / split + (12 * e * sbh + e * a * s * s * b + (LLM_HAS_KERNELS ? 3 * e * sbh : 0)) / t;
+        case RECOMPUTE_SELECTIVE: return 2 * e * sbh / split + 11 * e * sbh / t;
+        default: return e * sbh / split;
     }
 }
 
 static void print_memory(const DataParallel* dp, const Stage* st) {
-    double psi = (double)dp->lay.num_parameters;
+    double psi = (double)dp->lay.shard_parameters;  // Psi of the paper: what one model-parallel rank holds
     double states = (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_MOMENTS) + mem_live(MEM_MASTER));
     double paper = dp_paper_bytes(dp->stage, dp->dp, psi);
     char formula[32];
     paper_formula_text(dp->stage, formula, sizeof(formula));
-    printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu values)\n",
-           stage_name(dp->stage), dp->dp, PRECISION_MODE, dp->lay.num_parameters, dp->lay.num_units, dp->lay.packed_size);
+    printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu values)",
+           stage_name(dp->stage), dp->dp, PRECISION_MODE, dp->lay.shard_parameters, dp->lay.num_units, dp->lay.packed_size);
+    if (dp->lay.tp > 1) printf(", this tp rank's shards of the model's %zu (tp = %d)", dp->lay.num_parameters, dp->lay.tp);
+    printf("\n");
     printf("  measured (allocated now | peak):");
     for (int k = 0; k < MEM_NUM_KINDS; k++) {
         printf("%s %s %zu | %zu B", k ? ";" : "", mem_kind_name(k), mem_live((MemKind)k), mem_peak((MemKind)k));
@@ -82,7 +93,7 @@ static void print_memory(const DataParallel* dp, const Stage* st) {
     printf("\n  model states %.0f B = %.3f B/parameter measured | ZeRO paper (Table 1) predicts %s = %.3f B/parameter = %.0f B (+%.0f B of padding)\n",
            states, states / psi, formula, paper / psi, paper, states - paper);
     printf("  activations per layer per micro-batch (--recompute %s): %zu B measured | %.0f B predicted (Korthikanti et al. 2022, adapted)\n",
-           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute));
+           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel));
 }
 
 // this rank's part of the report, one JSON object: "*_bytes" are measured (allocated), "*_peak_bytes" the peaks
@@ -127,14 +138,14 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
         fprintf(af.f, "{\"note\":\"*_bytes: measured by the tagged allocator (live at the end of the run; *_peak_bytes: the most "
                 "at once); paper_*: predictions of the formulas\",\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
                 "\"build\":\"%s\",\"precision\":\"%s\",\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,"
-                "\"num_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
-                "\"L\":%d,\"C\":%d,\"NH\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
+                "\"num_parameters\":%zu,\"shard_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
+                "\"L\":%d,\"C\":%d,\"NH\":%d,\"sequence_parallel\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
                 "\"paper_activations_per_layer_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
                 dp->stage, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
-                PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.num_units,
+                PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.shard_parameters, dp->lay.num_units,
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
-                recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.num_parameters),
-                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute), paper_sent_bytes(dp, grad_accum), timed_steps);
+                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters),
+                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(af.f, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
         fprintf(af.f, "]}\n");
         atomic_commit(&af);

@@ -45,22 +45,24 @@ typedef struct {
     GPTConfig cfg;
     const ParamLayout* lay;
     ParamHooks* hooks;
+    TPGroup tp;          // the tensor-parallel group: each rank caches its NH/tp heads
     BlockLinears lin;
     LinearSpec lm_head;
-    floatX* kcache;      // (L, maxT, C) the keys of the positions run so far
-    floatX* vcache;      // (L, maxT, C) their values
+    floatX* kcache;      // (L, maxT, C/tp) the keys of the positions run so far
+    floatX* vcache;      // (L, maxT, C/tp) their values
     // one position's activations, reused by every layer
     floatX* x;           // (C) the residual stream
     floatX* ln;          // (C)
     float* mean;         // (1)
     float* rstd;         // (1)
-    floatX* qkv;         // (3C)
-    floatX* atty;        // (C)
+    floatX* qkv;         // (3C/tp)
+    floatX* atty;        // (C/tp)
     floatX* proj;        // (C)
     floatX* residual2;   // (C)
-    floatX* fch;         // (4C)
-    floatX* fch_gelu;    // (4C)
-    floatX* logits;      // (Vp)
+    floatX* fch;         // (4C/tp)
+    floatX* fch_gelu;    // (4C/tp)
+    floatX* logits;      // (Vp/tp) this tp rank's vocabulary range
+    floatX* logits_all;  // (Vp) tp > 1: every rank's, gathered
     float* scores;       // (NH, maxT) attention probabilities
     int* token;          // (1) device
     float* logits_host;  // (Vp)
@@ -68,24 +70,28 @@ typedef struct {
     long long positions; // single-position forwards run so far (for the tests)
 } Sampler;
 
-static void sampler_init(Sampler* sp, const ParamLayout* lay, ParamHooks* hooks) {
+// comm: the mesh whose tp group splits the layers, as for the stage (NULL: one process)
+static void sampler_init(Sampler* sp, const ParamLayout* lay, ParamHooks* hooks, Comm* comm) {
     memset(sp, 0, sizeof(*sp));
     GPTConfig c = lay->cfg;
     sp->cfg = c;
     sp->lay = lay;
     sp->hooks = hooks;
-    sp->lin = block_linears(c);
-    sp->lm_head = linear_spec("lm_head", c.channels, c.padded_vocab_size, 0);
-    size_t C = c.channels, cache = (size_t)c.num_layers * c.max_seq_len * C;
+    sp->tp = tp_group(comm, 0);  // one token at a time: no sequence to split
+    sp->lin = block_linears(c, sp->tp);
+    sp->lm_head = linear_spec_tp("lm_head", c.channels, c.padded_vocab_size, 0, LINEAR_COLUMN_PARALLEL, sp->tp);
+    size_t C = c.channels, Ca = (size_t)sp->lin.att_c, F = (size_t)sp->lin.fc.out_local;
+    size_t cache = (size_t)c.num_layers * c.max_seq_len * Ca, Vl = (size_t)sp->lm_head.out_local;
     ActField f[] = {
         {(void**)&sp->kcache, cache, 0, {1, 1, 1}},    {(void**)&sp->vcache, cache, 0, {1, 1, 1}},
         {(void**)&sp->x, C, 0, {1, 1, 1}},             {(void**)&sp->ln, C, 0, {1, 1, 1}},
         {(void**)&sp->mean, 1, 1, {1, 1, 1}},          {(void**)&sp->rstd, 1, 1, {1, 1, 1}},
-        {(void**)&sp->qkv, 3 * C, 0, {1, 1, 1}},       {(void**)&sp->atty, C, 0, {1, 1, 1}},
+        {(void**)&sp->qkv, 3 * Ca, 0, {1, 1, 1}},      {(void**)&sp->atty, Ca, 0, {1, 1, 1}},
         {(void**)&sp->proj, C, 0, {1, 1, 1}},          {(void**)&sp->residual2, C, 0, {1, 1, 1}},
-        {(void**)&sp->fch, 4 * C, 0, {1, 1, 1}},       {(void**)&sp->fch_gelu, 4 * C, 0, {1, 1, 1}},
-        {(void**)&sp->logits, (size_t)c.padded_vocab_size, 0, {1, 1, 1}},
-        {(void**)&sp->scores, (size_t)c.num_heads * c.max_seq_len, 1, {1, 1, 1}},
+        {(void**)&sp->fch, F, 0, {1, 1, 1}},           {(void**)&sp->fch_gelu, F, 0, {1, 1, 1}},
+        {(void**)&sp->logits, Vl, 0, {1, 1, 1}},
+        {(void**)&sp->logits_all, sp->tp.size > 1 ? (size_t)c.padded_vocab_size : 0, 0, {1, 1, 1}},
+        {(void**)&sp->scores, (size_t)sp->lin.heads * c.max_seq_len, 1, {1, 1, 1}},
         {(void**)&sp->token, 1, 1, {1, 1, 1}},  // an int: 4 bytes, as a float
     };
     sp->mem = carve_fields(f, (int)(sizeof(f) / sizeof(f[0])), RECOMPUTE_NONE, 1, MEM_WORKSPACE);
@@ -102,21 +108,21 @@ static void sampler_free(Sampler* sp) {
 // adding its keys and values to the cache. want_logits: also the LM head, into sp->logits_host (Vp).
 static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
     GPTConfig c = sp->cfg;
-    int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len;
+    int L = c.num_layers, C = c.channels, Ca = sp->lin.att_c, maxT = c.max_seq_len;
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = sp->hooks;
     copy_to_device(sp->token, &token, sizeof(int));
     EmbedTensors emb = embed_view(sp->lay, h->params(h->ctx, UNIT_EMBED, 0));  // held until the LM head
-    encoder_forward(sp->x, sp->token, emb.wte, emb.wpe + (size_t)pos * C, 1, 1, C, s);
+    vp_embedding_forward(&sp->tp, sp->x, sp->token, emb.wte, emb.wpe + (size_t)pos * C, c.padded_vocab_size, 1, 1, C, s);
     for (int l = 0; l < L; l++) {
         LayerTensors w = layer_view(sp->lay, h->params(h->ctx, unit_of_layer(l), 0));
-        floatX* kc = sp->kcache + (size_t)l * maxT * C;
-        floatX* vc = sp->vcache + (size_t)l * maxT * C;
+        floatX* kc = sp->kcache + (size_t)l * maxT * Ca;
+        floatX* vc = sp->vcache + (size_t)l * maxT * Ca;
         layernorm_forward(sp->ln, sp->mean, sp->rstd, sp->x, w.ln1w, w.ln1b, 1, C, s);
         linear_forward(&sp->lin.qkv, sp->qkv, NULL, sp->ln, w.qkvw, w.qkvb, 1, s);
-        copy_device_to_device(kc + (size_t)pos * C, sp->qkv + C, C * sizeof(floatX), s);
-        copy_device_to_device(vc + (size_t)pos * C, sp->qkv + 2 * C, C * sizeof(floatX), s);
-        attention_decode(sp->atty, sp->scores, sp->qkv, kc, vc, pos + 1, maxT, C, NH, s);
+        copy_device_to_device(kc + (size_t)pos * Ca, sp->qkv + Ca, Ca * sizeof(floatX), s);
+        copy_device_to_device(vc + (size_t)pos * Ca, sp->qkv + 2 * Ca, Ca * sizeof(floatX), s);
+        attention_decode(sp->atty, sp->scores, sp->qkv, kc, vc, pos + 1, maxT, Ca, sp->lin.heads, s);
         linear_forward(&sp->lin.attproj, sp->proj, NULL, sp->atty, w.attprojw, w.attprojb, 1, s);
         fused_residual_layernorm_forward(sp->residual2, sp->ln, sp->mean, sp->rstd, sp->x, sp->proj, w.ln2w, w.ln2b, 1, C, s);
         linear_forward(&sp->lin.fc, sp->fch_gelu, sp->fch, sp->ln, w.fcw, w.fcb, 1, s);
@@ -129,7 +135,12 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
     h->params_done(h->ctx, unit_final(c), 0);
     if (want_logits) {
         linear_forward(&sp->lm_head, sp->logits, NULL, sp->ln, emb.wte, NULL, 1, s);
-        copy_to_host_float(sp->logits_host, sp->logits, (size_t)c.padded_vocab_size);
+        const floatX* all = sp->logits;
+        if (sp->tp.size > 1) {  // one position's logits: gathered (the training loss never gathers them)
+            comm_all_gather(sp->tp.comm, GROUP_TP, sp->logits, sp->logits_all, (size_t)sp->lm_head.out_local, s);
+            all = sp->logits_all;
+        }
+        copy_to_host_float(sp->logits_host, all, (size_t)c.padded_vocab_size);
     }
     h->params_done(h->ctx, UNIT_EMBED, 0);
     sp->positions++;

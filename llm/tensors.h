@@ -81,7 +81,9 @@ typedef enum {
 
 // how Megatron tensor parallelism splits a tensor over the tp ranks (Shoeybi et al. 2019, sec. 3)
 typedef enum {
-    TP_REPLICATED,  // every tp rank holds all of it (LayerNorms, wpe, biases of row-parallel layers)
+    TP_REPLICATED,  // every tp rank holds all of it (wpe, biases of row-parallel layers)
+    TP_NORM,        // replicated too (the LayerNorms), but with sequence parallelism each tp rank normalises
+                    // its own tokens, so its gradient is a partial sum, all-reduced over tp (llm/dp.h)
     TP_QKV_HEADS,   // output rows in head groups: rank r holds heads [r NH/T, (r+1) NH/T) of q, k and v
     TP_ROWS,        // output rows (column-parallel linear: fc)
     TP_COLS,        // input columns (row-parallel linear: attproj, fcproj)
@@ -107,21 +109,24 @@ static const TensorInfo TENSORS[NUM_TENSORS] = {
     //  name      per_layer rows     cols    decay init                  tp split
     {"wte",      0, DIM_VP,   DIM_C,  1, INIT_NORMAL,          TP_VOCAB},
     {"wpe",      0, DIM_MAXT, DIM_C,  1, INIT_NORMAL,          TP_REPLICATED},
-    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},
-    {"ln1b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
+    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
+    {"ln1b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
     {"qkvw",     1, DIM_3C,   DIM_C,  1, INIT_NORMAL,          TP_QKV_HEADS},
     {"qkvb",     1, DIM_3C,   DIM_1,  0, INIT_ZEROS,           TP_QKV_HEADS},
     {"attprojw", 1, DIM_C,    DIM_C,  1, INIT_NORMAL_RESIDUAL, TP_COLS},
     {"attprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
-    {"ln2w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},
-    {"ln2b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
+    {"ln2w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
+    {"ln2b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
     {"fcw",      1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_ROWS},
     {"fcb",      1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_ROWS},
     {"fcprojw",  1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_COLS},
     {"fcprojb",  1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
-    {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_REPLICATED},
-    {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
+    {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
+    {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
 };
+
+// every tp rank holds all of tensor t (the same values on every rank)
+static inline int tp_replicated(int t) { return TENSORS[t].tp == TP_REPLICATED || TENSORS[t].tp == TP_NORM; }
 
 static inline size_t dim_value(GPTConfig c, Dim d) {
     switch (d) {
@@ -168,20 +173,90 @@ typedef struct {
     size_t start;    // first value of the unit in the packed layout
 } UnitInfo;
 
+// ----------------------------------------------------------------------------
+// tensor-parallel shards: tp rank r of T holds of each (layer's) tensor the part its TPSplit names.
+// shard_rows/cols are the shape of that part; tp_shard_copy moves it between the whole (rows, cols)
+// tensor and the shard (rows_s, cols_s), both row-major.
+//   TP_QKV_HEADS  rows [r C/T, (r+1) C/T) of each of q, k, v (the three C-row thirds), stacked q, k, v:
+//                 the shard is itself a fused (3 C/T, cols) qkv of NH/T heads
+//   TP_ROWS, TP_VOCAB   rows [r rows/T, (r+1) rows/T)
+//   TP_COLS       columns [r cols/T, (r+1) cols/T) of every row
+//   TP_REPLICATED, TP_NORM  all of it
+
+static inline size_t shard_rows(GPTConfig c, int t, int tp) {
+    size_t rows = dim_value(c, TENSORS[t].rows);
+    TPSplit sp = TENSORS[t].tp;
+    return sp == TP_QKV_HEADS || sp == TP_ROWS || sp == TP_VOCAB ? rows / (size_t)tp : rows;
+}
+static inline size_t shard_cols(GPTConfig c, int t, int tp) {
+    size_t cols = dim_value(c, TENSORS[t].cols);
+    return TENSORS[t].tp == TP_COLS ? cols / (size_t)tp : cols;
+}
+static inline size_t tensor_shard_size(GPTConfig c, int t, int tp) { return shard_rows(c, t, tp) * shard_cols(c, t, tp); }
+
+// to_shard 1: shard = rank's part of whole; 0: whole's part = shard (the rest of whole untouched)
+static void tp_shard_copy(GPTConfig c, int t, int tp, int rank, float* whole /*(rows, cols)*/,
+                          float* shard /*(rows_s, cols_s)*/, int to_shard) {
+    size_t rows = dim_value(c, TENSORS[t].rows), cols = dim_value(c, TENSORS[t].cols);
+    size_t rs = shard_rows(c, t, tp), cs = shard_cols(c, t, tp);
+    for (size_t i = 0; i < rs; i++) {
+        size_t wi = i, wj = 0;  // row and first column of shard row i in the whole tensor
+        switch (TENSORS[t].tp) {
+            case TP_QKV_HEADS: { size_t third = rows / 3, per = third / (size_t)tp;
+                                 wi = (i / per) * third + (size_t)rank * per + i % per; break; }
+            case TP_ROWS: case TP_VOCAB: wi = (size_t)rank * rs + i; break;
+            case TP_COLS: wj = (size_t)rank * cs; break;
+            default: break;
+        }
+        float* w = whole + wi * cols + wj;
+        float* sh = shard + i * cs;
+        if (to_shard) memcpy(sh, w, cs * sizeof(float));
+        else memcpy(w, sh, cs * sizeof(float));
+    }
+}
+
+// The layouts tensor parallelism can split, or one line saying why not (NULL: fine). Every split
+// dimension must divide evenly: the heads, C (row-parallel columns), 4C, and the padded vocabulary.
+static const char* tp_layout_error(GPTConfig c, int tp, char* buf, size_t n) {
+    if (tp < 1) { snprintf(buf, n, "--tp %d: expected a positive number of tensor-parallel ranks", tp); return buf; }
+    if (c.num_heads % tp != 0 || c.padded_vocab_size % tp != 0) {
+        snprintf(buf, n, "--tp %d: expected the heads (NH = %d) and the padded vocabulary (Vp = %d) to divide evenly "
+                 "over the tensor-parallel ranks", tp, c.num_heads, c.padded_vocab_size);
+        return buf;
+    }
+#if LLM_HAS_KERNELS
+    // the kernels read rows of the split tensors 16 bytes at a time
+    if ((c.channels / tp) % 8 != 0) {
+        snprintf(buf, n, "--tp %d: expected C / tp = %d / %d to be a multiple of 8 (16-byte rows of the split tensors "
+                 "for the kernels' 128-bit loads)", tp, c.channels, tp);
+        return buf;
+    }
+#endif
+    return NULL;
+}
+
 typedef struct {
     GPTConfig cfg;
+    int tp, tp_rank;                   // the tensor-parallel split: this layout holds rank tp_rank's shards
     size_t align;                      // every unit is padded to a multiple of this many values
-    size_t num_parameters;             // Psi
-    size_t ckpt_offset[NUM_TENSORS];   // first value of each tensor in checkpoint order
-    size_t unit_offset[NUM_TENSORS];   // first value of each tensor's (layer) slice within its unit
+    size_t num_parameters;             // Psi (the whole model's)
+    size_t shard_parameters;           // the values this tp rank holds (Psi when tp = 1)
+    size_t ckpt_offset[NUM_TENSORS];   // first value of each tensor in checkpoint order (whole tensors)
+    size_t unit_offset[NUM_TENSORS];   // first value of each tensor's (layer) shard within its unit
+    size_t layer_size[NUM_TENSORS];    // values of each tensor's (layer) shard
     int num_units;
     UnitInfo* units;                   // (num_units)
     size_t packed_size;                // sum of the padded units
 } ParamLayout;
 
-static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) {
+// the packed layout of tp rank tp_rank's shards (tp = 1: the whole model)
+static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp, int tp_rank) {
     memset(lay, 0, sizeof(*lay));
+    char err[256];
+    if (tp_layout_error(c, tp, err, sizeof(err))) fatal("%s", err);
     lay->cfg = c;
+    lay->tp = tp;
+    lay->tp_rank = tp_rank;
     lay->align = align;
     lay->num_units = num_units(c);
     lay->units = (UnitInfo*)mallocCheck((size_t)lay->num_units * sizeof(UnitInfo));
@@ -190,7 +265,9 @@ static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) {
     for (int t = 0; t < NUM_TENSORS; t++) {
         lay->ckpt_offset[t] = ckpt;
         ckpt += tensor_size(c, t);
-        size_t n = tensor_layer_size(c, t);
+        size_t n = tensor_shard_size(c, t, tp);
+        lay->layer_size[t] = n;
+        lay->shard_parameters += n * (TENSORS[t].per_layer ? (size_t)c.num_layers : 1);
         int kind = tensor_unit_kind(t);
         size_t* in_unit = kind < 0 ? &in_embed : (kind == 0 ? &in_layer : &in_final);
         lay->unit_offset[t] = *in_unit;
@@ -207,6 +284,8 @@ static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) {
     }
     lay->packed_size = start;
 }
+
+static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) { layout_init_tp(lay, c, align, 1, 0); }
 
 static void layout_free(ParamLayout* lay) {
     free(lay->units);
@@ -226,7 +305,8 @@ static inline size_t unit_tensor_ckpt_offset(const ParamLayout* lay, int u, int 
     return lay->ckpt_offset[t] + l * tensor_layer_size(lay->cfg, t);
 }
 
-// full (Psi values, checkpoint order) into packed (packed_size values, pads zero); host FP32
+// full (Psi values, checkpoint order) into packed (packed_size values: this tp rank's shards, pads
+// zero); host FP32
 static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* packed) {
     memset(packed, 0, lay->packed_size * sizeof(float));
     int ts[NUM_TENSORS];
@@ -234,23 +314,27 @@ static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* p
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];
-            memcpy(packed + lay->units[u].start + lay->unit_offset[t], ckpt + unit_tensor_ckpt_offset(lay, u, t),
-                   tensor_layer_size(lay->cfg, t) * sizeof(float));
+            tp_shard_copy(lay->cfg, t, lay->tp, lay->tp_rank, (float*)ckpt + unit_tensor_ckpt_offset(lay, u, t),
+                          packed + lay->units[u].start + lay->unit_offset[t], 1);
         }
     }
 }
 
-// packed into checkpoint order (the pads are dropped)
-static void layout_to_checkpoint(const ParamLayout* lay, const float* packed, float* ckpt) {
+// packed (the shards of tp rank `rank` in a layout like lay) into their places in checkpoint order
+// (the pads are dropped; with tp > 1 the other ranks' parts of ckpt are left as they are)
+static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const float* packed, float* ckpt) {
     int ts[NUM_TENSORS];
     for (int u = 0; u < lay->num_units; u++) {
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];
-            memcpy(ckpt + unit_tensor_ckpt_offset(lay, u, t), packed + lay->units[u].start + lay->unit_offset[t],
-                   tensor_layer_size(lay->cfg, t) * sizeof(float));
+            tp_shard_copy(lay->cfg, t, lay->tp, rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
+                          (float*)packed + lay->units[u].start + lay->unit_offset[t], 0);
         }
     }
+}
+static void layout_to_checkpoint(const ParamLayout* lay, const float* packed, float* ckpt) {
+    layout_to_checkpoint_rank(lay, lay->tp_rank, packed, ckpt);
 }
 
 // ----------------------------------------------------------------------------

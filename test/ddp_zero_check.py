@@ -15,6 +15,8 @@
   ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
   order NAME REPORT                           the order of the last step's data-parallel operations
                                               (llm/ddp.h's trace): what the numbers cannot show
+  tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
+                                              Megatron-LM's count (test/test_tp.sh)
 """
 import glob, json, os, struct, sys
 
@@ -101,7 +103,8 @@ def update(name, run, ref, start, ltol, rtol):
 
 def memory(name, report):
     r = json.load(open(report))
-    psi, packed, N = r["num_parameters"], r["packed_parameters"], r["dp"]
+    # Psi: the parameters one model-parallel (tp) rank holds, the whole model without tensor parallelism
+    psi, packed, N = r.get("shard_parameters", r["num_parameters"]), r["packed_parameters"], r["dp"]
     paper = r["paper_model_states_bytes"]
     per = 2 * r["bytes_per_value"] + r["optimizer_bytes_per_param"]  # p + g + K
     slack = per * (packed - psi)  # the padding, at most
@@ -120,7 +123,7 @@ def memory(name, report):
 def ledger(name, report):
     r = json.load(open(report))
     stage, N, x = r["stage"], r["dp"], r["bytes_per_value"]
-    S, P, accum = x * r["num_parameters"], x * r["packed_parameters"], r["grad_accum"]
+    S, P, accum = x * r.get("shard_parameters", r["num_parameters"]), x * r["packed_parameters"], r["grad_accum"]
     loss = 4 if N > 1 else 0
     # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
     # (the loss average; the norm's sum of squares in stages 1-3)
@@ -130,10 +133,10 @@ def ledger(name, report):
             3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[stage]
     for rk in r["ranks"]:
         got = {row["kind"]: row["payload_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp"}
-        other = [row for row in rk["ledger_step"]["rows"] if row["group"] != "dp"]
+        other = [row for row in rk["ledger_step"]["rows"] if row["group"] not in ("dp", "tp")]  # tp: tp_ledger
         if got != want or other:
             return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
-        sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"])
+        sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp")
         scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage == 0 else 0))
         if abs(sent - scalars - r["paper_sent_bytes_per_step"]) > 1.0:
             return False, "%s: rank %d sent %.1f B per step, paper %.1f B + scalars %.1f B" % (
@@ -142,6 +145,57 @@ def ledger(name, report):
                3: "%d(N-1)/N P" % (2 * accum + 1)}[stage]
     return True, "%s: payload per step %s; sent %.0f B = %s (S = %d B gradient, P = %d B padded)" % (
         name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)
+
+
+def tp_ledger(name, report):
+    """The tensor-parallel traffic of one step against Megatron-LM (Shoeybi et al. 2019, sec. 3): per
+    micro-batch, per layer 2 all-reduces of the (B,T,C) activations in the forward (g after attproj and
+    fcproj) and 2 in the backward (f before QKV and fc), plus one for the vocabulary-parallel embedding
+    and one for the LM head's input gradient; the vocabulary-parallel cross-entropy all-gathers 3 floats
+    per token and rank; the gradient norm adds one 4-byte all-reduce. Sent: 2(t-1)/t of an all-reduce's
+    payload, (t-1)/t of an all-gather's or reduce-scatter's (ring).
+    With sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) each all-reduce becomes a reduce-
+    scatter plus an all-gather of the same (B,T,C): per layer, forward 2 all-gathers (QKV's and fc's
+    inputs) and 2 reduce-scatters (attproj's and fcproj's outputs), backward 2 all-gathers (the output
+    gradients of fcproj and attproj), 2 reduce-scatters (the input gradients of fc and QKV) and 2 more
+    all-gathers (QKV's and fc's inputs again, for their weight gradients: not kept); the head: an
+    all-gather forward, one again and a reduce-scatter backward; the embedding: a reduce-scatter
+    forward, an all-gather backward. And one all-reduce of the LayerNorms' gradient pieces each rank
+    owns: over the dp group, the LayerNorms' (2L + 1) 2C values (under DDP every dp rank owns them all)."""
+    r = json.load(open(report))
+    t, L, B, T, C, x, accum = r["tp"], r["L"], r["B"], r["T"], r["C"], r["bytes_per_value"], r["grad_accum"]
+    sp = r.get("sequence_parallel", 0)
+    BTC = B * T * C * x
+    ce = 3 * B * T * 4 * t  # the cross-entropy's row states, all-gathered
+    if sp:
+        want = {"all_gather": (accum * (6 * L + 4), accum * ((6 * L + 3) * BTC + ce)),
+                "reduce_scatter": (accum * (4 * L + 2), accum * (4 * L + 2) * BTC)}
+    else:
+        want = {"all_reduce": (accum * (4 * L + 2) + 1, accum * (4 * L + 2) * BTC + 4), "all_gather": (accum, accum * ce)}
+    norms = 0.0  # sp: the LayerNorm gradients all-reduced by the ranks of tp rank 0, summed
+    for rk in r["ranks"]:
+        rows = {row["kind"]: row for row in rk["ledger_step"]["rows"] if row["group"] == "tp"}
+        got = {k: (v["calls"], v["payload_bytes"]) for k, v in rows.items()}
+        if sp:
+            ar = got.pop("all_reduce", (0, 0))
+            if ar[0] not in (1, 2) or (ar[0] == 2) != (ar[1] > 4):
+                return False, "%s: rank %d tp all-reduces per step %s, expected the norm's and at most one of LayerNorm gradients" % (name, rk["rank"], ar)
+            if rk["rank"] % t == 0:
+                norms += ar[1] - 4
+        if got != want:
+            return False, "%s: rank %d tp calls and payload per step %s, expected %s" % (name, rk["rank"], got, want)
+        sent_want = sum((2.0 if k == "all_reduce" else 1.0) * (t - 1) / t * rows[k]["payload_bytes"] for k in rows)
+        sent = sum(v["sent_bytes"] for v in rows.values())
+        if abs(sent - sent_want) > 1.0:
+            return False, "%s: rank %d sent %.1f B on tp per step, expected %.1f B" % (name, rk["rank"], sent, sent_want)
+    # DDP: every dp rank owns all of them; ZeRO: the dp ranks' pieces add up to them once
+    owners = r["dp"] if r["stage"] == 0 else 1
+    if sp and norms != owners * (2 * L + 1) * 2 * C * x:
+        return False, "%s: LayerNorm gradients all-reduced over tp: %d B over the dp group, expected %d x (2L+1) 2C x %d = %d B" % (
+            name, norms, owners, x, owners * (2 * L + 1) * 2 * C * x)
+    per_layer = "6 all-gathers + 4 reduce-scatters of BTC (10 BTC (t-1)/t sent)" if sp else "4 all-reduces of BTC (8 BTC (t-1)/t sent)"
+    return True, "%s: tp per step %s; per layer and micro-batch %s" % (
+        name, " ".join("%s %d calls %d B" % (k, v[0], v[1]) for k, v in sorted(want.items())), per_layer)
 
 
 def order(name, report):
@@ -231,6 +285,8 @@ if __name__ == "__main__":
         good, msg = memory(*args)
     elif cmd == "ledger":
         good, msg = ledger(*args)
+    elif cmd == "tp_ledger":
+        good, msg = tp_ledger(*args)
     elif cmd == "ratio":
         good, msg = ratio(*args)
     elif cmd == "order":

@@ -13,7 +13,8 @@ build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu
+TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+                 build/test_tp_ops_cpu
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
@@ -53,12 +54,15 @@ build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
 build/test_gpt_emu_bf16: test/test_gpt.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
+build/test_tp_ops_emu: test/test_tp_ops.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
 build/test_sampler_emu: test/test_sampler.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
-                 build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu $(MATMUL_TESTS) \
+                 build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
                  $(EMU_BUILD)/test_emu_racecheck \
                  build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu
@@ -91,6 +95,12 @@ bench-cpu: build/bench_cpu
 .PHONY: bench-recompute
 bench-recompute: build/bench_cpu
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_cpu d12 4 256 3 0 none,selective,full
+
+# tensor parallelism (--tp): GPT-2 124M at B=4, T=256, tp 2 against tp 1 on the CPU in one run, with
+# the share of tp 2's step spent in the tp collectives (dev/bench_tp.sh)
+.PHONY: bench-tp
+bench-tp: build/bench_cpu
+	bash dev/bench_tp.sh
 
 # data parallelism on the CPU build: 2 processes x 1 thread against 1 process x 1 thread on the same
 # global batch, the speed-up and the comm wait per step (test/bench_ddp.sh)

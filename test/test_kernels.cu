@@ -20,6 +20,7 @@
 #include "kernels/adamw.h"
 #include "kernels/global_norm.h"
 #include "kernels/residual.h"
+#include "kernels/vocab_parallel.h"
 // the matmul family (cuBLASLt wrapper, bias-gradient and GELU-epilogue kernels) has its own program,
 // test/test_matmul.cu, run by make test in the same builds and thread orders
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     test_adamw();
     test_global_norm();
     test_residual();
+    test_vocab_parallel();
     context_free();
     return test_summary("test_kernels");
 }

@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
         for (int i = 0; i < BT; i++) inp[i] = (int)(rng_u64(&rng) % V);
         auto wte = randn((size_t)Vp * C, 1.0f), wpe = randn((size_t)maxT * C, 1.0f), R = randn((size_t)BT * C, 1.0f);
         std::vector<float> out((size_t)BT * C), dwte((size_t)Vp * C, 0.0f), dwpe((size_t)maxT * C, 0.0f);
-        auto L = [&](double* S) { encoder_forward_cpu(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C); return dot(out, R, S); };
-        encoder_backward_cpu(dwte.data(), dwpe.data(), R.data(), inp.data(), B, T, C);
+        auto L = [&](double* S) { encoder_forward_cpu(out.data(), inp.data(), wte.data(), wpe.data(), 0, INT_MAX, B, T, C); return dot(out, R, S); };
+        encoder_backward_cpu(dwte.data(), dwpe.data(), R.data(), inp.data(), 0, INT_MAX, B, T, C);
         fd_check("encoder dwte", wte.data(), wte.size(), dwte.data(), L, 40);
         fd_check("encoder dwpe", wpe.data(), wpe.size(), dwpe.data(), L, 40);
     }

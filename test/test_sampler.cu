@@ -104,14 +104,14 @@ int main(int argc, char** argv) {
     dp_import_params(&dp, params, 0);
     free(params);
     Sampler sp;
-    sampler_init(&sp, &dp.lay, &dp.hooks);
+    sampler_init(&sp, &dp.lay, &dp.hooks, dp.comm);
     int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, N = 20;
     int tokens[32];
     for (int i = 0; i < N; i++) tokens[i] = (int)(rng_u64(&rng) % V);
 
     // 1. the cache's logits at each position vs one full forward of the sequence
     Stage st;
-    stage_init(&st, &dp.lay, &dp.hooks, stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+    stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
     stage_forward(&st, 0, tokens, NULL, NULL, 0.0f);
     float* full = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
     copy_to_host_float(full, st.slots[0].logits, (size_t)N * Vp);
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
           "generating %d tokens after a prompt of %d ran %lld single-position forwards (p + n - 1 = %d)", n_new, p,
           sp.positions - before, p + n_new - 1);
     Stage st2;
-    stage_init(&st2, &dp.lay, &dp.hooks, stage_range_all(cfg), 1, len, RECOMPUTE_NONE, 1);
+    stage_init(&st2, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, len, RECOMPUTE_NONE, 1);
     stage_forward(&st2, 0, gen, NULL, NULL, 0.0f);
     float* full2 = (float*)mallocCheck((size_t)len * Vp * sizeof(float));
     copy_to_host_float(full2, st2.slots[0].logits, (size_t)len * Vp);

@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
     b.scratch = (float*)device_malloc(BTC * sizeof(float), MEM_WORKSPACE);
 
     std::vector<float> out(BTC), dwte = dwte0, dwpe = dwpe0;
-    encoder_forward_cpu(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
-    encoder_backward_cpu(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    encoder_forward_cpu(out.data(), inp.data(), wte.data(), wpe.data(), 0, INT_MAX, B, T, C);
+    encoder_backward_cpu(dwte.data(), dwpe.data(), dout.data(), inp.data(), 0, INT_MAX, B, T, C);
     // touched rows of dwte: what the backward must read and write
     std::vector<char> seen(Vp, 0);
     size_t touched = 0;

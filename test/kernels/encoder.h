@@ -59,7 +59,7 @@ static void test_encoder(void) {
         floatX* d_out = kc_alloc_poisoned<floatX>(BT * C);
         encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
         std::vector<float> want(BT * C);
-        encoder_forward_cpu(want.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+        encoder_forward_cpu(want.data(), inp.data(), wte.data(), wpe.data(), 0, INT_MAX, B, T, C);
         std::vector<float> got = kc_download(d_out, BT * C);
         snprintf(what, sizeof(what), "encoder_forward B=%d T=%d C=%d", B, T, C);
         kc_compare(what, got, want, 0.0f, 6e-8f, 0.0f, 4e-3f);
@@ -88,7 +88,7 @@ static void test_encoder(void) {
         float* d_scratch = kc_alloc_poisoned<float>(BT * C);  // gpt.h's scratch holds >= B*T*C floats
         encoder_backward(d_dwte, d_dwpe, d_scratch, d_dout, d_inp, inp.data(), B, T, C, 0);
         std::vector<float> want_dwte = dwte0, want_dwpe = dwpe0;
-        encoder_backward_cpu(want_dwte.data(), want_dwpe.data(), dout.data(), inp.data(), B, T, C);
+        encoder_backward_cpu(want_dwte.data(), want_dwpe.data(), dout.data(), inp.data(), 0, INT_MAX, B, T, C);
         const float u = 5.96e-8f;
         float tol_wte = 4.0f * u * max_count * kc_max_abs(dout) + 8.0f * u * kc_max_abs(want_dwte);
         float tol_wpe = 4.0f * u * B * kc_max_abs(dout) + 8.0f * u * kc_max_abs(want_dwpe);
