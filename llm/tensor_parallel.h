@@ -28,6 +28,9 @@
 //                the f all-reduce
 // LayerNorms, wpe and the row-parallel biases are replicated: their inputs and output gradients are
 // the same on every tp rank, so their gradients are too and they stay identical without communication.
+// Checked: test/test_tp_ops.cu (f and g, forward and backward, exactly, on integer-valued inputs),
+// test/kernels/vocab_parallel.h (the split embedding and cross-entropy against the unsplit ones) and
+// test/test_tp.sh (every layout against one process; the ledger against the counts above).
 #pragma once
 #include "common.h"
 #include "device.h"

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     }
     comm_init(&C, &argc, &argv, 1, tp, 1);
     context_init();
-    TPGroup g = tp_group(&C);
+    TPGroup g = tp_group(&C, 0);
     int T = g.size, r = g.rank, BT = 8, in = 32, out = 64;
     cudaStream_t s = llm_ctx.stream;
     if (C.world_rank == 0) printf("test_tp_ops: tp %d, %s, BT=%d in=%d out=%d\n", T, PRECISION_MODE, BT, in, out);
