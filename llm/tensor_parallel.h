@@ -13,12 +13,12 @@
 // one f and one g. Attention is QKV (column-parallel by heads: NH/T heads' q, k and v per rank, so
 // the attention core needs no communication) then attproj (row-parallel): one f and one g. The bias
 // of a row-parallel linear is added once, after the partial sums (here: by tp rank 0 before the
-// all-reduce, the same sum). So each block costs 2 all-reduces of (B,T,C) forward and 2 backward
-// (sec. 3: "2 all-reduces in the forward path and 2 in the backward path").
+// all-reduce, the same sum). So each block costs 2 all-reduces of (B,T,C) forward and 2 backward,
+// the count of sec. 3.
 //
-// The vocabulary-parallel embedding and LM head (sec. 3, "we parallelize the input embedding weight
-// matrix along the vocabulary dimension"; the output layer's cross-entropy fused with it so that the
-// (B,T,V) logits are never gathered): tp rank r holds rows [r Vp/T, (r+1) Vp/T) of the tied wte.
+// The vocabulary-parallel embedding and LM head (sec. 3: the embedding matrix split along the
+// vocabulary, and the cross-entropy fused with the output layer so that the (B,T,V) logits are never
+// gathered): tp rank r holds rows [r Vp/T, (r+1) Vp/T) of the tied wte.
 //     embedding  each rank looks up the tokens in its range (the others contribute zero), rank 0 adds
 //                wpe, and an all-reduce sums: every rank gets wte[token] + wpe exactly (the one
 //                non-zero term plus wpe is a single rounding, as in one process)
