@@ -79,6 +79,29 @@ __device__ __forceinline__ void softmax_state_merge(float& m, float& s, float m2
     m = mn;
 }
 
+// The states of a block's threads merged (blockDim.x a multiple of 32, at most 1024): a butterfly in
+// each warp, then every warp reduces the per-warp states, so every thread ends with the same (m, s)
+// (the merge is commutative bit for bit). 64 floats of shared memory; safe to call repeatedly.
+__device__ __forceinline__ void block_softmax_state_reduce(float& m, float& s) {
+    __shared__ float warp_m[32], warp_s[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        softmax_state_merge(m, s, m2, s2);
+    }
+    __syncthreads();  // a previous call's readers are done with warp_m, warp_s
+    if (lane == 0) { warp_m[warp] = m; warp_s[warp] = s; }
+    __syncthreads();
+    m = lane < nwarps ? warp_m[lane] : -INFINITY;
+    s = lane < nwarps ? warp_s[lane] : 0.0f;
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        softmax_state_merge(m, s, m2, s2);
+    }
+}
+
 // One block per row of the (BT, Vp) logits; blockDim.x a multiple of 32 (<= 1024). Each thread walks
 // the row in 16-byte chunks (x128::size columns), block-strided so that a warp reads 512 contiguous
 // bytes per step. Pass 1: the row's online-softmax state; pass 2: dlogits over the logits, in place.
@@ -118,24 +141,7 @@ fused_classifier_kernel(floatX* logits,       // (BT,Vp) in: logits; out: dlogit
         m = mn;
     }
 
-    // block reduction of the states: butterfly in each warp, then every warp reduces the per-warp
-    // states, so every thread ends with the same (m, s) (the merge is commutative bit for bit)
-    __shared__ float warp_m[32], warp_s[32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        softmax_state_merge(m, s, m2, s2);
-    }
-    if (lane == 0) { warp_m[warp] = m; warp_s[warp] = s; }
-    __syncthreads();
-    m = lane < nwarps ? warp_m[lane] : -INFINITY;
-    s = lane < nwarps ? warp_s[lane] : 0.0f;
-    for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        softmax_state_merge(m, s, m2, s2);
-    }
+    block_softmax_state_reduce(m, s);
     const float lse = m + logf(s);  // logsumexp of the row
     if (threadIdx.x == 0) losses[blockIdx.x] = lse - x_target;
     if (!write_dlogits) return;

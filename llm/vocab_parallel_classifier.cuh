@@ -83,11 +83,11 @@ static void vp_classifier_finish_cpu(float* logits,       // (BT, Vl) in: logits
 // CUDA kernels
 #if LLM_HAS_KERNELS
 #include "cuda_utils.cuh"
-#include "fused_classifier.cuh"  // softmax_state_merge
+#include "fused_classifier.cuh"  // softmax_state_merge, block_softmax_state_reduce
 
 // One block per row; each thread walks the row's valid 16-byte chunks block-strided, keeps an online-
-// softmax state, and the block merges them (butterfly in each warp, then across warps), as the
-// one-rank classifier's pass 1. Reads sizeof(floatX) per logit; writes 3 floats per row.
+// softmax state, and the block merges them (block_softmax_state_reduce), as the one-rank classifier's
+// pass 1. Reads sizeof(floatX) per logit; writes 3 floats per row.
 __global__ void __launch_bounds__(1024)
 vp_classifier_stats_kernel(float* stats,           // (BT, 3)
                            const floatX* logits,   // (BT, Vl)
@@ -112,22 +112,7 @@ vp_classifier_stats_kernel(float* stats,           // (BT, 3)
         s = s * expf(m - mn) + cs;
         m = mn;
     }
-    __shared__ float warp_m[32], warp_s[32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        softmax_state_merge(m, s, m2, s2);
-    }
-    if (lane == 0) { warp_m[warp] = m; warp_s[warp] = s; }
-    __syncthreads();
-    m = lane < nwarps ? warp_m[lane] : -INFINITY;
-    s = lane < nwarps ? warp_s[lane] : 0.0f;
-    for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-        float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-        softmax_state_merge(m, s, m2, s2);
-    }
+    block_softmax_state_reduce(m, s);
     if (threadIdx.x == 0) {
         int y = targets[blockIdx.x] - v0;
         float* st = stats + (size_t)blockIdx.x * 3;
