@@ -79,6 +79,26 @@ __device__ __forceinline__ void softmax_state_merge(float& m, float& s, float m2
     m = mn;
 }
 
+// Adds a 16-byte chunk of a row, columns [col0, col0 + x128::size), to the state (m, s); columns >= n
+// (the tail of the last chunk) count for nothing. The chunk must hold a valid column (col0 < n): then
+// its max is finite, and the first rescale of an empty state is exp(-inf) = 0.
+__device__ __forceinline__ void softmax_state_add_chunk(float& m, float& s, const x128& packed, int col0, int n) {
+    const int S = x128::size;
+    float vals[S];
+    float cmax = -INFINITY;
+    #pragma unroll
+    for (int k = 0; k < S; k++) {
+        vals[k] = col0 + k < n ? (float)packed[k] : -INFINITY;
+        cmax = fmaxf(cmax, vals[k]);
+    }
+    float mn = fmaxf(m, cmax);
+    float cs = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < S; k++) cs += expf(vals[k] - mn);
+    s = s * expf(m - mn) + cs;
+    m = mn;
+}
+
 // The states of a block's threads merged (blockDim.x a multiple of 32, at most 1024): a butterfly in
 // each warp, then every warp reduces the per-warp states, so every thread ends with the same (m, s)
 // (the merge is commutative bit for bit). 64 floats of shared memory; safe to call repeatedly.
@@ -124,21 +144,7 @@ fused_classifier_kernel(floatX* logits,       // (BT,Vp) in: logits; out: dlogit
     float m = -INFINITY, s = 0.0f;
     const int valid_chunks = (V + S - 1) / S;  // chunks with at least one column < V
     for (int c = threadIdx.x; c < valid_chunks; c += blockDim.x) {
-        x128 packed = load128(x + (size_t)c * S);  // cached: pass 2 reads it again
-        float vals[S];
-        float cmax = -INFINITY;
-        #pragma unroll
-        for (int k = 0; k < S; k++) {
-            vals[k] = c * S + k < V ? (float)packed[k] : -INFINITY;  // the tail of the last chunk
-            cmax = fmaxf(cmax, vals[k]);
-        }
-        // cmax is finite (the chunk has a valid column), so the rescale below is exp(-inf) = 0 at first
-        float mn = fmaxf(m, cmax);
-        float cs = 0.0f;
-        #pragma unroll
-        for (int k = 0; k < S; k++) cs += expf(vals[k] - mn);
-        s = s * expf(m - mn) + cs;
-        m = mn;
+        softmax_state_add_chunk(m, s, load128(x + (size_t)c * S), c * S, V);  // cached: pass 2 reads it again
     }
 
     block_softmax_state_reduce(m, s);

@@ -83,7 +83,7 @@ static void vp_classifier_finish_cpu(float* logits,       // (BT, Vl) in: logits
 // CUDA kernels
 #if LLM_HAS_KERNELS
 #include "cuda_utils.cuh"
-#include "fused_classifier.cuh"  // softmax_state_merge, block_softmax_state_reduce
+#include "fused_classifier.cuh"  // softmax_state_add_chunk, block_softmax_state_reduce
 
 // One block per row; each thread walks the row's valid 16-byte chunks block-strided, keeps an online-
 // softmax state, and the block merges them (block_softmax_state_reduce), as the one-rank classifier's
@@ -96,22 +96,7 @@ vp_classifier_stats_kernel(float* stats,           // (BT, 3)
     const int S = x128::size;
     const floatX* x = logits + (size_t)blockIdx.x * Vl;
     float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x; c * S < n; c += blockDim.x) {
-        x128 packed = load128(x + (size_t)c * S);
-        float vals[S];
-        float cmax = -INFINITY;
-        #pragma unroll
-        for (int k = 0; k < S; k++) {
-            vals[k] = c * S + k < n ? (float)packed[k] : -INFINITY;
-            cmax = fmaxf(cmax, vals[k]);
-        }
-        float mn = fmaxf(m, cmax);
-        float cs = 0.0f;
-        #pragma unroll
-        for (int k = 0; k < S; k++) cs += expf(vals[k] - mn);
-        s = s * expf(m - mn) + cs;
-        m = mn;
-    }
+    for (int c = threadIdx.x; c * S < n; c += blockDim.x) softmax_state_add_chunk(m, s, load128(x + (size_t)c * S), c * S, n);
     block_softmax_state_reduce(m, s);
     if (threadIdx.x == 0) {
         int y = targets[blockIdx.x] - v0;
