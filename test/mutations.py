@@ -321,6 +321,23 @@ MUTATIONS = [
       "vocabulary-parallel embedding: every tp rank adds wpe before the all-reduce",
       "tp"),
 
+    # --- pipeline schedules (schedule.h) ---
+    M("p-1f1b-warmup", "pipeline", "llm/schedule.h",
+      "        int warm = P - r - 1 < m ? P - r - 1 : m, f = 0, b = 0;",
+      "        int warm = P - r < m ? P - r : m, f = 0, b = 0;",
+      "1F1B: one forward too many in the warm-up (a micro-batch more alive than 1F1B's P - r)",
+      "schedule"),
+    M("p-interleaved-backward-chunks", "pipeline", "llm/schedule.h",
+      "    *chunk = backward ? V - 1 - c : c;",
+      "    *chunk = c;",
+      "interleaved: the backwards go through the chunks in forward order (gradients needed before they exist)",
+      "schedule"),
+    M("p-sim-latency-ignored", "pipeline", "llm/schedule.h",
+      "    out.bubble = out.makespan > 0 ? idle / (P * out.makespan) : 0.0;",
+      "    out.bubble = out.makespan > 0 ? idle / (P * out.makespan) * 0.9 : 0.0;",
+      "simulator: the bubble fraction misreported (10% low)",
+      "schedule"),
+
     # --- the optimizer (optimizer.h, dp.h's update) ---
     M("o-warmup-off-by-one", "optimizer", "llm/optimizer.h",
       "    if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;",
@@ -467,6 +484,7 @@ MUTATIONS = [
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
+    "schedule": ["build/test_schedule_cpu"],
     "model_vs_pytorch": ["build/test_gpt_cpu"],
     "sampler": ["build/test_sampler_cpu"],
     "formats": ["build/test_formats_cpu"],
@@ -507,6 +525,7 @@ BINARY_SOURCES = {
     "build/test_data": "test/test_data.cpp",
     "build/test_sampler_cpu": "test/test_sampler.cu",
     "build/test_tp_ops_cpu": "test/test_tp_ops.cu",
+    "build/test_schedule_cpu": "test/test_schedule.cu",
     "build/test_tp_ops_emu": "test/test_tp_ops.cu",
     "build/train_gpt_emu": "train_gpt.cu",
     "build/train_gpt_emu_nompi": "train_gpt.cu",

@@ -14,7 +14,7 @@ build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
 TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
-                 build/test_tp_ops_cpu
+                 build/test_tp_ops_cpu build/test_schedule_cpu
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
