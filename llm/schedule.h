@@ -125,11 +125,13 @@ static void schedule_interleaved(Schedule* s, int P, int m, int V) {
 }
 
 // ZB-H1 as a list: each rank, whenever it is free, runs a B whose gradient has arrived, else the next
-// F if its input has arrived and fewer than P - r micro-batches are in flight (1F1B's bound, so the
-// activations alive are 1F1B's), else a pending W, else it waits. Played once with unit costs
-// (F = B = W = 1, no latency), this fixes each rank's order; B's and F's keep their 1F1B places on
-// the critical path and the W's land in what would be 1F1B's bubbles. The list is then a pure function
-// of (P, m), run as it is whatever the real costs.
+// F if its input has arrived, fewer than P - r micro-batches are between F and B (1F1B's bound) and
+// fewer than 2P between F and W, else a pending W, else it waits. Played once with unit costs
+// (F = B = W = 1, no latency), this fixes each rank's order: F's and B's keep their 1F1B places on the
+// critical path and the W's land in what would be 1F1B's bubbles. A micro-batch between B and W holds
+// only the inputs of the weight gradients, less than a whole micro-batch's activations: the bound 2P
+// on those, measured by the simulator's peak, is what buys the third of 1F1B's bubble (with P, the
+// bubble is 0.33 to 0.56 of 1F1B's for P <= 8). The list is a pure function of (P, m).
 static void schedule_zb_h1(Schedule* s, int P, int m) {
     schedule_alloc(s, "zb-h1", P, m, 1, 1);
     int* f = (int*)calloc((size_t)P, sizeof(int));
@@ -143,7 +145,8 @@ static void schedule_zb_h1(Schedule* s, int P, int m) {
             int* F = fdone + r * m; int* Bd = bdone + r * m;
             int bin = b[r] < m && F[b[r]] >= 0 && F[b[r]] <= t &&
                       (r == P - 1 || (bdone[(r + 1) * m + b[r]] >= 0 && bdone[(r + 1) * m + b[r]] <= t));
-            int fin = f[r] < m && f[r] - b[r] < P - r && (r == 0 || (fdone[(r - 1) * m + f[r]] >= 0 && fdone[(r - 1) * m + f[r]] <= t));
+            int fin = f[r] < m && f[r] - b[r] < P - r && f[r] - w[r] < 2 * P &&
+                      (r == 0 || (fdone[(r - 1) * m + f[r]] >= 0 && fdone[(r - 1) * m + f[r]] <= t));
             if (bin) { schedule_push(s, r, PIPE_B, b[r], 0); Bd[b[r]++] = t + 1; left--; }
             else if (fin) { schedule_push(s, r, PIPE_F, f[r], 0); F[f[r]++] = t + 1; left--; }
             else if (w[r] < b[r]) { schedule_push(s, r, PIPE_W, w[r]++, 0); left--; }
@@ -239,4 +242,31 @@ static PipeSim pipe_simulate(const Schedule* s, PipeCosts c) {
     for (int k = 0; k < 3; k++) free(done[k]);
     free(next); free(live); free(clock);
     return out;
+}
+
+// Writes the simulated run as a Chrome / Perfetto trace (chrome://tracing, ui.perfetto.dev): one row
+// per rank, a box per op labelled like "F3" or "B3.1" (micro-batch 3, chunk 1), times in units of the
+// costs (shown as microseconds). Returns 0 if the file could not be written.
+static int pipe_sim_trace(const Schedule* s, const PipeSim* sim, PipeCosts c, const char* path) {
+    FILE* f = fopen(path, "w");
+    if (f == NULL) return 0;
+    fprintf(f, "{\"traceEvents\":[");
+    int first = 1;
+    for (int r = 0; r < s->P; r++) {
+        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+                first ? "" : ",", r, r);
+        first = 0;
+        for (int i = 0; i < s->n[r]; i++) {
+            PipeOp op = s->ops[r][i];
+            double d = op.kind == PIPE_F ? c.f : (op.kind == PIPE_B ? c.b : c.w);
+            char label[32];
+            if (s->V > 1) snprintf(label, sizeof(label), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
+            else snprintf(label, sizeof(label), "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
+            fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%c\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.6f,\"dur\":%.6f}", label,
+                    PIPE_OP_NAMES[op.kind], r, sim->start[(size_t)r * 3 * s->m * s->V + i], d);
+        }
+    }
+    fprintf(f, "],\"otherData\":{\"schedule\":\"%s\",\"P\":%d,\"m\":%d,\"V\":%d,\"bubble\":%.6f}}\n", s->name, s->P,
+            s->m, s->V, sim->bubble);
+    return fclose(f) == 0;
 }

@@ -526,6 +526,7 @@ BINARY_SOURCES = {
     "build/test_sampler_cpu": "test/test_sampler.cu",
     "build/test_tp_ops_cpu": "test/test_tp_ops.cu",
     "build/test_schedule_cpu": "test/test_schedule.cu",
+    "build/pipeline_sim": "dev/pipeline_sim.cu",
     "build/test_tp_ops_emu": "test/test_tp_ops.cu",
     "build/train_gpt_emu": "train_gpt.cu",
     "build/train_gpt_emu_nompi": "train_gpt.cu",

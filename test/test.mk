@@ -9,12 +9,17 @@ build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
+# the pipeline simulator: run a schedule with op costs, print it, write a Chrome/Perfetto trace
+build/pipeline_sim: dev/pipeline_sim.cu llm/schedule.h llm/common.h
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
+
 build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
 TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
-                 build/test_tp_ops_cpu build/test_schedule_cpu
+                 build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)

@@ -10,7 +10,8 @@
 //     interleaved: chunks of 1/V of a stage (F = 1/V, B = 2/V): bubble = (P-1)/(V m + P - 1), i.e. the
 //       bubble time over the ideal time is (1/V)(P-1)/m, Narayanan et al. 2021 sec. 2.2.2;
 //     zb-h1 with F = B = W = 1 against 1f1b with F = 1, B = 2 (the same work): for m >= P the bubble
-//       time is about a third of 1f1b's (Qi et al. 2023: (P-1)(F+B-W) against (P-1)(F+B+W));
+//       time is about a third of 1f1b's (Qi et al. 2023: (P-1)(F+B-W) against (P-1)(F+B+W)), with
+//       at most 2P micro-batches between their F and W (llm/schedule.h says why);
 //     peak live micro-batches per rank: gpipe m, 1f1b min(P - r, m).
 //  Prints the bubble table for P = 4, 8 and m = 4, 8, 16, 32 beside the formulas.
 #include "../llm/common.h"
@@ -18,6 +19,7 @@
 #include "test_common.h"
 #include <vector>
 #include <map>
+#include <unistd.h>
 
 static const char* NAMES[4] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
@@ -109,6 +111,7 @@ int main(void) {
     // 2. the simulator against the formulas (no P2P latency)
     int formula_ok = 1, peak_ok = 1;
     double worst_zb = 0.0, best_zb = 1e9;
+    int zb_peak = 0, zb_peak_ok = 1;  // micro-batches between F and W, at most 2P (llm/schedule.h)
     for (int P : Ps)
         for (int m = 1; m <= 17; m++) {
             for (int ni = 0; ni < 2; ni++) {
@@ -152,6 +155,10 @@ int main(void) {
                 double q = (sz.bubble * sz.makespan) / (sa.bubble * sa.makespan);  // bubble time ratio
                 if (q > worst_zb) worst_zb = q;
                 if (q < best_zb) best_zb = q;
+                for (int r = 0; r < P; r++) {
+                    if (sz.peak_live[r] > zb_peak) zb_peak = sz.peak_live[r];
+                    if (sz.peak_live[r] > 2 * P) zb_peak_ok = 0;
+                }
                 pipe_sim_free(&sa); pipe_sim_free(&sz);
                 schedule_free(&a); schedule_free(&z);
             }
@@ -160,6 +167,7 @@ int main(void) {
     check(peak_ok, "peak live micro-batches per rank: gpipe m, 1f1b min(P - r, m)");
     check(worst_zb <= 0.34 && best_zb >= 0.32,
           "zb-h1 bubble time / 1f1b's with F = B = W (m >= P): %.3f to %.3f, about a third (Qi et al. 2023)", best_zb, worst_zb);
+    check(zb_peak_ok && zb_peak <= 32, "zb-h1 micro-batches between F and W at most 2P (largest seen %d, P <= 8)", zb_peak);
 
     // the table
     printf("bubble fraction, zero latency (1f1b/gpipe: F=1 B=2; interleaved: F=1/V B=2/V; zb-h1: F=B=W=1):\n");
@@ -179,8 +187,37 @@ int main(void) {
                 pipe_sim_free(&sim);
                 schedule_free(&s);
             }
-            printf("  %d %3d  %.4f  %.4f  %.4f         %.4f           %.4f          %.4f\n", P, m, b[0], b[1],
-                   (double)(P - 1) / (m + P - 1), b[2], (double)(P - 1) / (2 * m + P - 1), b[3]);
+            char inter[16];
+            if (b[2] == b[2]) snprintf(inter, sizeof(inter), "%.4f", b[2]);
+            else snprintf(inter, sizeof(inter), "  -   ");  // m not a multiple of P
+            printf("  %d %3d  %.4f  %.4f  %.4f         %s           %.4f          %.4f\n", P, m, b[0], b[1],
+                   (double)(P - 1) / (m + P - 1), inter, (double)(P - 1) / (2 * m + P - 1), b[3]);
         }
+    // the trace of a simulated run: one complete event ("ph":"X") per op, one row name per rank
+    {
+        Schedule s;
+        schedule_make(&s, "interleaved", 4, 8, 2);
+        PipeCosts c = {0.5, 1.0, 0.0, 0.1};
+        PipeSim sim = pipe_simulate(&s, c);
+        char path[256];
+        snprintf(path, sizeof(path), "%s/test_schedule_%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        int wrote = pipe_sim_trace(&s, &sim, c, path);
+        int events = 0, rows = 0;
+        FILE* f = fopen(path, "r");
+        if (f) {
+            std::vector<char> text(1 << 20);
+            size_t n = fread(text.data(), 1, text.size() - 1, f);
+            text[n] = 0;
+            fclose(f);
+            for (const char* p = text.data(); (p = strstr(p, "\"ph\":\"X\"")) != NULL; p++) events++;
+            for (const char* p = text.data(); (p = strstr(p, "\"thread_name\"")) != NULL; p++) rows++;
+        }
+        remove(path);
+        int total = 0;
+        for (int r = 0; r < s.P; r++) total += s.n[r];
+        check(wrote && events == total && rows == s.P, "trace of interleaved P=4 m=8 V=2: %d op events (of %d ops), %d rank rows", events, total, rows);
+        pipe_sim_free(&sim);
+        schedule_free(&s);
+    }
     return test_summary("test_schedule");
 }

@@ -1,0 +1,58 @@
+// pipeline_sim.cu: run a pipeline schedule of llm/schedule.h in the simulator, no model, and look at it.
+//   build/pipeline_sim --schedule 1f1b --pp 4 -m 8 [--vpp V] [--f 1 --b 2 --w 0 --p2p 0] [--trace FILE]
+// Prints each rank's ops, busy and idle time and peak of live micro-batches, the bubble fraction
+// beside the formula of the schedule, and with --trace writes a Chrome/Perfetto trace
+// (scripts/plot_trace.py draws it as a PNG). Costs: one chunk's F, B and W (with a schedule that does
+// not split the backward, B is the whole backward and W is ignored).
+#include "../llm/common.h"
+#include "../llm/schedule.h"
+
+int main(int argc, char** argv) {
+    const char* name = "1f1b";
+    const char* trace = NULL;
+    int P = 4, m = 8, V = 1;
+    PipeCosts c = {1.0, 2.0, 0.0, 0.0};
+    int w_given = 0, b_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (i + 1 >= argc) fatal("pipeline_sim: %s needs a value", a);
+        const char* v = argv[++i];
+        if (!strcmp(a, "--schedule")) name = v;
+        else if (!strcmp(a, "--pp")) P = atoi(v);
+        else if (!strcmp(a, "-m")) m = atoi(v);
+        else if (!strcmp(a, "--vpp")) V = atoi(v);
+        else if (!strcmp(a, "--f")) c.f = atof(v);
+        else if (!strcmp(a, "--b")) { c.b = atof(v); b_given = 1; }
+        else if (!strcmp(a, "--w")) { c.w = atof(v); w_given = 1; }
+        else if (!strcmp(a, "--p2p")) c.p2p = atof(v);
+        else if (!strcmp(a, "--trace")) trace = v;
+        else fatal("pipeline_sim: unknown flag %s (expected --schedule --pp -m --vpp --f --b --w --p2p --trace)", a);
+    }
+    Schedule s;
+    schedule_make(&s, name, P, m, V);
+    if (s.split_w && !b_given && !w_given) { c.b = 1.0; c.w = 1.0; }  // the same work as F = 1, B = 2
+    PipeSim sim = pipe_simulate(&s, c);
+    printf("schedule %s, P = %d, m = %d, V = %d, costs F %.3g B %.3g W %.3g, P2P %.3g\n", s.name, P, m, V, c.f, c.b,
+           s.split_w ? c.w : 0.0, c.p2p);
+    if (sim.deadlock) fatal("pipeline_sim: the schedule deadlocks");
+    for (int r = 0; r < P; r++) {
+        printf("rank %d: busy %.3g, idle %.3g, peak live %d |", r, sim.busy[r], sim.makespan - sim.busy[r], sim.peak_live[r]);
+        for (int i = 0; i < s.n[r]; i++) {
+            PipeOp op = s.ops[r][i];
+            if (V > 1) printf(" %c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
+            else printf(" %c%d", PIPE_OP_NAMES[op.kind], op.mb);
+        }
+        printf("\n");
+    }
+    printf("makespan %.3g, bubble %.4f", sim.makespan, sim.bubble);
+    if (!strcmp(name, "gpipe") || !strcmp(name, "1f1b")) printf(" (formula (P-1)/(m+P-1) = %.4f, zero latency)", (double)(P - 1) / (m + P - 1));
+    if (!strcmp(name, "interleaved")) printf(" (formula (P-1)/(Vm+P-1) = %.4f with F, B of 1/V of a stage, zero latency)", (double)(P - 1) / (V * m + P - 1));
+    printf("\n");
+    if (trace) {
+        if (!pipe_sim_trace(&s, &sim, c, trace)) fatal("--trace: cannot write '%s': %s", trace, strerror(errno));
+        printf("trace: %s\n", trace);
+    }
+    pipe_sim_free(&sim);
+    schedule_free(&s);
+    return 0;
+}
