@@ -65,6 +65,36 @@ static inline size_t dp_index(const DataParallel* dp, int u, size_t pos) {
     return dp->stage == 0 ? dp->lay.units[u].start + pos : zero_shard_index(&dp->z, u, pos);
 }
 static inline size_t dp_state_size(const DataParallel* dp) { return dp->stage == 0 ? dp->lay.packed_size : dp->z.shard_size; }
+// where the averaged gradient of position pos of unit u is: the full buffer (stages 0-1) or the shard
+static inline floatX* dp_grad_at(const DataParallel* dp, int u, size_t pos) {
+    return dp->stage <= 1 ? dp->grads + dp->lay.units[u].start + pos : dp->grads_shard + dp_index(dp, u, pos);
+}
+
+// The pieces this rank owns, one per (unit, tensor): positions [a, e) of unit u, all in tensor t.
+// for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) visits them unit by unit, tensors in table order.
+typedef struct {
+    int u, j;     // the cursor: unit, and the index of the tensor among the unit's
+    int t;        // the tensor
+    size_t a, e;  // the piece, positions within the unit
+} DpPiece;
+
+static int dp_next_piece(const DataParallel* dp, DpPiece* p) {
+    const ParamLayout* lay = &dp->lay;
+    int ts[NUM_TENSORS];
+    for (; p->u < lay->num_units; p->u++, p->j = -1) {
+        size_t lo, hi;
+        dp_owned(dp, p->u, &lo, &hi);
+        int k = unit_tensors(lay, p->u, ts);
+        while (++p->j < k) {
+            int t = ts[p->j];
+            size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
+            if (a < lo) a = lo;
+            if (e > hi) e = hi;
+            if (a < e) { p->t = t; p->a = a; p->e = e; return 1; }
+        }
+    }
+    return 0;
+}
 
 // ----------------------------------------------------------------------------
 // the hooks
@@ -311,36 +341,24 @@ static void dp_micro_begin(DataParallel* dp, int micro, int num_micro) { dp->las
 // same units and offsets) are summed over tp, packed into one all-reduce per step. Sums over dp and
 // over tp commute, so this can follow the dp reductions.
 static void dp_reduce_norm_grads_tp(DataParallel* dp) {
-    const ParamLayout* lay = &dp->lay;
     cudaStream_t s = llm_ctx.stream;
-    int ts[NUM_TENSORS];
-    for (int pass = 0, total = 0; pass < 2; pass++) {  // pass 0: count; pass 1: pack, reduce, unpack
-        floatX* buf = pass ? (floatX*)device_malloc((size_t)total * sizeof(floatX), MEM_COMM) : NULL;
-        for (int dir = 0; dir < (pass ? 2 : 1); dir++) {
-            size_t at = 0;
-            for (int u = 0; u < lay->num_units; u++) {
-                size_t lo, hi;
-                dp_owned(dp, u, &lo, &hi);
-                int k = unit_tensors(lay, u, ts);
-                for (int j = 0; j < k; j++) {
-                    int t = ts[j];
-                    if (TENSORS[t].tp != TP_NORM) continue;
-                    size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
-                    if (a < lo) a = lo;
-                    if (e > hi) e = hi;
-                    if (a >= e) continue;
-                    floatX* g = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + dp_index(dp, u, a);
-                    if (pass == 1 && dir == 0) copy_device_to_device(buf + at, g, (e - a) * sizeof(floatX), s);
-                    if (pass == 1 && dir == 1) copy_device_to_device(g, buf + at, (e - a) * sizeof(floatX), s);
-                    at += e - a;
-                }
-            }
-            if (pass == 0) total = (int)at;
-            if (pass == 0 && total == 0) return;  // this dp rank owns no piece of a LayerNorm
-            if (pass == 1 && dir == 0 && total > 0) comm_all_reduce(dp->comm, GROUP_TP, buf, buf, (size_t)total, COMM_SUM, s);
-        }
-        if (pass == 1) device_free(buf);
+    size_t total = 0, at = 0;
+    for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) if (TENSORS[p.t].tp == TP_NORM) total += p.e - p.a;
+    if (total == 0) return;  // this dp rank owns no piece of a LayerNorm
+    floatX* buf = (floatX*)device_malloc(total * sizeof(floatX), MEM_COMM);
+    for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
+        if (TENSORS[p.t].tp != TP_NORM) continue;
+        copy_device_to_device(buf + at, dp_grad_at(dp, p.u, p.a), (p.e - p.a) * sizeof(floatX), s);
+        at += p.e - p.a;
     }
+    comm_all_reduce(dp->comm, GROUP_TP, buf, buf, total, COMM_SUM, s);
+    at = 0;
+    for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
+        if (TENSORS[p.t].tp != TP_NORM) continue;
+        copy_device_to_device(dp_grad_at(dp, p.u, p.a), buf + at, (p.e - p.a) * sizeof(floatX), s);
+        at += p.e - p.a;
+    }
+    device_free(buf);
 }
 
 // after the last backward: every gradient reduction waited (and, with sequence parallelism, the
@@ -371,21 +389,9 @@ static float dp_grad_norm(DataParallel* dp) {
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
     if (lay->tp > 1) {
-        int ts[NUM_TENSORS];
-        for (int u = 0; u < lay->num_units; u++) {
-            size_t lo, hi;
-            dp_owned(dp, u, &lo, &hi);
-            int k = unit_tensors(lay, u, ts);
-            for (int j = 0; j < k; j++) {  // the piece of tensor ts[j] inside [lo, hi), as in dp_update
-                int t = ts[j];
-                if (tp_replicated(t) && lay->tp_rank != 0) continue;
-                size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
-                if (a < lo) a = lo;
-                if (e > hi) e = hi;
-                if (a >= e) continue;
-                const floatX* g = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + dp_index(dp, u, a);
-                global_norm_squared(st->norm, g, e - a, s);
-            }
+        for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
+            if (tp_replicated(p.t) && lay->tp_rank != 0) continue;
+            global_norm_squared(st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
         }
     } else if (dp->stage == 0) {
         global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
@@ -412,27 +418,16 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
     st->t += 1;
     cudaStream_t s = llm_ctx.stream;
     const ParamLayout* lay = &dp->lay;
-    int ts[NUM_TENSORS];
-    for (int u = 0; u < lay->num_units; u++) {
-        size_t lo, hi;
-        dp_owned(dp, u, &lo, &hi);
-        int k = unit_tensors(lay, u, ts);
-        for (int j = 0; j < k; j++) {  // the piece of tensor ts[j] inside [lo, hi)
-            int t = ts[j];
-            size_t a = lay->unit_offset[t], e = a + lay->layer_size[t];
-            if (a < lo) a = lo;
-            if (e > hi) e = hi;
-            if (a >= e) continue;
-            size_t i = dp_index(dp, u, a);  // in m, v, master and the shards
-            floatX* param = dp->stage == 3 ? dp->params_shard + i : dp->params + lay->units[u].start + a;
-            floatX* grad = dp->stage <= 1 ? dp->grads + lay->units[u].start + a : dp->grads_shard + i;
-            float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;
-            // the rounding bits of an element depend on (step, unit, tensor, its place in the tensor's
-            // slice), not on how the ranks' blocks cut the slice: every layout rounds alike
-            adamw_update(param, st->master ? st->master + i : NULL, grad, st->m + i, st->v + i, e - a, lr, oc->beta1,
-                         oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s,
-                         a - lay->unit_offset[t]);
-        }
+    for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
+        int t = p.t, u = p.u;
+        size_t a = p.a, e = p.e, i = dp_index(dp, u, a);  // i: in m, v, master and the shards
+        floatX* param = dp->stage == 3 ? dp->params_shard + i : dp->params + lay->units[u].start + a;
+        float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;
+        // the rounding bits of an element depend on (step, unit, tensor, its place in the tensor's
+        // slice), not on how the ranks' blocks cut the slice: every layout rounds alike
+        adamw_update(param, st->master ? st->master + i : NULL, dp_grad_at(dp, u, a), st->m + i, st->v + i, e - a, lr,
+                     oc->beta1, oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s,
+                     a - lay->unit_offset[t]);
     }
     if (dp->stage == 1 || dp->stage == 2) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
     if (dp->stage >= 2) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed
