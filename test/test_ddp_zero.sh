@@ -60,15 +60,8 @@ rm -rf "$LOG"; mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# the mpirun flags of test/test_comm.sh (why each: see there), one OpenMP thread per rank
-MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0 -x OMP_NUM_THREADS)
-[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout
 echo "mpirun flags: ${MPIRUN[*]:1}"
-
-pass=0; fail=0; skipped=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-check() { if $CHECK "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi; }
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
@@ -198,18 +191,7 @@ else
     bad "rank 1 exits at step 2: mpirun exited $rc after $dt s (124 = hung until the 60 s timeout)"
 fi
 
-# bad layouts: one line (from rank 0), non-zero exit, nothing written
-badlayout() {  # NAME NP SUBSTRING ARGS...
-    local name=$1 np=$2 sub=$3; shift 3
-    local out rc lines
-    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$CPU" "${common[@]}" --output-dir "$tmp/bad_$name" "$@" 2>&1); rc=$?
-    lines=$(printf '%s\n' "$out" | grep -c .)
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]] && [ ! -e "$tmp/bad_$name" ]; then
-        ok "bad layout $name: exit $rc, one line, nothing written: $out"
-    else
-        bad "bad layout $name: exit $rc, $lines lines, output dir $( [ -e "$tmp/bad_$name" ] && echo created || echo absent): $out"
-    fi
-}
+# bad layouts: one line (from rank 0), non-zero exit, nothing written (badlayout: test/mpi_lib.sh)
 badlayout world4_dp3 4 "--dp 3" --dp 3
 badlayout zero5 4 "--zero" --zero 5
 badlayout batch 4 "--total-batch" --total-batch 384

@@ -49,13 +49,7 @@ LOG=build/tp
 mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0 -x OMP_NUM_THREADS)
-[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
-
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-check() { if $CHECK "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi; }
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
@@ -179,16 +173,7 @@ if [ -x "$EMU16" ]; then
     done
 else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
 
-# 7. bad layouts: one line (from rank 0), non-zero exit, nothing written
-badlayout() {  # NAME NP SUBSTRING ARGS...
-    local name=$1 np=$2 sub=$3; shift 3
-    local out rc lines
-    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$CPU" "${common[@]}" --output-dir "$tmp/bad_$name" "$@" 2>&1); rc=$?
-    lines=$(printf '%s\n' "$out" | grep -c .)
-    if [ $rc -ne 0 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -q -- "$sub" && [ ! -e "$tmp/bad_$name" ]; then
-        ok "bad layout $name: exit $rc, one line, nothing written: $out"
-    else bad "bad layout $name: exit $rc, $lines lines, output dir $( [ -e "$tmp/bad_$name" ] && echo created || echo absent): $out"; fi
-}
+# 7. bad layouts: one line (from rank 0), non-zero exit, nothing written (badlayout: test/mpi_lib.sh)
 badlayout tp3_heads 3 "--tp 3" --tp 3
 badlayout sp_seq 4 "--sequence-parallel" --tp 4 --sequence-parallel 1 -t 30
 badlayout sp_flag 1 "--sequence-parallel" --sequence-parallel 2  # a flag error: every rank parses the flags and would say it
