@@ -279,14 +279,28 @@ static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float
     device_free(dev);
 }
 
-// The whole model's parameters (the FP32 master weights in BF16 builds) and moments, FP32 on the host
-// in checkpoint order (Psi each; m and v may be NULL). Every rank of the dp and tp groups must call it.
-static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
+// The parameters the model computes with, as they are (BF16 builds: the master rounded stochastically
+// at the last update), FP32 on the host in checkpoint order (Psi). Every rank of the dp and tp groups
+// must call it.
+static void dp_export_floatx(DataParallel* dp, float* params) {
     float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
-    if (dp->opt.master) dp_gather_to_packed(dp, dp->opt.master, 0, packed);
-    else if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);  // every rank has them all
+    if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);  // every rank has them all
     else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
     dp_packed_to_checkpoint(dp, packed, params);
+    free(packed);
+}
+
+// The whole model's parameters (the FP32 master weights in BF16 builds, else those of dp_export_floatx)
+// and moments, FP32 on the host in checkpoint order (Psi each; m and v may be NULL). Every rank of the
+// dp and tp groups must call it.
+static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
+    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
+    if (dp->opt.master) {
+        dp_gather_to_packed(dp, dp->opt.master, 0, packed);
+        dp_packed_to_checkpoint(dp, packed, params);
+    } else {
+        dp_export_floatx(dp, params);
+    }
     float* dst[2] = {m, v};
     const float* src[2] = {dp->opt.m, dp->opt.v};
     for (int k = 0; k < 2; k++) {
@@ -294,17 +308,6 @@ static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
         dp_gather_to_packed(dp, src[k], 0, packed);
         dp_packed_to_checkpoint(dp, packed, dst[k]);
     }
-    free(packed);
-}
-
-// The parameters the model computes with, as they are (BF16 builds: the master rounded stochastically
-// at the last update), FP32 on the host in checkpoint order (Psi). Every rank of the dp and tp groups
-// must call it.
-static void dp_export_floatx(DataParallel* dp, float* params) {
-    float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
-    if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);
-    else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
-    dp_packed_to_checkpoint(dp, packed, params);
     free(packed);
 }
 

@@ -456,8 +456,8 @@ MUTATIONS = [
       "resume does not restore the sampler's RNG",
       "resume"),
     M("r-export-bf16-params", "checkpoint", "llm/dp.h",
-      "    if (dp->opt.master) dp_gather_to_packed(dp, dp->opt.master, 0, packed);",
-      "    if (0) dp_gather_to_packed(dp, dp->opt.master, 0, packed);",
+      "    if (dp->opt.master) {\n        dp_gather_to_packed(dp, dp->opt.master, 0, packed);",
+      "    if (0) {\n        dp_gather_to_packed(dp, dp->opt.master, 0, packed);",
       "BF16 builds save the BF16 parameters, not the FP32 master weights, in the state file (resume not exact)",
       "nompi ddp_zero"),
 
