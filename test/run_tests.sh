@@ -43,6 +43,8 @@ run() {  # run NAME CMD...
 run ops_grad ./build/test_ops_grad_cpu
 # pipeline schedules as data and their simulator (llm/schedule.h): structure, deadlock freedom, bubble formulas
 run schedule ./build/test_schedule_cpu
+# scripts/plot_trace.py: the simulator's traces and a real run's shape drawn as PNGs, checked against the trace
+run plot_trace bash test/test_plot_trace.sh
 run model_vs_pytorch ./build/test_gpt_cpu
 run sampler ./build/test_sampler_cpu
 run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm -rf "$d"; exit $rc'
