@@ -8,13 +8,16 @@ to bottom:
                            llm/tensors.h: the parameter tensors as one table)
   3. data                 (llm.c token shards, each dp rank reading its slice of every step's batch;
                            tokenizer for decoding)
-  4. the parts            (llm/dp.h: what this rank holds of the parameters, gradients and optimizer
-                           state: DDP, or ZeRO-1/2/3, llm/zero.h; llm/gpt.h: the stage that runs the
-                           embedding, the blocks (llm/block.h, with --recompute) and the head on one
-                           micro-batch; llm/sampler.h: generation with its own KV cache)
+  4. the parts            (llm/pipeline.h: which layers this pipeline rank runs; llm/dp.h: what this
+                           rank holds of their parameters, gradients and optimizer state: DDP, or
+                           ZeRO-1/2/3, llm/zero.h; llm/gpt.h: the stage that runs the embedding, the
+                           blocks (llm/block.h, with --recompute) and the head on one micro-batch;
+                           llm/sampler.h: generation with its own KV cache)
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step: this rank's
-                           micro-batches forward + backward, the gradients averaged over the dp ranks
-                           as they are ready, the global norm, clip, AdamW; log)
+                           micro-batches forward + backward in the order of the pipeline schedule
+                           (llm/schedule.h; one rank: forward, backward, forward, ...), the gradients
+                           averaged over the dp ranks as they are ready, the global norm, clip,
+                           AdamW; log)
   6. held-out exact-match evaluation (optional), memory and communication report, clean-up
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
 every rank prints the errors it sees itself.
@@ -45,6 +48,7 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/tensors.h"
 #include "llm/gpt.h"
 #include "llm/dp.h"
+#include "llm/pipeline.h"
 #include "llm/optimizer.h"
 #include "llm/dataloader.h"
 #include "llm/tokenizer.h"
@@ -74,7 +78,9 @@ int main(int argc, char** argv) {
         fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg.max_seq_len, T);
     }
     char tp_err[256];
-    if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err))) {  // before anything is allocated
+    int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));  // m: the micro-batches of a step
+    if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err)) ||  // before anything is allocated
+        pipe_layout_error(cfg, comm.pp, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err))) {
         if (rank0) fprintf(stderr, "error: %s\n", tp_err);
         comm_exit(&comm, EXIT_FAILURE);
     }
@@ -93,16 +99,24 @@ int main(int argc, char** argv) {
     }
     int eot = have_tok ? (int)tok.eot_token : 50256;
 
-    // 4. the parts: what this rank holds (llm/dp.h), the stage that runs the model on one micro-batch
-    // (llm/gpt.h), and the sampler
+    // 4. the parts: the units this pipeline rank runs (llm/pipeline.h), what it holds of them
+    // (llm/dp.h), its stages that run them on a micro-batch (llm/gpt.h) and the executor of the
+    // schedule, and the sampler
+    int* held = (int*)mallocCheck((size_t)num_units(cfg) * sizeof(int));
+    pipe_held_units(cfg, comm.pp, args.vpp, comm.pp_rank, held);
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, args.zero);
+    dp_init_pp(&dp, &comm, cfg, args.zero, held);
+    free(held);
     dp.sequence_parallel = args.sequence_parallel && comm.tp > 1;  // the LayerNorms' gradients are partial sums
-    Stage stage;
-    stage_init(&stage, &dp.lay, &dp.hooks, tp_group(dp.comm, args.sequence_parallel), stage_range_all(cfg), B, T, (Recompute)args.recompute, 1);
+    Pipeline pipe;
+    pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), args.schedule, args.vpp, grad_accum, B, T,
+                  (Recompute)args.recompute);
+    const Stage* stage = pipeline_first(&pipe);  // the memory report's per-layer figures
+    StageRange* ranges = (StageRange*)mallocCheck((size_t)args.vpp * sizeof(StageRange));
+    for (int c = 0; c < args.vpp; c++) ranges[c] = pipe.chunks[c].range;
     Sampler sampler;
-    sampler_init(&sampler, &dp.lay, &dp.hooks, dp.comm);
-    int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));
+    sampler_init_pp(&sampler, &dp.lay, &dp.hooks, dp.comm, ranges, args.vpp);
+    free(ranges);
     int steps = args.steps;
     if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));
     if (steps <= 0) steps = 1;
@@ -117,6 +131,7 @@ int main(int argc, char** argv) {
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
         if (args.recompute) printf("activation recompute: %s\n", recompute_name((Recompute)args.recompute));
+        if (comm.pp > 1) pipeline_print(&pipe);
     }
 
     // the parameters and optimizer state: fresh, or resumed (each rank keeps its part of the state file)
@@ -164,17 +179,20 @@ int main(int argc, char** argv) {
             make_dirs("--output-dir", args.output_dir, create);
             if (args.log_path) make_parent_dirs("--log", args.log_path, create);
             if (args.report_json) make_parent_dirs("--report-json", args.report_json, create);
+            if (args.trace) make_parent_dirs("--trace", args.trace, create);
         }
         logger_init(&logger, log_path, args.resume != NULL);
         printf("log: %s\n", log_path);
     } else {
         logger_init(&logger, NULL, 0);
     }
-    if (rank0) print_memory(&dp, &stage);
+    if (rank0) print_memory(&dp, stage);
 
     // 5. the training loop: optimizer steps start_step+1 .. steps. Every rank runs all of it (val
     // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
     int* gen = (int*)mallocCheck((size_t)cfg.max_seq_len * sizeof(int));
+    int* step_inputs = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));   // (m, B, T)
+    int* step_targets = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));  // (m, B, T)
     double total_ms = 0.0, total_wait = 0.0;
     int timed_steps = 0;
     CommLedger step_ledger;  // the collectives of the last optimizer step
@@ -182,7 +200,7 @@ int main(int argc, char** argv) {
     DpTrace* step_trace = (DpTrace*)mallocCheck(sizeof(DpTrace));  // and the order of its data-parallel operations
     memset(step_trace, 0, sizeof(*step_trace));
     if (args.val_data && args.val_every > 0) {
-        float vloss = val_loss(&stage, &val_loader, args.val_steps);
+        float vloss = val_loss(&pipe, &val_loader, args.val_steps);
         if (rank0) printf("step %d: val loss %.6f\n", start_step, vloss);
         logger_log_eval(&logger, start_step, "val_loss", vloss);
     }
@@ -193,24 +211,29 @@ int main(int argc, char** argv) {
             fflush(stderr);
             exit(EXIT_FAILURE);
         }
-        // one optimizer step: this rank's micro-batches forward and backward (the gradients averaged
-        // over the dp ranks as each unit's are ready), then the global norm, clipping and AdamW
+        // one optimizer step: this rank's micro-batches forward and backward in the schedule's order
+        // (the gradients averaged over the dp ranks as each unit's are ready), then the global norm,
+        // clipping and AdamW
         ledger_reset(&comm);
         comm_take_wait_ms(&comm);  // what val, samples and checkpoints waited is not this step's
+        pipe.trace_on = args.trace != NULL && last;
+        size_t BT = (size_t)B * T;
+        for (int micro = 0; micro < grad_accum; micro++) {  // every rank reads the step's batches
+            dataloader_next_batch(&train_loader);
+            memcpy(step_inputs + micro * BT, train_loader.inputs, BT * sizeof(int));
+            memcpy(step_targets + micro * BT, train_loader.targets, BT * sizeof(int));
+        }
         double t0 = wall_ms();
         dp_step_begin(&dp);
-        for (int micro = 0; micro < grad_accum; micro++) {
-            dataloader_next_batch(&train_loader);
-            dp_micro_begin(&dp, micro, grad_accum);
-            stage_forward(&stage, 0, train_loader.inputs, NULL, train_loader.targets, 1.0f / ((float)B * T * grad_accum));
-            stage_backward(&stage, 0, NULL);
-        }
+        float train_loss = pipeline_step(&pipe, step_inputs, step_targets, 1.0f / ((float)B * T * grad_accum));
+        double t_opt = wall_ms();
         dp_finish_grads(&dp);
-        float train_loss = dp_mean(&dp, (float)(stage_take_loss(&stage) / grad_accum));  // over all ranks
+        train_loss = dp_mean(&dp, train_loss);  // over all ranks
         float norm = dp_grad_norm(&dp);
         float lr = lr_schedule(&oc, step - 1);
         dp_update(&dp, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step));
         device_synchronize();
+        pipe_event(&pipe, "optimizer", "optimizer", t_opt);
         double ms = wall_ms() - t0;
         step_ledger = comm.ledger;
         *step_trace = dp.trace;
@@ -227,7 +250,7 @@ int main(int argc, char** argv) {
         // val loss, log line, sample and checkpoint of the model after this step
         float vloss = NAN;
         if (args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
-            vloss = val_loss(&stage, &val_loader, args.val_steps);
+            vloss = val_loss(&pipe, &val_loader, args.val_steps);
         }
         int data_parallel = comm.dp > 1 || args.zero > 0;
         if (rank0) {
@@ -270,6 +293,11 @@ int main(int argc, char** argv) {
         printf("\n");
     }
 
+    if (comm.pp > 1) {  // the tied embedding's two copies (the first and the last stage) stay identical
+        double diff = dp_tied_embedding_diff(&dp);
+        if (rank0) printf("tied embedding: max |first stage - last stage| = %g over %zu values\n", diff, dp.lay.units[UNIT_EMBED].n);
+    }
+
     // 6. held-out exact-match evaluation
     if (args.eval_file) {
         if (rank0) printf("exact-match evaluation on %s:\n", args.eval_file);
@@ -280,7 +308,7 @@ int main(int argc, char** argv) {
 
     // the memory and the collectives of the last step, beside the papers' numbers
     comm.ledger = step_ledger;
-    if (rank0) print_memory(&dp, &stage);  // the peaks now include the training steps
+    if (rank0) print_memory(&dp, stage);  // the peaks now include the training steps
     if (rank0 && (comm.dp > 1 || args.zero > 0)) {
         ledger_print(&comm, stdout);
         double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
@@ -288,18 +316,30 @@ int main(int argc, char** argv) {
                "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(&dp, grad_accum));
     }
     if (args.report_json) {
-        write_report(args.report_json, &dp, &stage, &comm, step_trace, grad_accum, timed_steps ? total_wait / timed_steps : 0.0,
-                     timed_steps);
+        char pipe_json[512];
+        pipeline_report_json(&pipe, pipe_json, sizeof(pipe_json));
+        write_report(args.report_json, &dp, stage, &comm, step_trace, grad_accum, timed_steps ? total_wait / timed_steps : 0.0,
+                     timed_steps, pipe_json);
+    }
+
+    if (args.trace) {  // the last step, from every rank
+        double sim_bubble = 0.0, bubble = pipeline_write_trace(&pipe, args.trace, steps, &sim_bubble);
+        if (rank0) {
+            printf("trace of step %d: %s | pipeline bubble measured %.3f, simulated with the measured op times %.3f\n", steps,
+                   args.trace, bubble, sim_bubble);
+        }
     }
 
     free(gen);
+    free(step_inputs);
+    free(step_targets);
     free(step_trace);
     logger_free(&logger);
     if (have_tok) tokenizer_free(&tok);
     dataloader_free(&train_loader);
     if (args.val_data) dataloader_free(&val_loader);
     sampler_free(&sampler);
-    stage_free(&stage);
+    pipeline_free(&pipe);
     dp_free(&dp);
     context_free();
     comm_free(&comm);

@@ -29,6 +29,9 @@ typedef struct {
     int debug_die_at_step;      // a rank exits(1) at this step (the failure test), 0 = never
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/block.h)
     int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/tensor_parallel.h)
+    const char* schedule;       // the pipeline schedule (llm/schedule.h): gpipe, 1f1b, interleaved, zb-h1
+    int vpp;                    // chunks of layers per pipeline rank (interleaved)
+    const char* trace;          // Chrome/Perfetto trace of the last training step, or NULL
 } Args;
 
 typedef struct {
@@ -65,7 +68,10 @@ static const FlagDoc FLAGS[] = {
     {"--dp", 0, "data-parallel ranks (default: the world size / (tp*pp)); world size = dp*tp*pp"},
     {"--tp", 0, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/tensor_parallel.h)"},
     {"--sequence-parallel", 0, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
-    {"--pp", 0, "pipeline-parallel stages (default 1; > 1 not implemented yet)"},
+    {"--pp", 0, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/pipeline.h)"},
+    {"--schedule", 0, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
+    {"--vpp", 0, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
+    {"--trace", 0, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
     {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
     {"--recompute", 0, "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
@@ -122,6 +128,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
     a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0; a->recompute = 0;
     a->sequence_parallel = 0;
+    a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
@@ -164,6 +171,9 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--tp")) a->tp = parse_int_flag(name, v);
         else if (!strcmp(name, "--pp")) a->pp = parse_int_flag(name, v);
         else if (!strcmp(name, "--zero")) a->zero = parse_int_flag(name, v);
+        else if (!strcmp(name, "--schedule")) a->schedule = v;
+        else if (!strcmp(name, "--vpp")) a->vpp = parse_int_flag(name, v);
+        else if (!strcmp(name, "--trace")) a->trace = v;
         else if (!strcmp(name, "--report-json")) a->report_json = v;
         else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
         else if (!strcmp(name, "--sequence-parallel")) {
@@ -187,6 +197,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
     if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
+    if (a->trace && a->trace[0] == '\0') a->trace = NULL;
 }
 
 // The layout, once the processes are known and before anything is allocated: the ZeRO stage, the
@@ -202,8 +213,6 @@ static void args_check_layout(Args* a, Comm* c) {
     } else if (a->sequence_parallel && c->tp > 1 && a->T % c->tp != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
                  a->T, c->tp);
-    } else if (c->pp > 1) {
-        snprintf(err, sizeof(err), "--pp %d: pipeline parallelism is not implemented yet (later issue); expected --pp 1", c->pp);
     } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
         if (c->dp == 1) {
             snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",

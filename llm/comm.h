@@ -9,11 +9,14 @@
 //
 //     world_rank = (dp_rank * pp + pp_rank) * tp + tp_rank
 //
-// Four groups are built once with MPI_Comm_split:
+// Five groups are built once with MPI_Comm_split:
 //     GROUP_WORLD  every rank
 //     GROUP_DP     the ranks with my (pp_rank, tp_rank), ordered by dp_rank   (DDP, ZeRO)
 //     GROUP_TP     the ranks with my (dp_rank, pp_rank), ordered by tp_rank   (Megatron)
 //     GROUP_PP     the ranks with my (dp_rank, tp_rank), ordered by pp_rank   (pipeline P2P)
+//     GROUP_EMBED  the first and the last pipeline stage with my (dp_rank, tp_rank): the two copies
+//                  of the tied token embedding, whose gradients are summed (llm/pipeline.h); a
+//                  middle stage is a group of one it never uses, and with pp = 1 it is the rank itself
 // "rank" and "root"/"peer" arguments of the collectives are ranks within the named group.
 //
 // Transports. One code path per kind of memory:
@@ -35,7 +38,9 @@
 //     reduce_scatter  send has size*block elements; rank r gets block r of the sum (or average)
 //     all_gather      send has block elements; recv (size*block) gets every rank's block in order
 //     broadcast       buf of root to every rank
-//     send / recv     point to point within a group (pipeline stages), sendrecv for both at once
+//     send / recv     point to point within a group (pipeline stages), sendrecv for both at once,
+//                     p2p_batch for several sends and receives posted together (none waits for
+//                     another of the batch: NCCL's group, MPI_Isend/Irecv + Waitall)
 //     barrier         host-side barrier of the group
 // In place: all_reduce with send == recv; reduce_scatter with recv == send + rank*block (the other
 // blocks of send are left undefined); all_gather with send == recv + rank*block. These are NCCL's
@@ -180,8 +185,8 @@ static inline void nccl_check(ncclResult_t r, const char* file, int line) {
 // ----------------------------------------------------------------------------
 // types
 
-typedef enum { GROUP_ALL = -1, GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3 } CommGroup;
-#define COMM_NUM_GROUPS 4
+typedef enum { GROUP_ALL = -1, GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4 } CommGroup;
+#define COMM_NUM_GROUPS 5
 typedef enum {
     COMM_ALL_KINDS = -1,
     COMM_ALL_REDUCE = 0,
@@ -196,7 +201,7 @@ typedef enum { COMM_SUM = 0, COMM_AVG = 1 } CommReduce;
 typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1 } CommDtype;
 
 static inline const char* comm_group_name(int g) {
-    static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp"};
+    static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed"};
     return (g >= 0 && g < COMM_NUM_GROUPS) ? names[g] : "all";
 }
 static inline const char* comm_kind_name(int k) {
@@ -408,13 +413,20 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, c->pp_rank * tp + c->tp_rank, c->dp_rank, &c->mpi[GROUP_DP]));
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, c->dp_rank * pp + c->pp_rank, c->tp_rank, &c->mpi[GROUP_TP]));
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, c->dp_rank * tp + c->tp_rank, c->pp_rank, &c->mpi[GROUP_PP]));
+    int end_stage = c->pp_rank == 0 || c->pp_rank == pp - 1;  // the stages holding the token embedding
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, end_stage ? c->dp_rank * tp + c->tp_rank : MPI_UNDEFINED, c->pp_rank,
+                            &c->mpi[GROUP_EMBED]));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        c->group_rank[g] = 0;
+        c->group_size[g] = 1;
+        if (c->mpi[g] == MPI_COMM_NULL) continue;  // a middle stage's embed group: itself alone
         mpiCheck(MPI_Comm_set_errhandler(c->mpi[g], MPI_ERRORS_RETURN));
         mpiCheck(MPI_Comm_rank(c->mpi[g], &c->group_rank[g]));
         mpiCheck(MPI_Comm_size(c->mpi[g], &c->group_size[g]));
     }
-    const int want_rank[COMM_NUM_GROUPS] = {c->world_rank, c->dp_rank, c->tp_rank, c->pp_rank};
-    const int want_size[COMM_NUM_GROUPS] = {world, dp, tp, pp};
+    const int want_rank[COMM_NUM_GROUPS] = {c->world_rank, c->dp_rank, c->tp_rank, c->pp_rank,
+                                            c->pp_rank == pp - 1 && pp > 1 ? 1 : 0};
+    const int want_size[COMM_NUM_GROUPS] = {world, dp, tp, pp, end_stage && pp > 1 ? 2 : 1};
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         if (c->group_rank[g] != want_rank[g] || c->group_size[g] != want_size[g]) {
             fprintf(stderr, "error: rank %d: %s group is rank %d of %d, expected %d of %d (%s:%d)\n", r,
@@ -494,7 +506,7 @@ static void comm_free(Comm* c) {
 #endif
 #if COMM_MPI
     mpiCheck(MPI_Comm_free(&c->node));
-    for (int g = 0; g < COMM_NUM_GROUPS; g++) mpiCheck(MPI_Comm_free(&c->mpi[g]));
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) if (c->mpi[g] != MPI_COMM_NULL) mpiCheck(MPI_Comm_free(&c->mpi[g]));
     if (c->owns_mpi) mpiCheck(MPI_Finalize());
 #endif
     c->owns_mpi = 0;
@@ -908,6 +920,64 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
 #else
     (void)stream;
     fatal("sendrecv: a group of %d ranks in a build without MPI", N);  // unreachable
+#endif
+}
+
+// One send or receive of a batch: n elements of buf to / from rank `peer` of the group. tag tells
+// the messages between two ranks apart over MPI; over NCCL (no tags) the sends from a to b match
+// the receives of b from a in the order each side lists them, so both sides list a batch's
+// messages in the same order.
+typedef struct {
+    int send;    // 1: send buf, 0: receive into buf
+    void* buf;
+    size_t n;
+    int peer;
+    int tag;
+} CommP2P;
+
+// Posts every send and receive of ops together and returns when all are done (the compute stream
+// waits for them over NCCL): no message of the batch waits for another, so two ranks may send to
+// each other in one batch. Each is counted in the ledger as a send or a recv of the group.
+static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, CommDtype dt, cudaStream_t stream) {
+    if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("p2p_batch: invalid group %d", (int)g);
+    const int N = c->group_size[g], me = c->group_rank[g];
+    size_t esz = comm_dtype_size(dt);
+    for (int i = 0; i < n; i++) {
+        const CommP2P* o = &ops[i];
+        if (o->peer < 0 || o->peer >= N || o->peer == me) {
+            fatal("p2p_batch: rank %d of the %s group of %d ranks cannot %s rank %d", me, comm_group_name(g), N,
+                  o->send ? "send to" : "receive from", o->peer);
+        }
+        comm_check_buffer(o->buf, o->n * esz, o->send ? "send" : "recv", "p2p_batch");
+        ledger_add(c, o->send ? COMM_SEND : COMM_RECV, g, (double)(o->n * esz), 0);
+    }
+    if (n == 0) return;
+#if COMM_NCCL
+    ncclDataType_t nt = comm_nccl_type(dt);
+    comm_stream_begin(c, stream);
+    ncclCheck(ncclGroupStart());
+    for (int i = 0; i < n; i++) {
+        if (ops[i].send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
+        else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
+    }
+    ncclCheck(ncclGroupEnd());
+    cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
+#elif COMM_MPI
+    (void)stream;
+    if (dt != COMM_FLOAT) fatal("p2p_batch: the MPI transport carries float only, found %s", comm_dtype_name(dt));
+    MPI_Request* req = (MPI_Request*)mallocCheck((size_t)n * sizeof(MPI_Request));
+    double t0 = wall_ms();
+    for (int i = 0; i < n; i++) {
+        int cnt = comm_mpi_count(ops[i].n, "p2p_batch");
+        if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
+        else mpiCheck(MPI_Irecv(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
+    }
+    mpiCheck(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    c->blocking_ms[g] += wall_ms() - t0;
+    free(req);
+#else
+    (void)stream; (void)dt;
+    fatal("p2p_batch: a group of %d ranks in a build without MPI", N);  // unreachable: peers were checked
 #endif
 }
 

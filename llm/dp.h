@@ -38,6 +38,7 @@
 
 typedef struct {
     int stage, dp, rank;
+    int pp, pp_rank;        // the pipeline: this rank's stage holds only its units (lay.units[u].held)
     Comm* comm;
     ParamLayout lay;        // the packed layout, units padded to ZERO_ALIGN * dp values
     ZeroState z;            // stages 1-3: the blocks this rank owns (llm/zero.h)
@@ -152,13 +153,17 @@ static int dp_hook_agree_token(void* ctx, int token) {
 // Allocates the parameters, gradients and optimizer state the stage keeps (contents: zero gradients
 // and moments; parameters set by dp_import_params). The layout (the stage, the batch) was validated
 // by the caller.
-static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) {
+// held: the units this rank's pipeline stage holds (NULL: all; llm/pipeline.h's pipe_held_units).
+static void dp_init_pp(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage, const int* held) {
     memset(dp, 0, sizeof(*dp));
     dp->stage = stage;
     dp->comm = comm;
     dp->dp = comm_group_size(comm, GROUP_DP);
     dp->rank = comm_group_rank(comm, GROUP_DP);
-    layout_init_tp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp, comm_group_size(comm, GROUP_TP), comm_group_rank(comm, GROUP_TP));
+    dp->pp = comm_group_size(comm, GROUP_PP);
+    dp->pp_rank = comm_group_rank(comm, GROUP_PP);
+    layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp, comm_group_size(comm, GROUP_TP), comm_group_rank(comm, GROUP_TP),
+                   held);
     if (stage > 0) zero_init(&dp->z, &dp->lay, stage, dp->dp, dp->rank);
     dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
@@ -179,6 +184,8 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) {
     ParamHooks h = {dp, dp_hook_params, dp_hook_params_done, dp_hook_grads, dp_hook_grads_ready, dp_hook_agree_token};
     dp->hooks = h;
 }
+
+static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int stage) { dp_init_pp(dp, comm, cfg, stage, NULL); }
 
 static void dp_free(DataParallel* dp) {
     device_free(dp->params);
@@ -216,6 +223,7 @@ static void dp_gather_to_packed(DataParallel* dp, const void* src, int is_floatX
     cudaStream_t s = llm_ctx.stream;
     for (int u = 0; u < dp->lay.num_units; u++) {
         size_t padded = dp->lay.units[u].padded, block = dp->z.block[u];
+        if (padded == 0) continue;  // a unit of another pipeline stage
         void* tmp = device_malloc(padded * esz, MEM_COMM);
         const char* mine = (const char*)src + dp->z.shard_off[u] * esz;
         if (is_floatX) comm_all_gather(dp->comm, GROUP_DP, (const floatX*)mine, (floatX*)tmp, block, s);
@@ -264,9 +272,14 @@ static void dp_import_moments(DataParallel* dp, const float* m, const float* v) 
 // packed (this tp rank's shards, host FP32) into the whole model in checkpoint order: with tp > 1 the
 // tp group all-gathers the packed shards (every rank of the tp group must call it) and each rank's
 // shards go to their places (the replicated tensors are the same on every tp rank)
+static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt);
 static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float* ckpt) {
     const ParamLayout* lay = &dp->lay;
-    if (lay->tp == 1) { layout_to_checkpoint(lay, packed, ckpt); return; }
+    if (lay->tp == 1) {
+        layout_to_checkpoint(lay, packed, ckpt);
+        dp_pp_to_first_stage(dp, ckpt);
+        return;
+    }
     size_t n = lay->packed_size;
     float* dev = (float*)device_malloc((size_t)(lay->tp + 1) * n * sizeof(float), MEM_COMM);
     float* all = (float*)mallocCheck((size_t)lay->tp * n * sizeof(float));
@@ -276,6 +289,44 @@ static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float
     copy_to_host(all, dev, (size_t)lay->tp * n * sizeof(float));
     for (int r = 0; r < lay->tp; r++) layout_to_checkpoint_rank(lay, r, all + (size_t)r * n, ckpt);
     free(all);
+    device_free(dev);
+    dp_pp_to_first_stage(dp, ckpt);
+}
+
+// Pipeline parallelism: every later stage sends its units (in checkpoint order: the whole Psi array,
+// followed by its held flags, U values) to the first stage of its pp group, which copies them into
+// ckpt, so the first stage (and world rank 0, which writes checkpoints) ends with the whole model.
+// The tied embedding comes from the first stage (the last stage's copy is the same).
+static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt) {
+    if (dp->pp == 1) return;
+    const ParamLayout* lay = &dp->lay;
+    size_t n = lay->num_parameters, U = (size_t)lay->num_units;
+    float* dev = (float*)device_malloc((n + U) * sizeof(float), MEM_COMM);
+    float* host = (float*)mallocCheck((n + U) * sizeof(float));
+    cudaStream_t s = llm_ctx.stream;
+    if (dp->pp_rank > 0) {
+        memcpy(host, ckpt, n * sizeof(float));
+        for (size_t u = 0; u < U; u++) host[n + u] = (float)lay->units[u].held;
+        copy_to_device(dev, host, (n + U) * sizeof(float));
+        comm_send(dp->comm, GROUP_PP, dev, n + U, 0, s);
+    } else {
+        for (int q = 1; q < dp->pp; q++) {
+            comm_recv(dp->comm, GROUP_PP, dev, n + U, q, s);
+            device_synchronize();
+            copy_to_host(host, dev, (n + U) * sizeof(float));
+            int ts[NUM_TENSORS];
+            for (int u = 1; u < (int)U; u++) {  // unit 0, the embedding, is the first stage's own
+                if (host[n + u] == 0.0f) continue;
+                int k = unit_tensors(lay, u, ts);
+                for (int i = 0; i < k; i++) {
+                    size_t at = unit_tensor_ckpt_offset(lay, u, ts[i]);
+                    memcpy(ckpt + at, host + at, tensor_layer_size(lay->cfg, ts[i]) * sizeof(float));
+                }
+            }
+        }
+    }
+    device_synchronize();
+    free(host);
     device_free(dev);
 }
 
@@ -364,12 +415,47 @@ static void dp_reduce_norm_grads_tp(DataParallel* dp) {
     device_free(buf);
 }
 
-// after the last backward: every gradient reduction waited (and, with sequence parallelism, the
-// LayerNorms' gradients summed over tp)
+// Pipeline parallelism ties the LM head of the last stage to the token embedding of the first: each
+// holds a copy of the embedding unit, and each copy's gradient is the part of the loss's gradient that
+// flows through it. Their sum (over GROUP_EMBED, the two stages) is the gradient of the one shared
+// tensor; both copies then take the same update and stay identical. (The last stage's wpe gets a zero
+// gradient of its own and the first stage's through the sum: it follows along.) This rank's owned
+// positions of the unit are contiguous wherever its gradient lives.
+static void dp_reduce_tied_embedding(DataParallel* dp) {
+    size_t lo, hi;
+    dp_owned(dp, UNIT_EMBED, &lo, &hi);
+    if (hi > lo) comm_all_reduce(dp->comm, GROUP_EMBED, dp_grad_at(dp, UNIT_EMBED, lo), dp_grad_at(dp, UNIT_EMBED, lo), hi - lo, COMM_SUM, llm_ctx.stream);
+}
+
+// The largest |difference| between this rank's copy of the embedding unit and the other end stage's
+// (0 when they are identical, as they must be); 0 on a rank without a partner. Every rank of the dp
+// group calls it (ZeRO-3 gathers the unit).
+static double dp_tied_embedding_diff(DataParallel* dp) {
+    if (comm_group_size(dp->comm, GROUP_EMBED) == 1) return 0.0;
+    size_t n = dp->lay.units[UNIT_EMBED].padded;
+    cudaStream_t s = llm_ctx.stream;
+    floatX* both = (floatX*)device_malloc(2 * n * sizeof(floatX), MEM_COMM);  // mine, then the partner's
+    if (dp->stage < 3) copy_device_to_device(both, dp->params + dp->lay.units[UNIT_EMBED].start, n * sizeof(floatX), s);
+    else comm_all_gather(dp->comm, GROUP_DP, dp->params_shard + dp->z.shard_off[UNIT_EMBED], both, dp->z.block[UNIT_EMBED], s);
+    int peer = 1 - comm_group_rank(dp->comm, GROUP_EMBED);
+    comm_sendrecv(dp->comm, GROUP_EMBED, both, n, peer, both + n, n, peer, s);
+    device_synchronize();
+    float* h = (float*)mallocCheck(2 * n * sizeof(float));
+    copy_to_host_float(h, both, 2 * n);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)h[i] - (double)h[n + i]));
+    free(h);
+    device_free(both);
+    return worst;
+}
+
+// after the last backward: every gradient reduction waited (with sequence parallelism, the LayerNorms'
+// gradients summed over tp; with a pipeline, the tied embedding's over its two stages)
 static void dp_finish_grads(DataParallel* dp) {
     dp_trace(&dp->trace, 'E', -1);
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
     if (dp->sequence_parallel && dp->lay.tp > 1) dp_reduce_norm_grads_tp(dp);
+    if (comm_group_size(dp->comm, GROUP_EMBED) > 1) dp_reduce_tied_embedding(dp);
 }
 
 // the mean of x over the dp group
@@ -386,20 +472,25 @@ static float dp_mean(DataParallel* dp, float x) {
 // group: norm = sqrt(sum_r |g_r|^2). The pads are zero and add nothing. With tensor parallelism the
 // split tensors' shards are disjoint and add up over the tp group too, while the replicated tensors
 // (LayerNorms, wpe, the row-parallel biases) are the same on every tp rank: only tp rank 0 counts them.
+// With a pipeline each stage adds its own units (summed over the pp group too), and the tied embedding,
+// held by the first and the last stage with the same gradient, is counted once, by the first.
 static float dp_grad_norm(DataParallel* dp) {
     cudaStream_t s = llm_ctx.stream;
     AdamWState* st = &dp->opt;
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
-    if (lay->tp > 1) {
+    int second_embed = dp->pp > 1 && dp->pp_rank == dp->pp - 1;  // the last stage's copy of the embedding
+    if (lay->tp > 1 || second_embed) {
         for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
             if (tp_replicated(p.t) && lay->tp_rank != 0) continue;
+            if (second_embed && p.u == UNIT_EMBED) continue;
             global_norm_squared(st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
         }
     } else if (dp->stage == 0) {
         global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
     } else if (dp->stage == 1) {
         for (int u = 0; u < lay->num_units; u++) {
+            if (dp->z.block[u] == 0) continue;  // a unit of another pipeline stage
             global_norm_squared(st->norm, dp->grads + lay->units[u].start + (size_t)dp->rank * dp->z.block[u], dp->z.block[u], s);
         }
     } else {
@@ -407,6 +498,7 @@ static float dp_grad_norm(DataParallel* dp) {
     }
     if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     if (lay->tp > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);
+    if (dp->pp > 1) comm_all_reduce(dp->comm, GROUP_PP, st->norm, st->norm, 1, COMM_SUM, s);
     float norm2;
     copy_to_host(&norm2, st->norm, sizeof(float));
     return sqrtf(norm2);
@@ -433,6 +525,7 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
                      a - lay->unit_offset[t]);
     }
     if (dp->stage == 1 || dp->stage == 2) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
+    if (dp->stage == 3) zero_drop_prefetched(&dp->z, dp->comm);
     if (dp->stage >= 2) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed
 }
 

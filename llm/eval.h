@@ -1,22 +1,24 @@
 // eval.h: measuring the model without training it: the mean loss on validation batches (the
-// stage's forward with targets and no gradient), and the greedy exact-match accuracy on held-out
+// pipeline's forward with targets and no gradient), and the greedy exact-match accuracy on held-out
 // "prompt=answer" problems (the sampler, llm/sampler.h).
 #pragma once
 #include "common.h"
 #include "gpt.h"
+#include "pipeline.h"
 #include "sampler.h"
 #include "dataloader.h"
 #include "tokenizer.h"
 
-// the mean loss over `steps` batches of the loader from its start (slot 0 of the stage)
-static float val_loss(Stage* st, DataLoader* val, int steps) {
+// the mean loss over `steps` batches of the loader from its start (through the pipeline's stages, on
+// every rank of the pp group; one rank: its one stage)
+static float val_loss(Pipeline* pp, DataLoader* val, int steps) {
     dataloader_reset(val);
-    stage_take_loss(st);  // the accumulator starts empty
+    double sum = 0.0;
     for (int i = 0; i < steps; i++) {
         dataloader_next_batch(val);
-        stage_forward(st, 0, val->inputs, NULL, val->targets, 0.0f);
+        sum += pipeline_eval_loss(pp, val->inputs, val->targets);
     }
-    return (float)(stage_take_loss(st) / steps);
+    return (float)(sum / steps);
 }
 
 // Greedy exact-match accuracy on held-out problems: each document (split at EOT) of the shard is a

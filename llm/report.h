@@ -97,13 +97,18 @@ static void print_memory(const DataParallel* dp, const Stage* st) {
 }
 
 // this rank's part of the report, one JSON object: "*_bytes" are measured (allocated), "*_peak_bytes" the peaks
+// extra: more "key":value pairs of this rank (the pipeline's), or NULL
 static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm* c, const DpTrace* trace,
-                             double comm_wait_ms, char* buf, size_t cap) {
+                             double comm_wait_ms, const char* extra, char* buf, size_t cap) {
     static const char* keys[MEM_NUM_KINDS] = {"params", "grads", "moments", "master", "activations", "comm_buffers", "workspace"};
     size_t len = 0;
 #define REPORT_PUT(...) do { int w_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
                              if (w_ > 0) len += (size_t)w_; } while (0)
-    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d", c->world_rank, c->dp_rank);
+    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d,\"tp_rank\":%d,\"pp_rank\":%d", c->world_rank, c->dp_rank, c->tp_rank, c->pp_rank);
+    // what this rank's pipeline stage holds (every rank alike without a pipeline)
+    REPORT_PUT(",\"shard_parameters\":%zu,\"packed_parameters\":%zu,\"paper_model_states_bytes\":%.0f", dp->lay.shard_parameters,
+               dp->lay.packed_size, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters));
+    if (extra) REPORT_PUT(",%s", extra);
     for (int k = 0; k < MEM_NUM_KINDS; k++) REPORT_PUT(",\"%s_bytes\":%zu,\"%s_peak_bytes\":%zu", keys[k], mem_live((MemKind)k), keys[k], mem_peak((MemKind)k));
     REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"dp_events_dropped\":%d,\"dp_events\":\"",
                st->layer_act_bytes, comm_wait_ms, trace->dropped);
@@ -123,10 +128,10 @@ static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm
 
 // every rank's object gathered to rank 0, which writes the file (through a temporary name)
 static void write_report(const char* path, const DataParallel* dp, const Stage* st, Comm* c, const DpTrace* trace,
-                         int grad_accum, double comm_wait_ms, int timed_steps) {
+                         int grad_accum, double comm_wait_ms, int timed_steps, const char* extra) {
     char* mine = (char*)mallocCheck(REPORT_RANK_BYTES);
     memset(mine, 0, REPORT_RANK_BYTES);
-    rank_report_json(dp, st, c, trace, comm_wait_ms, mine, REPORT_RANK_BYTES);
+    rank_report_json(dp, st, c, trace, comm_wait_ms, extra, mine, REPORT_RANK_BYTES);
     char* all = c->world_rank == 0 ? (char*)mallocCheck((size_t)c->world_size * REPORT_RANK_BYTES) : NULL;
     // host text, not a collective of the training: outside the ledger
     comm_gather_bytes(c, mine, REPORT_RANK_BYTES, all);

@@ -270,3 +270,94 @@ static int pipe_sim_trace(const Schedule* s, const PipeSim* sim, PipeCosts c, co
             s->m, s->V, sim->bubble);
     return fclose(f) == 0;
 }
+
+// ----------------------------------------------------------------------------
+// the communication plan: when each rank sends and receives, so that no schedule can deadlock
+//
+// On a GPU a send finishes only when its receiver takes it (NCCL; MPI's rendezvous for large
+// messages), so "send when the data is ready, receive when it is needed" can deadlock: with ZB-H1 at
+// P = 2, rank 0 sends F's output while rank 1 sends B's, and each waits for the other to receive.
+// The plan fixes one global order instead. The schedule is played once by the simulator (F = 1,
+// B = 2, or B = W = 1 when split: the usual ratios; no latency); each message (the activation of
+// F(mb, s) for F(mb, s + 1), the gradient of B(mb, s) for B(mb, s - 1)) is given the time its
+// consumer starts. Each rank then performs its messages in order of time, those of one time together
+// in one batch (comm_p2p_batch: posted at once, so two ranks may exchange), each batch just before its
+// first op that starts at or after that time. Every rank meets its batches in the same global order
+// of times, and a rank between two batches only computes; so the earliest unfinished time always has
+// every party to it there, and finishes: no deadlock, whatever the schedule, on any transport. The
+// receive of an op's input is in the batch at its start; a send comes after the op that produced it
+// (the consumer starts after the producer ends). On a real run the order is the simulated one, not the
+// measured one: a rank may wait at a batch for a partner that is still computing, which the trace shows.
+typedef struct {
+    int send;        // 1: this rank sends, 0: it receives
+    int peer;        // the other pipeline rank
+    int kind;        // PIPE_F: the output of F(mb, stage) for F(mb, stage + 1);
+                     // PIPE_B: the input gradient of B(mb, stage) for B(mb, stage - 1)
+    int mb, stage;   // the producer's micro-batch and virtual stage
+    double t;        // the simulated start of the consumer
+    int before;      // performed just before this rank's op number `before` (its op count: after all)
+} PipeXfer;
+
+typedef struct {
+    int P;
+    int* n;          // (P) messages per rank
+    PipeXfer** x;    // (P) each rank's, in the order performed
+} PipePlan;
+
+// a message's place in the global order (ties by kind, micro-batch, stage: the same on both sides)
+static int pipe_xfer_cmp(const void* a, const void* b) {
+    const PipeXfer* x = (const PipeXfer*)a;
+    const PipeXfer* y = (const PipeXfer*)b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->kind != y->kind) return x->kind - y->kind;
+    if (x->mb != y->mb) return x->mb - y->mb;
+    return x->stage - y->stage;
+}
+
+// the costs the plan's order comes from
+static PipeCosts pipe_plan_costs(const Schedule* s) {
+    PipeCosts c = {1.0, s->split_w ? 1.0 : 2.0, 1.0, 0.0};
+    return c;
+}
+
+static void pipe_plan_free(PipePlan* p) {
+    for (int r = 0; r < p->P; r++) free(p->x[r]);
+    free(p->x);
+    free(p->n);
+}
+
+static PipePlan pipe_plan(const Schedule* s) {
+    int P = s->P, m = s->m, V = s->V, S = P * V, cap = 3 * m * V;
+    PipeSim sim = pipe_simulate(s, pipe_plan_costs(s));
+    if (sim.deadlock) fatal("pipe_plan: the %s schedule deadlocks (P=%d m=%d V=%d)", s->name, P, m, V);
+    PipePlan p;
+    p.P = P;
+    p.n = (int*)calloc((size_t)P, sizeof(int));
+    p.x = (PipeXfer**)mallocCheck((size_t)P * sizeof(PipeXfer*));
+    for (int r = 0; r < P; r++) p.x[r] = (PipeXfer*)mallocCheck((size_t)2 * m * V * 2 * sizeof(PipeXfer));
+    for (int r = 0; r < P; r++) {
+        for (int i = 0; i < s->n[r]; i++) {  // each op with an input from another stage: its receive, and the peer's send
+            PipeOp op = s->ops[r][i];
+            int st = op.chunk * P + r, from;
+            PipeXfer x;
+            if (op.kind == PIPE_F && st > 0) { from = st - 1; x.kind = PIPE_F; }
+            else if (op.kind == PIPE_B && st < S - 1) { from = st + 1; x.kind = PIPE_B; }
+            else continue;
+            x.mb = op.mb; x.stage = from; x.t = sim.start[(size_t)r * cap + i]; x.before = 0;
+            PipeXfer recv = x, send = x;
+            recv.send = 0; recv.peer = from % P;
+            send.send = 1; send.peer = r;
+            p.x[r][p.n[r]++] = recv;
+            p.x[from % P][p.n[from % P]++] = send;
+        }
+    }
+    for (int r = 0; r < P; r++) {
+        qsort(p.x[r], (size_t)p.n[r], sizeof(PipeXfer), pipe_xfer_cmp);
+        for (int k = 0, i = 0; k < p.n[r]; k++) {  // before the first op starting at or after its time
+            while (i < s->n[r] && sim.start[(size_t)r * cap + i] < p.x[r][k].t) i++;
+            p.x[r][k].before = i;
+        }
+    }
+    pipe_sim_free(&sim);
+    return p;
+}

@@ -171,6 +171,7 @@ typedef struct {
     size_t n;        // values of the unit's tensors
     size_t padded;   // n rounded up to a multiple of the layout's align
     size_t start;    // first value of the unit in the packed layout
+    int held;        // 1: this rank's pipeline stage holds the unit; 0: n = padded = 0, no values here
 } UnitInfo;
 
 // ----------------------------------------------------------------------------
@@ -240,7 +241,8 @@ typedef struct {
     int tp, tp_rank;                   // the tensor-parallel split: this layout holds rank tp_rank's shards
     size_t align;                      // every unit is padded to a multiple of this many values
     size_t num_parameters;             // Psi (the whole model's)
-    size_t shard_parameters;           // the values this tp rank holds (Psi when tp = 1)
+    size_t shard_parameters;           // the values this rank holds: its tp shards of the units of its
+                                       // pipeline stage (Psi when tp = pp = 1)
     size_t ckpt_offset[NUM_TENSORS];   // first value of each tensor in checkpoint order (whole tensors)
     size_t unit_offset[NUM_TENSORS];   // first value of each tensor's (layer) shard within its unit
     size_t layer_size[NUM_TENSORS];    // values of each tensor's (layer) shard
@@ -249,8 +251,9 @@ typedef struct {
     size_t packed_size;                // sum of the padded units
 } ParamLayout;
 
-// the packed layout of tp rank tp_rank's shards (tp = 1: the whole model)
-static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp, int tp_rank) {
+// the packed layout of tp rank tp_rank's shards (tp = 1: the whole model) of the units held[u] != 0
+// (held NULL: every unit; pipeline parallelism gives each stage its own, llm/pipeline.h)
+static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp, int tp_rank, const int* held) {
     memset(lay, 0, sizeof(*lay));
     char err[256];
     if (tp_layout_error(c, tp, err, sizeof(err))) fatal("%s", err);
@@ -267,7 +270,6 @@ static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp, 
         ckpt += tensor_size(c, t);
         size_t n = tensor_shard_size(c, t, tp);
         lay->layer_size[t] = n;
-        lay->shard_parameters += n * (TENSORS[t].per_layer ? (size_t)c.num_layers : 1);
         int kind = tensor_unit_kind(t);
         size_t* in_unit = kind < 0 ? &in_embed : (kind == 0 ? &in_layer : &in_final);
         lay->unit_offset[t] = *in_unit;
@@ -277,14 +279,19 @@ static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp, 
     size_t start = 0;
     for (int u = 0; u < lay->num_units; u++) {
         UnitInfo* un = &lay->units[u];
-        un->n = u == UNIT_EMBED ? in_embed : (u == unit_final(c) ? in_final : in_layer);
+        un->held = held == NULL || held[u];
+        un->n = !un->held ? 0 : (u == UNIT_EMBED ? in_embed : (u == unit_final(c) ? in_final : in_layer));
         un->padded = ceil_div_sz(un->n, align) * align;
+        lay->shard_parameters += un->n;
         un->start = start;
         start += un->padded;
     }
     lay->packed_size = start;
 }
 
+static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp, int tp_rank) {
+    layout_init_pp(lay, c, align, tp, tp_rank, NULL);
+}
 static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) { layout_init_tp(lay, c, align, 1, 0); }
 
 static void layout_free(ParamLayout* lay) {
@@ -311,6 +318,7 @@ static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* p
     memset(packed, 0, lay->packed_size * sizeof(float));
     int ts[NUM_TENSORS];
     for (int u = 0; u < lay->num_units; u++) {
+        if (!lay->units[u].held) continue;
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];
@@ -321,10 +329,12 @@ static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* p
 }
 
 // packed (the shards of tp rank `rank` in a layout like lay) into their places in checkpoint order
-// (the pads are dropped; with tp > 1 the other ranks' parts of ckpt are left as they are)
+// (the pads are dropped; with tp > 1 the other ranks' parts of ckpt, and the units this pipeline stage
+// does not hold, are left as they are)
 static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const float* packed, float* ckpt) {
     int ts[NUM_TENSORS];
     for (int u = 0; u < lay->num_units; u++) {
+        if (!lay->units[u].held) continue;
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];

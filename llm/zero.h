@@ -54,7 +54,8 @@ typedef struct {
     floatX** unit_params;   // (U) stage 3: unit u's gathered parameters, NULL when not held
     CommHandle* gathers;    // (U) stage 3: the all-gather into unit_params[u]
     floatX** unit_grads;    // (U) stages 2-3: unit u's gradient working buffer this step
-    int* order;             // (2U) stage 3: the units in forward order, then in backward order
+    int* order;             // (2U) stage 3: the units held in forward order, then in backward order
+    int order_n;            // how many units each half lists (U, or fewer on a pipeline stage)
     int* done;              // (U+1) scratch: the units whose gradient reductions just finished
     DpTrace* trace;         // where the gathers are recorded (llm/ddp.h), or NULL
 } ZeroState;
@@ -80,18 +81,29 @@ static void zero_init(ZeroState* z, const ParamLayout* lay, int stage, int dp, i
     memset(z->gathers, 0, (size_t)U * sizeof(CommHandle));
     z->order = (int*)mallocCheck((size_t)2 * U * sizeof(int));
     z->done = (int*)mallocCheck((size_t)(U + 1) * sizeof(int));
-    int L = lay->cfg.num_layers;
-    for (int i = 0; i < U; i++) z->order[i] = i;  // forward: embed, layer 0 .. L-1, final
-    z->order[U] = UNIT_EMBED;                     // backward: embed (LM head), final, layer L-1 .. 0
-    z->order[U + 1] = unit_final(lay->cfg);
-    for (int l = L - 1; l >= 0; l--) z->order[U + 2 + (L - 1 - l)] = unit_of_layer(l);
+    // forward: embed, layer 0 .. L-1, final (embed again: the LM head); backward: embed (LM head),
+    // final, layer L-1 .. 0 (embed again: the encoder). A pipeline stage holds some of them: the first
+    // uses the embedding only as the encoder (first in the forward, last in the backward), the last
+    // only as the LM head (last in the forward, first in the backward).
+    int L = lay->cfg.num_layers, nf = 0, nb = 0, F = unit_final(lay->cfg);
+    int encoder = lay->units[unit_of_layer(0)].held && lay->units[UNIT_EMBED].held;
+    int head = lay->units[F].held;
+    if (encoder) z->order[nf++] = UNIT_EMBED;
+    for (int l = 0; l < L; l++) if (lay->units[unit_of_layer(l)].held) z->order[nf++] = unit_of_layer(l);
+    if (head) z->order[nf++] = F;
+    if (head && !encoder) z->order[nf++] = UNIT_EMBED;
+    if (head) { z->order[U + nb++] = UNIT_EMBED; z->order[U + nb++] = F; }
+    for (int l = L - 1; l >= 0; l--) if (lay->units[unit_of_layer(l)].held) z->order[U + nb++] = unit_of_layer(l);
+    if (encoder && !head) z->order[U + nb++] = UNIT_EMBED;
+    z->order_n = nf;
     // the steady-state working set, so that steps do not allocate (stage 1 needs none: it reduce-
     // scatters and gathers in place). Stage 2: during the backward, the embedding's gradients (held
     // from the LM head to the encoder) and ZERO_MAX_INFLIGHT + 1 more units; stage 3: the embedding's
     // parameters and gradients, two more units' parameters (one prefetched) and ZERO_MAX_INFLIGHT + 1
     // gradients.
-    size_t largest = 0, layer = lay->units[unit_of_layer(0)].padded, keep = 0;
+    size_t largest = 0, layer = 0, keep = 0;  // (a pipeline stage holds some of the layers)
     for (int u = 0; u < U; u++) if (lay->units[u].padded > largest) largest = lay->units[u].padded;
+    for (int l = 0; l < L; l++) if (lay->units[unit_of_layer(l)].padded > layer) layer = lay->units[unit_of_layer(l)].padded;
     if (stage == 2) keep = largest + (ZERO_MAX_INFLIGHT + 1) * layer;
     if (stage == 3) keep = 2 * largest + (2 + ZERO_MAX_INFLIGHT + 1) * layer;
     z->pool_keep_bytes = keep * sizeof(floatX);
@@ -146,7 +158,7 @@ static floatX* zero_params_acquire(ZeroState* z, Comm* c, CommQueue* grad_queue,
                                    const floatX* params_shard, cudaStream_t s) {
     const int* order = z->order + (pass ? z->num_units : 0);
     zero_gather_start(z, c, u, params_shard, s);
-    for (int i = 0; i + 1 < z->num_units; i++) {
+    for (int i = 0; i + 1 < z->order_n; i++) {
         if (order[i] == u) { zero_gather_start(z, c, order[i + 1], params_shard, s); break; }
     }
     zero_poll_grads(z, c, grad_queue);
@@ -157,6 +169,16 @@ static floatX* zero_params_acquire(ZeroState* z, Comm* c, CommQueue* grad_queue,
 static void zero_params_release(ZeroState* z, int u) {
     pool_put(&z->pool, z->unit_params[u]);
     z->unit_params[u] = NULL;
+}
+
+// after the update: a unit prefetched but not used this step (a pipeline schedule can end a pass where
+// the order goes on) holds the old values: dropped, gathered again when needed
+static void zero_drop_prefetched(ZeroState* z, Comm* c) {
+    for (int u = 0; u < z->num_units; u++) {
+        if (z->unit_params[u] == NULL) continue;
+        comm_wait(c, &z->gathers[u]);
+        zero_params_release(z, u);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -193,6 +215,11 @@ static void zero_gather_updated(ZeroState* z, Comm* c, const ParamLayout* lay, f
     CommHandle h[2];
     int U = z->num_units;
     for (int u = 0; u <= U; u++) {
+        if (u < U && z->block[u] == 0) {  // a unit of another pipeline stage: nothing to gather
+            if (u > 0) comm_wait(c, &h[(u - 1) % 2]);
+            h[u % 2].pending = 0;
+            continue;
+        }
         if (u < U) {
             dp_trace(z->trace, 'G', u);
             floatX* unit = params + lay->units[u].start;

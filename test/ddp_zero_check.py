@@ -110,6 +110,9 @@ def memory(name, report):
     slack = per * (packed - psi)  # the padding, at most
     worst = None
     for rk in r["ranks"]:
+        # a pipeline stage holds its own units: its Psi and prediction are its own
+        psi, packed = rk.get("shard_parameters", psi), rk.get("packed_parameters", packed)
+        paper, slack = rk.get("paper_model_states_bytes", paper), per * (packed - psi)
         # measured: what the tagged allocator counted as parameters, gradients, moments, master weights
         m = rk["params_bytes"] + rk["grads_bytes"] + rk["moments_bytes"] + rk["master_bytes"]
         if not (paper <= m <= paper + slack):

@@ -56,6 +56,8 @@ run comm bash test/test_comm.sh
 run ddp_zero bash test/test_ddp_zero.sh
 # Megatron tensor parallelism: tp 2, tp 4, dp 2 x tp 2 with ZeRO-0..3 against one process; memory, traffic, resume
 run tp bash test/test_tp.sh
+# pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
+run pp bash test/test_pp.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
 run bad_input bash test/test_bad_input.sh

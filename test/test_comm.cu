@@ -82,6 +82,11 @@ static void group_members(CommGroup g, int* members) {
     int dp = C.dp, tp = C.tp, pp = C.pp;
     int d = C.world_rank / (tp * pp), p = (C.world_rank / tp) % pp, t = C.world_rank % tp;
     int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp : g == GROUP_TP ? tp : pp;
+    if (g == GROUP_EMBED) {  // the first and the last pp rank of my (dp, tp); a middle pp rank alone
+        members[0] = p == 0 || p == pp - 1 ? (d * pp + 0) * tp + t : C.world_rank;
+        if (pp > 1 && (p == 0 || p == pp - 1)) members[1] = (d * pp + pp - 1) * tp + t;
+        return;
+    }
     for (int j = 0; j < N; j++) {
         switch (g) {
             case GROUP_WORLD: members[j] = j; break;
@@ -128,6 +133,7 @@ static uint64_t hash_bytes(const void* p, size_t n) {
 }
 // 1 if every rank of group g holds the same 64-bit value
 static int same_across_group(CommGroup g, uint64_t v) {
+    if (C.mpi[g] == MPI_COMM_NULL) return 1;  // a middle pipeline stage's embed group: itself alone
     unsigned long long lo = 0, hi = 0, x = v;
     mpiCheck(MPI_Allreduce(&x, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, C.mpi[g]));
     mpiCheck(MPI_Allreduce(&x, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, C.mpi[g]));
@@ -135,6 +141,7 @@ static int same_across_group(CommGroup g, uint64_t v) {
 }
 
 static uint64_t g_test_id = 0;  // every test case draws fresh data
+static int g_group_calls = 0;    // groups tested so far (sets g_test_id alike on every rank)
 
 // the emulated NCCL operations run so far of comm kind k (the emulated build; -1 elsewhere)
 static long long nccl_ops(CommKind k) {
@@ -444,17 +451,21 @@ static void test_mesh(void) {
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         // the members from the gathered coordinates: the world ranks that share my other coordinates,
         // ordered by the group's own coordinate (world: all, in world order)
-        int members[64], got[64], N = 0, k = g == GROUP_DP ? 0 : g == GROUP_PP ? 1 : 2;
+        // (embed: the first and the last pp rank sharing my dp and tp coordinates; a middle pp rank alone)
+        int members[64], got[64], N = 0, k = g == GROUP_DP ? 0 : (g == GROUP_PP || g == GROUP_EMBED) ? 1 : 2;
+        int end = coords[1] == 0 || coords[1] == C.pp - 1, want_rank = g == GROUP_WORLD ? r : coords[k];
         for (int c = 0; g != GROUP_WORLD && c < W; c++) {
             for (int a = 0; a < W; a++) {
                 int same = 1;
                 for (int q = 0; q < 3; q++) if (q != k && all[3 * a + q] != coords[q]) same = 0;
+                if (g == GROUP_EMBED && !(end ? (c == 0 || c == C.pp - 1) : a == r)) same = 0;
                 if (same && all[3 * a + k] == c) members[N++] = a;
             }
         }
         if (g == GROUP_WORLD) for (int a = 0; a < W; a++) members[N++] = a;
-        mpiCheck(MPI_Allgather(&r, 1, MPI_INT, got, 1, MPI_INT, C.mpi[g]));
-        int want_rank = g == GROUP_WORLD ? r : coords[k];
+        if (g == GROUP_EMBED) for (int j = 0; j < N; j++) if (members[j] == r) want_rank = j;
+        if (C.mpi[g] != MPI_COMM_NULL) mpiCheck(MPI_Allgather(&r, 1, MPI_INT, got, 1, MPI_INT, C.mpi[g]));
+        else got[0] = r;
         int okg = C.group_size[g] == N && comm_group_size(&C, (CommGroup)g) == N && C.group_rank[g] == want_rank &&
                   comm_group_rank(&C, (CommGroup)g) == want_rank;
         char list[200] = "";
@@ -485,7 +496,7 @@ static void test_mesh(void) {
 static void test_barrier(void) {
     if (C.world_size < 2) return;
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        if (C.group_size[g] < 2) continue;
+        if (C.group_size[g] < 2 || (g == GROUP_EMBED && C.pp > 2)) continue;
         // group rank 0 arrives 200 ms late; the others must wait for it
         mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = wall_ms();
@@ -600,7 +611,7 @@ static void test_ledger(void) {
     }
     mcheck(ok, detail, "ledger: calls, payload and ring bytes of every kind and group match the formulas");
     long long total_calls = ledger_calls(&C, COMM_ALL_KINDS, GROUP_ALL);
-    mcheck(total_calls == 4 * 7, NULL, "ledger: %lld calls in all (4 groups x 7)", total_calls);
+    mcheck(total_calls == COMM_NUM_GROUPS * 7, NULL, "ledger: %lld calls in all (%d groups x 7)", total_calls, COMM_NUM_GROUPS);
 
     // the JSON report holds the same numbers
     char js[4096];
@@ -638,11 +649,38 @@ static void test_ledger(void) {
     device_free(a); device_free(b); device_free(full); device_free(shard);
 }
 
+// the embed group when pp > 2: an all-reduce of (world rank + 1) over it sums its members' (the first and
+// the last pp rank of my dp and tp coordinates; a middle pp rank alone keeps its own)
+static void test_embed_group(void) {
+    if (C.pp <= 2) return;  // covered by test_all_collectives
+    int members[64], N = C.group_size[GROUP_EMBED];
+    group_members(GROUP_EMBED, members);
+    float* d = (float*)device_malloc(sizeof(float), MEM_WORKSPACE);
+    float x = (float)(C.world_rank + 1), want = 0.0f;
+    for (int j = 0; j < N; j++) want += (float)(members[j] + 1);
+    copy_to_device(d, &x, sizeof(float));
+    comm_all_reduce(&C, GROUP_EMBED, d, d, 1, COMM_SUM, (cudaStream_t)0);
+    device_synchronize();
+    copy_to_host(&x, d, sizeof(float));
+    device_free(d);
+    int end = C.pp_rank == 0 || C.pp_rank == C.pp - 1;
+    char detail[120];
+    snprintf(detail, sizeof(detail), "pp rank %d: group of %d, sum %g, expected %g", C.pp_rank, N, x, want);
+    mcheck(x == want && N == (end ? 2 : 1), detail, "embed group (pp %d): the first and the last stage sum, a middle stage alone", C.pp);
+}
+
 template <typename T>
 static void test_all_collectives(void) {
     const size_t blocks[3] = {1, 3, 1000};
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         CommGroup gg = (CommGroup)g;
+        // the cases below run per group rank and root, and every check is a world collective: a group whose
+        // size differs between ranks (the embed group with pp > 2: two end stages, the middle ones alone)
+        // gets its own check (test_embed_group) instead
+        if (g == GROUP_EMBED && C.pp > 2) continue;
+        // the same test ids on every rank of the group, whatever the other groups' sizes made them so far
+        // (a middle pipeline stage's embed group is a group of one: it runs fewer cases)
+        g_test_id = (uint64_t)(++g_group_calls) << 32;
         for (int bi = 0; bi < 3; bi++) {
             for (int op = 0; op < 2; op++) {
                 for (int inp = 0; inp < 2; inp++) {
@@ -664,6 +702,7 @@ static void test_all_collectives(void) {
         test_broadcast<T>(gg, 1000);
         test_p2p<T>(gg, 1000);
     }
+    g_test_id = (uint64_t)(++g_group_calls) << 32;
 }
 
 // ----------------------------------------------------------------------------
@@ -765,6 +804,7 @@ int main(int argc, char** argv) {
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
     test_all_collectives<floatX>();  // bf16 over the (emulated) NCCL
 #endif
+    test_embed_group();
     test_barrier();
     test_wait();
     test_ledger();

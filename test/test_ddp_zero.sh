@@ -36,7 +36,7 @@
 #  6c. The BF16 emulated build: 2-process DDP vs 1 process (BF16 bounds), ZeRO-1/2/3 vs DDP and a
 #      cross-layout resume (the same bytes).
 #  7. A rank that exits at step 2 (--debug-die-at-step) ends the job non-zero well within 60 s.
-#  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --pp 2):
+#  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --pp 4 over 2 layers):
 #     one line, non-zero exit, no output directory.
 #
 # Tolerances (FP32). A layout sums each gradient in another order than one process: each rank sums
@@ -195,7 +195,7 @@ fi
 badlayout world4_dp3 4 "--dp 3" --dp 3
 badlayout zero5 4 "--zero" --zero 5
 badlayout batch 4 "--total-batch" --total-batch 384
-badlayout pp2 2 "not implemented yet" --pp 2
+badlayout pp4_layers 4 "--pp 4" --pp 4
 
 echo "test_ddp_zero: $pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

@@ -13,13 +13,24 @@
 //       time is about a third of 1f1b's (Qi et al. 2023: (P-1)(F+B-W) against (P-1)(F+B+W)), with
 //       at most 2P micro-batches between their F and W (llm/schedule.h says why);
 //     peak live micro-batches per rank: gpipe m, 1f1b min(P - r, m).
+//  3. The communication plan (llm/schedule.h: pipe_plan) for every case of item 1 with P >= 2: every
+//     message once as a send on its producer's rank and once as a receive on its consumer's, each
+//     receive in the batch just before its consumer, each send after its producer; and, played with
+//     rendezvous messages (a batch finishes only when every message of it meets its partner in the
+//     peer's current batch: NCCL's and large MPI messages' behaviour), every rank gets through. The
+//     naive order (each send alone right after its producer) played the same way deadlocks in some
+//     cases (ZB-H1 at P = 2 among them): the player can see a deadlock.
+//  4. The split of L layers over S virtual stages (llm/pipeline.h): contiguous, each layer once, sizes
+//     differing by at most one, the last stage (with the head) never larger than another.
 //  Prints the bubble table for P = 4, 8 and m = 4, 8, 16, 32 beside the formulas.
 #include "../llm/common.h"
 #include "../llm/schedule.h"
+#include "../llm/pipeline.h"
 #include "test_common.h"
 #include <vector>
 #include <map>
 #include <unistd.h>
+#include <algorithm>
 
 static const char* NAMES[4] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
@@ -76,6 +87,112 @@ static int check_structure(const Schedule* s) {
     return 1;
 }
 
+// the batch of rank r at its position: plan entries [k, e) due before op i (e == k: none)
+static int batch_end(const PipePlan* p, int r, int k, int i) {
+    int e = k;
+    while (e < p->n[r] && p->x[r][e].before == i && p->x[r][e].t == p->x[r][k].t) e++;
+    return e;
+}
+
+// Plays the plan with rendezvous messages: a rank computes until its next batch and posts it; a
+// message is done when its partner is posted in the peer's current batch (both are then done); a batch
+// ends when all its messages are done. 1 if every rank gets through its ops and messages.
+static int play_rendezvous(const Schedule* s, const PipePlan* p) {
+    int P = s->P;
+    std::vector<int> op(P, 0), k(P, 0);
+    std::vector<std::vector<char>> done(P);
+    for (int r = 0; r < P; r++) done[r].assign((size_t)p->n[r], 0);
+    for (;;) {
+        int progress = 0, finished = 1;
+        for (int r = 0; r < P; r++) {  // compute until the next batch
+            while (op[r] < s->n[r] && batch_end(p, r, k[r], op[r]) == k[r]) { op[r]++; progress = 1; }
+            if (op[r] < s->n[r] || k[r] < p->n[r]) finished = 0;
+        }
+        if (finished) return 1;
+        for (int r = 0; r < P; r++) {  // match the posted messages
+            int e = batch_end(p, r, k[r], op[r]);
+            for (int a = k[r]; a < e; a++) {
+                const PipeXfer* x = &p->x[r][a];
+                int q = x->peer, eq = batch_end(p, q, k[q], op[q]);
+                for (int b = k[q]; b < eq && !done[r][a]; b++) {
+                    const PipeXfer* y = &p->x[q][b];
+                    if (!done[q][b] && y->peer == r && y->send != x->send && y->kind == x->kind && y->mb == x->mb && y->stage == x->stage) {
+                        done[r][a] = done[q][b] = 1;
+                        progress = 1;
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < P; r++) {  // the batches whose messages are all done end
+            int e = batch_end(p, r, k[r], op[r]), all = e > k[r];
+            for (int a = k[r]; a < e; a++) all &= done[r][a];
+            if (all) { k[r] = e; progress = 1; }
+        }
+        if (!progress) return 0;
+    }
+}
+
+// the naive order: each send alone right after the op that produced it, each receive alone just
+// before the op that needs it
+static PipePlan naive_plan(const Schedule* s, const PipePlan* p) {
+    PipePlan q;
+    q.P = p->P;
+    q.n = (int*)calloc((size_t)q.P, sizeof(int));
+    q.x = (PipeXfer**)mallocCheck((size_t)q.P * sizeof(PipeXfer*));
+    for (int r = 0; r < q.P; r++) {
+        q.x[r] = (PipeXfer*)mallocCheck((size_t)(p->n[r] + 1) * sizeof(PipeXfer));
+        std::vector<std::pair<double, PipeXfer>> v;
+        for (int a = 0; a < p->n[r]; a++) {
+            PipeXfer x = p->x[r][a];
+            int at = -1;  // the op that produces (send) or consumes (receive) it on this rank
+            for (int i = 0; i < s->n[r]; i++) {
+                PipeOp o = s->ops[r][i];
+                int st = o.chunk * s->P + r;
+                if (x.send && o.kind == x.kind && o.mb == x.mb && st == x.stage) at = i;
+                if (!x.send && o.kind == x.kind && o.mb == x.mb && st == x.stage + (x.kind == PIPE_F ? 1 : -1)) at = i;
+            }
+            x.before = x.send ? at + 1 : at;
+            v.push_back({x.before * 2.0 + (x.send ? 0.0 : 1.0) + 1e-3 * a, x});  // sends first, then the receive
+        }
+        std::sort(v.begin(), v.end(), [](const std::pair<double, PipeXfer>& a, const std::pair<double, PipeXfer>& b) { return a.first < b.first; });
+        for (size_t a = 0; a < v.size(); a++) { q.x[r][q.n[r]] = v[a].second; q.x[r][q.n[r]].t = (double)a; q.n[r]++; }
+    }
+    return q;
+}
+
+// item 3's bookkeeping checks of a plan; 1 if they hold
+static int check_plan(const Schedule* s, const PipePlan* p) {
+    int P = s->P, S = P * s->V, want = 0;
+    for (int r = 0; r < P; r++)
+        for (int i = 0; i < s->n[r]; i++) {
+            PipeOp o = s->ops[r][i];
+            int st = o.chunk * P + r;
+            want += (o.kind == PIPE_F && st > 0) + (o.kind == PIPE_B && st < S - 1);
+        }
+    int sends = 0, recvs = 0;
+    for (int r = 0; r < P; r++) {
+        for (int a = 0; a < p->n[r]; a++) {
+            const PipeXfer* x = &p->x[r][a];
+            if (a > 0 && (p->x[r][a - 1].t > x->t || p->x[r][a - 1].before > x->before)) return 0;  // in time order
+            int matched = 0;  // the partner, once, with the same time
+            for (int b = 0; b < p->n[x->peer]; b++) {
+                const PipeXfer* y = &p->x[x->peer][b];
+                matched += y->peer == r && y->send != x->send && y->kind == x->kind && y->mb == x->mb && y->stage == x->stage && y->t == x->t;
+            }
+            if (matched != 1) return 0;
+            for (int i = 0; i < s->n[r]; i++) {  // the producer before a send, the consumer right after a receive
+                PipeOp o = s->ops[r][i];
+                int st = o.chunk * P + r;
+                if (x->send && o.kind == x->kind && o.mb == x->mb && st == x->stage && i >= x->before) return 0;
+                if (!x->send && o.kind == x->kind && o.mb == x->mb && st == x->stage + (x->kind == PIPE_F ? 1 : -1) && i != x->before) return 0;
+            }
+            sends += x->send;
+            recvs += !x->send;
+        }
+    }
+    return sends == want && recvs == want;
+}
+
 int main(void) {
     // 1. structure and deadlock freedom
     const int Ps[5] = {1, 2, 3, 4, 8};
@@ -106,6 +223,54 @@ int main(void) {
         check(cases > 0 && good == cases && refused == refused_ok,
               "%s: %d of %d (P, m, V) cases each op once, F < B < W per rank, sends matched in order, no deadlock; "
               "%d refused, all by the stated rule", NAMES[ni], good, cases, refused);
+    }
+
+    // 3. the communication plan
+    for (int ni = 0; ni < 4; ni++) {
+        int cases = 0, good = 0, naive_deadlocks = 0;
+        for (int P : Ps)
+            for (int m = 1; m <= 17; m++)
+                for (int V = 1; V <= 3; V++) {
+                    char err[256];
+                    if (P < 2 || schedule_error(NAMES[ni], P, m, V, err, sizeof(err))) continue;
+                    Schedule s;
+                    schedule_make(&s, NAMES[ni], P, m, V);
+                    PipePlan p = pipe_plan(&s);
+                    PipePlan q = naive_plan(&s, &p);
+                    int ok = check_plan(&s, &p) && play_rendezvous(&s, &p);
+                    if (!ok) printf("  %s P=%d m=%d V=%d: the plan fails\n", NAMES[ni], P, m, V);
+                    naive_deadlocks += !play_rendezvous(&s, &q);
+                    cases++;
+                    good += ok;
+                    pipe_plan_free(&q);
+                    pipe_plan_free(&p);
+                    schedule_free(&s);
+                }
+        check(cases > 0 && good == cases && (ni != 3 || naive_deadlocks > 0),
+              "%s: the communication plan of %d of %d (P >= 2, m, V) cases matches every message once, receives just before "
+              "their op, sends after theirs, and gets through with rendezvous messages (the naive order deadlocks in %d)",
+              NAMES[ni], good, cases, naive_deadlocks);
+    }
+
+    // 4. the split of the layers
+    {
+        int ok = 1, cases = 0;
+        for (int L = 1; L <= 48; L++)
+            for (int S = 1; S <= L; S++) {
+                int next = 0, lo = L, hi = 0, last = 0;
+                for (int v = 0; v < S; v++) {
+                    int l0, l1;
+                    pipe_stage_layers(L, S, v, &l0, &l1);
+                    ok &= l0 == next && l1 > l0;
+                    next = l1;
+                    lo = std::min(lo, l1 - l0); hi = std::max(hi, l1 - l0);
+                    if (v == S - 1) last = l1 - l0;
+                }
+                ok &= next == L && hi - lo <= 1 && last == lo;
+                cases++;
+            }
+        check(ok, "the layer split of L = 1..48 over S = 1..L stages (%d cases): contiguous, each layer once, sizes within one, "
+              "the last stage the smallest", cases);
     }
 
     // 2. the simulator against the formulas (no P2P latency)

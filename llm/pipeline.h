@@ -1,0 +1,429 @@
+// pipeline.h: pipeline parallelism: the layers split over the P ranks of the pp group, and one
+// executor that runs a rank's list of the schedule (llm/schedule.h: GPipe, 1F1B, interleaved 1F1B,
+// ZB-H1) on the micro-batches of an optimizer step (Huang et al. 2019, "GPipe"; Narayanan et al.
+// 2019 "PipeDream" and 2021 "Efficient Large-Scale Language Model Training on GPU Clusters" sec. 2.2;
+// Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
+//
+// The split. The schedule's S = P V virtual stages (V chunks per rank: virtual stage s runs on rank
+// s % P as its chunk s / P) take the L layers in order, as evenly as possible: each gets L / S, and the
+// first L % S one more. The embedding (a lookup, no matmul) and the head (the final LayerNorm, the LM
+// head's matmul and the loss) are not counted as layers: the embedding goes with virtual stage 0, the
+// head with S - 1, and since the extra layers go to the first stages, the last stage, which has the
+// head, never has more layers than another. The tied token embedding lives on both the first and the
+// last rank: both start from the same values, their gradients are summed over GROUP_EMBED
+// (llm/dp.h: dp_reduce_tied_embedding) and both take the same update, so they stay identical.
+//
+// A step. The m micro-batches of the step are its gradient-accumulation steps; the first rank reads
+// their tokens, the last their targets (every rank's data loader reads the same batches). The executor
+// walks its list: F(mb, c) runs chunk c's stage forward on a free micro-batch slot (its input received
+// from the previous virtual stage, or the tokens), B(mb, c) the backward (fused, or only the input
+// gradient when the schedule splits W out), W(mb, c) the deferred weight gradients; a slot is free
+// again after B (or W). Messages go as the communication plan says (llm/schedule.h: pipe_plan):
+// batches of sends and receives on GROUP_PP, posted together, each just before the op that needs it,
+// in one global order that cannot deadlock. A rank keeps as many slots per chunk as its list ever has
+// micro-batches alive there (GPipe m, 1F1B min(P - rank, m)): the activation memory the allocator
+// measures is the schedule's peak. The data-parallel policy (llm/dp.h) is told before each backward
+// whether it is the micro-batch's last (its gradients then communicate). The loss is summed on the
+// last stage, averaged over the micro-batches, and sent to the other stages (a broadcast on GROUP_PP).
+//
+// The trace. With tracing on, each rank records its ops, its message batches and the optimizer step
+// with wall-clock times (the device synchronized after each, so the times are the work's own), and
+// pipeline_write_trace gathers them into one Chrome / Perfetto trace (a row per rank), with the
+// measured bubble: the ranks' idle time between the step's first op and last op over P times that span.
+#pragma once
+#include "common.h"
+#include "device.h"
+#include "comm.h"
+#include "gpt.h"
+#include "dp.h"
+#include "schedule.h"
+
+// ----------------------------------------------------------------------------
+// the split
+
+// layers [l0, l1) of virtual stage s of S
+static void pipe_stage_layers(int L, int S, int s, int* l0, int* l1) {
+    int base = L / S, extra = L % S;
+    *l0 = s * base + (s < extra ? s : extra);
+    *l1 = *l0 + base + (s < extra ? 1 : 0);
+}
+
+static StageRange pipe_stage_range(GPTConfig c, int P, int V, int rank, int chunk) {
+    int S = P * V, s = chunk * P + rank;
+    StageRange r;
+    pipe_stage_layers(c.num_layers, S, s, &r.first_layer, &r.last_layer);
+    r.has_embedding = s == 0;
+    r.has_head = s == S - 1;
+    return r;
+}
+
+// held (num_units(c)): 1 for the units rank's chunks use (the embedding on the first and the last rank)
+static void pipe_held_units(GPTConfig c, int P, int V, int rank, int* held) {
+    for (int u = 0; u < num_units(c); u++) held[u] = 0;
+    for (int k = 0; k < V; k++) {
+        StageRange r = pipe_stage_range(c, P, V, rank, k);
+        for (int l = r.first_layer; l < r.last_layer; l++) held[unit_of_layer(l)] = 1;
+        if (r.has_embedding || r.has_head) held[UNIT_EMBED] = 1;
+        if (r.has_head) held[unit_final(c)] = 1;
+    }
+}
+
+// why P ranks x V chunks cannot run `schedule` on this model with m micro-batches, or NULL
+static const char* pipe_layout_error(GPTConfig c, int P, int V, int m, const char* schedule, char* buf, size_t n) {
+    if (P < 1 || V < 1) { snprintf(buf, n, "--pp %d --vpp %d: expected both >= 1", P, V); return buf; }
+    if (V > 1 && P == 1) { snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", V); return buf; }
+    if ((long long)P * V > c.num_layers) {
+        snprintf(buf, n, "--pp %d x --vpp %d = %d pipeline stages, but the model has %d layers: expected at most one stage "
+                 "per layer", P, V, P * V, c.num_layers);
+        return buf;
+    }
+    return schedule_error(schedule, P, m, V, buf, n);
+}
+
+// ----------------------------------------------------------------------------
+// the executor
+
+typedef struct {
+    char name[16];  // "F3", "B3.1", "send", "optimizer"
+    char cat[12];   // F, B, W, p2p, optimizer
+    double ts, dur; // ms, wall clock
+} PipeEvent;
+
+#define PIPE_MAX_EVENTS 4096
+
+typedef struct {
+    Comm* comm;
+    DataParallel* dp;
+    GPTConfig cfg;
+    int P, rank, V, m, B, T;
+    size_t R;             // rows of an activation message: B*T, or B*T/tp with sequence parallelism
+    Schedule sched;       // every rank's list; this rank runs sched.ops[rank]
+    PipePlan plan;
+    Stage* chunks;        // (V) chunk c runs virtual stage c P + rank
+    int* slot_of;         // (V, m) the slot micro-batch mb holds in chunk c this step; -1: none
+    int** slot_free;      // (V) 1 for each free slot of chunk c
+    floatX* act_recv;     // (R, C) the activation received for the next F
+    floatX* grad_recv;    // (R, C) the gradient received for the next B
+    int num_send;         // B outputs kept until their sends: the most a rank ever has waiting
+    floatX* grad_send;    // (num_send, R, C)
+    int* send_of;         // (V, m) which grad_send buffer holds B(mb, c)'s output; -1: none
+    int* send_busy;       // (num_send)
+    float* scalar;        // (2) device: the loss sent from the last stage
+    int trace_on;
+    PipeEvent* events;    // (PIPE_MAX_EVENTS) this step's
+    int num_events;
+    size_t act_bytes;     // measured: the activations (MEM_ACTIVATIONS) the chunks' slots took
+} Pipeline;
+
+static inline const Stage* pipeline_first(const Pipeline* pp) { return &pp->chunks[0]; }
+static inline int pipeline_is_last(const Pipeline* pp) { return pp->rank == pp->P - 1; }
+
+// the most micro-batches alive at once in each chunk of rank's list (after F, until B, or W when split)
+static void pipe_peak_slots(const Schedule* s, int rank, int* peak /*(V)*/) {
+    int* live = (int*)calloc((size_t)s->V, sizeof(int));
+    for (int c = 0; c < s->V; c++) peak[c] = 0;
+    for (int i = 0; i < s->n[rank]; i++) {
+        PipeOp op = s->ops[rank][i];
+        if (op.kind == PIPE_F && ++live[op.chunk] > peak[op.chunk]) peak[op.chunk] = live[op.chunk];
+        if ((op.kind == PIPE_B && !s->split_w) || op.kind == PIPE_W) live[op.chunk]--;
+    }
+    free(live);
+}
+
+// the most B outputs this rank holds before their sends, walking its ops and messages in plan order
+static int pipe_peak_sends(const Schedule* s, const PipePlan* p, int rank) {
+    int held = 0, peak = 0, k = 0;
+    for (int i = 0; i <= s->n[rank]; i++) {
+        for (; k < p->n[rank] && p->x[rank][k].before == i; k++) if (p->x[rank][k].send && p->x[rank][k].kind == PIPE_B) held--;
+        if (i == s->n[rank]) break;
+        PipeOp op = s->ops[rank][i];
+        if (op.kind == PIPE_B && op.chunk * s->P + rank > 0 && ++held > peak) peak = held;
+    }
+    return peak;
+}
+
+// The stages of this pp rank for `schedule` (P = the pp group's size; m micro-batches of B x T), their
+// parameters and gradients from dp (made with pipe_held_units' units). The layout was checked with
+// pipe_layout_error.
+static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char* schedule, int V, int m, int B, int T,
+                          Recompute recompute) {
+    memset(pp, 0, sizeof(*pp));
+    pp->comm = dp->comm;
+    pp->dp = dp;
+    pp->cfg = dp->lay.cfg;
+    pp->P = dp->pp;
+    pp->rank = dp->pp_rank;
+    pp->V = V; pp->m = m; pp->B = B; pp->T = T;
+    schedule_make(&pp->sched, schedule, pp->P, m, V);
+    pp->plan = pipe_plan(&pp->sched);
+    int* peak = (int*)mallocCheck((size_t)V * sizeof(int));
+    pipe_peak_slots(&pp->sched, pp->rank, peak);
+    size_t before = mem_live(MEM_ACTIVATIONS);
+    pp->chunks = (Stage*)mallocCheck((size_t)V * sizeof(Stage));
+    pp->slot_free = (int**)mallocCheck((size_t)V * sizeof(int*));
+    for (int c = 0; c < V; c++) {
+        int slots = peak[c] > 0 ? peak[c] : 1;
+        stage_init(&pp->chunks[c], &dp->lay, &dp->hooks, tp, pipe_stage_range(pp->cfg, pp->P, V, pp->rank, c), B, T,
+                   recompute, slots);
+        if (pp->sched.split_w) stage_enable_split_backward(&pp->chunks[c]);
+        pp->slot_free[c] = (int*)mallocCheck((size_t)slots * sizeof(int));
+        for (int k = 0; k < slots; k++) pp->slot_free[c][k] = 1;
+    }
+    pp->act_bytes = mem_live(MEM_ACTIVATIONS) - before;
+    free(peak);
+    pp->slot_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
+    pp->send_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
+    for (int i = 0; i < V * m; i++) pp->slot_of[i] = pp->send_of[i] = -1;
+    const Stage* st = &pp->chunks[0];
+    pp->R = (size_t)tp_rows(&st->tp, B * T);
+    size_t msg = pp->R * pp->cfg.channels;
+    pp->num_send = pipe_peak_sends(&pp->sched, &pp->plan, pp->rank);
+    pp->act_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
+    pp->grad_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
+    pp->grad_send = (floatX*)device_malloc((size_t)(pp->num_send > 0 ? pp->num_send : 1) * msg * sizeof(floatX), MEM_COMM);
+    pp->send_busy = (int*)calloc((size_t)(pp->num_send > 0 ? pp->num_send : 1), sizeof(int));
+    pp->scalar = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
+    pp->events = (PipeEvent*)mallocCheck(PIPE_MAX_EVENTS * sizeof(PipeEvent));
+}
+
+static void pipeline_free(Pipeline* pp) {
+    for (int c = 0; c < pp->V; c++) { stage_free(&pp->chunks[c]); free(pp->slot_free[c]); }
+    free(pp->chunks); free(pp->slot_free); free(pp->slot_of); free(pp->send_of); free(pp->send_busy); free(pp->events);
+    device_free(pp->act_recv); device_free(pp->grad_recv); device_free(pp->grad_send); device_free(pp->scalar);
+    schedule_free(&pp->sched);
+    pipe_plan_free(&pp->plan);
+    memset(pp, 0, sizeof(*pp));
+}
+
+static void pipe_event(Pipeline* pp, const char* name, const char* cat, double t0) {
+    if (!pp->trace_on || pp->num_events >= PIPE_MAX_EVENTS) return;
+    device_synchronize();
+    PipeEvent* e = &pp->events[pp->num_events++];
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    snprintf(e->cat, sizeof(e->cat), "%s", cat);
+    e->ts = t0;
+    e->dur = wall_ms() - t0;
+}
+
+// the messages of plan entries [k, e) of this rank, one batch
+static void pipe_run_batch(Pipeline* pp, int k, int e) {
+    CommP2P ops[64];
+    int n = 0, tags = pp->V * pp->P;
+    size_t msg = pp->R * pp->cfg.channels;
+    double t0 = wall_ms();
+    for (int i = k; i < e; i++) {
+        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        if (n == 64) fatal("pipeline: more than 64 messages in one batch");
+        int chunk = x->stage / pp->P, idx = chunk * pp->m + x->mb;  // the producer's chunk, when this rank sends
+        void* buf;
+        if (!x->send) buf = x->kind == PIPE_F ? pp->act_recv : pp->grad_recv;
+        else if (x->kind == PIPE_F) buf = (void*)stage_output(&pp->chunks[chunk], pp->slot_of[idx]);
+        else buf = pp->grad_send + (size_t)pp->send_of[idx] * msg;
+        CommP2P o = {x->send, buf, msg, x->peer, (x->kind * pp->m + x->mb) * tags + x->stage};
+        ops[n++] = o;
+    }
+    comm_p2p_batch(pp->comm, GROUP_PP, ops, n, comm_dtype_of((floatX*)NULL), llm_ctx.stream);
+    for (int i = k; i < e; i++) {  // the sent gradients' buffers are free again
+        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        int idx = (x->stage / pp->P) * pp->m + x->mb;
+        if (x->send && x->kind == PIPE_B) { pp->send_busy[pp->send_of[idx]] = 0; pp->send_of[idx] = -1; }
+    }
+    pipe_event(pp, "p2p", "p2p", t0);
+}
+
+// One step's forwards and backwards: inputs and targets (m, B, T) on the host (the first rank reads
+// inputs, the last targets; others may pass NULL). dloss: the factor of each micro-batch's mean loss
+// in the step's loss (1 / (m * dp ranks) ... as the caller scales). Returns the step's mean loss on
+// every rank of the pp group (the sum over micro-batches of their mean losses / m).
+static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, float dloss) {
+    const Schedule* s = &pp->sched;
+    int r = pp->rank, P = pp->P, S = P * pp->V, BT = pp->B * pp->T, k = 0;
+    const PipePlan* plan = &pp->plan;
+    size_t msg = pp->R * pp->cfg.channels;
+    pp->num_events = 0;
+    for (int i = 0; i <= s->n[r]; i++) {
+        while (k < plan->n[r] && plan->x[r][k].before == i) {  // the batches due before op i, in time order
+            int e = k + 1;
+            while (e < plan->n[r] && plan->x[r][e].before == i && plan->x[r][e].t == plan->x[r][k].t) e++;
+            pipe_run_batch(pp, k, e);
+            k = e;
+        }
+        if (i == s->n[r]) break;
+        PipeOp op = s->ops[r][i];
+        Stage* st = &pp->chunks[op.chunk];
+        int vs = op.chunk * P + r, idx = op.chunk * pp->m + op.mb;
+        char name[16];
+        if (pp->V > 1) snprintf(name, sizeof(name), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
+        else snprintf(name, sizeof(name), "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
+        char cat[2] = {PIPE_OP_NAMES[op.kind], 0};
+        double t0 = wall_ms();
+        if (op.kind == PIPE_F) {
+            int slot = 0;
+            while (slot < st->num_slots && !pp->slot_free[op.chunk][slot]) slot++;
+            if (slot == st->num_slots) fatal("pipeline: no free slot for F%d on chunk %d (rank %d)", op.mb, op.chunk, r);
+            pp->slot_free[op.chunk][slot] = 0;
+            pp->slot_of[idx] = slot;
+            const int* tok = vs == 0 ? inputs + (size_t)op.mb * BT : NULL;
+            const int* tgt = vs == S - 1 ? targets + (size_t)op.mb * BT : NULL;
+            stage_forward(st, slot, tok, vs == 0 ? NULL : pp->act_recv, tgt, dloss);
+        } else {
+            dp_micro_begin(pp->dp, op.mb, pp->m);  // the micro-batch's last backward communicates
+            int slot = pp->slot_of[idx];
+            if (op.kind == PIPE_W) stage_backward_weight(st, slot);
+            else if (s->split_w) stage_backward_input(st, slot, vs == S - 1 ? NULL : pp->grad_recv);
+            else stage_backward(st, slot, vs == S - 1 ? NULL : pp->grad_recv);
+            if (op.kind == PIPE_B && vs > 0) {  // keep the input gradient until its send
+                int b = 0;
+                while (b < pp->num_send && pp->send_busy[b]) b++;
+                if (b == pp->num_send) fatal("pipeline: no free send buffer for B%d (rank %d)", op.mb, r);
+                pp->send_busy[b] = 1;
+                pp->send_of[idx] = b;
+                copy_device_to_device(pp->grad_send + (size_t)b * msg, st->dx, msg * sizeof(floatX), llm_ctx.stream);
+            }
+            if (op.kind == PIPE_W || !s->split_w) { pp->slot_free[op.chunk][slot] = 1; pp->slot_of[idx] = -1; }
+        }
+        pipe_event(pp, name, cat, t0);
+    }
+    // the loss: the last stage's, to every stage
+    float loss = 0.0f;
+    if (pipeline_is_last(pp)) loss = (float)(stage_take_loss(&pp->chunks[pp->V - 1]) / pp->m);
+    if (P > 1) {
+        copy_to_device(pp->scalar, &loss, sizeof(float));
+        comm_broadcast(pp->comm, GROUP_PP, pp->scalar, 1, P - 1, llm_ctx.stream);
+        copy_to_host(&loss, pp->scalar, sizeof(float));
+    }
+    return loss;
+}
+
+// The mean loss of one batch without gradients (validation): inputs, targets (B, T) host. The forward
+// goes through the virtual stages in order, each receiving from the one before (blocking: one chain).
+// The loss reaches the other stages as two floats (its value and its rounding error), so every rank
+// has the last stage's double.
+static double pipeline_eval_loss(Pipeline* pp, const int* inputs, const int* targets) {
+    int P = pp->P, S = P * pp->V;
+    size_t msg = pp->R * pp->cfg.channels;
+    cudaStream_t s = llm_ctx.stream;
+    for (int c = 0; c < pp->V; c++) {
+        int vs = c * P + pp->rank;
+        Stage* st = &pp->chunks[c];
+        if (vs > 0) comm_recv(pp->comm, GROUP_PP, pp->act_recv, msg, (pp->rank + P - 1) % P, s);
+        stage_forward(st, 0, vs == 0 ? inputs : NULL, vs == 0 ? NULL : pp->act_recv, vs == S - 1 ? targets : NULL, 0.0f);
+        if (vs < S - 1) comm_send(pp->comm, GROUP_PP, stage_output(st, 0), msg, (pp->rank + 1) % P, s);
+    }
+    double loss = 0.0;
+    if (pipeline_is_last(pp)) loss = stage_take_loss(&pp->chunks[pp->V - 1]);
+    if (P > 1) {
+        float two[2] = {(float)loss, (float)(loss - (double)(float)loss)};
+        copy_to_device(pp->scalar, two, sizeof(two));
+        comm_broadcast(pp->comm, GROUP_PP, pp->scalar, 2, P - 1, s);
+        copy_to_host(two, pp->scalar, sizeof(two));
+        loss = (double)two[0] + (double)two[1];
+    }
+    return loss;
+}
+
+// the split and the schedule, for the log (rank 0)
+static void pipeline_print(const Pipeline* pp) {
+    int S = pp->P * pp->V;
+    printf("pipeline: pp %d x vpp %d | schedule %s | m = %d micro-batches | layers per virtual stage:", pp->P, pp->V,
+           pp->sched.name, pp->m);
+    for (int v = 0; v < S; v++) {
+        int l0, l1;
+        pipe_stage_layers(pp->cfg.num_layers, S, v, &l0, &l1);
+        printf(" [%d,%d)", l0, l1);
+    }
+    PipeSim sim = pipe_simulate(&pp->sched, pipe_plan_costs(&pp->sched));
+    printf(" | simulated bubble %.3f (F = 1, B = %g%s)\n", sim.bubble, pipe_plan_costs(&pp->sched).b, pp->sched.split_w ? ", W = 1" : "");
+    pipe_sim_free(&sim);
+}
+
+// this rank's pipeline figures for the report (llm/report.h), as "key":value pairs: the slots its
+// chunks hold (the most micro-batches its list has alive), the simulator's peak of live micro-batches
+// for this rank (llm/schedule.h), and the activation bytes the slots took (the tagged allocator)
+static void pipeline_report_json(const Pipeline* pp, char* buf, size_t cap) {
+    int slots = 0;
+    for (int c = 0; c < pp->V; c++) slots += pp->chunks[c].num_slots;
+    PipeSim sim = pipe_simulate(&pp->sched, pipe_plan_costs(&pp->sched));
+    snprintf(buf, cap, "\"schedule\":\"%s\",\"m\":%d,\"V\":%d,\"activation_slots\":%d,\"sim_peak_live\":%d,"
+             "\"pipeline_activation_bytes\":%zu,\"layers\":%d", pp->sched.name, pp->m, pp->V, slots, sim.peak_live[pp->rank],
+             pp->act_bytes, pp->chunks[0].range.last_layer - pp->chunks[0].range.first_layer);
+    pipe_sim_free(&sim);
+}
+
+// ----------------------------------------------------------------------------
+// the trace
+
+// the measured bubble of the events of every rank (each rank's, all_n[r] of them): the idle time of
+// the ranks between the first op's start and the last op's end, over P times that span (F, B, W only)
+static double pipe_measured_bubble(const PipeEvent* all, const int* all_n, int P) {
+    double t0 = 1e300, t1 = -1e300, busy = 0.0;
+    for (int r = 0; r < P; r++) {
+        for (int i = 0; i < all_n[r]; i++) {
+            const PipeEvent* e = &all[(size_t)r * PIPE_MAX_EVENTS + i];
+            if (strlen(e->cat) != 1) continue;  // F, B, W
+            if (e->ts < t0) t0 = e->ts;
+            if (e->ts + e->dur > t1) t1 = e->ts + e->dur;
+            busy += e->dur;
+        }
+    }
+    if (t1 <= t0) return 0.0;
+    return 1.0 - busy / (P * (t1 - t0));
+}
+
+// Gathers every rank's events to world rank 0, which writes them as a Chrome / Perfetto trace at path
+// (a row per rank; times from the earliest event). Every rank calls it. Returns the measured bubble of
+// the pp group of rank 0 (every rank of it: dp, tp) and writes it into the trace's otherData.
+// sim_bubble: the simulator's bubble for this schedule with the measured mean F, B, W times.
+static double pipeline_write_trace(Pipeline* pp, const char* path, int step, double* sim_bubble) {
+    Comm* c = pp->comm;
+    int W = c->world_size;
+    PipeEvent* all = c->world_rank == 0 ? (PipeEvent*)mallocCheck((size_t)W * PIPE_MAX_EVENTS * sizeof(PipeEvent)) : NULL;
+    int* all_n = c->world_rank == 0 ? (int*)mallocCheck((size_t)W * sizeof(int)) : NULL;
+    comm_gather_bytes(c, pp->events, PIPE_MAX_EVENTS * sizeof(PipeEvent), all);
+    comm_gather_bytes(c, &pp->num_events, sizeof(int), all_n);
+    double bubble = 0.0;
+    if (c->world_rank == 0) {
+        // the pp group of world rank 0: ranks (dp 0, pp q, tp 0)
+        PipeEvent* ppev = (PipeEvent*)mallocCheck((size_t)pp->P * PIPE_MAX_EVENTS * sizeof(PipeEvent));
+        int* ppn = (int*)mallocCheck((size_t)pp->P * sizeof(int));
+        for (int q = 0; q < pp->P; q++) {
+            int w = comm_world_rank_of(c, 0, q, 0);
+            memcpy(ppev + (size_t)q * PIPE_MAX_EVENTS, all + (size_t)w * PIPE_MAX_EVENTS, PIPE_MAX_EVENTS * sizeof(PipeEvent));
+            ppn[q] = all_n[w];
+        }
+        bubble = pipe_measured_bubble(ppev, ppn, pp->P);
+        double sum[3] = {0, 0, 0};
+        int cnt[3] = {0, 0, 0};
+        for (int q = 0; q < pp->P; q++) {
+            for (int i = 0; i < ppn[q]; i++) {
+                const PipeEvent* e = &ppev[(size_t)q * PIPE_MAX_EVENTS + i];
+                for (int k = 0; k < 3; k++) if (e->cat[0] == PIPE_OP_NAMES[k] && e->cat[1] == 0) { sum[k] += e->dur; cnt[k]++; }
+            }
+        }
+        PipeCosts mc = {cnt[0] ? sum[0] / cnt[0] : 0, cnt[1] ? sum[1] / cnt[1] : 0, cnt[2] ? sum[2] / cnt[2] : 0, 0.0};
+        PipeSim sim = pipe_simulate(&pp->sched, mc);
+        *sim_bubble = sim.bubble;
+        pipe_sim_free(&sim);
+        free(ppev); free(ppn);
+        double t0 = 1e300;
+        for (int w = 0; w < W; w++) for (int i = 0; i < all_n[w]; i++) if (all[(size_t)w * PIPE_MAX_EVENTS + i].ts < t0) t0 = all[(size_t)w * PIPE_MAX_EVENTS + i].ts;
+        FILE* f = fopen(path, "w");
+        if (f == NULL) fatal("--trace: cannot write %s: %s", path, strerror(errno));
+        fprintf(f, "{\"traceEvents\":[");
+        for (int w = 0; w < W; w++) {
+            int dpr = w / (c->tp * c->pp), ppr = (w / c->tp) % c->pp, tpr = w % c->tp;
+            fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (dp %d pp %d tp %d)\"}}",
+                    w ? "," : "", w, w, dpr, ppr, tpr);
+            for (int i = 0; i < all_n[w]; i++) {
+                const PipeEvent* e = &all[(size_t)w * PIPE_MAX_EVENTS + i];
+                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}", e->name,
+                        e->cat, w, (e->ts - t0) * 1e3, e->dur * 1e3);
+            }
+        }
+        fprintf(f, "],\"otherData\":{\"schedule\":\"%s\",\"P\":%d,\"m\":%d,\"V\":%d,\"step\":%d,\"measured_bubble\":%.6f,\"simulated_bubble\":%.6f}}\n",
+                pp->sched.name, pp->P, pp->m, pp->V, step, bubble, *sim_bubble);
+        if (fclose(f) != 0) fatal("--trace: error writing %s: %s", path, strerror(errno));
+    }
+    free(all); free(all_n);
+    return bubble;
+}

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# test_pp.sh: pipeline parallelism (llm/pipeline.h, the schedules of llm/schedule.h) under mpirun,
+# against one process, the simulator and the formulas.
+#
+#   bash test/test_pp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16})
+#
+# Checked, one line each (a 4-layer model, so pp 4 and interleaved pp 2 x V 2 have a layer per stage):
+#  1. Equivalence with one process on the same global batch, from the same seed checkpoint and data:
+#     the train and val losses and grad norms of 4 steps and every parameter of the final model.
+#     pp 2 and pp 4 (1f1b), gpipe, interleaved pp 2 x V 2, zb-h1 at pp 2 and pp 4; m = 1, m < P (pp 4,
+#     m = 2) and m not a multiple of P (pp 4, m = 3; gpipe pp 2, m = 3); dp 2 x pp 2 with ZeRO-1 and
+#     with ZeRO-3 (interleaved); tp 2 x pp 2; dp 2 x tp 2 x pp 2 with ZeRO-1 and sequence parallelism
+#     (8 processes); with clipping (the global norm counts the tied embedding once: counted twice,
+#     the norm and so the clipped update change). --recompute selective and full give the same bytes as
+#     without (1f1b and zb-h1). The samples and the exact-match answers are the same text as one
+#     process's. The tied embedding's two copies (first and last stage) are identical at the end.
+#  2. Memory: each rank's model states (the tagged allocator) against the ZeRO paper's Table 1 with
+#     Psi = the parameters its stage holds.
+#  3. Activation memory against the simulator: on every rank the micro-batch slots the executor
+#     allocated equal the simulator's peak of live micro-batches (gpipe m, 1f1b min(P - r, m)), and
+#     the activation bytes the allocator counted scale with them exactly (gpipe / 1f1b per rank).
+#  4. The bubble of real runs at pp 2 (wall clock, 2 cores; --trace): the trace holds every op of the
+#     schedule once per rank; the measured bubble of m = 2 is larger than that of m = 8, and each is
+#     within 0.15 of the simulator's with the measured op times; printed beside (P-1)/(m+P-1).
+#  5. Resume across layouts: pp 2 -> 1, 1 -> pp 4, dp 2 x tp 2 x pp 2 -> dp 8, each against the
+#     uninterrupted run.
+#  6. The emulated CUDA build (FP32: comm.h's NCCL path with its batched P2P) at pp 2, zb-h1 pp 2 and
+#     tp 2 x pp 2 against the CPU build's one process; BF16 emulated pp 2 against its one process.
+#  7. Bad layouts, each refused before anything is written with one line: more stages than layers,
+#     interleaved with m not a multiple of P, --vpp without interleaved, --vpp with --pp 1, an unknown
+#     schedule.
+#
+# Tolerances: those of test/test_tp.sh and test/test_ddp_zero.sh, for the same reason: only the order
+# of sums differs (here the tied embedding's gradient: the LM head's and the encoder's parts summed
+# per stage, then added, instead of interleaved per micro-batch): losses and norms 4e-6 relative,
+# parameters 1e-5 absolute at lr 1e-3. A lost message, a wrong micro-batch order, a missing tied-
+# gradient sum or a stage running the wrong layers moves them by orders of magnitude more (see
+# test/README.md). Logs of each run: build/pp/. Ends with "test_pp: N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
+EMU16=${EMU16:-./build/train_gpt_emu_bf16}
+CHECK="python3 test/ddp_zero_check.py"
+LOG=build/pp
+mkdir -p "$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
+        -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1 --grad-clip 0
+        --val-every 2 --val-steps 1 --sample-every 2 --sample-len 6 --checkpoint-every 2
+        --eval-file "$D/addition_test.bin")
+
+# train NAME NP BIN ARGS...: a run into $tmp/NAME (NP 0: one process without mpirun); log in $LOG/NAME.log
+train() {
+    local name=$1 np=$2 bin=$3; shift 3
+    local cmd=("$bin")
+    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$bin")
+    EMU_DEVICES=8 timeout 300 "${cmd[@]}" "${common[@]}" --output-dir "$tmp/$name" --report-json "$tmp/$name.json" "$@" \
+        > "$LOG/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || bad "$name: exit $rc (see $LOG/$name.log): $(tail -2 "$LOG/$name.log" | tr '\n' ' ')"
+    return $rc
+}
+samples() { grep -a -E '^sample|^  .* -> ' "$1" | md5sum | cut -c1-12; }
+same_samples() {  # NAME RUN REF
+    local a b
+    a=$(samples "$LOG/$2.log"); b=$(samples "$LOG/$3.log")
+    if [ "$a" = "$b" ] && [ "$(grep -ac '^sample' "$LOG/$2.log")" -gt 0 ] && [ "$(grep -ac ' -> ' "$LOG/$2.log")" -gt 0 ]; then
+        ok "$1: samples and exact-match answers the same text ($(grep -ac -E '^sample|^  .* -> ' "$LOG/$2.log") lines)"
+    else bad "$1: samples differ ($LOG/$2.log vs $LOG/$3.log)"; fi
+}
+tied() {  # NAME RUN: the two copies of the tied embedding are the same values at the end
+    local line
+    line=$(grep -a '^tied embedding' "$LOG/$2.log")
+    if [[ "$line" == "tied embedding: max |first stage - last stage| = 0 over "* ]]; then ok "$1: $line"
+    else bad "$1: tied embedding copies: '${line:-no line}' ($LOG/$2.log)"; fi
+}
+# pp NAME NP REF ARGS...: a pipeline run against the one-process run REF (and its tied embedding)
+pp() {
+    local name=$1 np=$2 ref=$3; shift 3
+    train "$name" "$np" "$CPU" "$@" &&
+        check compare "$name ($*) vs 1 process" "$tmp/$name" "$tmp/$ref" 4e-6 1e-5 &&
+        tied "$name" "$name"
+}
+
+timeout 60 "$CPU" --model d4,C=32,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
+    --val-every 0 --sample-every 0 --output-dir "$tmp/seed" > "$LOG/seed.log" 2>&1 || bad "seed checkpoint: see $LOG/seed.log"
+common+=(--model "$tmp/seed/model_00000001.bin")
+
+# 1. equivalence with one process (B*T = 128 tokens per micro-batch: total 512 is m = 4 on one dp rank)
+for tb in 128 256 384 512; do train one_$tb 0 "$CPU" --total-batch $tb; done
+train one_512_clip 0 "$CPU" --total-batch 512 --grad-clip 0.5
+pp pp2 2 one_512 --pp 2 --total-batch 512 && same_samples "pp 2 sampling" pp2 one_512
+pp pp4 4 one_512 --pp 4 --total-batch 512
+pp gpipe_pp2 2 one_512 --pp 2 --schedule gpipe --total-batch 512
+pp gpipe_pp4 4 one_512 --pp 4 --schedule gpipe --total-batch 512
+pp il_pp2v2 2 one_512 --pp 2 --schedule interleaved --vpp 2 --total-batch 512 && same_samples "interleaved sampling" il_pp2v2 one_512
+pp zb_pp2 2 one_512 --pp 2 --schedule zb-h1 --total-batch 512
+pp zb_pp4 4 one_512 --pp 4 --schedule zb-h1 --total-batch 512
+pp pp2_m1 2 one_128 --pp 2 --total-batch 128
+pp pp4_m2 4 one_256 --pp 4 --total-batch 256
+pp zb_pp4_m3 4 one_384 --pp 4 --schedule zb-h1 --total-batch 384
+pp gpipe_pp2_m3 2 one_384 --pp 2 --schedule gpipe --total-batch 384
+pp d2p2z1 4 one_512 --pp 2 --zero 1 --total-batch 512
+pp d2p2z3il 4 one_512 --pp 2 --zero 3 --schedule interleaved --vpp 2 --total-batch 512
+pp t2p2 4 one_512 --pp 2 --tp 2 --total-batch 512
+pp d2t2p2z1sp 8 one_512 --pp 2 --tp 2 --zero 1 --sequence-parallel 1 --total-batch 512 &&
+    same_samples "dp 2 x tp 2 x pp 2 sampling" d2t2p2z1sp one_512
+pp pp2_clip 2 one_512_clip --pp 2 --total-batch 512 --grad-clip 0.5
+for r in selective full; do
+    train pp2_$r 2 "$CPU" --pp 2 --total-batch 512 --recompute $r &&
+        check same "pp 2 --recompute $r vs without" "$tmp/pp2_$r" "$tmp/pp2"
+    train zb_pp2_$r 2 "$CPU" --pp 2 --schedule zb-h1 --total-batch 512 --recompute $r &&
+        check same "zb-h1 pp 2 --recompute $r vs without" "$tmp/zb_pp2_$r" "$tmp/zb_pp2"
+done
+
+# 2. memory: each stage's model states against Table 1 with its own Psi
+for n in pp2 pp4 d2p2z1 d2p2z3il d2t2p2z1sp; do check memory "$n memory" "$tmp/$n.json"; done
+
+# 3. activation memory: the slots allocated == the simulator's peak; bytes proportional to them
+python3 - "$tmp" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
+import json, sys
+g, f = (json.load(open(sys.argv[1] + "/%s.json" % n)) for n in ("gpipe_pp4", "pp4"))
+P, m, good, rows = 4, g["ranks"][0]["m"], True, []
+for rg, rf in zip(sorted(g["ranks"], key=lambda r: r["pp_rank"]), sorted(f["ranks"], key=lambda r: r["pp_rank"])):
+    r = rg["pp_rank"]
+    good &= rg["activation_slots"] == rg["sim_peak_live"] == m and rf["activation_slots"] == rf["sim_peak_live"] == min(P - r, m)
+    good &= rg["pipeline_activation_bytes"] * rf["activation_slots"] == rf["pipeline_activation_bytes"] * rg["activation_slots"]
+    rows.append("rank %d: gpipe %d slots %d B, 1f1b %d slots %d B" % (r, rg["activation_slots"], rg["pipeline_activation_bytes"],
+                rf["activation_slots"], rf["pipeline_activation_bytes"]))
+print(("ok   " if good else "FAIL ") + "pp 4, m = %d: activation slots == simulator peak (gpipe m, 1f1b min(P-r, m)) and bytes "
+      "in proportion: %s" % (m, "; ".join(rows)))
+sys.exit(0 if good else 1)
+PY
+
+# 4. the bubble of real runs at pp 2 (a wider model, so that compute outweighs the messages)
+bubble_run() {  # NAME TOTAL_BATCH
+    EMU_DEVICES=8 timeout 300 "${MPIRUN[@]}" -np 2 "$CPU" --model d4,C=128,NH=4,maxT=64,V=257 --train-data "$D/addition_train.bin" \
+        -b 8 -t 64 --steps 3 --total-batch "$2" --val-data "" --tokenizer "" --val-every 0 --sample-every 0 --pp 2 --trace "$tmp/$1.trace.json" \
+        --output-dir "$tmp/$1" > "$LOG/$1.log" 2>&1 || bad "$1: see $LOG/$1.log"
+}
+bubble_run bub_m2 1024
+bubble_run bub_m8 4096
+python3 - "$tmp" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
+import json, sys
+good, rows, meas = True, [], {}
+for name, m in (("bub_m2", 2), ("bub_m8", 8)):
+    t = json.load(open("%s/%s.trace.json" % (sys.argv[1], name)))
+    ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+    for r in (0, 1):  # every F and B of the schedule once per rank
+        names = sorted(e["name"] for e in ev if e["pid"] == r and e["cat"] in "FBW")
+        good &= names == sorted(["F%d" % i for i in range(m)] + ["B%d" % i for i in range(m)])
+    o = t["otherData"]
+    meas[m] = o["measured_bubble"]
+    good &= abs(o["measured_bubble"] - o["simulated_bubble"]) <= 0.15
+    rows.append("m = %d: measured %.3f, simulated with the measured op times %.3f, formula (P-1)/(m+P-1) = %.3f"
+                % (m, o["measured_bubble"], o["simulated_bubble"], 1.0 / (m + 1)))
+good &= meas[2] > meas[8]
+print(("ok   " if good else "FAIL ") + "1f1b pp 2 bubble from the trace (wall clock, 2 cores): " + "; ".join(rows))
+sys.exit(0 if good else 1)
+PY
+
+# 5. resume across layouts
+train res_p2to1 0 "$CPU" --total-batch 512 --resume "$tmp/pp2/state_00000002.bin" &&
+    check compare "resume: 1 process from a pp 2 state vs pp 2" "$tmp/res_p2to1" "$tmp/pp2" 4e-6 1e-5
+train res_1top4 4 "$CPU" --pp 4 --total-batch 512 --resume "$tmp/one_512/state_00000002.bin" &&
+    check compare "resume: pp 4 from a 1-process state vs 1 process" "$tmp/res_1top4" "$tmp/one_512" 4e-6 1e-5
+train res_d2t2p2tod8 8 "$CPU" --total-batch 512 -b 1 --val-steps 4 --resume "$tmp/d2t2p2z1sp/state_00000002.bin" &&
+    check compare "resume: dp 8 (B = 1) from a dp 2 x tp 2 x pp 2 state vs dp 2 x tp 2 x pp 2" "$tmp/res_d2t2p2tod8" "$tmp/d2t2p2z1sp" 4e-6 1e-5
+
+# 6. the emulated CUDA build
+if [ -x "$EMU" ]; then
+    train emu_pp2 2 "$EMU" --pp 2 --total-batch 512 &&
+        check compare "emulated CUDA FP32 pp 2 vs CPU 1 process" "$tmp/emu_pp2" "$tmp/one_512" 1e-5 1e-5
+    train emu_zb_pp2 2 "$EMU" --pp 2 --schedule zb-h1 --total-batch 512 &&
+        check compare "emulated CUDA FP32 zb-h1 pp 2 vs CPU 1 process" "$tmp/emu_zb_pp2" "$tmp/one_512" 1e-5 1e-5
+    train emu_t2p2sp 4 "$EMU" --pp 2 --tp 2 --sequence-parallel 1 --total-batch 512 &&
+        check compare "emulated CUDA FP32 tp 2 x pp 2 sp vs CPU 1 process" "$tmp/emu_t2p2sp" "$tmp/one_512" 1e-5 1e-5
+else bad "no $EMU (make build/train_gpt_emu)"; fi
+if [ -x "$EMU16" ]; then
+    train emu16_one 0 "$EMU16" --total-batch 512 &&
+    train emu16_pp2 2 "$EMU16" --pp 2 --total-batch 512 &&
+        check update "emulated CUDA BF16 pp 2 vs its 1 process" "$tmp/emu16_pp2" "$tmp/emu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
+
+# 7. bad layouts: one line (from rank 0), non-zero exit, nothing written (badlayout: test/mpi_lib.sh)
+badlayout pp8 8 "--pp 8" --pp 8 --total-batch 1024
+badlayout vpp3 2 "--vpp 3" --pp 2 --schedule interleaved --vpp 3 --total-batch 768
+badlayout il_m3 2 "multiple of" --pp 2 --schedule interleaved --vpp 2 --total-batch 384
+badlayout vpp_1f1b 2 "--vpp 2 needs" --pp 2 --vpp 2
+badlayout vpp_pp1 1 "--vpp 2" --vpp 2 --schedule interleaved
+badlayout sched 2 "--schedule" --pp 2 --schedule 2f2b
+
+echo "test_pp: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
