@@ -228,6 +228,8 @@ int main(int argc, char** argv) {
         float train_loss = pipeline_step(&pipe, step_inputs, step_targets, 1.0f / ((float)B * T * grad_accum));
         double t_opt = wall_ms();
         dp_finish_grads(&dp);
+        pipe_event(&pipe, "gradient reductions", "collective", t_opt);  // (the last ones, waited)
+        t_opt = wall_ms();
         train_loss = dp_mean(&dp, train_loss);  // over all ranks
         float norm = dp_grad_norm(&dp);
         float lr = lr_schedule(&oc, step - 1);

@@ -84,7 +84,7 @@ static const char* pipe_layout_error(GPTConfig c, int P, int V, int m, const cha
 // the executor
 
 typedef struct {
-    char name[16];  // "F3", "B3.1", "send", "optimizer"
+    char name[40];  // "F3", "B3.1", "send F3>1 recv B2<1", "optimizer"
     char cat[12];   // F, B, W, p2p, optimizer
     double ts, dur; // ms, wall clock
 } PipeEvent;
@@ -211,9 +211,13 @@ static void pipe_run_batch(Pipeline* pp, int k, int e) {
     int n = 0, tags = pp->V * pp->P;
     size_t msg = pp->R * pp->cfg.channels;
     double t0 = wall_ms();
+    char label[40] = "";  // e.g. "send F3>1 recv B2<1": what went to / came from which rank
     for (int i = k; i < e; i++) {
         const PipeXfer* x = &pp->plan.x[pp->rank][i];
         if (n == 64) fatal("pipeline: more than 64 messages in one batch");
+        size_t at = strlen(label);
+        snprintf(label + at, sizeof(label) - at, "%s%s %c%d%c%d", at ? " " : "", x->send ? "send" : "recv",
+                 PIPE_OP_NAMES[x->kind], x->mb, x->send ? '>' : '<', x->peer);
         int chunk = x->stage / pp->P, idx = chunk * pp->m + x->mb;  // the producer's chunk, when this rank sends
         void* buf;
         if (!x->send) buf = x->kind == PIPE_F ? pp->act_recv : pp->grad_recv;
@@ -228,7 +232,7 @@ static void pipe_run_batch(Pipeline* pp, int k, int e) {
         int idx = (x->stage / pp->P) * pp->m + x->mb;
         if (x->send && x->kind == PIPE_B) { pp->send_busy[pp->send_of[idx]] = 0; pp->send_of[idx] = -1; }
     }
-    pipe_event(pp, "p2p", "p2p", t0);
+    pipe_event(pp, label, "p2p", t0);
 }
 
 // One step's forwards and backwards: inputs and targets (m, B, T) on the host (the first rank reads
@@ -252,7 +256,7 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
         PipeOp op = s->ops[r][i];
         Stage* st = &pp->chunks[op.chunk];
         int vs = op.chunk * P + r, idx = op.chunk * pp->m + op.mb;
-        char name[16];
+        char name[40];
         if (pp->V > 1) snprintf(name, sizeof(name), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
         else snprintf(name, sizeof(name), "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
         char cat[2] = {PIPE_OP_NAMES[op.kind], 0};
