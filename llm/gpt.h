@@ -321,8 +321,3 @@ static double stage_take_loss(Stage* st) {
     device_memset_zero(st->loss_acc, sizeof(double), llm_ctx.stream);
     return sum;
 }
-
-// TEMPORARY SHIM (replaced by the split backward of the wsplit branch): B = the fused backward, W = nothing
-static void stage_enable_split_backward(Stage* st) { (void)st; }
-static void stage_backward_input(Stage* st, int slot, const floatX* dx_out) { stage_backward(st, slot, dx_out); }
-static void stage_backward_weight(Stage* st, int slot) { (void)st; (void)slot; }
