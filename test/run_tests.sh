@@ -54,6 +54,9 @@ run comm bash test/test_comm.sh
 run ddp_zero bash test/test_ddp_zero.sh
 # Megatron tensor parallelism: tp 2, tp 4, dp 2 x tp 2 with ZeRO-0..3 against one process; memory, traffic, resume
 run tp bash test/test_tp.sh
+# the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
+# with and without sequence parallelism, CPU and emulated (test_gpt checks it in one process)
+run split_backward_tp bash test/test_split_backward.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
 run bad_input bash test/test_bad_input.sh
