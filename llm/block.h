@@ -41,6 +41,32 @@
 // recomputing the matmul instead would cost a third of the layer's matmul FLOPs.
 // full = keep only x_in; the backward reruns the whole block forward first (about one more forward:
 // ~4/3 of the step's FLOPs).
+//
+// The backward in two halves, for zero-bubble pipeline schedules (Qi et al. 2023, "Zero Bubble
+// Pipeline Parallelism": B, the input gradient, which the previous stage waits for; W, the weight
+// gradients, which only the optimizer step waits for). block_backward_input is block_backward without
+// the weight and bias gradients of the four linear layers (the LayerNorms' gradients are computed, they
+// come with the input gradient); block_backward_weight computes those later, from a BlockDeferred that
+// B filled: the four linears' output gradients (held in buffers shared by all layers during the
+// backward) and those of their inputs the recompute policy does not keep (a recomputed field lives in
+// the shared recompute buffer, refilled for the next layer):
+//
+//   field      elements              stored by B              input kept in the slot by
+//   dqkv       3 BT C/tp             always                   -
+//   dattproj   BT C                  always (SP: gathered)    -
+//   dfch       4 BT C/tp             always                   -
+//   dfcproj    BT C                  always (SP: gathered)    -
+//   ln1        R C (R = BT/tp w. SP) selective, full          none
+//   atty       BT C/tp               selective, full          none
+//   ln2        R C                   selective, full          none
+//   fch_gelu   4 BT C/tp             full                     none, selective
+//
+// (a row-parallel layer's output gradient is all-gathered by B under sequence parallelism, and W
+// takes the gathered one; a column-parallel layer's input is kept as the rank's R tokens and W
+// all-gathers it, as the unsplit backward does for dW). B writes dqkv and dfch straight into the
+// BlockDeferred (no copy); the two output gradients that are the residual stream's (modified in place
+// by the LayerNorm backwards that follow) and the recomputed inputs are copied. Same kernels, same
+// values: B then W gives block_backward's gradients bit for bit.
 #pragma once
 #include "common.h"
 #include "device.h"
@@ -200,21 +226,104 @@ static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, L
     }
 }
 
+// ----------------------------------------------------------------------------
+// the backward's two halves: what B keeps for W (the table at the top)
+
+typedef struct {
+    floatX* dqkv;      // (B,T,3C/tp) the QKV linear's output gradient (attention's input gradient)
+    floatX* dattproj;  // (B,T,C) attproj's output gradient (the stream's after LN2's backward); SP: all-gathered
+    floatX* dfch;      // (B,T,4C/tp) fc's output gradient (before its GELU)
+    floatX* dfcproj;   // (B,T,C) fcproj's output gradient (the block's x_out's); SP: all-gathered
+    floatX* ln1;       // (R,C) QKV's input: the slot's own field when the policy keeps it, else B's copy
+    floatX* atty;      // (B,T,C/tp) attproj's input: likewise
+    floatX* ln2;       // (R,C) fc's input: likewise
+    floatX* fch_gelu;  // (B,T,4C/tp) fcproj's input: likewise
+} BlockDeferred;
+
+// Allocates (one allocation of `kind`, returned; NULL if empty) what B stores for W of one (layer,
+// micro-batch) whose activations are `a` under policy r: the four output gradients, and each input
+// whose BlockActs field r does not keep (their sizes and the policy's choice from block_act_fields);
+// the inputs r keeps point at a's fields, which stay in the slot until W.
+static void* block_deferred_carve(BlockDeferred* d, BlockActs* a, const BlockLinears* lin, int B, int T, Recompute r,
+                                  MemKind kind) {
+    size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, F = (size_t)lin->fc.out_local;
+    ActField af[BLOCK_ACT_FIELDS];
+    block_act_fields(a, lin, B, T, af);
+    floatX** act[4] = {&a->ln1, &a->atty, &a->ln2, &a->fch_gelu};
+    floatX** mine[4] = {&d->ln1, &d->atty, &d->ln2, &d->fch_gelu};
+    ActField f[8] = {
+        {(void**)&d->dqkv, 3 * BT * Ca, 0, {1, 1, 1}}, {(void**)&d->dattproj, BT * C, 0, {1, 1, 1}},
+        {(void**)&d->dfch, BT * F, 0, {1, 1, 1}},      {(void**)&d->dfcproj, BT * C, 0, {1, 1, 1}},
+    };
+    for (int k = 0; k < 4; k++) {  // an input: stored here exactly when the slot does not keep it
+        int i = 0;
+        while (i < BLOCK_ACT_FIELDS && af[i].ptr != (void**)act[k]) i++;
+        if (i == BLOCK_ACT_FIELDS) fatal("block_deferred_carve: input %d is not a field of BlockActs", k);
+        f[4 + k] = af[i];
+        f[4 + k].ptr = (void**)mine[k];
+        for (int p = 0; p < 3; p++) f[4 + k].kept[p] = !af[i].kept[p];
+        if (af[i].kept[r]) *mine[k] = *act[k];
+    }
+    return carve_fields(f, 8, r, 1, kind);
+}
+
+// the unsplit backward (d == NULL), or its B half (d != NULL: the four linears' weight and bias
+// gradients left out, what W needs stored in d)
+static void block_backward_impl(const BlockLinears* lin, GPTConfig c, LayerTensors w, LayerTensors gw, const BlockActs* a,
+                                const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(R,C)*/, BlockDeferred* d,
+                                int B, int T, cudaStream_t s) {
+    int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
+    size_t x = sizeof(floatX);
+    LayerTensors gl = gw;  // the linears' gradients: none in B
+    if (d != NULL) gl.qkvw = gl.qkvb = gl.attprojw = gl.attprojb = gl.fcw = gl.fcb = gl.fcprojw = gl.fcprojb = NULL;
+    floatX* dfch = d != NULL ? d->dfch : buf->dbuf_4c;  // (B,T,4C/tp)
+    floatX* dqkv = d != NULL ? d->dqkv : buf->dqkv;     // (B,T,3C/tp)
+    // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dfch = d fch
+    linear_backward(&lin->fcproj, dfch, gl.fcprojw, gl.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
+    if (d != NULL) copy_device_to_device(d->dfcproj, linear_dout_for_weight(&lin->fcproj, dx), (size_t)BT * C * x, s);
+    linear_backward(&lin->fc, buf->dbuf_c, gl.fcw, gl.fcb, dfch, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
+    layernorm_backward(dx, gw.ln2w, gw.ln2b, buf->scratch, buf->dbuf_c, a->residual2, w.ln2w, a->ln2_mean, a->ln2_rstd,
+                       R, C, s);
+    // dx is now the gradient of residual2 = x_in + attproj
+    linear_backward(&lin->attproj, buf->dbuf_c, gl.attprojw, gl.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
+    if (d != NULL) copy_device_to_device(d->dattproj, linear_dout_for_weight(&lin->attproj, dx), (size_t)BT * C * x, s);
+    attention_backward(dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T,
+                       lin->att_c, lin->heads, s);
+    linear_backward(&lin->qkv, buf->dbuf_c, gl.qkvw, gl.qkvb, dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
+    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, R, C, s);
+    if (d == NULL) return;
+    // the inputs the policy recomputed into the shared buffer: copied before the next layer refills it
+    size_t Ca = (size_t)lin->att_c, F = (size_t)lin->fc.out_local;
+    if (d->ln1 != a->ln1) copy_device_to_device(d->ln1, a->ln1, (size_t)R * C * x, s);
+    if (d->atty != a->atty) copy_device_to_device(d->atty, a->atty, (size_t)BT * Ca * x, s);
+    if (d->ln2 != a->ln2) copy_device_to_device(d->ln2, a->ln2, (size_t)R * C * x, s);
+    if (d->fch_gelu != a->fch_gelu) copy_device_to_device(d->fch_gelu, a->fch_gelu, (size_t)BT * F * x, s);
+}
+
 // dx: on entry the gradient of x_out, on return the gradient of x_in. gw: where the parameter
 // gradients accumulate (+=). The activations must be complete (block_recompute first).
 static void block_backward(const BlockLinears* lin, GPTConfig c, LayerTensors w, LayerTensors gw, const BlockActs* a,
                            const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(R,C)*/, int B, int T,
                            cudaStream_t s) {
-    int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
-    // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dbuf_4c = d fch
-    linear_backward(&lin->fcproj, buf->dbuf_4c, gw.fcprojw, gw.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
-    linear_backward(&lin->fc, buf->dbuf_c, gw.fcw, gw.fcb, buf->dbuf_4c, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
-    layernorm_backward(dx, gw.ln2w, gw.ln2b, buf->scratch, buf->dbuf_c, a->residual2, w.ln2w, a->ln2_mean, a->ln2_rstd,
-                       R, C, s);
-    // dx is now the gradient of residual2 = x_in + attproj
-    linear_backward(&lin->attproj, buf->dbuf_c, gw.attprojw, gw.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
-    attention_backward(buf->dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T,
-                       lin->att_c, lin->heads, s);
-    linear_backward(&lin->qkv, buf->dbuf_c, gw.qkvw, gw.qkvb, buf->dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
-    layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, R, C, s);
+    block_backward_impl(lin, c, w, gw, a, buf, x_in, dx, NULL, B, T, s);
+}
+
+// B: block_backward without the four linears' weight and bias gradients (gw: only its LayerNorm
+// gradients are written); what block_backward_weight needs goes into d (block_deferred_carve's)
+static void block_backward_input(const BlockLinears* lin, GPTConfig c, LayerTensors w, LayerTensors gw, const BlockActs* a,
+                                 const BlockBuffers* buf, const floatX* x_in, floatX* dx /*(R,C)*/, BlockDeferred* d,
+                                 int B, int T, cudaStream_t s) {
+    block_backward_impl(lin, c, w, gw, a, buf, x_in, dx, d, B, T, s);
+}
+
+// W: the four linears' weight and bias gradients (+= into gw), from what B stored in d, in the unsplit
+// backward's order; no parameter read. With sequence parallelism QKV's and fc's inputs are all-gathered
+// (tp collectives: every rank of the tp group runs the same W).
+static void block_backward_weight(const BlockLinears* lin, LayerTensors gw, const BlockDeferred* d, const BlockBuffers* buf,
+                                  int B, int T, cudaStream_t s) {
+    int BT = B * T;
+    linear_backward_weight(&lin->fcproj, gw.fcprojw, gw.fcprojb, d->dfcproj, d->fch_gelu, buf->scratch, BT, s);
+    linear_backward_weight(&lin->fc, gw.fcw, gw.fcb, d->dfch, d->ln2, buf->scratch, BT, s);
+    linear_backward_weight(&lin->attproj, gw.attprojw, gw.attprojb, d->dattproj, d->atty, buf->scratch, BT, s);
+    linear_backward_weight(&lin->qkv, gw.qkvw, gw.qkvb, d->dqkv, d->ln1, buf->scratch, BT, s);
 }

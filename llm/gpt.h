@@ -22,6 +22,27 @@
 //
 // The loss stays on the device: each forward with targets adds its micro-batch's mean loss to a
 // device accumulator, read back once by stage_take_loss (once per optimizer step, not per micro-batch).
+//
+// The split backward, for zero-bubble pipeline schedules (Qi et al. 2023, "Zero Bubble Pipeline
+// Parallelism", ZB-H1: a stage's backward in two ops, B and W, so that W fills the bubbles). After
+// stage_enable_split_backward, stage_backward(slot) may be replaced by
+//   stage_backward_input(slot, dx_out)   B: everything stage_backward does (the same dx left in st->dx
+//                                        for the previous stage; the LM head's, the final LayerNorm's,
+//                                        the embedding's and every block's LayerNorm gradients) except
+//                                        the weight and bias gradients of the blocks' four linear layers
+//   stage_backward_weight(slot)          W: those, layers l1-1 .. l0, += into the hooks' gradients
+// in that order per slot, with any number of other slots' ops in between. B stores per (slot, layer)
+// what W needs that would otherwise be gone (llm/block.h: the linears' output gradients and the
+// inputs the recompute policy does not keep); the slot takes a new forward only after its W. W reads
+// no parameter (dW = dout^T inp), so it calls neither params nor params_done: under ZeRO-3 it gathers
+// nothing. Hooks: B calls grads_ready for the final unit and the embedding unit as stage_backward does,
+// W for each block unit (after that unit's last write; a policy that communicates only in the step's
+// last micro-batch, llm/dp.h's dp_micro_begin, must be told the micro-batch of each B and W it runs,
+// and under ZeRO-2/3 a block unit's gradient working buffer lives until its last W). With tensor
+// parallelism every rank of the tp group runs the same B and W ops (W's all-gathers of the sequence-
+// parallel inputs are tp collectives; B + W move what stage_backward moves). B then W gives
+// stage_backward's gradients and dx bit for bit (same kernels, same values; each tensor's accumulation
+// over micro-batches in the same order), whatever the recompute policy.
 #pragma once
 #include "common.h"
 #include "device.h"
@@ -60,6 +81,9 @@ typedef struct {
     float* losses;      // (B,T)
     int trained;        // 1 after a training forward (dlogits written), until its backward
     void** mem;         // (L + 2) the slot's allocations
+    BlockDeferred* deferred;  // (L) split backward: what B keeps for W, blocks [l0, l1) (llm/block.h)
+    void** deferred_mem;      // (L) their allocations
+    int w_pending;      // 1 after stage_backward_input, until stage_backward_weight
 } MicroBatch;
 
 typedef struct {
@@ -84,6 +108,13 @@ typedef struct {
     void* sp_mem;           // sequence parallelism: the tp group's two (B*T, C) workspace buffers
     double* loss_acc;       // (1) device: the sum of the mean losses of the forwards since stage_take_loss
     size_t layer_act_bytes; // measured: the bytes one layer keeps per micro-batch (x_in and its kept fields)
+    int split_w;            // 1 after stage_enable_split_backward: stage_backward_input / _weight usable
+    size_t split_w_bytes;   // measured: the bytes B keeps for W per layer and slot (MEM_ACTIVATIONS), with
+                            // b = sizeof(floatX), BT tokens, R = BT/tp with sequence parallelism (else BT):
+                            //   b BT (3C/tp + C + 4C/tp + C)      the four output gradients (always)
+                            // + b (R C + BT C/tp + R C)           ln1, atty, ln2 (selective, full)
+                            // + b BT 4C/tp                        fch_gelu (full)
+                            // each field rounded up to 64 bytes (llm/block.h's table)
 } Stage;
 
 // ----------------------------------------------------------------------------
@@ -178,11 +209,36 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     device_memset_zero(st->loss_acc, sizeof(double), llm_ctx.stream);
 }
 
+// The split backward (top of this file): allocates, per slot and block, what stage_backward_input
+// keeps for stage_backward_weight (activations: they live from a slot's B to its W), and measures
+// split_w_bytes. Once, after stage_init.
+static void stage_enable_split_backward(Stage* st) {
+    if (st->split_w) fatal("stage_enable_split_backward: called twice on the same stage");
+    int L = st->cfg.num_layers, l0 = st->range.first_layer, l1 = st->range.last_layer;
+    for (int s = 0; s < st->num_slots; s++) {
+        MicroBatch* mb = &st->slots[s];
+        mb->deferred = (BlockDeferred*)mallocCheck((size_t)L * sizeof(BlockDeferred));
+        memset(mb->deferred, 0, (size_t)L * sizeof(BlockDeferred));
+        mb->deferred_mem = (void**)mallocCheck((size_t)L * sizeof(void*));
+        memset(mb->deferred_mem, 0, (size_t)L * sizeof(void*));
+        for (int l = l0; l < l1; l++) {
+            size_t before = mem_live(MEM_ACTIVATIONS);
+            mb->deferred_mem[l] = block_deferred_carve(&mb->deferred[l], &mb->blocks[l], &st->lin, st->B, st->T,
+                                                       st->recompute, MEM_ACTIVATIONS);
+            if (s == 0 && l == l0) st->split_w_bytes = mem_live(MEM_ACTIVATIONS) - before;
+        }
+    }
+    st->split_w = 1;
+}
+
 static void stage_free(Stage* st) {
     for (int s = 0; s < st->num_slots; s++) {
         MicroBatch* mb = &st->slots[s];
         for (int i = 0; i <= st->cfg.num_layers; i++) device_free(mb->mem[i]);
-        free(mb->mem); free(mb->x); free(mb->blocks); free(mb->inputs_host);
+        if (mb->deferred_mem != NULL) {
+            for (int i = 0; i < st->cfg.num_layers; i++) device_free(mb->deferred_mem[i]);
+        }
+        free(mb->mem); free(mb->x); free(mb->blocks); free(mb->inputs_host); free(mb->deferred); free(mb->deferred_mem);
     }
     free(st->slots);
     device_free(st->shared_mem);
@@ -213,6 +269,7 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
               r.has_embedding ? "token ids, not an activation" : "an activation, not token ids");
     }
     if (targets != NULL && !r.has_head) fatal("stage_forward: targets given to a stage without the head");
+    if (mb->w_pending) fatal("stage_forward: slot %d still holds the split backward's pending W (stage_backward_weight)", slot);
     EmbedTensors emb = {NULL, NULL};  // with the head too: held from the encoder to the LM head
     if (r.has_embedding) {
         for (int i = 0; i < BT; i++) {
@@ -251,23 +308,20 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
 // the output of a stage without the head: x[l1] (B,T,C), for the next stage
 static const floatX* stage_output(const Stage* st, int slot) { return st->slots[slot].x[st->range.last_layer]; }
 
-// Accumulates (+=) the gradients of slot's training forward into the buffers the hooks give. The last
-// stage starts from its loss (dx_out NULL), the others from dx_out (B,T,C) (device), the gradient of
-// their output. On a stage without the embedding the gradient of its input is left in st->dx (B,T,C)
-// for the previous stage. Units in the order: embed (LM head), final, layer l1-1 .. l0, embed
-// (encoder); each unit's gradients are final after its own part (grads_ready), the embedding's only
-// at the very end of the stage that holds both its uses (wte gets the LM head's gradient first and
-// the encoder's last).
-static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
+// stage_backward (split = 0), or B of the split backward (split = 1: stage_backward_input below)
+static void stage_backward_impl(Stage* st, int slot, const floatX* dx_out, int split) {
     GPTConfig c = st->cfg;
     StageRange r = st->range;
     int L = c.num_layers, C = c.channels, B = st->B, T = st->T, BT = B * T, R = tp_rows(&st->tp, BT);
     MicroBatch* mb = &st->slots[slot];
+    const char* who = split ? "stage_backward_input" : "stage_backward";
     if ((dx_out != NULL) == (r.has_head != 0)) {
-        fatal("stage_backward: a stage %s the head takes %s", r.has_head ? "with" : "without",
+        fatal("%s: a stage %s the head takes %s", who, r.has_head ? "with" : "without",
               r.has_head ? "no output gradient (it starts from its loss)" : "the gradient of its output");
     }
-    if (r.has_head && !mb->trained) fatal("stage_backward: slot %d holds no training forward (dloss > 0) to differentiate", slot);
+    if (r.has_head && !mb->trained) fatal("%s: slot %d holds no training forward (dloss > 0) to differentiate", who, slot);
+    if (split && !st->split_w) fatal("stage_backward_input: the stage has no split backward (stage_enable_split_backward)");
+    if (mb->w_pending) fatal("%s: slot %d's previous backward still waits for its W (stage_backward_weight)", who, slot);
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = st->hooks;
     BlockBuffers* b = &st->bufs;
@@ -296,9 +350,13 @@ static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
         LayerTensors w = layer_view(st->lay, h->params(h->ctx, u, 1));
         LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
         block_recompute(st->recompute, &st->lin, c, w, &mb->blocks[l], b, mb->x[l], B, T, s);
-        block_backward(&st->lin, c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, B, T, s);
+        if (split) {
+            block_backward_input(&st->lin, c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, &mb->deferred[l], B, T, s);
+        } else {
+            block_backward(&st->lin, c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, B, T, s);
+        }
         h->params_done(h->ctx, u, 1);
-        h->grads_ready(h->ctx, u);
+        if (!split) h->grads_ready(h->ctx, u);  // split: the unit's linears are still to come (W)
     }
     if (r.has_embedding) {
         if (!r.has_head) {
@@ -311,6 +369,38 @@ static void stage_backward(Stage* st, int slot, const floatX* dx_out) {
         h->grads_ready(h->ctx, UNIT_EMBED);
     }
     mb->trained = 0;
+    mb->w_pending = split;
+}
+
+// Accumulates (+=) the gradients of slot's training forward into the buffers the hooks give. The last
+// stage starts from its loss (dx_out NULL), the others from dx_out (B,T,C) (device), the gradient of
+// their output. On a stage without the embedding the gradient of its input is left in st->dx (B,T,C)
+// for the previous stage. Units in the order: embed (LM head), final, layer l1-1 .. l0, embed
+// (encoder); each unit's gradients are final after its own part (grads_ready), the embedding's only
+// at the very end of the stage that holds both its uses (wte gets the LM head's gradient first and
+// the encoder's last).
+static void stage_backward(Stage* st, int slot, const floatX* dx_out) { stage_backward_impl(st, slot, dx_out, 0); }
+
+// B of the split backward (top of this file): stage_backward's arguments and results, but the weight
+// and bias gradients of the blocks' linear layers are left to stage_backward_weight, and so is the
+// blocks' grads_ready; the embedding's and the final unit's are complete, as after stage_backward.
+static void stage_backward_input(Stage* st, int slot, const floatX* dx_out) { stage_backward_impl(st, slot, dx_out, 1); }
+
+// W of the split backward: the weight and bias gradients of slot's blocks' linear layers, layers l1-1
+// down to l0, accumulated (+=) into the hooks' gradients, grads_ready after each unit. Reads no
+// parameter. After it the slot takes a new forward.
+static void stage_backward_weight(Stage* st, int slot) {
+    StageRange r = st->range;
+    MicroBatch* mb = &st->slots[slot];
+    if (!mb->w_pending) fatal("stage_backward_weight: slot %d has no stage_backward_input waiting for its W", slot);
+    ParamHooks* h = st->hooks;
+    for (int l = r.last_layer - 1; l >= r.first_layer; l--) {
+        int u = unit_of_layer(l);
+        LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
+        block_backward_weight(&st->lin, gw, &mb->deferred[l], &st->bufs, st->B, st->T, llm_ctx.stream);
+        h->grads_ready(h->ctx, u);
+    }
+    mb->w_pending = 0;
 }
 
 // the sum of the mean losses of the forwards with targets since the last call (one read-back), and

@@ -12,10 +12,20 @@
 //                       sec. 4.2.2)
 //   precision           the floatX of the build, or FP8 with a scaling recipe (Micikevicius et al.
 //                       2022, "FP8 Formats for Deep Learning")
-// Replicated, column- and row-parallel layers in the build's precision are implemented (the tensor-
-// parallel operators are llm/tensor_parallel.h); sequence parallelism and FP8 exist as fields and
-// linear_check refuses them with one clear line until their stages land. The matmul itself is
-// llm/matmul.cuh (OpenBLAS in the CPU build, cuBLASLt otherwise).
+// Replicated, column- and row-parallel layers in the build's precision, with or without sequence
+// parallelism, are implemented (the tensor-parallel operators are llm/tensor_parallel.h); FP8 exists
+// as a field and linear_check refuses it with one clear line until its stage lands. The matmul itself
+// is llm/matmul.cuh (OpenBLAS in the CPU build, cuBLASLt otherwise).
+//
+// The backward in two halves (zero-bubble pipeline schedules, Qi et al. 2023, "Zero Bubble Pipeline
+// Parallelism", sec. 2: B computes the input gradient, which the previous stage waits for, W the
+// weight gradient, which nothing waits for until the optimizer step): linear_backward with dw == db
+// == NULL is B, linear_backward_weight is W. Together they run the same kernels on the same values as
+// one linear_backward, so the gradients are bit-identical. W reads the layer's input and its output
+// gradient, which the caller keeps from B (llm/block.h); with sequence parallelism the collectives
+// move with the half that needs them: a column-parallel layer's input is all-gathered only for dW (in
+// W, not in B), a row-parallel layer's output gradient is all-gathered in B (dinp needs it) and W
+// takes that gathered one (linear_dout_for_weight), so B + W communicate what one backward does.
 #pragma once
 #include "common.h"
 #include "matmul.cuh"
@@ -97,6 +107,8 @@ static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, c
 //   row-parallel:    dout (BT, out) the same on every rank (g's backward: identity); dinp (BT, in/T)
 //                    local; db the same on every rank, so the replicated bias stays replicated.
 //                    Sequence-parallel: dout is this rank's (BT/T, out) block, all-gathered first
+// dw == db == NULL: only dinp (the B half of the split backward; inp unused, may be NULL, and a
+// sequence-parallel column-parallel layer gathers nothing: linear_backward_weight gathers inp for dw).
 static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
                             const floatX* inp, const floatX* w, float* scratch, const floatX* inp_pre_gelu,
                             int BT, cudaStream_t stream) {
@@ -106,8 +118,10 @@ static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, float
     }
     floatX* dx = dinp;
     if (s->sequence_parallel && column) {
-        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
-        inp = s->tp.gathered;
+        if (dw != NULL) {
+            comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+            inp = s->tp.gathered;
+        }
         dx = s->tp.full;
     } else if (s->sequence_parallel) {
         comm_all_gather(s->tp.comm, GROUP_TP, dout, s->tp.full, (size_t)BT / T * s->out, stream);
@@ -116,4 +130,28 @@ static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, float
     matmul_backward(dx, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local, s->out_local, stream);
     if (s->sequence_parallel && column) comm_reduce_scatter(s->tp.comm, GROUP_TP, dx, dinp, (size_t)BT / T * s->in, COMM_SUM, stream);
     else if (column) tp_all_reduce(&s->tp, dinp, (size_t)BT * s->in, stream);
+}
+
+// The output gradient linear_backward_weight takes, (BT, out_local), given the dout linear_backward
+// took: that one, or for a sequence-parallel row-parallel layer the all-gathered copy linear_backward
+// left in the tp group's workspace (s->tp.full: valid until the next collective that uses it, so the
+// caller copies it right after linear_backward).
+static const floatX* linear_dout_for_weight(const LinearSpec* s, const floatX* dout) {
+    return s->sequence_parallel && s->parallel == LINEAR_ROW_PARALLEL ? s->tp.full : dout;
+}
+
+// The W half of the split backward: dw += dout^T @ inp, db += column sums of dout (if db != NULL), the
+// kernels and the order of linear_backward's weight part, so B then W equals one linear_backward bit for
+// bit. dout (BT, out_local): the whole output gradient (a sequence-parallel row-parallel layer's: the
+// all-gathered one, linear_dout_for_weight); inp as linear_backward takes it: a sequence-parallel
+// column-parallel layer's is this rank's (BT/T, in) block, all-gathered here (a tp collective: every
+// rank of the group runs its W). Needs no parameter (no w): under ZeRO-3 W gathers nothing.
+static void linear_backward_weight(const LinearSpec* s, floatX* dw /*(out_local, in_local)*/,
+                                   floatX* db /*(out_local) or NULL*/, const floatX* dout, const floatX* inp,
+                                   float* scratch, int BT, cudaStream_t stream) {
+    if (s->sequence_parallel && s->parallel == LINEAR_COLUMN_PARALLEL) {
+        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / s->tp.size * s->in, stream);
+        inp = s->tp.gathered;
+    }
+    matmul_backward(NULL, dw, db, dout, inp, NULL, scratch, NULL, BT, s->in_local, s->out_local, stream);
 }

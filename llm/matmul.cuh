@@ -6,6 +6,8 @@
 //   backward: dinp = dout @ weight            (overwrites; times gelu'(pre_gelu_of_inp) when given)
 //             dweight += dout^T @ inp         (accumulates)
 //             dbias += column sums of dout    (accumulates)
+//             (each part optional: the input and weight halves can run at different times, for the
+//             split backward of zero-bubble pipeline schedules, with the same results)
 //
 // GELU is the tanh approximation GPT-2 uses: gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // All tensors are row-major, as in the rest of the trainer.
@@ -192,23 +194,26 @@ static void matmul_dbias_cpu(float* dbias /*(OC)*/, const float* dout /*(BT,OC)*
     }
 }
 
-static void matmul_backward_cpu(float* dinp /*(BT,C)*/, float* dweight /*(OC,C)*/, float* dbias /*(OC) or NULL*/,
+// (any of dinp, dweight, dbias may be NULL: that part is skipped; see matmul_backward)
+static void matmul_backward_cpu(float* dinp /*(BT,C) or NULL*/, float* dweight /*(OC,C) or NULL*/, float* dbias /*(OC) or NULL*/,
                                 const float* dout /*(BT,OC)*/, const float* inp /*(BT,C)*/, const float* weight /*(OC,C)*/,
                                 const float* pre_gelu_of_inp /*(BT,C) or NULL*/, int BT, int C, int OC) {
     if (dbias != NULL) matmul_dbias_cpu(dbias, dout, BT, OC);
-    // dinp (BT,C) = dout (BT,OC) @ weight (OC,C)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    if (pre_gelu_of_inp != NULL) {
-        #pragma omp parallel for schedule(static)
-        for (int bt = 0; bt < BT; bt++) {
-            float* d = dinp + (size_t)bt * C;
-            const float* x = pre_gelu_of_inp + (size_t)bt * C;
-            #pragma omp simd
-            for (int i = 0; i < C; i++) d[i] *= gelu_grad_scalar(x[i]);
+    if (dinp != NULL) {
+        // dinp (BT,C) = dout (BT,OC) @ weight (OC,C)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+        if (pre_gelu_of_inp != NULL) {
+            #pragma omp parallel for schedule(static)
+            for (int bt = 0; bt < BT; bt++) {
+                float* d = dinp + (size_t)bt * C;
+                const float* x = pre_gelu_of_inp + (size_t)bt * C;
+                #pragma omp simd
+                for (int i = 0; i < C; i++) d[i] *= gelu_grad_scalar(x[i]);
+            }
         }
     }
     // dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight != NULL) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 }
 
 // matmul_batched_naive_cpu's contract (see there), with sgemm. Many small products (attention's
@@ -624,7 +629,12 @@ static void matmul_forward(floatX* out /*(BT,OC)*/, floatX* pre_gelu /*(BT,OC) o
 // gelu'(pre_gelu_of_inp) (the MLP's fused dGELU: the fcproj layer's call, given fc's pre-activation).
 // dbias_scratch: FP32 scratch of MATMUL_DBIAS_MAX_SPLITS * OC floats for the bias gradient in the
 // CUDA builds (unused, may be NULL, in the CPU build or when dbias is NULL).
-static void matmul_backward(floatX* dinp /*(BT,C)*/, floatX* dweight /*(OC,C)*/, floatX* dbias /*(OC) or NULL*/,
+// Each of the three parts is skipped when its output is NULL: dinp == NULL (weight and pre_gelu_of_inp
+// unused) is the weight-gradient half, dweight == dbias == NULL (inp unused) the input-gradient half
+// of the split backward of zero-bubble pipeline schedules (llm/gpt.h). The parts write disjoint
+// outputs from the same inputs with the same kernels, so the halves run apart give the whole call's
+// results bit for bit.
+static void matmul_backward(floatX* dinp /*(BT,C) or NULL*/, floatX* dweight /*(OC,C) or NULL*/, floatX* dbias /*(OC) or NULL*/,
                             const floatX* dout /*(BT,OC)*/, const floatX* inp /*(BT,C)*/, const floatX* weight /*(OC,C)*/,
                             float* dbias_scratch /*(MATMUL_DBIAS_MAX_SPLITS*OC) or NULL*/,
                             const floatX* pre_gelu_of_inp /*(BT,C) or NULL*/, int BT, int C, int OC, cudaStream_t stream) {
@@ -635,10 +645,14 @@ static void matmul_backward(floatX* dinp /*(BT,C)*/, floatX* dweight /*(OC,C)*/,
 #else
     if (dbias != NULL) matmul_dbias(dbias, dbias_scratch, dout, BT, OC, stream);
     // dinp (BT,C) = dout (BT,OC) @ weight (OC,C) [* gelu'(pre_gelu_of_inp)]
-    matmul_cublaslt(dinp, dout, weight, NULL, (floatX*)pre_gelu_of_inp, BT, C, OC, false, false, OC, C, C, 1, 0, 0, 0,
-                    1.0f, 0.0f, pre_gelu_of_inp != NULL ? MATMUL_EPILOGUE_DGELU : MATMUL_EPILOGUE_NONE, stream);
+    if (dinp != NULL) {
+        matmul_cublaslt(dinp, dout, weight, NULL, (floatX*)pre_gelu_of_inp, BT, C, OC, false, false, OC, C, C, 1, 0, 0, 0,
+                        1.0f, 0.0f, pre_gelu_of_inp != NULL ? MATMUL_EPILOGUE_DGELU : MATMUL_EPILOGUE_NONE, stream);
+    }
     // dweight (OC,C) += dout^T @ inp: dout stored (BT,OC) = (K,M): transA
-    matmul_cublaslt(dweight, dout, inp, NULL, NULL, OC, C, BT, true, false, OC, C, C, 1, 0, 0, 0, 1.0f, 1.0f,
-                    MATMUL_EPILOGUE_NONE, stream);
+    if (dweight != NULL) {
+        matmul_cublaslt(dweight, dout, inp, NULL, NULL, OC, C, BT, true, false, OC, C, C, 1, 0, 0, 0, 1.0f, 1.0f,
+                        MATMUL_EPILOGUE_NONE, stream);
+    }
 #endif
 }

@@ -58,6 +58,9 @@ run ddp_zero bash test/test_ddp_zero.sh
 run tp bash test/test_tp.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
 run pp bash test/test_pp.sh
+# the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
+# with and without sequence parallelism, CPU and emulated (test_gpt checks it in one process)
+run split_backward_tp bash test/test_split_backward.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
 run bad_input bash test/test_bad_input.sh

@@ -8,6 +8,7 @@
 build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
+build/test_gpt_cpu build/test_split_backward_cpu: test/split_backward_check.h
 
 # the pipeline simulator: run a schedule with op costs, print it, write a Chrome/Perfetto trace
 build/pipeline_sim: dev/pipeline_sim.cu llm/schedule.h llm/common.h
@@ -19,7 +20,7 @@ build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
 TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
-                 build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim
+                 build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
@@ -53,21 +54,29 @@ build/test_matmul_racecheck: test/test_matmul.cu $(MATMUL_EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $(EMU_RACECHECK_FLAGS) -c $< -o $@.o
 	$(CXX) $(EMU_RACECHECK_LINK) $@.o -o $@ $(EMU_LIBS)
-build/test_gpt_emu: test/test_gpt.cu $(EMU_DEPS)
+build/test_gpt_emu: test/test_gpt.cu test/split_backward_check.h $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
-build/test_gpt_emu_bf16: test/test_gpt.cu $(EMU_DEPS)
+build/test_gpt_emu_bf16: test/test_gpt.cu test/split_backward_check.h $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 build/test_tp_ops_emu: test/test_tp_ops.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+# the split backward (B, W) under tensor parallelism: test/test_split_backward.sh
+build/test_split_backward_emu: test/test_split_backward.cu test/split_backward_check.h $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+build/test_split_backward_emu_bf16: test/test_split_backward.cu test/split_backward_check.h $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 build/test_sampler_emu: test/test_sampler.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
                  build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \
+                 build/test_split_backward_emu build/test_split_backward_emu_bf16 \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
                  $(EMU_BUILD)/test_emu_racecheck \
                  build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu

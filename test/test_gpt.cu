@@ -4,8 +4,10 @@
 // global-norm gradient clipping, and clipping's effect on AdamW's moments. The model runs as
 // the trainer runs it: a stage (llm/gpt.h) whose parameters come from the data-parallel policy
 // (llm/dp.h) over one rank. The gradients are also checked under each activation-recompute policy
-// (llm/block.h): bit-identical to no recompute. Builds as the CPU build and as the emulated CUDA
-// build, FP32 and BF16.
+// (llm/block.h): bit-identical to no recompute. And the split backward of zero-bubble schedules (B and
+// W, llm/gpt.h) against the unsplit one, bit for bit, under each policy, on one and two stages, with
+// one and two micro-batches in flight (test/split_backward_check.h says what and why). Builds as the
+// CPU build and as the emulated CUDA build, FP32 and BF16.
 //
 // Tolerances, FP32 builds. Each value is a float32 computation of a float64 result, so it differs by
 // rounding only. The deepest chain is 2 layers of dot products of length <= 4C = 128 with LayerNorms
@@ -43,6 +45,7 @@
 #include "../llm/checkpoint.h"
 #include "../llm/report.h"
 #include "test_common.h"
+#include "split_backward_check.h"
 
 #ifndef FIXTURES
 #define FIXTURES "test/fixtures"
@@ -69,6 +72,8 @@ static void grads_to_host(DataParallel* dp, float* out) {
     layout_to_checkpoint(&dp->lay, packed, out);
     free(packed);
 }
+
+static int split_verdict(int ok, const char* what) { return check(ok, "%s", what); }
 
 // one training micro-batch, its gradients accumulated into the policy's buffers
 static void forward_backward(DataParallel* dp, Stage* st, const int* x, const int* y) {
@@ -186,6 +191,20 @@ int main(int argc, char** argv) {
         free(g2);
         stage_free(&sa);
         stage_free(&sb);
+    }
+
+    // the split backward (B, W) against stage_backward; micro-batch 1 is micro-batch 0's tokens and
+    // targets shifted by one position
+    {
+        int* x2 = (int*)mallocCheck(2 * (size_t)B * T * sizeof(int));
+        int* y2 = (int*)mallocCheck(2 * (size_t)B * T * sizeof(int));
+        for (int i = 0; i < B * T; i++) {
+            x2[i] = x[i]; y2[i] = y[i];
+            x2[B * T + i] = x[(i + 1) % (B * T)]; y2[B * T + i] = y[(i + 1) % (B * T)];
+        }
+        split_backward_checks(split_verdict, "split backward", &dp, tp_group(dp.comm, 0), x2, y2, B, T);
+        free(x2);
+        free(y2);
     }
 
     // 10 AdamW steps on the same batch, hyperparameters as in the fixture's header
