@@ -928,16 +928,37 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
 // the receives of b from a in the order each side lists them, so both sides list a batch's
 // messages in the same order.
 typedef struct {
-    int send;    // 1: send buf, 0: receive into buf
+    int send;            // 1: send buf, 0: receive into buf
     void* buf;
     size_t n;
     int peer;
     int tag;
+    CommHandle* posted;  // a send started early by comm_p2p_post_send (same buf, n, peer, tag), or NULL
 } CommP2P;
+
+// Starts a send as soon as its data is ready, ahead of the batch that completes it (pass the handle
+// in that batch's CommP2P.posted). Over MPI it is an MPI_Isend: the receiver can take the data
+// whenever it posts its receive, while this rank computes. Over NCCL a send is issued on the
+// communication stream and would hold it until received, so it waits for its batch: nothing happens
+// here.
+static CommHandle comm_p2p_post_send(Comm* c, CommGroup g, const void* buf, size_t n, int peer, int tag, CommDtype dt) {
+    CommHandle h;
+    memset(&h, 0, sizeof(h));
+#if COMM_MPI && !COMM_NCCL
+    if (dt != COMM_FLOAT) fatal("p2p_post_send: the MPI transport carries float only, found %s", comm_dtype_name(dt));
+    if (peer < 0 || peer >= c->group_size[g] || peer == c->group_rank[g]) fatal("p2p_post_send: no rank %d to send to in the %s group", peer, comm_group_name(g));
+    mpiCheck(MPI_Isend(buf, comm_mpi_count(n, "p2p_post_send"), MPI_FLOAT, peer, tag, c->mpi[g], &h.req));
+    h.pending = 1;
+#else
+    (void)c; (void)g; (void)buf; (void)n; (void)peer; (void)tag; (void)dt;
+#endif
+    return h;
+}
 
 // Posts every send and receive of ops together and returns when all are done (the compute stream
 // waits for them over NCCL): no message of the batch waits for another, so two ranks may send to
-// each other in one batch. Each is counted in the ledger as a send or a recv of the group.
+// each other in one batch. Each is counted in the ledger as a send or a recv of the group. A send
+// posted early (MPI) is only waited here.
 static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, CommDtype dt, cudaStream_t stream) {
     if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("p2p_batch: invalid group %d", (int)g);
     const int N = c->group_size[g], me = c->group_rank[g];
@@ -969,7 +990,8 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
     double t0 = wall_ms();
     for (int i = 0; i < n; i++) {
         int cnt = comm_mpi_count(ops[i].n, "p2p_batch");
-        if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
+        if (ops[i].send && ops[i].posted && ops[i].posted->pending) { req[i] = ops[i].posted->req; ops[i].posted->pending = 0; }
+        else if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
         else mpiCheck(MPI_Irecv(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
     }
     mpiCheck(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));

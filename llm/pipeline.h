@@ -109,6 +109,7 @@ typedef struct {
     int* send_of;         // (V, m) which grad_send buffer holds B(mb, c)'s output; -1: none
     int* send_busy;       // (num_send)
     float* scalar;        // (2) device: the loss sent from the last stage
+    CommHandle* posted;   // (this rank's plan entries) the sends started as soon as their data was ready
     int trace_on;
     PipeEvent* events;    // (PIPE_MAX_EVENTS) this step's
     int num_events;
@@ -184,11 +185,13 @@ static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char
     pp->send_busy = (int*)calloc((size_t)(pp->num_send > 0 ? pp->num_send : 1), sizeof(int));
     pp->scalar = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
     pp->events = (PipeEvent*)mallocCheck(PIPE_MAX_EVENTS * sizeof(PipeEvent));
+    pp->posted = (CommHandle*)calloc((size_t)(pp->plan.n[pp->rank] + 1), sizeof(CommHandle));
 }
 
 static void pipeline_free(Pipeline* pp) {
     for (int c = 0; c < pp->V; c++) { stage_free(&pp->chunks[c]); free(pp->slot_free[c]); }
     free(pp->chunks); free(pp->slot_free); free(pp->slot_of); free(pp->send_of); free(pp->send_busy); free(pp->events);
+    free(pp->posted);
     device_free(pp->act_recv); device_free(pp->grad_recv); device_free(pp->grad_send); device_free(pp->scalar);
     schedule_free(&pp->sched);
     pipe_plan_free(&pp->plan);
@@ -205,10 +208,24 @@ static void pipe_event(Pipeline* pp, const char* name, const char* cat, double t
     e->dur = wall_ms() - t0;
 }
 
+// a message's MPI tag: unique within the step
+static inline int pipe_tag(const Pipeline* pp, const PipeXfer* x) { return (x->kind * pp->m + x->mb) * pp->V * pp->P + x->stage; }
+
+// Starts the sends of op (kind, mb, virtual stage vs)'s output now that it is ready (MPI: posted, then
+// waited in their batch; NCCL: issued in their batch, see comm_p2p_post_send). buf: the output.
+static void pipe_post_sends(Pipeline* pp, int kind, int mb, int vs, const void* buf) {
+    for (int i = 0; i < pp->plan.n[pp->rank]; i++) {
+        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        if (!x->send || x->kind != kind || x->mb != mb || x->stage != vs) continue;
+        pp->posted[i] = comm_p2p_post_send(pp->comm, GROUP_PP, buf, pp->R * pp->cfg.channels, x->peer, pipe_tag(pp, x),
+                                           comm_dtype_of((floatX*)NULL));
+    }
+}
+
 // the messages of plan entries [k, e) of this rank, one batch
 static void pipe_run_batch(Pipeline* pp, int k, int e) {
     CommP2P ops[64];
-    int n = 0, tags = pp->V * pp->P;
+    int n = 0;
     size_t msg = pp->R * pp->cfg.channels;
     double t0 = wall_ms();
     char label[40] = "";  // e.g. "send F3>1 recv B2<1": what went to / came from which rank
@@ -223,7 +240,7 @@ static void pipe_run_batch(Pipeline* pp, int k, int e) {
         if (!x->send) buf = x->kind == PIPE_F ? pp->act_recv : pp->grad_recv;
         else if (x->kind == PIPE_F) buf = (void*)stage_output(&pp->chunks[chunk], pp->slot_of[idx]);
         else buf = pp->grad_send + (size_t)pp->send_of[idx] * msg;
-        CommP2P o = {x->send, buf, msg, x->peer, (x->kind * pp->m + x->mb) * tags + x->stage};
+        CommP2P o = {x->send, buf, msg, x->peer, pipe_tag(pp, x), x->send ? &pp->posted[i] : NULL};
         ops[n++] = o;
     }
     comm_p2p_batch(pp->comm, GROUP_PP, ops, n, comm_dtype_of((floatX*)NULL), llm_ctx.stream);
@@ -270,6 +287,7 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
             const int* tok = vs == 0 ? inputs + (size_t)op.mb * BT : NULL;
             const int* tgt = vs == S - 1 ? targets + (size_t)op.mb * BT : NULL;
             stage_forward(st, slot, tok, vs == 0 ? NULL : pp->act_recv, tgt, dloss);
+            if (vs < S - 1) pipe_post_sends(pp, PIPE_F, op.mb, vs, stage_output(st, slot));
         } else {
             dp_micro_begin(pp->dp, op.mb, pp->m);  // the micro-batch's last backward communicates
             int slot = pp->slot_of[idx];
@@ -283,6 +301,7 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
                 pp->send_busy[b] = 1;
                 pp->send_of[idx] = b;
                 copy_device_to_device(pp->grad_send + (size_t)b * msg, st->dx, msg * sizeof(floatX), llm_ctx.stream);
+                pipe_post_sends(pp, PIPE_B, op.mb, vs, pp->grad_send + (size_t)b * msg);
             }
             if (op.kind == PIPE_W || !s->split_w) { pp->slot_free[op.chunk][slot] = 1; pp->slot_of[idx] = -1; }
         }

@@ -124,14 +124,17 @@ static void schedule_interleaved(Schedule* s, int P, int m, int V) {
     }
 }
 
-// ZB-H1 as a list: each rank, whenever it is free, runs a B whose gradient has arrived, else the next
-// F if its input has arrived, fewer than P - r micro-batches are between F and B (1F1B's bound) and
-// fewer than 2P between F and W, else a pending W, else it waits. Played once with unit costs
-// (F = B = W = 1, no latency), this fixes each rank's order: F's and B's keep their 1F1B places on the
-// critical path and the W's land in what would be 1F1B's bubbles. A micro-batch between B and W holds
-// only the inputs of the weight gradients, less than a whole micro-batch's activations: the bound 2P
-// on those, measured by the simulator's peak, is what buys the third of 1F1B's bubble (with P, the
-// bubble is 0.33 to 0.56 of 1F1B's for P <= 8). The list is a pure function of (P, m).
+// ZB-H1 as a list: each rank, whenever it is free, runs a W if P - 1 of its B's already wait for
+// theirs, else a B whose gradient has arrived, else the next F if its input has arrived and fewer
+// than P - r micro-batches are between F and B (1F1B's bound), else a pending W, else it waits.
+// Played once with unit costs (F = B = W = 1, no latency), this fixes each rank's order: F's and B's
+// keep their 1F1B places on the critical path and the W's land in what would be 1F1B's bubbles, a
+// third of 1F1B's bubble time for m >= P. The bound on deferred W's (at most P - 1, so at most 2P - 1
+// micro-batches between F and W, measured by the simulator's peak) keeps them from piling up at the
+// end: with other costs (on this project's CPU, W is about a third of B) the same list still beats
+// 1F1B, where an unbounded deferral would not. A micro-batch between B and W holds only the inputs of
+// the weight gradients, less than a whole micro-batch's activations. The list is a pure function of
+// (P, m).
 static void schedule_zb_h1(Schedule* s, int P, int m) {
     schedule_alloc(s, "zb-h1", P, m, 1, 1);
     int* f = (int*)calloc((size_t)P, sizeof(int));
@@ -145,9 +148,10 @@ static void schedule_zb_h1(Schedule* s, int P, int m) {
             int* F = fdone + r * m; int* Bd = bdone + r * m;
             int bin = b[r] < m && F[b[r]] >= 0 && F[b[r]] <= t &&
                       (r == P - 1 || (bdone[(r + 1) * m + b[r]] >= 0 && bdone[(r + 1) * m + b[r]] <= t));
-            int fin = f[r] < m && f[r] - b[r] < P - r && f[r] - w[r] < 2 * P &&
+            int fin = f[r] < m && f[r] - b[r] < P - r &&
                       (r == 0 || (fdone[(r - 1) * m + f[r]] >= 0 && fdone[(r - 1) * m + f[r]] <= t));
-            if (bin) { schedule_push(s, r, PIPE_B, b[r], 0); Bd[b[r]++] = t + 1; left--; }
+            if (b[r] - w[r] > P - 1) { schedule_push(s, r, PIPE_W, w[r]++, 0); left--; }  // W put off no further
+            else if (bin) { schedule_push(s, r, PIPE_B, b[r], 0); Bd[b[r]++] = t + 1; left--; }
             else if (fin) { schedule_push(s, r, PIPE_F, f[r], 0); F[f[r]++] = t + 1; left--; }
             else if (w[r] < b[r]) { schedule_push(s, r, PIPE_W, w[r]++, 0); left--; }
         }

@@ -10,7 +10,7 @@
 #     pp 2 and pp 4 (1f1b), gpipe, interleaved pp 2 x V 2, zb-h1 at pp 2 and pp 4; m = 1, m < P (pp 4,
 #     m = 2) and m not a multiple of P (pp 4, m = 3; gpipe pp 2, m = 3); dp 2 x pp 2 with ZeRO-1 and
 #     with ZeRO-3 (interleaved); tp 2 x pp 2; dp 2 x tp 2 x pp 2 with ZeRO-1 and sequence parallelism
-#     (8 processes); with clipping (the global norm counts the tied embedding once: counted twice,
+#     (8 processes), and the same with ZeRO-3 and zb-h1; with clipping (the global norm counts the tied embedding once: counted twice,
 #     the norm and so the clipped update change). --recompute selective and full give the same bytes as
 #     without (1f1b and zb-h1). The samples and the exact-match answers are the same text as one
 #     process's. The tied embedding's two copies (first and last stage) are identical at the end.
@@ -19,9 +19,10 @@
 #  3. Activation memory against the simulator: on every rank the micro-batch slots the executor
 #     allocated equal the simulator's peak of live micro-batches (gpipe m, 1f1b min(P - r, m)), and
 #     the activation bytes the allocator counted scale with them exactly (gpipe / 1f1b per rank).
-#  4. The bubble of real runs at pp 2 (wall clock, 2 cores; --trace): the trace holds every op of the
-#     schedule once per rank; the measured bubble of m = 2 is larger than that of m = 8, and each is
-#     within 0.15 of the simulator's with the measured op times; printed beside (P-1)/(m+P-1).
+#  4. The bubble of real runs at pp 2 (wall clock, 2 cores; --trace): 1f1b with m = 2 and 8, zb-h1 with
+#     m = 8: the trace holds every op of the schedule once per rank; each measured bubble is within
+#     0.15 of the simulator's with the measured op times, 1f1b's m = 2 larger than m = 8; printed
+#     beside (P-1)/(m+P-1). The zb-h1 trace drawn by scripts/plot_trace.py.
 #  5. Resume across layouts: pp 2 -> 1, 1 -> pp 4, dp 2 x tp 2 x pp 2 -> dp 8, each against the
 #     uninterrupted run.
 #  6. The emulated CUDA build (FP32: comm.h's NCCL path with its batched P2P) at pp 2, zb-h1 pp 2 and
@@ -112,6 +113,7 @@ pp d2p2z3il 4 one_512 --pp 2 --zero 3 --schedule interleaved --vpp 2 --total-bat
 pp t2p2 4 one_512 --pp 2 --tp 2 --total-batch 512
 pp d2t2p2z1sp 8 one_512 --pp 2 --tp 2 --zero 1 --sequence-parallel 1 --total-batch 512 &&
     same_samples "dp 2 x tp 2 x pp 2 sampling" d2t2p2z1sp one_512
+pp zb_d2t2p2z3sp 8 one_512 --pp 2 --tp 2 --zero 3 --sequence-parallel 1 --schedule zb-h1 --total-batch 512
 pp pp2_clip 2 one_512_clip --pp 2 --total-batch 512 --grad-clip 0.5
 for r in selective full; do
     train pp2_$r 2 "$CPU" --pp 2 --total-batch 512 --recompute $r &&
@@ -126,45 +128,54 @@ for n in pp2 pp4 d2p2z1 d2p2z3il d2t2p2z1sp; do check memory "$n memory" "$tmp/$
 # 3. activation memory: the slots allocated == the simulator's peak; bytes proportional to them
 python3 - "$tmp" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
 import json, sys
-g, f = (json.load(open(sys.argv[1] + "/%s.json" % n)) for n in ("gpipe_pp4", "pp4"))
-P, m, good, rows = 4, g["ranks"][0]["m"], True, []
+g, f, z = (json.load(open(sys.argv[1] + "/%s.json" % n)) for n in ("gpipe_pp4", "pp4", "zb_pp4"))
+good = all(r["activation_slots"] == r["sim_peak_live"] for r in z["ranks"])  # zb-h1: alive until W
+P, m, rows = 4, g["ranks"][0]["m"], []
 for rg, rf in zip(sorted(g["ranks"], key=lambda r: r["pp_rank"]), sorted(f["ranks"], key=lambda r: r["pp_rank"])):
     r = rg["pp_rank"]
     good &= rg["activation_slots"] == rg["sim_peak_live"] == m and rf["activation_slots"] == rf["sim_peak_live"] == min(P - r, m)
     good &= rg["pipeline_activation_bytes"] * rf["activation_slots"] == rf["pipeline_activation_bytes"] * rg["activation_slots"]
     rows.append("rank %d: gpipe %d slots %d B, 1f1b %d slots %d B" % (r, rg["activation_slots"], rg["pipeline_activation_bytes"],
                 rf["activation_slots"], rf["pipeline_activation_bytes"]))
-print(("ok   " if good else "FAIL ") + "pp 4, m = %d: activation slots == simulator peak (gpipe m, 1f1b min(P-r, m)) and bytes "
-      "in proportion: %s" % (m, "; ".join(rows)))
+print(("ok   " if good else "FAIL ") + "pp 4, m = %d: activation slots == simulator peak (gpipe m, 1f1b min(P-r, m), zb-h1 %s) and "
+      "bytes in proportion: %s" % (m, [r["activation_slots"] for r in sorted(z["ranks"], key=lambda r: r["pp_rank"])], "; ".join(rows)))
 sys.exit(0 if good else 1)
 PY
 
 # 4. the bubble of real runs at pp 2 (a wider model, so that compute outweighs the messages)
-bubble_run() {  # NAME TOTAL_BATCH
+bubble_run() {  # NAME TOTAL_BATCH ARGS...
+    local name=$1 tb=$2; shift 2
     EMU_DEVICES=8 timeout 300 "${MPIRUN[@]}" -np 2 "$CPU" --model d4,C=128,NH=4,maxT=64,V=257 --train-data "$D/addition_train.bin" \
-        -b 8 -t 64 --steps 3 --total-batch "$2" --val-data "" --tokenizer "" --val-every 0 --sample-every 0 --pp 2 --trace "$tmp/$1.trace.json" \
-        --output-dir "$tmp/$1" > "$LOG/$1.log" 2>&1 || bad "$1: see $LOG/$1.log"
+        -b 8 -t 64 --steps 3 --total-batch "$tb" --val-data "" --tokenizer "" --val-every 0 --sample-every 0 --pp 2 \
+        --trace "$tmp/$name.trace.json" --output-dir "$tmp/$name" "$@" > "$LOG/$name.log" 2>&1 || bad "$name: see $LOG/$name.log"
 }
 bubble_run bub_m2 1024
 bubble_run bub_m8 4096
+bubble_run bub_zb_m8 4096 --schedule zb-h1
 python3 - "$tmp" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
 import json, sys
 good, rows, meas = True, [], {}
-for name, m in (("bub_m2", 2), ("bub_m8", 8)):
+for name, m, kinds in (("bub_m2", 2, "FB"), ("bub_m8", 8, "FB"), ("bub_zb_m8", 8, "FBW")):
     t = json.load(open("%s/%s.trace.json" % (sys.argv[1], name)))
     ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
-    for r in (0, 1):  # every F and B of the schedule once per rank
-        names = sorted(e["name"] for e in ev if e["pid"] == r and e["cat"] in "FBW")
-        good &= names == sorted(["F%d" % i for i in range(m)] + ["B%d" % i for i in range(m)])
+    for r in (0, 1):  # every op of the schedule once per rank
+        names = sorted(e["name"] for e in ev if e["pid"] == r and e["cat"] in ("F", "B", "W"))
+        good &= names == sorted("%s%d" % (k, i) for k in kinds for i in range(m))
     o = t["otherData"]
-    meas[m] = o["measured_bubble"]
+    meas[name] = o["measured_bubble"]
     good &= abs(o["measured_bubble"] - o["simulated_bubble"]) <= 0.15
-    rows.append("m = %d: measured %.3f, simulated with the measured op times %.3f, formula (P-1)/(m+P-1) = %.3f"
-                % (m, o["measured_bubble"], o["simulated_bubble"], 1.0 / (m + 1)))
-good &= meas[2] > meas[8]
-print(("ok   " if good else "FAIL ") + "1f1b pp 2 bubble from the trace (wall clock, 2 cores): " + "; ".join(rows))
+    rows.append("%s m = %d: measured %.3f, simulated with the measured op times %.3f%s" % (o["schedule"], m, o["measured_bubble"],
+                o["simulated_bubble"], ", formula (P-1)/(m+P-1) = %.3f" % (1.0 / (m + 1)) if kinds == "FB" else ""))
+good &= meas["bub_m2"] > meas["bub_m8"]
+print(("ok   " if good else "FAIL ") + "pp 2 bubble from the trace (wall clock, 2 cores; each op once per rank; within 0.15 of the simulator; "
+      "m = 2 > m = 8): " + "; ".join(rows))
 sys.exit(0 if good else 1)
 PY
+# the real run's trace drawn (scripts/plot_trace.py; test_plot_trace.sh checks the drawing box for box)
+if python3 scripts/plot_trace.py "$tmp/bub_zb_m8.trace.json" -o "$LOG/bub_zb_m8.png" > /dev/null 2>&1 &&
+   [ "$(head -c 8 "$LOG/bub_zb_m8.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; then
+    ok "the zb-h1 trace drawn: $LOG/bub_zb_m8.png"
+else bad "scripts/plot_trace.py on $tmp/bub_zb_m8.trace.json"; fi
 
 # 5. resume across layouts
 train res_p2to1 0 "$CPU" --total-batch 512 --resume "$tmp/pp2/state_00000002.bin" &&
