@@ -1,6 +1,7 @@
-# mpi_lib.sh: what the mpirun tests share (sourced by test/test_ddp_zero.sh and test/test_tp.sh): the
-# mpirun flags, the check counters, and the bad-layout check. The sourcing script sets CPU, CHECK,
-# tmp and the array common (the flags every run takes) before it calls them.
+# mpi_lib.sh: what the mpirun tests share (sourced by test/test_ddp_zero.sh, test/test_tp.sh, test/test_pp.sh): the
+# mpirun flags, the check counters, the bad-layout check, a training run and the comparison of its
+# samples. The sourcing script sets CPU, CHECK, LOG, tmp and the array common (the flags every run
+# takes) before it calls them (test_ddp_zero.sh defines its own train).
 
 # the mpirun flags of test/test_comm.sh (why each: see there), one OpenMP thread per rank
 MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0 -x OMP_NUM_THREADS)
@@ -24,3 +25,26 @@ badlayout() {  # NAME NP SUBSTRING ARGS...
         bad "bad layout $name: exit $rc, $lines lines, output dir $( [ -e "$tmp/bad_$name" ] && echo created || echo absent): $out"
     fi
 }
+
+# train NAME NP BIN ARGS...: a training run into $tmp/NAME with the flags of common (NP 0: one process
+# without mpirun; the emulated builds see EMU_DEVICES devices, 8 unless set); log in $LOG/NAME.log
+train() {
+    local name=$1 np=$2 bin=$3; shift 3
+    local cmd=("$bin")
+    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$bin")
+    EMU_DEVICES=${EMU_DEVICES:-8} timeout 300 "${cmd[@]}" "${common[@]}" --output-dir "$tmp/$name" --report-json "$tmp/$name.json" "$@" \
+        > "$LOG/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || bad "$name: exit $rc (see $LOG/$name.log): $(tail -2 "$LOG/$name.log" | tr '\n' ' ')"
+    return $rc
+}
+# the sampled text and the greedy answers of the exact-match evaluation (its first 8 examples)
+samples() { grep -a -E '^sample|^  .* -> ' "$1" | md5sum | cut -c1-12; }
+same_samples() {  # NAME RUN REF
+    local a b
+    a=$(samples "$LOG/$2.log"); b=$(samples "$LOG/$3.log")
+    if [ "$a" = "$b" ] && [ "$(grep -ac '^sample' "$LOG/$2.log")" -gt 0 ] && [ "$(grep -ac ' -> ' "$LOG/$2.log")" -gt 0 ]; then
+        ok "$1: samples and exact-match answers the same text ($(grep -ac -E '^sample|^  .* -> ' "$LOG/$2.log") lines)"
+    else bad "$1: samples differ ($LOG/$2.log vs $LOG/$3.log)"; fi
+}
+

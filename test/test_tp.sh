@@ -49,7 +49,7 @@ LOG=build/tp
 mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, train, same_samples
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
@@ -59,27 +59,6 @@ common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --
         -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1
         --val-every 2 --val-steps 1 --sample-every 2 --sample-len 6 --checkpoint-every 2
         --eval-file "$D/addition_test.bin")
-
-# train NAME NP BIN ARGS...: a run into $tmp/NAME (NP 0: one process without mpirun); log in $LOG/NAME.log
-train() {
-    local name=$1 np=$2 bin=$3; shift 3
-    local cmd=("$bin")
-    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$bin")
-    EMU_DEVICES=4 timeout 300 "${cmd[@]}" "${common[@]}" --output-dir "$tmp/$name" --report-json "$tmp/$name.json" "$@" \
-        > "$LOG/$name.log" 2>&1
-    local rc=$?
-    [ $rc -eq 0 ] || bad "$name: exit $rc (see $LOG/$name.log): $(tail -2 "$LOG/$name.log" | tr '\n' ' ')"
-    return $rc
-}
-# the sampled text and the greedy answers of the exact-match evaluation (its first 8 examples)
-samples() { grep -a -E '^sample|^  .* -> ' "$1" | md5sum | cut -c1-12; }
-same_samples() {  # NAME RUN REF
-    local a b
-    a=$(samples "$LOG/$2.log"); b=$(samples "$LOG/$3.log")
-    if [ "$a" = "$b" ] && [ "$(grep -ac '^sample' "$LOG/$2.log")" -gt 0 ] && [ "$(grep -ac ' -> ' "$LOG/$2.log")" -gt 0 ]; then
-        ok "$1: samples and exact-match answers the same text ($(grep -ac -E '^sample|^  .* -> ' "$LOG/$2.log") lines)"
-    else bad "$1: samples differ ($LOG/$2.log vs $LOG/$3.log)"; fi
-}
 
 timeout 60 "$CPU" --model d2,C=32,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
     --val-every 0 --sample-every 0 --output-dir "$tmp/seed" > "$LOG/seed.log" 2>&1 || bad "seed checkpoint: see $LOG/seed.log"
