@@ -49,6 +49,7 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/gpt.h"
 #include "llm/dp.h"
 #include "llm/pipeline.h"
+#include "llm/pipeline_report.h"
 #include "llm/optimizer.h"
 #include "llm/dataloader.h"
 #include "llm/tokenizer.h"

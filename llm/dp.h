@@ -525,7 +525,7 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
                      a - lay->unit_offset[t]);
     }
     if (dp->stage == 1 || dp->stage == 2) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
-    if (dp->stage == 3) zero_drop_prefetched(&dp->z, dp->comm);
+    if (dp->stage == 3) zero_check_released(&dp->z);
     if (dp->stage >= 2) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed
 }
 

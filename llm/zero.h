@@ -171,13 +171,12 @@ static void zero_params_release(ZeroState* z, int u) {
     z->unit_params[u] = NULL;
 }
 
-// after the update: a unit prefetched but not used this step (a pipeline schedule can end a pass where
-// the order goes on) holds the old values: dropped, gathered again when needed
-static void zero_drop_prefetched(ZeroState* z, Comm* c) {
+// after the update: no unit may still hold gathered parameters (a prefetch the step did not use would
+// keep the old values into the next step). The orders above end each pass with its last unit, so
+// none is left; this makes a schedule or order that breaks that an error instead of a silent one.
+static void zero_check_released(const ZeroState* z) {
     for (int u = 0; u < z->num_units; u++) {
-        if (z->unit_params[u] == NULL) continue;
-        comm_wait(c, &z->gathers[u]);
-        zero_params_release(z, u);
+        if (z->unit_params[u] != NULL) fatal("ZeRO-3: unit %d was gathered but not used this step (its values would go stale)", u);
     }
 }
 
