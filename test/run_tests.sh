@@ -95,6 +95,12 @@ run matmul_racecheck racecheck_run env EMU_ORDER=random ./build/test_matmul_race
 run model_vs_pytorch_emu ./build/test_gpt_emu
 run model_vs_pytorch_emu_bf16 ./build/test_gpt_emu_bf16
 run sampler_emu_bf16 ./build/test_sampler_emu
+# FP8 formats and the quantizers of the delayed, current, block and mx recipes (llm/fp8.cuh), bit for bit
+# against ml_dtypes (test/fp8_reference.py): the CPU reference, and the kernels emulated in three thread orders
+run fp8_cpu ./build/test_fp8_cpu
+run fp8_emu_forward env EMU_ORDER=forward ./build/test_fp8_emu
+run fp8_emu_reverse env EMU_ORDER=reverse ./build/test_fp8_emu
+run fp8_emu_random env EMU_ORDER=random ./build/test_fp8_emu
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
