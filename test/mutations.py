@@ -400,6 +400,13 @@ MUTATIONS = [
       "pipeline checkpoints: the later stages' units are received but not copied into the saved model",
       "pp"),
 
+    # --- FP8 formats and quantizers (fp8.cuh) ---
+    M("f-fp8-ties-away", "fp8", "llm/fp8.cuh",
+      "    if (rem > half || (rem == half && (units & 1u))) units++;",
+      "    if (rem >= half) units++;",
+      "FP8 encode: ties rounded away from zero instead of to even",
+      "fp8_cpu fp8_emu_random"),
+
     # --- the optimizer (optimizer.h, dp.h's update) ---
     M("o-warmup-off-by-one", "optimizer", "llm/optimizer.h",
       "    if (step < oc->warmup_steps) return oc->lr * (float)(step + 1) / (float)oc->warmup_steps;",
@@ -559,6 +566,10 @@ TEST_BINARIES = {
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],
     "pp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
     "split_backward_tp": ["build/test_split_backward_cpu", "build/test_split_backward_emu", "build/test_split_backward_emu_bf16"],
+    "fp8_cpu": ["build/test_fp8_cpu"],
+    "fp8_emu_forward": ["build/test_fp8_emu"],
+    "fp8_emu_reverse": ["build/test_fp8_emu"],
+    "fp8_emu_random": ["build/test_fp8_emu"],
     "nompi": ["build/train_gpt_emu_nompi", "build/train_gpt_emu"],
     "bad_input": ["train_gpt_cpu"],
     "emulator": ["build/emu/test_emu", "build/emu/test_emu_asan", "build/emu/test_emu_tsan", "build/emu/test_emu_racecheck"],
@@ -594,6 +605,8 @@ BINARY_SOURCES = {
     "build/pipeline_sim": "dev/pipeline_sim.cu",
     "build/test_tp_ops_emu": "test/test_tp_ops.cu",
     "build/test_split_backward_cpu": "test/test_split_backward.cu",
+    "build/test_fp8_cpu": "test/test_fp8.cu",
+    "build/test_fp8_emu": "test/test_fp8.cu",
     "build/test_split_backward_emu": "test/test_split_backward.cu",
     "build/test_split_backward_emu_bf16": "test/test_split_backward.cu",
     "build/train_gpt_emu": "train_gpt.cu",
