@@ -58,27 +58,34 @@ __device__ __forceinline__ void store128(T* p, Packed128<T> v) {
     *reinterpret_cast<Packed128<T>*>(p) = v;
 }
 
-// sum / max over the 32 lanes of a warp; every lane gets the result
-__device__ __forceinline__ float warp_reduce_sum(float v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-__device__ __forceinline__ float warp_reduce_max(float v) {
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
+// Reductions over the 32 lanes of a warp and over a block, for an associative op given as a functor
+// (float op(float, float)); every lane / thread gets the result. Sum and max here; fp8.cuh adds a max
+// that keeps NaN.
+struct ReduceSum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
+struct ReduceMax { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
 
-// sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets the result.
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+__device__ __forceinline__ float warp_reduce_sum(float v) { return warp_reduce(v, ReduceSum()); }
+__device__ __forceinline__ float warp_reduce_max(float v) { return warp_reduce(v, ReduceMax()); }
+
+// over a block of up to 1024 threads (blockDim.x a multiple of 32). The lanes past the block's warps
+// bring 0 to the last step, so op(x, 0) must be x for the values reduced (a sum; a max of values >= 0).
 // Uses 32 floats of shared memory; safe to call repeatedly (a barrier guards the reuse).
-__device__ __forceinline__ float block_reduce_sum(float v) {
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v, Op op) {
     __shared__ float partial[32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_reduce_sum(v);
+    v = warp_reduce(v, op);
     __syncthreads();  // the previous call's readers are done with `partial`
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     v = lane < nwarps ? partial[lane] : 0.0f;
-    return warp_reduce_sum(v);
+    return warp_reduce(v, op);
 }
+__device__ __forceinline__ float block_reduce_sum(float v) { return block_reduce(v, ReduceSum()); }
 
 #endif  // LLM_HAS_KERNELS

@@ -290,21 +290,8 @@ static void fp8_quantize_mx_cpu(uint8_t* q, uint8_t* scales, const float* x, int
 #if LLM_HAS_KERNELS
 #include "cuda_utils.cuh"
 
-__device__ __forceinline__ float fp8_warp_nanmax(float v) {
-    for (int off = 16; off > 0; off >>= 1) v = fp8_nanmax(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-}
-// NaN-propagating max over a block (blockDim.x a multiple of 32, at most 1024); every thread gets it
-__device__ __forceinline__ float fp8_block_nanmax(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = fp8_warp_nanmax(v);
-    __syncthreads();  // a previous call's readers are done with `partial`
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane < nwarps ? partial[lane] : 0.0f;
-    return fp8_warp_nanmax(v);
-}
+// the NaN-propagating max as a reduction op (cuda_utils.cuh: warp_reduce, block_reduce; the values are >= 0 or NaN)
+struct Fp8NanMax { __device__ __forceinline__ float operator()(float a, float b) const { return fp8_nanmax(a, b); } };
 
 // --- per tensor (current and delayed scaling) ---
 
@@ -317,7 +304,7 @@ __global__ void fp8_amax_kernel(float* amax,      // (1), zeroed before the laun
     float m = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         m = fp8_nanmax(m, fabsf((float)x[i]));
-    m = fp8_block_nanmax(m);
+    m = block_reduce(m, Fp8NanMax());
     if (threadIdx.x == 0) atomicMax((unsigned*)amax, __float_as_uint(m));
 }
 
@@ -399,7 +386,7 @@ __global__ void fp8_quantize_1x128_kernel(uint8_t* q,        // (rows, cols)
         v[k] = c < cols ? (float)xr[c] : 0.0f;
         m = fp8_nanmax(m, fabsf(v[k]));
     }
-    float s = fp8_tile_scale(fp8_warp_nanmax(m), fmt);
+    float s = fp8_tile_scale(warp_reduce(m, Fp8NanMax()), fmt);
     if (lane == 0) scales[tile] = s;
     for (int k = 0; k < 4; k++) {
         int c = c0 + lane + 32 * k;
@@ -429,7 +416,7 @@ __global__ void fp8_quantize_transpose_1x128_kernel(uint8_t* qt,      // (cols, 
         if (c >= cols) break;  // the same for the whole warp
         float m = 0.0f;
         for (int k = 0; k < 4; k++) m = fp8_nanmax(m, fabsf(tile[lane + 32 * k][dc]));
-        float s = fp8_tile_scale(fp8_warp_nanmax(m), fmt);
+        float s = fp8_tile_scale(warp_reduce(m, Fp8NanMax()), fmt);
         if (lane == 0) scales[(size_t)c * nt + blockIdx.y] = s;
         for (int k = 0; k < 4; k++) {
             int r = r0 + lane + 32 * k;
@@ -451,7 +438,7 @@ __global__ void fp8_quantize_128x128_kernel(uint8_t* q,        // (rows, cols)
         int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
         if (r < rows && c < cols) m = fp8_nanmax(m, fabsf((float)x[(size_t)r * cols + c]));
     }
-    float s = fp8_tile_scale(fp8_block_nanmax(m), fmt);
+    float s = fp8_tile_scale(block_reduce(m, Fp8NanMax()), fmt);
     if (threadIdx.x == 0) scales[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = s;
     for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
         int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
@@ -490,7 +477,7 @@ __global__ void fp8_quantize_mx_kernel(uint8_t* q,         // (rows, cols)
     if (blk >= (size_t)rows * nb) return;  // a whole warp leaves together
     int r = (int)(blk / nb), c = (int)(blk % nb) * FP8_MX_BLOCK + lane;
     float v = c < cols ? (float)x[(size_t)r * cols + c] : 0.0f;
-    uint8_t sc = fp8_mx_scale_code(fp8_warp_nanmax(fabsf(v)), fmt);
+    uint8_t sc = fp8_mx_scale_code(warp_reduce(fabsf(v), Fp8NanMax()), fmt);
     if (lane == 0) scales[blk] = sc;
     if (c < cols) q[(size_t)r * cols + c] = fp8_mx_encode(v, sc, fmt);
 }
