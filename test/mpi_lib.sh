@@ -1,7 +1,7 @@
 # mpi_lib.sh: what the mpirun tests share (sourced by test/test_ddp_zero.sh, test/test_tp.sh, test/test_pp.sh): the
 # mpirun flags, the check counters, the bad-layout check, a training run and the comparison of its
-# samples. The sourcing script sets CPU, CHECK, LOG, tmp and the array common (the flags every run
-# takes) before it calls them (test_ddp_zero.sh defines its own train).
+# samples, a self-checking test program under tp. The sourcing script sets CPU, CHECK, LOG, tmp and the
+# array common (the flags every run takes) before it calls them (test_ddp_zero.sh defines its own train).
 
 # the mpirun flags of test/test_comm.sh (why each: see there), one OpenMP thread per rank
 MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0 -x OMP_NUM_THREADS)
@@ -48,3 +48,15 @@ same_samples() {  # NAME RUN REF
     else bad "$1: samples differ ($LOG/$2.log vs $LOG/$3.log)"; fi
 }
 
+# tp_program NAME NP BIN SUMMARY TIMEOUT: a test program that checks itself on every rank of --tp NP
+# under mpirun (test/world_check.h): its "ok"/"FAIL" lines relayed with NAME in front and counted, and
+# a failure too unless it printed "SUMMARY: N passed, 0 failed" with N > 0 (it finished and checked
+# something). Log in $LOG/NAME.log.
+tp_program() {
+    local out
+    out=$(EMU_DEVICES=${EMU_DEVICES:-8} timeout "$5" "${MPIRUN[@]}" -x EMU_DEVICES -np "$2" "$3" --tp "$2" 2>&1)
+    echo "$out" > "$LOG/$1.log"
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL)' | sed "s/^\(ok  \|FAIL\) /&$1: /"
+    pass=$((pass + $(printf '%s\n' "$out" | grep -c '^ok'))); fail=$((fail + $(printf '%s\n' "$out" | grep -c '^FAIL')))
+    printf '%s\n' "$out" | grep -q "$4: [1-9][0-9]* passed, 0 failed" || bad "$1: did not finish (see $LOG/$1.log)"
+}

@@ -5,7 +5,7 @@
 -include test/matmul.mk
 -include test/comm.mk
 
-build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h
+build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h test/world_check.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 build/test_gpt_cpu build/test_split_backward_cpu: test/split_backward_check.h
@@ -24,7 +24,7 @@ TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_c
                  build/test_fp8_cpu
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
-EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
+EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/world_check.h test/kernel_check.h $(wildcard test/kernels/*.h)
 build/train_gpt_emu: train_gpt.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)

@@ -20,29 +20,15 @@
 #include "../llm/checkpoint.h"
 #include "../llm/rand.h"
 #include "split_backward_check.h"
+#include "world_check.h"
 
 #ifndef FIXTURES
 #define FIXTURES "test/fixtures"
 #endif
 
 static Comm g_comm;
-static int g_pass = 0, g_fail = 0;
-
-// every rank's verdict summed over the world; rank 0 prints
-static int world_verdict(int ok, const char* what) {
-    float* d = (float*)device_malloc(sizeof(float), MEM_WORKSPACE);
-    float bad = ok ? 0.0f : 1.0f;
-    copy_to_device(d, &bad, sizeof(float));
-    comm_all_reduce(&g_comm, GROUP_WORLD, d, d, 1, COMM_SUM, llm_ctx.stream);
-    copy_to_host(&bad, d, sizeof(float));
-    device_free(d);
-    if (bad == 0.0f) g_pass++; else g_fail++;
-    if (g_comm.world_rank == 0) {
-        printf("%s %s (%d of %d ranks differ)\n", bad == 0.0f ? "ok  " : "FAIL", what, (int)bad, g_comm.world_size);
-        fflush(stdout);
-    }
-    return bad == 0.0f;
-}
+// a check of every rank (test/world_check.h), in the form split_backward_checks takes
+static int world_verdict(int ok, const char* what) { return world_check(&g_comm, ok, what); }
 
 int main(int argc, char** argv) {
     int tp = 1;
@@ -79,8 +65,8 @@ int main(int argc, char** argv) {
     }
     dp_free(&dp);
     free(params); free(x); free(y);
-    if (g_comm.world_rank == 0) printf("test_split_backward: %d passed, %d failed, 0 skipped\n", g_pass, g_fail);
+    int rc = world_summary(&g_comm, "test_split_backward");
     context_free();
     comm_free(&g_comm);
-    return g_fail ? 1 : 0;
+    return rc;
 }

@@ -14,20 +14,12 @@ cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
 LOG=build/split_backward
 mkdir -p "$LOG"
-source test/mpi_lib.sh  # MPIRUN, ok, bad, pass, fail
+source test/mpi_lib.sh  # MPIRUN, ok, bad, pass, fail, tp_program
 
-run_np() {  # NAME NP BIN
-    local out
-    out=$(EMU_DEVICES=4 timeout 300 "${MPIRUN[@]}" -x EMU_DEVICES -np "$2" "$3" --tp "$2" 2>&1)
-    echo "$out" > "$LOG/$1.log"
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL)' | sed "s/^\(ok  \|FAIL\) /&$1: /"
-    pass=$((pass + $(printf '%s\n' "$out" | grep -c '^ok'))); fail=$((fail + $(printf '%s\n' "$out" | grep -c '^FAIL')))
-    printf '%s\n' "$out" | grep -q 'test_split_backward: [1-9][0-9]* passed, 0 failed' || bad "$1: did not finish (see $LOG/$1.log)"
-}
-run_np cpu_tp2 2 ./build/test_split_backward_cpu
-run_np cpu_tp4 4 ./build/test_split_backward_cpu
-run_np emu_tp2 2 ./build/test_split_backward_emu
-run_np emu_bf16_tp2 2 ./build/test_split_backward_emu_bf16
+tp_program cpu_tp2 2 ./build/test_split_backward_cpu test_split_backward 300
+tp_program cpu_tp4 4 ./build/test_split_backward_cpu test_split_backward 300
+tp_program emu_tp2 2 ./build/test_split_backward_emu test_split_backward 300
+tp_program emu_bf16_tp2 2 ./build/test_split_backward_emu_bf16 test_split_backward 300
 
 echo "test_split_backward: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -49,7 +49,7 @@ LOG=build/tp
 mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, train, same_samples
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, train, same_samples, tp_program
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
@@ -65,17 +65,9 @@ timeout 60 "$CPU" --model d2,C=32,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --
 common+=(--model "$tmp/seed/model_00000001.bin")
 
 # 0. Megatron's f and g, exactly (test/test_tp_ops.cu: integer-valued inputs, so every sum is exact)
-ops() {  # NAME NP BIN
-    local out
-    out=$(EMU_DEVICES=4 timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np "$2" "$3" --tp "$2" 2>&1)
-    echo "$out" > "$LOG/$1.log"
-    printf '%s\n' "$out" | grep -E '^(ok|FAIL)' | sed "s/^\(ok  \|FAIL\) /&$1: /"
-    pass=$((pass + $(printf '%s\n' "$out" | grep -c '^ok'))); fail=$((fail + $(printf '%s\n' "$out" | grep -c '^FAIL')))
-    printf '%s\n' "$out" | grep -q 'test_tp_ops: [0-9]* passed, 0 failed' || bad "$1: did not finish (see $LOG/$1.log)"
-}
-ops ops_cpu_tp2 2 ./build/test_tp_ops_cpu
-ops ops_cpu_tp4 4 ./build/test_tp_ops_cpu
-ops ops_emu_tp2 2 ./build/test_tp_ops_emu
+tp_program ops_cpu_tp2 2 ./build/test_tp_ops_cpu test_tp_ops 120
+tp_program ops_cpu_tp4 4 ./build/test_tp_ops_cpu test_tp_ops 120
+tp_program ops_emu_tp2 2 ./build/test_tp_ops_emu test_tp_ops 120
 
 # 1-4. the layouts against one process
 train one_128 0 "$CPU" --total-batch 128 --grad-clip 0

@@ -22,21 +22,11 @@
 #include "../llm/linear.h"
 #include "../llm/rand.h"
 #include <vector>
+#include "world_check.h"
 
 static Comm C;
-static int g_pass = 0, g_fail = 0;
-
-// every rank's verdict summed over the world; rank 0 prints
-static void tp_check(int ok, const char* what) {
-    float* d = (float*)device_malloc(sizeof(float), MEM_WORKSPACE);
-    float bad = ok ? 0.0f : 1.0f;
-    copy_to_device(d, &bad, sizeof(float));
-    comm_all_reduce(&C, GROUP_WORLD, d, d, 1, COMM_SUM, llm_ctx.stream);
-    copy_to_host(&bad, d, sizeof(float));
-    device_free(d);
-    if (bad == 0.0f) g_pass++; else g_fail++;
-    if (C.world_rank == 0) printf("%s %s (%d of %d ranks differ)\n", bad == 0.0f ? "ok  " : "FAIL", what, (int)bad, C.world_size);
-}
+// a check of every rank (test/world_check.h)
+static void tp_check(int ok, const char* what) { world_check(&C, ok, what); }
 
 static std::vector<float> ints(Rng* r, size_t n) {
     std::vector<float> v(n);
@@ -161,8 +151,8 @@ int main(int argc, char** argv) {
         device_free(gw); device_free(gb);
     }
     device_free(scratch);
-    if (C.world_rank == 0) printf("test_tp_ops: %d passed, %d failed\n", g_pass, g_fail);
+    int rc = world_summary(&C, "test_tp_ops");
     context_free();
     comm_free(&C);
-    return g_fail ? 1 : 0;
+    return rc;
 }
