@@ -207,6 +207,13 @@ static void pipe_event(Pipeline* pp, const char* name, const char* cat, double t
     e->dur = wall_ms() - t0;
 }
 
+// v (n <= 2 floats, host) of the last stage, on every stage of the pp group (a broadcast)
+static void pipe_from_last_stage(Pipeline* pp, float* v, int n) {
+    copy_to_device(pp->scalar, v, (size_t)n * sizeof(float));
+    comm_broadcast(pp->comm, GROUP_PP, pp->scalar, (size_t)n, pp->P - 1, llm_ctx.stream);
+    copy_to_host(v, pp->scalar, (size_t)n * sizeof(float));
+}
+
 // a message's MPI tag: unique within the step
 static inline int pipe_tag(const Pipeline* pp, const PipeXfer* x) { return (x->kind * pp->m + x->mb) * pp->V * pp->P + x->stage; }
 
@@ -310,9 +317,7 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
     float loss = 0.0f;
     if (pipeline_is_last(pp)) loss = (float)(stage_take_loss(&pp->chunks[pp->V - 1]) / pp->m);
     if (P > 1) {
-        copy_to_device(pp->scalar, &loss, sizeof(float));
-        comm_broadcast(pp->comm, GROUP_PP, pp->scalar, 1, P - 1, llm_ctx.stream);
-        copy_to_host(&loss, pp->scalar, sizeof(float));
+        pipe_from_last_stage(pp, &loss, 1);
     }
     return loss;
 }
@@ -336,9 +341,7 @@ static double pipeline_eval_loss(Pipeline* pp, const int* inputs, const int* tar
     if (pipeline_is_last(pp)) loss = stage_take_loss(&pp->chunks[pp->V - 1]);
     if (P > 1) {
         float two[2] = {(float)loss, (float)(loss - (double)(float)loss)};
-        copy_to_device(pp->scalar, two, sizeof(two));
-        comm_broadcast(pp->comm, GROUP_PP, pp->scalar, 2, P - 1, s);
-        copy_to_host(two, pp->scalar, sizeof(two));
+        pipe_from_last_stage(pp, two, 2);
         loss = (double)two[0] + (double)two[1];
     }
     return loss;
