@@ -34,7 +34,7 @@
 // hold other layers (their entries are 0). So the state is the same on every rank and every layout
 // quantizes as one process does; the table and the histories are the resumable state
 // (fp8_state_export / fp8_state_import). Block and MX scales are per tile: every layout has the
-// same tiles when a tp split falls on tile boundaries, which fp8_check_split requires.
+// same tiles when a tp split falls on tile boundaries, which fp8_layout_error requires.
 #pragma once
 #include "common.h"
 #include "device.h"
@@ -155,14 +155,23 @@ static size_t fp8_max_operand(int BT, int in, int out) {
 }
 
 // Block and MX scales are those of one process only if every tp split falls on tile boundaries: the
-// split dimension of W (rows of a column-parallel layer, columns of a row-parallel one) is the inner
-// dimension of x or dy, or W's 128-row blocks. Ends the program with one line otherwise.
-static void fp8_check_split(const Fp8Config* c, const char* name, int split_dim, int whole, int tp) {
-    int tile = c->recipe == FP8_RECIPE_BLOCK ? FP8_BLOCK : (c->recipe == FP8_RECIPE_MX ? FP8_MX_BLOCK : 1);
-    if (tp > 1 && split_dim % tile != 0) {
-        fatal("--fp8 %s with --tp %d: linear %s splits %d into %d per rank, expected a multiple of %d (the recipe's tile) "
-              "so that every layout quantizes the same tiles", fp8_recipe_name(c->recipe), tp, name, whole, split_dim, tile);
+// split dimension of W is the inner dimension of x or dy, or cuts W's 128-row blocks. Column-parallel
+// QKV holds C/tp rows of each of q, k and v (its heads), fc 4C/tp rows; row-parallel attproj C/tp
+// columns, fcproj 4C/tp. Returns 1 and a message (for rank 0 to print before anything is allocated)
+// if a piece is not a whole number of tiles.
+static int fp8_layout_error(Fp8Recipe r, int C, int tp, char* err, size_t cap) {
+    int tile = r == FP8_RECIPE_BLOCK ? FP8_BLOCK : (r == FP8_RECIPE_MX ? FP8_MX_BLOCK : 1);
+    const char* names[FP8_BLOCK_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
+    int split[FP8_BLOCK_LINEARS] = {C, C, 4 * C, 4 * C};  // the dimension tp splits (QKV: each of q, k, v)
+    for (int k = 0; k < FP8_BLOCK_LINEARS && tp > 1; k++) {
+        if (split[k] % tp == 0 && (split[k] / tp) % tile != 0) {
+            snprintf(err, cap, "--fp8 %s with --tp %d: linear %s splits %d into %d per rank, expected a multiple of %d "
+                     "(the recipe's tile) so that every layout quantizes the same tiles", fp8_recipe_name(r), tp, names[k],
+                     split[k], split[k] / tp, tile);
+            return 1;
+        }
     }
+    return 0;
 }
 
 // --- the recipes' per-tensor scales ---

@@ -78,14 +78,11 @@ static void linear_check(const LinearSpec* s) {
     if (s->precision == LINEAR_PRECISION_FP8 && s->fp8 == NULL) fatal("linear %s: FP8 precision without an FP8 state", s->name);
 }
 
-// spec s in FP8 with state st, entry slot (layer * 4 + linear); checks that the tp split keeps the
-// recipe's tiles those of one process
+// spec s in FP8 with state st, entry slot (layer * 4 + linear) (the tp split checked before: fp8_layout_error)
 static void linear_set_fp8(LinearSpec* s, Fp8State* st, int slot) {
     s->precision = LINEAR_PRECISION_FP8;
     s->fp8 = st;
     s->fp8_slot = slot;
-    if (s->parallel == LINEAR_COLUMN_PARALLEL) fp8_check_split(&st->cfg, s->name, s->out_local, s->out, s->tp.size);
-    if (s->parallel == LINEAR_ROW_PARALLEL) fp8_check_split(&st->cfg, s->name, s->in_local, s->in, s->tp.size);
 }
 
 // the product of the layer, in its precision: matmul_forward's and matmul_backward's contracts
