@@ -64,12 +64,13 @@ typedef struct {
 typedef struct {
     Fp8Config cfg;
     int n;              // entries: L layers * 4 linears * 3 tensors (entry = (l * 4 + linear) * 3 + tensor)
-    float* amax;        // (n) device: delayed: this step's amaxes so far; current: the last amax of each
+    float* amax;        // (n) device: delayed: this step's amaxes so far (NaN as +inf)
     float* scale;       // (n) device: the scales in use (delayed: this step's; current: the last of each)
-    float* amax_tmp;    // (1) device: one tensor's amax
+    float* amax_tmp;    // (2) device: one tensor's amax, raw and folded
     float* history;     // (n, H) host: delayed: the amax rings
     float* scale_host;  // (n) host: delayed: the scales, kept when an amax is 0, inf or NaN
     int pos;            // delayed: where the next amax goes in every ring
+    int recorded;       // delayed: steps recorded in the histories (0: scales from each tensor's own amax)
     unsigned char* held; // (L) 1 for the layers this rank's stages hold
     Comm* comm;
     Fp8Matrix a, b;     // the operands of the GEMM running now (workspace, max_elems each)
@@ -134,7 +135,7 @@ static void fp8_init(Fp8State* st, Fp8Config cfg, Comm* comm, int L, size_t max_
     st->held = (unsigned char*)mallocCheck(L);
     memset(st->held, 0, L);
     if (cfg.recipe == FP8_RECIPE_NONE) return;
-    st->amax = (float*)device_malloc((st->n + 1) * sizeof(float), MEM_WORKSPACE);
+    st->amax = (float*)device_malloc((st->n + 2) * sizeof(float), MEM_WORKSPACE);
     st->amax_tmp = st->amax + st->n;
     st->scale = (float*)device_malloc(st->n * sizeof(float), MEM_WORKSPACE);
     st->history = (float*)mallocCheck((size_t)st->n * (cfg.history > 0 ? cfg.history : 1) * sizeof(float));
@@ -142,7 +143,7 @@ static void fp8_init(Fp8State* st, Fp8Config cfg, Comm* comm, int L, size_t max_
     memset(st->history, 0, (size_t)st->n * (cfg.history > 0 ? cfg.history : 1) * sizeof(float));
     for (int i = 0; i < st->n; i++) st->scale_host[i] = 1.0f;
     copy_to_device(st->scale, st->scale_host, st->n * sizeof(float));
-    device_memset_zero(st->amax, (st->n + 1) * sizeof(float), llm_ctx.stream);
+    device_memset_zero(st->amax, (st->n + 2) * sizeof(float), llm_ctx.stream);
     st->max_elems = max_elems;
     fp8_matrix_alloc(&st->a, max_elems, MEM_WORKSPACE);
     fp8_matrix_alloc(&st->b, max_elems, MEM_WORKSPACE);
@@ -176,18 +177,21 @@ static int fp8_layout_error(Fp8Recipe r, int C, int tp, char* err, size_t cap) {
 
 // --- the recipes' per-tensor scales ---
 
-// The device scale of per-tensor entry i (layer, linear, tensor) for x (n): current: from x's amax,
-// all-reduced (max) over the tp group; delayed: the step's scale, x's amax folded into the step's record.
+// The device scale of per-tensor entry i (layer, linear, tensor) for x (n). Current scaling, and
+// delayed scaling before its first step is recorded (an empty history: a cold start would quantize
+// with scale 1, and gradients, ~1e-5, would underflow): from x's amax, all-reduced (max) over the tp
+// group. Delayed scaling after that: the step's scale; x's amax joins the step's record either way.
 static const float* fp8_tensor_scale(Fp8State* st, int i, const floatX* x, size_t n, int fmt, const TPGroup* tp,
                                      cudaStream_t s) {
-    fp8_amax_floatx(st->amax_tmp, x, n, s);
-    if (st->cfg.recipe == FP8_RECIPE_CURRENT) {
-        device_memset_zero(st->amax + i, sizeof(float), s);
-        fp8_fold_amax(st->amax + i, st->amax_tmp, s);
-        if (tp->size > 1) comm_all_reduce(tp->comm, GROUP_TP, st->amax + i, st->amax + i, 1, COMM_MAX, s);
-        fp8_current_update(st->scale + i, st->amax + i, fmt, s);
-    } else {
-        fp8_fold_amax(st->amax + i, st->amax_tmp, s);
+    float* raw = st->amax_tmp;      // x's amax (NaN if x has one)
+    float* amax = st->amax_tmp + 1; // the same, NaN as +inf, reduced over tp
+    fp8_amax_floatx(raw, x, n, s);
+    device_memset_zero(amax, sizeof(float), s);
+    fp8_fold_amax(amax, raw, s);
+    if (st->cfg.recipe == FP8_RECIPE_DELAYED) fp8_fold_amax(st->amax + i, amax, s);
+    if (st->cfg.recipe == FP8_RECIPE_CURRENT || st->recorded == 0) {
+        if (tp->size > 1) comm_all_reduce(tp->comm, GROUP_TP, amax, amax, 1, COMM_MAX, s);
+        fp8_current_update(st->scale + i, amax, fmt, s);
     }
     return st->scale + i;
 }
@@ -238,7 +242,7 @@ static void fp8_linear_backward(Fp8State* st, int slot, floatX* dx, floatX* dw, 
 
 // the scale of every entry from its history (fp8.cuh's fp8_delayed_scale), to the device
 static void fp8_step_begin(Fp8State* st) {
-    if (st->cfg.recipe != FP8_RECIPE_DELAYED) return;
+    if (st->cfg.recipe != FP8_RECIPE_DELAYED || st->recorded == 0) return;
     for (int i = 0; i < st->n; i++) {
         Fp8DelayedState d = {st->history + (size_t)i * st->cfg.history, st->cfg.history, st->pos, st->cfg.reduce,
                              st->cfg.margin, st->scale_host[i]};
@@ -256,17 +260,18 @@ static void fp8_step_end(Fp8State* st) {
     copy_to_host(amax, st->amax, st->n * sizeof(float));
     for (int i = 0; i < st->n; i++) st->history[(size_t)i * st->cfg.history + st->pos] = amax[i];
     st->pos = (st->pos + 1) % st->cfg.history;
+    st->recorded++;
     free(amax);
 }
 
-// --- the resumable state: [pos, then per entry: scale, history (H, delayed only)], as floats ---
+// --- the resumable state: [pos, recorded, then per entry: scale, history (H, delayed only)], as floats ---
 // Delayed scaling's table is the same on every rank (reduced over the world every step). Current
 // scaling's last scales (kept when an amax is inf or NaN) live on the ranks that hold the layer: the
 // export takes each layer's from its pipeline stage (a max over the pp group of the held entries, the
 // others exported as 0), from dp rank 0's view.
 
 static size_t fp8_state_floats(const Fp8State* st) {
-    return st->cfg.recipe == FP8_RECIPE_NONE ? 0 : 1 + (size_t)st->n * (1 + (st->cfg.recipe == FP8_RECIPE_DELAYED ? st->cfg.history : 0));
+    return st->cfg.recipe == FP8_RECIPE_NONE ? 0 : 2 + (size_t)st->n * (1 + (st->cfg.recipe == FP8_RECIPE_DELAYED ? st->cfg.history : 0));
 }
 
 // every rank calls it (a pp collective); out (fp8_state_floats) host
@@ -276,8 +281,9 @@ static void fp8_state_export(const Fp8State* st, float* out) {
     float* scale = (float*)mallocCheck(st->n * sizeof(float));
     copy_to_host(scale, st->scale, st->n * sizeof(float));
     out[0] = (float)st->pos;
+    out[1] = (float)st->recorded;
     for (int i = 0; i < st->n; i++) {
-        float* e = out + 1 + (size_t)i * (1 + H);
+        float* e = out + 2 + (size_t)i * (1 + H);
         e[0] = H ? st->scale_host[i] : (st->held[i / per_layer] ? scale[i] : 0.0f);
         if (H) memcpy(e + 1, st->history + (size_t)i * H, H * sizeof(float));
     }
@@ -296,8 +302,9 @@ static void fp8_state_import(Fp8State* st, const float* in /*(fp8_state_floats)*
     if (st->cfg.recipe == FP8_RECIPE_NONE) return;
     int H = st->cfg.recipe == FP8_RECIPE_DELAYED ? st->cfg.history : 0;
     st->pos = (int)in[0];
+    st->recorded = (int)in[1];
     for (int i = 0; i < st->n; i++) {
-        const float* e = in + 1 + (size_t)i * (1 + H);
+        const float* e = in + 2 + (size_t)i * (1 + H);
         st->scale_host[i] = e[0];
         if (H) memcpy(st->history + (size_t)i * H, e + 1, H * sizeof(float));
     }

@@ -6,25 +6,31 @@
 #
 # Checked, one line each:
 #  1. Layouts against one process, for each recipe (current, delayed, block, mx): tp 2, tp 2 with
-#     sequence parallelism, dp 2 (2 micro-batches per step: delayed scaling's amax is the max over
-#     both, as one process records it) and pp 2, from the same seed checkpoint and data. Losses and
-#     grad norms of 4 steps within LOSS_TOL relative, every final parameter within PARAM_TOL.
-#     Block scaling needs tp splits on 128-element tiles: its tp runs use C = 256 (see 3).
+#     sequence parallelism, dp 2 (1 micro-batch per rank against one process's 2: delayed scaling's
+#     amax is the max over both, as one process records it) and pp 2, from the same seed checkpoint
+#     and data: (a) the first step's train loss, the forward of the same model, within FIRST_TOL;
+#     (b) 4 steps: losses and grad norms within LOSS_TOL, every final parameter within PARAM_TOL.
+#     Block scaling needs tp splits on 128-element tiles: its runs use C = 256 (see 3).
 #  2. Resume: 4 steps in one run against 2 steps, a state file, and 2 more steps resumed from it
 #     (the amax histories and scales are in the state file): the same bytes. And under another layout:
-#     delayed scaling saved by dp 2 resumed by tp 2, against the uninterrupted one process.
+#     delayed scaling saved by dp 2 resumed by tp 2, against the uninterrupted one process. A state
+#     file of another recipe is refused with one line.
 #  3. Bad FP8 flags, one line each and nothing written: --fp8 fp4, --fp8-format e5m2, --fp8-history 0,
-#     --fp8 block with --tp 2 at C = 64 (fc's 4C/2 = 128 rows are one tile, but QKV's 3C/2 = 96 are not).
+#     --fp8 block with --tp 2 at C = 64 (QKV's q, k and v split into 32 rows per rank: a quarter tile).
 #
-# Tolerances. The layouts sum in other orders (tp's all-reduces, dp's averages), so their FP32 values
-# differ in the last bits (test_tp.sh's 4e-6 over 4 steps), and an FP8 quantization of values that
-# differ by 1e-7 relative flips where a value sits on a rounding boundary: rarely (a value's distance
-# to the nearest tie is uniform over half an FP8 step, 2^-4 relative, so about 1e-7 / 2^-4 ~ 2e-6 of
-# the elements flip), each flip one FP8 step of one element. LOSS_TOL = 2e-4 and PARAM_TOL = 1e-4 (lr
-# 1e-3: a step moves a parameter by up to ~1e-3) bound that. The quantity they guard moves more: a
-# per-tensor scale from a wrong amax group (the local shard's amax, Megatron-LM PR #442) quantizes a
-# whole tensor on another grid, and the losses then differ by ~1e-3 relative after 4 steps, the
-# parameters by ~1e-3 (measured with test/mutations.py's f-fp8-amax-group: this test fails).
+# Tolerances. The layouts sum in other orders (tp's all-reduces, the tied embedding's sum over the
+# pipeline's ends), so their FP32 values differ in the last bits (test_tp.sh: 4e-6 over 4 steps), and
+# FP8 quantization turns a last-bit difference into a whole FP8 step (2^-3 or 2^-2 relative) wherever
+# a value sits near a rounding boundary. The forward of the first step sees only the layouts' sums of
+# the forward: measured <= 1e-5 relative, FIRST_TOL = 1e-4. A per-tensor scale from the wrong amax
+# group (the local shard's amax, Megatron-LM PR #442) quantizes whole tensors on another grid: the
+# first loss then moves by 1.4e-3 (measured at C = 256, tp 2, --fp8 current, test/mutations.py's
+# f-fp8-amax-group), 14x FIRST_TOL. Over 4 steps the flips compound through the updates (Adam moves a
+# parameter by ~lr = 1e-3 whatever its gradient's size, so a flipped sign moves it by up to 2e-3):
+# measured up to 5.4e-3 in a parameter, 2.7e-3 in a grad norm and 4e-4 in a loss for block scaling at
+# tp 2, so (b) bounds only what a broken layout would exceed: LOSS_TOL = 5e-3 (losses and grad norms
+# of 4 steps) and PARAM_TOL = 1e-2 (a missing gradient all-reduce, a stage that does not update, or a
+# dp rank whose micro-batch is dropped moves losses by > 1e-2 and parameters by ~1e-1).
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
@@ -36,8 +42,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, train
 pass=0; fail=0
-LOSS_TOL=2e-4
-PARAM_TOL=1e-4
+FIRST_TOL=1e-4
+LOSS_TOL=5e-3
+PARAM_TOL=1e-2
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
@@ -56,11 +63,14 @@ for r in current delayed block mx; do
     train ${r}_one256 0 "$CPU" --total-batch 256
     for sp in 0 1; do
         train ${r}_tp2sp$sp 2 "$CPU" --tp 2 --sequence-parallel $sp --total-batch 128 &&
+            check first "--fp8 $r: tp 2 sp $sp vs 1 process" "$tmp/${r}_tp2sp$sp" "$tmp/${r}_one" $FIRST_TOL &&
             check compare "--fp8 $r: tp 2 sp $sp vs 1 process" "$tmp/${r}_tp2sp$sp" "$tmp/${r}_one" $LOSS_TOL $PARAM_TOL
     done
     train ${r}_dp2 2 "$CPU" --total-batch 256 &&
+        check first "--fp8 $r: dp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_dp2" "$tmp/${r}_one256" $FIRST_TOL &&
         check compare "--fp8 $r: dp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_dp2" "$tmp/${r}_one256" $LOSS_TOL $PARAM_TOL
     train ${r}_pp2 2 "$CPU" --pp 2 --total-batch 256 &&
+        check first "--fp8 $r: pp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_pp2" "$tmp/${r}_one256" $FIRST_TOL &&
         check compare "--fp8 $r: pp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_pp2" "$tmp/${r}_one256" $LOSS_TOL $PARAM_TOL
 done
 
@@ -77,12 +87,12 @@ train delayed_dp2_half 2 "$CPU" --total-batch 256 --steps 2 && cp -r "$tmp/delay
     check compare "--fp8 delayed: dp 2 for 2 steps, resumed under tp 2 vs 1 process" "$tmp/delayed_tp2_resumed" \
         "$tmp/delayed_one256" $LOSS_TOL $PARAM_TOL
 # a state file of another recipe: refused with one line
-train delayed_as_current 0 "$CPU" --fp8 current --total-batch 128 --resume "$tmp/delayed_half/state_00000002.bin" \
-    2>/dev/null && bad "a delayed-scaling state resumed with --fp8 current was accepted"
-if grep -q "^error: --resume: state file .*expected FP8 state of --fp8 current" "$LOG/delayed_as_current.log"; then
-    ok "--fp8 current refuses a state file with delayed scaling's state: $(grep -m1 '^error' "$LOG/delayed_as_current.log")"
-    fail=$((fail-1))  # train counted the refused run as a failure
-else bad "--fp8 current resuming delayed scaling's state: no clear error (see $LOG/delayed_as_current.log)"; fi
+out=$(timeout 60 "$CPU" "${common[@]}" --fp8 current --total-batch 128 --output-dir "$tmp/delayed_as_current" \
+      --resume "$tmp/delayed_half/state_00000002.bin" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c '^error')" -eq 1 ] &&
+   printf '%s\n' "$out" | grep -q "^error: --resume: state file .*expected FP8 state of --fp8 current"; then
+    ok "--fp8 current refuses a state file with delayed scaling's state: $(printf '%s\n' "$out" | grep '^error')"
+else bad "--fp8 current resuming delayed scaling's state: exit $rc, no clear error: $out"; fi
 
 # 3. bad flags
 common=("${base[@]}" --model "$tmp/seed64/model_00000001.bin")
