@@ -4,7 +4,9 @@
 #include "context.h"
 #include "fp8.cuh"
 #include "gelu.cuh"
+#if LLM_BUILD_CPU || LLM_BUILD_EMU
 #include <cblas.h>
+#endif
 
 typedef enum { FP8_SCALE_TENSOR = 0, FP8_SCALE_1x128, FP8_SCALE_128x128, FP8_SCALE_MX32 } Fp8Scaling;
 typedef struct {
@@ -19,18 +21,15 @@ static void fp8_matrix_alloc(Fp8Matrix* m, size_t max_elems, MemKind kind) {
 }
 static void fp8_matrix_free(Fp8Matrix* m) { device_free(m->q); device_free(m->scale); device_free(m->e8m0); }
 static void fp8_amax_floatx(float* amax, const floatX* x, size_t n, cudaStream_t stream) {
-    (void)stream; *amax = fp8_amax_cpu(x, n);
+    (void)stream; float m = 0.0f; for (size_t i = 0; i < n; i++) m = fp8_nanmax(m, fabsf((float)x[i])); *amax = m;
 }
 static void fp8_matrix_quantize(Fp8Matrix* m, const floatX* x, int transpose, const float* tensor_scale, cudaStream_t stream) {
     (void)stream;
     int rows = m->rows, K = m->K;
-    const float* src = x;
-    float* tmp = NULL;
-    if (transpose) {
-        tmp = (float*)mallocCheck((size_t)rows * K * sizeof(float));
-        for (int k = 0; k < K; k++) for (int r = 0; r < rows; r++) tmp[(size_t)r * K + k] = x[(size_t)k * rows + r];
-        src = tmp;
-    }
+    float* tmp = (float*)mallocCheck((size_t)rows * K * sizeof(float));
+    for (int k = 0; k < K; k++) for (int r = 0; r < rows; r++)
+        tmp[(size_t)r * K + k] = (float)(transpose ? x[(size_t)k * rows + r] : x[(size_t)r * K + k]);
+    const float* src = tmp;
     switch (m->scaling) {
         case FP8_SCALE_TENSOR: m->scale[0] = *tensor_scale; fp8_quantize_cpu(m->q, src, (size_t)rows * K, *tensor_scale, m->fmt); break;
         case FP8_SCALE_1x128: fp8_quantize_1x128_cpu(m->q, m->scale, src, rows, K, m->fmt); break;
@@ -61,14 +60,18 @@ static void matmul_fp8(floatX* out, floatX* pre_gelu, const floatX* dgelu_pre, c
     float* da = (float*)mallocCheck((size_t)M * K * 4); float* db = (float*)mallocCheck((size_t)N * K * 4);
     fp8_matrix_dequant(da, a); fp8_matrix_dequant(db, b);
     float* c = (float*)mallocCheck((size_t)M * N * 4);
+#if LLM_BUILD_CUDA
+    fatal("matmul_fp8: the stand-in has no CUDA path");
+#else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, da, K, db, K, 0.0f, c, N);
+#endif
     for (int i = 0; i < M; i++) for (int j = 0; j < N; j++) {
         size_t o = (size_t)i * N + j; float v = c[o];
-        if (bias) v += bias[j];
-        if (accumulate) v += out[o];
-        if (pre_gelu) { pre_gelu[o] = v; v = gelu_scalar(v); }
-        if (dgelu_pre) v *= gelu_grad_scalar(dgelu_pre[o]);
-        out[o] = v;
+        if (bias) v += (float)bias[j];
+        if (accumulate) v += (float)out[o];
+        if (pre_gelu) { pre_gelu[o] = (floatX)v; v = gelu_scalar((float)pre_gelu[o]); }
+        if (dgelu_pre) v *= gelu_grad_scalar((float)dgelu_pre[o]);
+        out[o] = (floatX)v;
     }
     free(da); free(db); free(c);
 }
