@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     char tp_err[256];
     int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));  // m: the micro-batches of a step
     if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err)) ||  // before anything is allocated
-        pipe_layout_error(cfg, comm.pp, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err))) {
+        pipe_layout_error(cfg, comm.pp, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err)) ||
+        fp8_layout_error((Fp8Recipe)args.fp8, cfg.channels, comm.tp, tp_err, sizeof(tp_err))) {
         if (rank0) fprintf(stderr, "error: %s\n", tp_err);
         comm_exit(&comm, EXIT_FAILURE);
     }
@@ -112,6 +113,9 @@ int main(int argc, char** argv) {
     Pipeline pipe;
     pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), args.schedule, args.vpp, grad_accum, B, T,
                   (Recompute)args.recompute);
+    Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/fp8_linear.h)
+    Fp8Config fp8_cfg = {(Fp8Recipe)args.fp8, args.fp8_e4m3, args.fp8_history, args.fp8_reduce, args.fp8_margin};
+    pipeline_enable_fp8(&pipe, &fp8, fp8_cfg);
     const Stage* stage = pipeline_first(&pipe);  // the memory report's per-layer figures
     StageRange* ranges = (StageRange*)mallocCheck((size_t)args.vpp * sizeof(StageRange));
     for (int c = 0; c < args.vpp; c++) ranges[c] = pipe.chunks[c].range;
@@ -132,6 +136,7 @@ int main(int argc, char** argv) {
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
         if (args.recompute) printf("activation recompute: %s\n", recompute_name((Recompute)args.recompute));
+        if (args.fp8) fp8_print(&fp8);
         if (comm.pp > 1) pipeline_print(&pipe);
     }
 
@@ -151,6 +156,8 @@ int main(int argc, char** argv) {
         if (p16 != NULL && ADAMW_HAS_MASTER) dp_import_floatx(&dp, p16);  // the BF16 parameters exactly
         dp_import_moments(&dp, m, v);
         dp.opt.t = ts.adam_t;
+        fp8_resume(&fp8, ts.fp8_recipe, ts.fp8, ts.fp8_n, path);
+        free(ts.fp8);
         dataloader_seek(&train_loader, ts.data);
         sample_rng.state = ts.rng;
         start_step = ts.step;
@@ -226,8 +233,10 @@ int main(int argc, char** argv) {
         }
         double t0 = wall_ms();
         dp_step_begin(&dp);
+        fp8_step_begin(&fp8);
         float train_loss = pipeline_step(&pipe, step_inputs, step_targets, 1.0f / ((float)B * T * grad_accum));
         double t_opt = wall_ms();
+        fp8_step_end(&fp8);
         dp_finish_grads(&dp);
         pipe_event(&pipe, "gradient reductions", "collective", t_opt);  // (the last ones, waited)
         t_opt = wall_ms();
@@ -282,12 +291,15 @@ int main(int argc, char** argv) {
             float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
             dp_export(&dp, p, m, v);
             if (p16) dp_export_floatx(&dp, p16);
+            float* fp8_state = (float*)mallocCheck((fp8_state_floats(&fp8) + 1) * sizeof(float));
+            fp8_state_export(&fp8, fp8_state);
             if (rank0) {
-                TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state};
+                TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
+                                 fp8_state_floats(&fp8), fp8_state};
                 checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, sizeof(floatX) == 2 ? 5 : 3);
                 printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
             }
-            free(p); free(m); free(v); free(p16);
+            free(p); free(m); free(v); free(p16); free(fp8_state);
         }
     }
     if (rank0 && timed_steps > 0) {
@@ -343,6 +355,7 @@ int main(int argc, char** argv) {
     if (args.val_data) dataloader_free(&val_loader);
     sampler_free(&sampler);
     pipeline_free(&pipe);
+    fp8_free(&fp8);
     dp_free(&dp);
     context_free();
     comm_free(&comm);

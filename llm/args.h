@@ -32,6 +32,9 @@ typedef struct {
     const char* schedule;       // the pipeline schedule (llm/schedule.h): gpipe, 1f1b, interleaved, zb-h1
     int vpp;                    // chunks of layers per pipeline rank (interleaved)
     const char* trace;          // Chrome/Perfetto trace of the last training step, or NULL
+    int fp8;                    // FP8 linear layers (llm/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
+    int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
+    int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
 } Args;
 
 typedef struct {
@@ -75,6 +78,11 @@ static const FlagDoc FLAGS[] = {
     {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
     {"--recompute", 0, "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
+    {"--fp8", 0, "FP8 block linears (llm/fp8_linear.h): none, delayed, current, block (DeepSeek-V3 tiles) or mx (default none)"},
+    {"--fp8-format", 0, "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (E4M3 everywhere) (default hybrid)"},
+    {"--fp8-history", 0, "delayed scaling: amax history length in steps (default 16)"},
+    {"--fp8-amax-reduce", 0, "delayed scaling: the history's reduction, max or most_recent (default max)"},
+    {"--fp8-margin", 0, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
     {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
 };
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
@@ -129,6 +137,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0; a->recompute = 0;
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
+    a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
@@ -180,6 +189,24 @@ static void parse_args(Args* a, int argc, char** argv) {
             a->sequence_parallel = parse_int_flag(name, v);
             if (a->sequence_parallel != 0 && a->sequence_parallel != 1) fatal("--sequence-parallel: expected 0 or 1, found %s", v);
         }
+        else if (!strcmp(name, "--fp8")) {
+            const char* names[5] = {"none", "delayed", "current", "block", "mx"};
+            a->fp8 = -1;
+            for (int k = 0; k < 5; k++) if (!strcmp(v, names[k])) a->fp8 = k;
+            if (a->fp8 < 0) fatal("--fp8: expected none, delayed, current, block or mx, found '%s'", v);
+        }
+        else if (!strcmp(name, "--fp8-format")) {
+            if (!strcmp(v, "hybrid")) a->fp8_e4m3 = 0;
+            else if (!strcmp(v, "e4m3")) a->fp8_e4m3 = 1;
+            else fatal("--fp8-format: expected hybrid or e4m3, found '%s'", v);
+        }
+        else if (!strcmp(name, "--fp8-history")) a->fp8_history = parse_int_flag(name, v);
+        else if (!strcmp(name, "--fp8-amax-reduce")) {
+            if (!strcmp(v, "max")) a->fp8_reduce = 0;
+            else if (!strcmp(v, "most_recent")) a->fp8_reduce = 1;
+            else fatal("--fp8-amax-reduce: expected max or most_recent, found '%s'", v);
+        }
+        else if (!strcmp(name, "--fp8-margin")) a->fp8_margin = parse_int_flag(name, v);
         else if (!strcmp(name, "--recompute")) {
             if (!strcmp(v, "none")) a->recompute = 0;
             else if (!strcmp(v, "selective")) a->recompute = 1;
@@ -193,6 +220,8 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->warmup < 0) fatal("--warmup: expected >= 0, found %d", a->warmup);
     if (a->val_steps <= 0) fatal("--val-steps: expected a positive integer, found %d", a->val_steps);
     if (a->shuffle != 0 && a->shuffle != 1) fatal("--shuffle: expected 0 or 1, found %d", a->shuffle);
+    if (a->fp8_history < 1 || a->fp8_history > 4096) fatal("--fp8-history: expected 1 to 4096 steps, found %d", a->fp8_history);
+    if (a->fp8_margin < 0 || a->fp8_margin > 32) fatal("--fp8-margin: expected 0 to 32, found %d", a->fp8_margin);
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;

@@ -150,10 +150,12 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
 // header int32[256]: 0 magic, 1 version, 2 step (optimizer steps done), 3 adam t,
 //   4..9 config (maxT, V, L, NH, C, Vp), 10..11 num_parameters (lo, hi),
 //   12..13 data epoch (lo, hi), 14..15 data sample cursor (lo, hi), 16..17 sampler RNG (lo, hi),
-//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), else 0
+//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), else 0,
+//   19: the FP8 recipe (llm/fp8_linear.h's Fp8Recipe, 0 none), 20..21: its state's floats (lo, hi)
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
 // then, if header[18] = 1, num_parameters BF16 values (uint16): the parameters the model computes
-// with. A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
+// with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax histories and
+// scales), if any. A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
 // which rounding the master to nearest on resuming would not give back, and resuming must continue
 // the run bit for bit. (A BF16 run resumed from a file without them starts from the master rounded to
 // nearest.) All arrays are in checkpoint order.
@@ -163,6 +165,9 @@ typedef struct {
     int adam_t;
     DataPosition data;
     uint64_t rng;      // the sampler's RNG state
+    int fp8_recipe;    // the FP8 state's recipe (0: none)
+    size_t fp8_n;      // its floats (fp8_state_floats)
+    float* fp8;        // (fp8_n) fp8_state_export's; state_load mallocs it (NULL when the file has none)
 } TrainState;
 
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
@@ -189,6 +194,8 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     put64(header, 14, (uint64_t)ts->data.sample);
     put64(header, 16, ts->rng);
     header[18] = params16 != NULL;
+    header[19] = ts->fp8_n > 0 ? ts->fp8_recipe : 0;
+    put64(header, 20, ts->fp8_n);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
@@ -206,6 +213,7 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
         fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
         free(tmp);
     }
+    if (ts->fp8_n > 0) fwriteCheck(ts->fp8, sizeof(float), ts->fp8_n, af.f, path);
     atomic_commit(&af);
 }
 
@@ -234,7 +242,13 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     if (header[18] != 0 && header[18] != 1) fatal("--resume: state file %s: expected 0 or 1 in header[18], found %d", path, header[18]);
-    size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (header[18] ? n * sizeof(uint16_t) : 0);
+    size_t fp8_n = get64(header, 20);
+    if (header[19] < 0 || header[19] > 4 || (fp8_n > 0) != (header[19] > 0) || fp8_n > ((size_t)1 << 32)) {
+        fatal("--resume: state file %s: expected an FP8 recipe 0..4 with its state size in header[19..21], found %d and %zu",
+              path, header[19], fp8_n);
+    }
+    size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (header[18] ? n * sizeof(uint16_t) : 0) +
+                      fp8_n * sizeof(float);
     if (size < 0 || (size_t)size != expected) fatal("--resume: state file %s: expected %zu bytes, found %ld", path, expected, size);
     fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
     ts->step = header[2];
@@ -255,6 +269,13 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
         *params16 = (float*)mallocCheck(n * sizeof(float));
         for (size_t i = 0; i < n; i++) (*params16)[i] = bf16_bits_to_f32(tmp[i]);
         free(tmp);
+    }
+    ts->fp8_recipe = header[19];
+    ts->fp8_n = fp8_n;
+    ts->fp8 = NULL;
+    if (fp8_n > 0) {
+        ts->fp8 = (float*)mallocCheck(fp8_n * sizeof(float));
+        freadCheck(ts->fp8, sizeof(float), fp8_n, f, path);
     }
     fcloseCheck(f, path);
 }

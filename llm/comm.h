@@ -162,7 +162,7 @@ typedef enum {
     COMM_RECV = 5
 } CommKind;
 #define COMM_NUM_KINDS 6
-typedef enum { COMM_SUM = 0, COMM_AVG = 1 } CommReduce;
+typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: FP8 amaxes (llm/fp8_linear.h)
 typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1 } CommDtype;
 
 static inline const char* comm_group_name(int g) {
@@ -380,7 +380,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
 #if COMM_NCCL
     ncclComm_t nc = c->nccl[g];
     ncclDataType_t nt = comm_nccl_type(dt);
-    ncclRedOp_t nop = op == COMM_AVG ? ncclAvg : ncclSum;
+    ncclRedOp_t nop = op == COMM_AVG ? ncclAvg : (op == COMM_MAX ? ncclMax : ncclSum);
     comm_stream_begin(c, stream);
     double t0 = wall_ms();
     switch (kind) {
@@ -411,6 +411,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     int cnt = comm_mpi_count(n, name);
     MPI_Datatype mt = MPI_FLOAT;
     MPI_Request* req = nonblocking ? &h.req : NULL;
+    MPI_Op mop = op == COMM_MAX ? MPI_MAX : MPI_SUM;
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {
         h.scale_buf = (float*)recv;
         h.scale_n = n;
@@ -419,8 +420,8 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     switch (kind) {
         case COMM_ALL_REDUCE: {
             const void* sb = in_place ? MPI_IN_PLACE : send;
-            if (req) mpiCheck(MPI_Iallreduce(sb, recv, cnt, mt, MPI_SUM, mc, req));
-            else mpiCheck(MPI_Allreduce(sb, recv, cnt, mt, MPI_SUM, mc));
+            if (req) mpiCheck(MPI_Iallreduce(sb, recv, cnt, mt, mop, mc, req));
+            else mpiCheck(MPI_Allreduce(sb, recv, cnt, mt, mop, mc));
             break;
         }
         case COMM_REDUCE_SCATTER: {
@@ -434,8 +435,8 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
                 h.move_src = send;
                 h.move_bytes = n * esz;
             }
-            if (req) mpiCheck(MPI_Ireduce_scatter_block(sb, rb, cnt, mt, MPI_SUM, mc, req));
-            else mpiCheck(MPI_Reduce_scatter_block(sb, rb, cnt, mt, MPI_SUM, mc));
+            if (req) mpiCheck(MPI_Ireduce_scatter_block(sb, rb, cnt, mt, mop, mc, req));
+            else mpiCheck(MPI_Reduce_scatter_block(sb, rb, cnt, mt, mop, mc));
             break;
         }
         case COMM_ALL_GATHER: {

@@ -94,6 +94,7 @@ typedef struct {
     StageRange range;
     Recompute recompute;
     BlockLinears lin;
+    BlockLinears* layer_lin; // (L) after stage_enable_fp8: lin per layer, in FP8 with the layer's entries; else NULL
     LinearSpec lm_head;
     int B, T;               // the micro-batch shape
     int num_slots;
@@ -231,6 +232,38 @@ static void stage_enable_split_backward(Stage* st) {
     st->split_w = 1;
 }
 
+// FP8 linear layers (llm/fp8_linear.h): the four linears of each of this stage's blocks in fp8's
+// recipe, each with its layer's entries in fp8's tables. Once, after stage_init.
+static void stage_enable_fp8(Stage* st, Fp8State* fp8) {
+    if (fp8->cfg.recipe == FP8_RECIPE_NONE) return;
+    int L = st->cfg.num_layers;
+    st->layer_lin = (BlockLinears*)mallocCheck((size_t)L * sizeof(BlockLinears));
+    for (int l = 0; l < L; l++) {
+        BlockLinears* b = &st->layer_lin[l];
+        *b = st->lin;
+        if (l < st->range.first_layer || l >= st->range.last_layer) continue;
+        LinearSpec* specs[FP8_BLOCK_LINEARS] = {&b->qkv, &b->attproj, &b->fc, &b->fcproj};
+        for (int k = 0; k < FP8_BLOCK_LINEARS; k++) linear_set_fp8(specs[k], fp8, l * FP8_BLOCK_LINEARS + k);
+        fp8->held[l] = 1;
+    }
+}
+
+// the largest operand an FP8 GEMM of this stage's linears quantizes (fp8_init's workspace)
+static size_t stage_fp8_max_operand(const Stage* st) {
+    const LinearSpec* specs[4] = {&st->lin.qkv, &st->lin.attproj, &st->lin.fc, &st->lin.fcproj};
+    size_t m = 0;
+    for (int k = 0; k < 4; k++) {
+        size_t e = fp8_max_operand(st->B * st->T, specs[k]->in_local, specs[k]->out_local);
+        if (e > m) m = e;
+    }
+    return m;
+}
+
+// the linears of layer l (FP8 ones after stage_enable_fp8)
+static const BlockLinears* stage_linears(const Stage* st, int l) {
+    return st->layer_lin != NULL ? &st->layer_lin[l] : &st->lin;
+}
+
 static void stage_free(Stage* st) {
     for (int s = 0; s < st->num_slots; s++) {
         MicroBatch* mb = &st->slots[s];
@@ -244,6 +277,7 @@ static void stage_free(Stage* st) {
     device_free(st->shared_mem);
     device_free(st->bufs_mem);
     device_free(st->sp_mem);
+    free(st->layer_lin);
     memset(st, 0, sizeof(*st));
 }
 
@@ -285,7 +319,7 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     }
     for (int l = r.first_layer; l < r.last_layer; l++) {
         LayerTensors w = layer_view(st->lay, h->params(h->ctx, unit_of_layer(l), 0));
-        block_forward(&st->lin, c, w, &mb->blocks[l], &st->bufs, mb->x[l], mb->x[l + 1], B, T, s);
+        block_forward(stage_linears(st, l), c, w, &mb->blocks[l], &st->bufs, mb->x[l], mb->x[l + 1], B, T, s);
         h->params_done(h->ctx, unit_of_layer(l), 0);
     }
     mb->trained = 0;
@@ -349,11 +383,11 @@ static void stage_backward_impl(Stage* st, int slot, const floatX* dx_out, int s
         int u = unit_of_layer(l);
         LayerTensors w = layer_view(st->lay, h->params(h->ctx, u, 1));
         LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
-        block_recompute(st->recompute, &st->lin, c, w, &mb->blocks[l], b, mb->x[l], B, T, s);
+        block_recompute(st->recompute, stage_linears(st, l), c, w, &mb->blocks[l], b, mb->x[l], B, T, s);
         if (split) {
-            block_backward_input(&st->lin, c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, &mb->deferred[l], B, T, s);
+            block_backward_input(stage_linears(st, l), c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, &mb->deferred[l], B, T, s);
         } else {
-            block_backward(&st->lin, c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, B, T, s);
+            block_backward(stage_linears(st, l), c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, B, T, s);
         }
         h->params_done(h->ctx, u, 1);
         if (!split) h->grads_ready(h->ctx, u);  // split: the unit's linears are still to come (W)
@@ -397,7 +431,7 @@ static void stage_backward_weight(Stage* st, int slot) {
     for (int l = r.last_layer - 1; l >= r.first_layer; l--) {
         int u = unit_of_layer(l);
         LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
-        block_backward_weight(&st->lin, gw, &mb->deferred[l], &st->bufs, st->B, st->T, llm_ctx.stream);
+        block_backward_weight(stage_linears(st, l), gw, &mb->deferred[l], &st->bufs, st->B, st->T, llm_ctx.stream);
         h->grads_ready(h->ctx, u);
     }
     mb->w_pending = 0;

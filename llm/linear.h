@@ -11,11 +11,12 @@
 //                       al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
 //                       sec. 4.2.2)
 //   precision           the floatX of the build, or FP8 with a scaling recipe (Micikevicius et al.
-//                       2022, "FP8 Formats for Deep Learning")
-// Replicated, column- and row-parallel layers in the build's precision, with or without sequence
-// parallelism, are implemented (the tensor-parallel operators are llm/tensor_parallel.h); FP8 exists
-// as a field and linear_check refuses it with one clear line until its stage lands. The matmul itself
-// is llm/matmul.cuh (OpenBLAS in the CPU build, cuBLASLt otherwise).
+//                       2022, "FP8 Formats for Deep Learning"): the spec then points at the FP8 state
+//                       and names its entry (one spec per layer: llm/gpt.h's stage_linears)
+// The tensor-parallel operators are llm/tensor_parallel.h; the matmul itself is llm/matmul.cuh (OpenBLAS
+// in the CPU build, cuBLASLt otherwise), or in FP8 llm/fp8_linear.h (which quantizes the operands and
+// keeps the recipes' scales) over llm/matmul_fp8.cuh. Only the product changes with the precision:
+// the collectives around it are the same.
 //
 // The backward in two halves (zero-bubble pipeline schedules, Qi et al. 2023, "Zero Bubble Pipeline
 // Parallelism", sec. 2: B computes the input gradient, which the previous stage waits for, W the
@@ -30,6 +31,7 @@
 #include "common.h"
 #include "matmul.cuh"
 #include "tensor_parallel.h"
+#include "fp8_linear.h"
 
 typedef enum { LINEAR_REPLICATED = 0, LINEAR_COLUMN_PARALLEL, LINEAR_ROW_PARALLEL } LinearParallel;
 typedef enum { LINEAR_PRECISION_FLOATX = 0, LINEAR_PRECISION_FP8 } LinearPrecision;
@@ -43,12 +45,14 @@ typedef struct {
     TPGroup tp;                 // the tensor-parallel group (size 1: replicated)
     int sequence_parallel;
     LinearPrecision precision;
+    Fp8State* fp8;              // FP8: the recipes' state (NULL in floatX)
+    int fp8_slot;               // FP8: this linear's entry, layer * 4 + (qkv, attproj, fc, fcproj)
 } LinearSpec;
 
 // a layer split `parallel` over the tp group g (replicated when g has one rank)
 static LinearSpec linear_spec_tp(const char* name, int in, int out, int gelu, LinearParallel parallel, TPGroup g) {
     if (g.size == 1) parallel = LINEAR_REPLICATED;
-    LinearSpec s = {name, in, out, in, out, gelu, parallel, g, g.sequence_parallel, LINEAR_PRECISION_FLOATX};
+    LinearSpec s = {name, in, out, in, out, gelu, parallel, g, g.sequence_parallel, LINEAR_PRECISION_FLOATX, NULL, 0};
     if (parallel == LINEAR_COLUMN_PARALLEL) s.out_local = out / g.size;
     if (parallel == LINEAR_ROW_PARALLEL) s.in_local = in / g.size;
     return s;
@@ -71,7 +75,34 @@ static void linear_check(const LinearSpec* s) {
     if (s->sequence_parallel && (s->parallel == LINEAR_REPLICATED || s->tp.gathered == NULL || s->tp.full == NULL)) {
         fatal("linear %s: sequence parallelism needs a column- or row-parallel layer and the stage's workspace", s->name);
     }
-    if (s->precision != LINEAR_PRECISION_FLOATX) fatal("linear %s: FP8 linear layers are not implemented yet; expected %s", s->name, PRECISION_MODE);
+    if (s->precision == LINEAR_PRECISION_FP8 && s->fp8 == NULL) fatal("linear %s: FP8 precision without an FP8 state", s->name);
+}
+
+// spec s in FP8 with state st, entry slot (layer * 4 + linear) (the tp split checked before: fp8_layout_error)
+static void linear_set_fp8(LinearSpec* s, Fp8State* st, int slot) {
+    s->precision = LINEAR_PRECISION_FP8;
+    s->fp8 = st;
+    s->fp8_slot = slot;
+}
+
+// the product of the layer, in its precision: matmul_forward's and matmul_backward's contracts
+static void linear_matmul_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* w,
+                                  const floatX* b, int BT, cudaStream_t stream) {
+    if (s->precision == LINEAR_PRECISION_FP8) {
+        fp8_linear_forward(s->fp8, s->fp8_slot, out, pre_gelu, inp, w, b, BT, s->in_local, s->out_local, &s->tp, stream);
+    } else {
+        matmul_forward(out, pre_gelu, inp, w, b, BT, s->in_local, s->out_local, stream);
+    }
+}
+static void linear_matmul_backward(const LinearSpec* s, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
+                                   const floatX* inp, const floatX* w, float* scratch, const floatX* inp_pre_gelu, int BT,
+                                   cudaStream_t stream) {
+    if (s->precision == LINEAR_PRECISION_FP8) {
+        fp8_linear_backward(s->fp8, s->fp8_slot, dinp, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local,
+                            s->out_local, &s->tp, stream);
+    } else {
+        matmul_backward(dinp, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local, s->out_local, stream);
+    }
 }
 
 // out (BT, out) = inp (BT, in) @ w^T + b; with spec->gelu, pre_gelu (BT, out) gets the product and out
@@ -90,8 +121,7 @@ static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, c
         inp = s->tp.gathered;
     }
     floatX* y = s->sequence_parallel && row ? s->tp.full : out;
-    matmul_forward(y, s->gelu ? pre_gelu : NULL, inp, w, row && s->tp.rank != 0 ? NULL : b, BT, s->in_local,
-                   s->out_local, stream);
+    linear_matmul_forward(s, y, s->gelu ? pre_gelu : NULL, inp, w, row && s->tp.rank != 0 ? NULL : b, BT, stream);
     if (row && s->sequence_parallel) comm_reduce_scatter(s->tp.comm, GROUP_TP, y, out, (size_t)BT / T * s->out, COMM_SUM, stream);
     else if (row) tp_all_reduce(&s->tp, out, (size_t)BT * s->out, stream);
 }
@@ -127,7 +157,7 @@ static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, float
         comm_all_gather(s->tp.comm, GROUP_TP, dout, s->tp.full, (size_t)BT / T * s->out, stream);
         dout = s->tp.full;
     }
-    matmul_backward(dx, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, s->in_local, s->out_local, stream);
+    linear_matmul_backward(s, dx, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, stream);
     if (s->sequence_parallel && column) comm_reduce_scatter(s->tp.comm, GROUP_TP, dx, dinp, (size_t)BT / T * s->in, COMM_SUM, stream);
     else if (column) tp_all_reduce(&s->tp, dinp, (size_t)BT * s->in, stream);
 }
@@ -153,5 +183,5 @@ static void linear_backward_weight(const LinearSpec* s, floatX* dw /*(out_local,
         comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / s->tp.size * s->in, stream);
         inp = s->tp.gathered;
     }
-    matmul_backward(NULL, dw, db, dout, inp, NULL, scratch, NULL, BT, s->in_local, s->out_local, stream);
+    linear_matmul_backward(s, NULL, dw, db, dout, inp, NULL, scratch, NULL, BT, stream);
 }

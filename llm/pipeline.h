@@ -187,6 +187,18 @@ static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char
     pp->posted = (CommHandle*)calloc((size_t)(pp->plan.n[pp->rank] + 1), sizeof(CommHandle));
 }
 
+// FP8 linear layers in every chunk (llm/fp8_linear.h): fp8_init's state, its operand workspace sized
+// for this rank's largest GEMM operand. Once, after pipeline_init.
+static void pipeline_enable_fp8(Pipeline* pp, Fp8State* fp8, Fp8Config cfg) {
+    size_t max_elems = 0;
+    for (int c = 0; c < pp->V; c++) {
+        size_t e = stage_fp8_max_operand(&pp->chunks[c]);
+        if (e > max_elems) max_elems = e;
+    }
+    fp8_init(fp8, cfg, pp->comm, pp->cfg.num_layers, max_elems);
+    for (int c = 0; c < pp->V; c++) stage_enable_fp8(&pp->chunks[c], fp8);
+}
+
 static void pipeline_free(Pipeline* pp) {
     for (int c = 0; c < pp->V; c++) { stage_free(&pp->chunks[c]); free(pp->slot_free[c]); }
     free(pp->chunks); free(pp->slot_free); free(pp->slot_of); free(pp->send_of); free(pp->send_busy); free(pp->events);

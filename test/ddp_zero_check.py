@@ -4,6 +4,8 @@
 
   compare NAME RUN REF LOSS_RTOL PARAM_ATOL   losses (train, val) and grad norms of every step in both
                                               logs, relative; every parameter of the final models, absolute
+  first NAME RUN REF TOL                      the train loss of the first step (the initial model's
+                                              forward), relative
   same NAME RUN REF                           final model and state files: identical bytes
   update NAME RUN REF START LOSS_RTOL REL_L2   losses of every step, relative; the update of every
                                               parameter (final FP32 master weights of the state files
@@ -64,6 +66,15 @@ def compare(name, run, ref, ltol, ptol):
     good = dl <= ltol and dn <= ltol and dv <= ltol and dp <= ptol
     return good, ("%s: %d steps, max rel diff loss %.2g, val loss %.2g, grad norm %.2g (tol %g); %d parameters "
                   "max |diff| %.2g at [%d] (tol %g)" % (name, len(common), dl, dv, dn, ltol, len(pa), dp, worst, ptol))
+
+
+def first(name, run, ref, tol):
+    a, b = log_steps(run), log_steps(ref)
+    if 1 not in a or 1 not in b:
+        return False, "%s: no step 1 in %s or %s" % (name, run, ref)
+    d = rel(a[1]["train_loss"], b[1]["train_loss"])
+    return d <= tol, "%s: step 1 train loss %.7f vs %.7f, rel diff %.2g (tol %g)" % (name, a[1]["train_loss"],
+                                                                                 b[1]["train_loss"], d, tol)
 
 
 def same(name, run, ref):
@@ -280,6 +291,8 @@ if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "compare":
         good, msg = compare(args[0], args[1], args[2], float(args[3]), float(args[4]))
+    elif cmd == "first":
+        good, msg = first(args[0], args[1], args[2], float(args[3]))
     elif cmd == "same":
         good, msg = same(*args)
     elif cmd == "update":

@@ -101,6 +101,7 @@ run fp8_cpu ./build/test_fp8_cpu
 run fp8_emu_forward env EMU_ORDER=forward ./build/test_fp8_emu
 run fp8_emu_reverse env EMU_ORDER=reverse ./build/test_fp8_emu
 run fp8_emu_random env EMU_ORDER=random ./build/test_fp8_emu
+run fp8_train bash test/test_fp8_train.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# test_fp8_train.sh: the FP8 linear layers (llm/fp8_linear.h) in the trainer: every layout quantizes as
+# one process does, the FP8 state resumes bit for bit, bad FP8 flags are refused.
+#
+#   bash test/test_fp8_train.sh   (needs ./train_gpt_cpu; mpirun)
+#
+# Checked, one line each:
+#  1. Layouts against one process, for each recipe (current, delayed, block, mx): tp 2, tp 2 with
+#     sequence parallelism, dp 2 (1 micro-batch per rank against one process's 2: delayed scaling's
+#     amax is the max over both, as one process records it) and pp 2, from the same seed checkpoint
+#     and data: (a) the first step's train loss, the forward of the same model, within FIRST_TOL;
+#     (b) 4 steps: losses and grad norms within LOSS_TOL, every final parameter within PARAM_TOL.
+#     Block scaling needs tp splits on 128-element tiles: its runs use C = 256 (see 3).
+#  2. Resume: 4 steps in one run against 2 steps, a state file, and 2 more steps resumed from it
+#     (the amax histories and scales are in the state file): the same bytes. And under another layout:
+#     delayed scaling saved by dp 2 resumed by tp 2, against the uninterrupted one process. A state
+#     file of another recipe is refused with one line.
+#  3. Bad FP8 flags, one line each and nothing written: --fp8 fp4, --fp8-format e5m2, --fp8-history 0,
+#     --fp8 block with --tp 2 at C = 64 (QKV's q, k and v split into 32 rows per rank: a quarter tile).
+#
+# Tolerances. The layouts sum in other orders (tp's all-reduces, the tied embedding's sum over the
+# pipeline's ends), so their FP32 values differ in the last bits (test_tp.sh: 4e-6 over 4 steps), and
+# FP8 quantization turns a last-bit difference into a whole FP8 step (2^-3 or 2^-2 relative) wherever
+# a value sits near a rounding boundary. The forward of the first step sees only the layouts' sums of
+# the forward: measured <= 1e-5 relative, FIRST_TOL = 1e-4. A per-tensor scale from the wrong amax
+# group (the local shard's amax, Megatron-LM PR #442) quantizes whole tensors on another grid: the
+# first loss then moves by 1.4e-3 (measured at C = 256, tp 2, --fp8 current, test/mutations.py's
+# f-fp8-amax-group), 14x FIRST_TOL. Over 4 steps the flips compound through the updates (Adam moves a
+# parameter by ~lr = 1e-3 whatever its gradient's size, so a flipped sign moves it by up to 2e-3):
+# measured up to 5.4e-3 in a parameter, 2.7e-3 in a grad norm and 4e-4 in a loss for block scaling at
+# tp 2, so (b) bounds only what a broken layout would exceed: LOSS_TOL = 5e-3 (losses and grad norms
+# of 4 steps) and PARAM_TOL = 1e-2 (a missing gradient all-reduce, a stage that does not update, or a
+# dp rank whose micro-batch is dropped moves losses by > 1e-2 and parameters by ~1e-1).
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+CPU=${CPU:-./train_gpt_cpu}
+CHECK="python3 test/ddp_zero_check.py"
+LOG=build/fp8_train
+mkdir -p "$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, train
+pass=0; fail=0
+FIRST_TOL=1e-4
+LOSS_TOL=5e-3
+PARAM_TOL=1e-2
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+base=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1
+      --lr-final 0.1 --weight-decay 0.1 --val-every 2 --val-steps 1 --sample-every 0 --checkpoint-every 2 --grad-clip 0)
+for C in 64 256; do
+    timeout 120 "$CPU" --model d2,C=$C,NH=4,maxT=64,V=257 "${base[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
+        --val-every 0 --output-dir "$tmp/seed$C" > "$LOG/seed$C.log" 2>&1 || bad "seed checkpoint C=$C: see $LOG/seed$C.log"
+done
+
+# 1. the layouts against one process
+for r in current delayed block mx; do
+    C=64; [ $r = block ] && C=256
+    common=("${base[@]}" --model "$tmp/seed$C/model_00000001.bin" --fp8 $r)
+    train ${r}_one 0 "$CPU" --total-batch 128 || continue
+    train ${r}_one256 0 "$CPU" --total-batch 256
+    for sp in 0 1; do
+        train ${r}_tp2sp$sp 2 "$CPU" --tp 2 --sequence-parallel $sp --total-batch 128 &&
+            check first "--fp8 $r: tp 2 sp $sp vs 1 process" "$tmp/${r}_tp2sp$sp" "$tmp/${r}_one" $FIRST_TOL &&
+            check compare "--fp8 $r: tp 2 sp $sp vs 1 process" "$tmp/${r}_tp2sp$sp" "$tmp/${r}_one" $LOSS_TOL $PARAM_TOL
+    done
+    train ${r}_dp2 2 "$CPU" --total-batch 256 &&
+        check first "--fp8 $r: dp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_dp2" "$tmp/${r}_one256" $FIRST_TOL &&
+        check compare "--fp8 $r: dp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_dp2" "$tmp/${r}_one256" $LOSS_TOL $PARAM_TOL
+    train ${r}_pp2 2 "$CPU" --pp 2 --total-batch 256 &&
+        check first "--fp8 $r: pp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_pp2" "$tmp/${r}_one256" $FIRST_TOL &&
+        check compare "--fp8 $r: pp 2 vs 1 process (2 micro-batches)" "$tmp/${r}_pp2" "$tmp/${r}_one256" $LOSS_TOL $PARAM_TOL
+done
+
+# 2. resume: the FP8 state in the state file
+for r in delayed current; do
+    common=("${base[@]}" --model "$tmp/seed64/model_00000001.bin" --fp8 $r --total-batch 128)
+    train ${r}_half 0 "$CPU" --steps 2 && cp -r "$tmp/${r}_half" "$tmp/${r}_resumed" &&
+        train ${r}_resumed 0 "$CPU" --resume "$tmp/${r}_half/state_00000002.bin" &&
+        check same "--fp8 $r: 2 steps + resume 2 vs 4 steps" "$tmp/${r}_resumed" "$tmp/${r}_one"
+done
+common=("${base[@]}" --model "$tmp/seed64/model_00000001.bin" --fp8 delayed)
+train delayed_dp2_half 2 "$CPU" --total-batch 256 --steps 2 && cp -r "$tmp/delayed_dp2_half" "$tmp/delayed_tp2_resumed" &&
+    train delayed_tp2_resumed 2 "$CPU" --tp 2 --total-batch 256 --resume "$tmp/delayed_dp2_half/state_00000002.bin" &&
+    check compare "--fp8 delayed: dp 2 for 2 steps, resumed under tp 2 vs 1 process" "$tmp/delayed_tp2_resumed" \
+        "$tmp/delayed_one256" $LOSS_TOL $PARAM_TOL
+# a state file of another recipe: refused with one line
+out=$(timeout 60 "$CPU" "${common[@]}" --fp8 current --total-batch 128 --output-dir "$tmp/delayed_as_current" \
+      --resume "$tmp/delayed_half/state_00000002.bin" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c '^error')" -eq 1 ] &&
+   printf '%s\n' "$out" | grep -q "^error: --resume: state file .*expected FP8 state of --fp8 current"; then
+    ok "--fp8 current refuses a state file with delayed scaling's state: $(printf '%s\n' "$out" | grep '^error')"
+else bad "--fp8 current resuming delayed scaling's state: exit $rc, no clear error: $out"; fi
+
+# 3. bad flags
+common=("${base[@]}" --model "$tmp/seed64/model_00000001.bin")
+badlayout fp8_name 1 "--fp8: expected none, delayed, current, block or mx, found 'fp4'" --fp8 fp4
+badlayout fp8_format 1 "--fp8-format: expected hybrid or e4m3, found 'e5m2'" --fp8-format e5m2
+badlayout fp8_history 1 "--fp8-history: expected 1 to 4096 steps, found 0" --fp8-history 0
+badlayout fp8_block_tp 2 "linear qkv splits 64 into 32 per rank, expected a multiple of 128" --fp8 block --tp 2
+
+echo "test_fp8_train: $pass passed, $fail failed"
+[ $fail -eq 0 ]
