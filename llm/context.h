@@ -84,6 +84,9 @@ typedef struct {
     size_t lt_workspace_bytes;
     float* norm_partials;          // (GLOBAL_NORM_MAX_BLOCKS) the global norm's partial sums
     int norm_grid_cap;             // blocks that fill the device once
+    int fp8_gemm_fallback;         // 1: llm/matmul_fp8.cuh always takes its fallback (the tests compare both)
+    void* fp8_scratch;             // (fp8_scratch_bytes) matmul_fp8's FP32 temporaries, grown on demand
+    size_t fp8_scratch_bytes;
 #endif
 } Context;
 
@@ -182,6 +185,7 @@ static void context_free(void) {
     cudaCheck(cudaStreamSynchronize(llm_ctx.stream));
     device_free(llm_ctx.norm_partials);
     device_free(llm_ctx.lt_workspace);
+    if (llm_ctx.fp8_scratch != NULL) device_free(llm_ctx.fp8_scratch);
     cublasCheck(cublasLtDestroy(llm_ctx.lt));
     cudaCheck(cudaStreamDestroy(llm_ctx.stream));
 #endif

@@ -285,6 +285,33 @@ static void fp8_quantize_mx_cpu(uint8_t* q, uint8_t* scales, const float* x, int
     }
 }
 
+// the transposed quantizers of the wgrad operands (dy^T, x^T: the inner dimension is the rows of x):
+// quantize(x^T) with the recipe's tiles along x^T's rows. The reference transposes, then quantizes.
+static float* fp8_transpose_cpu(const float* x, int rows, int cols) {  // returns (cols, rows), malloc'd
+    float* t = (float*)mallocCheck((size_t)rows * cols * sizeof(float));
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+    return t;
+}
+static void fp8_quantize_transpose_1x128_cpu(uint8_t* qt, float* scales, const float* x, int rows, int cols, int fmt) {
+    // qt (cols, rows), scales (cols, ceil(rows/128)), x (rows, cols)
+    float* t = fp8_transpose_cpu(x, rows, cols);
+    fp8_quantize_1x128_cpu(qt, scales, t, cols, rows, fmt);
+    free(t);
+}
+static void fp8_quantize_transpose_128x128_cpu(uint8_t* qt, float* scales, const float* x, int rows, int cols, int fmt) {
+    // qt (cols, rows), scales (ceil(cols/128), ceil(rows/128)), x (rows, cols)
+    float* t = fp8_transpose_cpu(x, rows, cols);
+    fp8_quantize_128x128_cpu(qt, scales, t, cols, rows, fmt);
+    free(t);
+}
+static void fp8_quantize_transpose_mx_cpu(uint8_t* qt, uint8_t* scales, const float* x, int rows, int cols, int fmt) {
+    // qt (cols, rows), scales (cols, ceil(rows/32)), x (rows, cols)
+    float* t = fp8_transpose_cpu(x, rows, cols);
+    fp8_quantize_mx_cpu(qt, scales, t, cols, rows, fmt);
+    free(t);
+}
+
 // ----------------------------------------------------------------------------
 // CUDA kernels (Tin: float or floatX; every value goes through float)
 #if LLM_HAS_KERNELS
@@ -446,6 +473,28 @@ __global__ void fp8_quantize_128x128_kernel(uint8_t* q,        // (rows, cols)
     }
 }
 
+// the transpose with 128x128 blocks: qt = quantize_128x128(x^T). A block of x^T is the transpose of a block
+// of x (same amax), so each thread block takes one block of x as above and writes its codes transposed.
+// Grid (ceil(cols/128), ceil(rows/128)); scales (ceil(cols/128), ceil(rows/128)) are x^T's.
+template <typename Tin>
+__global__ void fp8_quantize_transpose_128x128_kernel(uint8_t* qt,      // (cols, rows)
+                                                      float* scales,    // (ceil(cols/128), ceil(rows/128))
+                                                      const Tin* x,     // (rows, cols)
+                                                      int rows, int cols, int fmt) {
+    int r0 = blockIdx.y * FP8_BLOCK, c0 = blockIdx.x * FP8_BLOCK;
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
+        int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
+        if (r < rows && c < cols) m = fp8_nanmax(m, fabsf((float)x[(size_t)r * cols + c]));
+    }
+    float s = fp8_tile_scale(block_reduce(m, Fp8NanMax()), fmt);
+    if (threadIdx.x == 0) scales[(size_t)blockIdx.x * gridDim.y + blockIdx.y] = s;
+    for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
+        int c = c0 + i / FP8_BLOCK, r = r0 + i % FP8_BLOCK;  // consecutive threads write consecutive qt
+        if (r < rows && c < cols) qt[(size_t)c * rows + r] = fp8_encode((float)x[(size_t)r * cols + c] * s, fmt);
+    }
+}
+
 static void fp8_quantize_1x128(uint8_t* q, float* scales, const float* x, int rows, int cols, int fmt,
                                cudaStream_t stream) {  // q (rows, cols), scales (rows, ceil(cols/128)), x (rows, cols) device
     size_t tiles = (size_t)rows * ((cols + FP8_BLOCK - 1) / FP8_BLOCK);
@@ -480,6 +529,25 @@ __global__ void fp8_quantize_mx_kernel(uint8_t* q,         // (rows, cols)
     uint8_t sc = fp8_mx_scale_code(warp_reduce(fabsf(v), Fp8NanMax()), fmt);
     if (lane == 0) scales[blk] = sc;
     if (c < cols) q[(size_t)r * cols + c] = fp8_mx_encode(v, sc, fmt);
+}
+
+// the transpose with MX blocks: qt = quantize_mx(x^T): 32 consecutive rows of one column of x form a
+// block. One warp per block, one element per lane (lane = row; the loads stride by cols).
+// Grid: cols * ceil(rows/32) warps, 8 a block.
+template <typename Tin>
+__global__ void fp8_quantize_transpose_mx_kernel(uint8_t* qt,       // (cols, rows)
+                                                 uint8_t* scales,   // (cols, ceil(rows/32)) E8M0
+                                                 const Tin* x,      // (rows, cols)
+                                                 int rows, int cols, int fmt) {
+    int nb = (rows + FP8_MX_BLOCK - 1) / FP8_MX_BLOCK;
+    size_t blk = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (blk >= (size_t)cols * nb) return;  // a whole warp leaves together
+    int c = (int)(blk / nb), r = (int)(blk % nb) * FP8_MX_BLOCK + lane;
+    float v = r < rows ? (float)x[(size_t)r * cols + c] : 0.0f;
+    uint8_t sc = fp8_mx_scale_code(warp_reduce(fabsf(v), Fp8NanMax()), fmt);
+    if (lane == 0) scales[blk] = sc;
+    if (r < rows) qt[(size_t)c * rows + r] = fp8_mx_encode(v, sc, fmt);
 }
 
 static void fp8_quantize_mx(uint8_t* q, uint8_t* scales, const float* x, int rows, int cols, int fmt,

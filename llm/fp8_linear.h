@@ -73,7 +73,7 @@ typedef struct {
     int recorded;       // delayed: steps recorded in the histories (0: scales from each tensor's own amax)
     unsigned char* held; // (L) 1 for the layers this rank's stages hold
     Comm* comm;
-    Fp8Matrix a, b;     // the operands of the GEMM running now (workspace, max_elems each)
+    Fp8Matrix a, b;     // the operands of the GEMM running now (workspace, grown to the largest shape used)
     size_t max_elems;
 } Fp8State;
 
@@ -145,8 +145,8 @@ static void fp8_init(Fp8State* st, Fp8Config cfg, Comm* comm, int L, size_t max_
     copy_to_device(st->scale, st->scale_host, st->n * sizeof(float));
     device_memset_zero(st->amax, (st->n + 2) * sizeof(float), llm_ctx.stream);
     st->max_elems = max_elems;
-    fp8_matrix_alloc(&st->a, max_elems, MEM_WORKSPACE);
-    fp8_matrix_alloc(&st->b, max_elems, MEM_WORKSPACE);
+    fp8_matrix_alloc(&st->a, 0, 0, FP8_E4M3, FP8_SCALE_TENSOR, MEM_WORKSPACE);
+    fp8_matrix_alloc(&st->b, 0, 0, FP8_E4M3, FP8_SCALE_TENSOR, MEM_WORKSPACE);
 }
 
 // the largest operand of the three GEMMs of a linear (in_local, out_local) on BT tokens
@@ -200,11 +200,8 @@ static const float* fp8_tensor_scale(Fp8State* st, int i, const floatX* x, size_
 // transpose (K, rows) and m gets x^T
 static void fp8_operand(Fp8State* st, Fp8Matrix* m, int slot, int tensor, const floatX* x, int rows, int K,
                         int transpose, const TPGroup* tp, cudaStream_t s) {
-    m->rows = rows;
-    m->K = K;
-    m->fmt = fp8_tensor_format(&st->cfg, tensor);
-    m->scaling = fp8_tensor_scaling(st->cfg.recipe, tensor);
-    if ((size_t)rows * K > st->max_elems) fatal("fp8: operand of %d x %d elements, workspace %zu", rows, K, st->max_elems);
+    if ((size_t)rows * K > st->max_elems) fatal("fp8: operand of %d x %d elements, expected at most %zu", rows, K, st->max_elems);
+    fp8_matrix_prepare(m, rows, K, fp8_tensor_format(&st->cfg, tensor), fp8_tensor_scaling(st->cfg.recipe, tensor));
     const float* ts = NULL;
     if (m->scaling == FP8_SCALE_TENSOR) ts = fp8_tensor_scale(st, slot * FP8_TENSORS + tensor, x, (size_t)rows * K, m->fmt, tp, s);
     fp8_matrix_quantize(m, x, transpose, ts, s);
@@ -336,12 +333,15 @@ static void fp8_print(const Fp8State* st) {
     }
     printf(" | x, W: E4M3, dy: %s | QKV, attproj, fc, fcproj in FP8; embeddings, LM head, LayerNorms, softmax in %s\n",
            c->e4m3_grads ? "E4M3" : "E5M2", PRECISION_MODE);
+    // the path of each GEMM on this GPU, as cuBLASLt's heuristic answers for a 1024^3 product (a K that
+    // is not a whole number of the recipe's blocks takes the fallback; see llm/matmul_fp8.cuh)
     Fp8Recipe r = c->recipe;
-    int e4 = FP8_E4M3, g = fp8_tensor_format(c, FP8_DY);
-    printf("fp8 GEMMs: forward %s | dgrad %s | wgrad %s\n",
-           matmul_fp8_path(fp8_tensor_scaling(r, FP8_X), fp8_tensor_scaling(r, FP8_W), e4, e4),
-           matmul_fp8_path(fp8_tensor_scaling(r, FP8_DY), fp8_tensor_scaling(r, FP8_W), g, e4),
-           matmul_fp8_path(fp8_tensor_scaling(r, FP8_DY), fp8_tensor_scaling(r, FP8_X), g, e4));
+    int e4 = FP8_E4M3, g = fp8_tensor_format(c, FP8_DY), n = 1024;
+    char fwd[256], dgrad[256], wgrad[256];
+    matmul_fp8_describe(fwd, sizeof(fwd), n, n, n, fp8_tensor_scaling(r, FP8_X), fp8_tensor_scaling(r, FP8_W), e4, e4);
+    matmul_fp8_describe(dgrad, sizeof(dgrad), n, n, n, fp8_tensor_scaling(r, FP8_DY), fp8_tensor_scaling(r, FP8_W), g, e4);
+    matmul_fp8_describe(wgrad, sizeof(wgrad), n, n, n, fp8_tensor_scaling(r, FP8_DY), fp8_tensor_scaling(r, FP8_X), g, e4);
+    printf("fp8 GEMMs: forward %s | dgrad %s | wgrad %s\n", fwd, dgrad, wgrad);
 }
 
 static void fp8_free(Fp8State* st) {

@@ -410,7 +410,9 @@ typedef struct {
     cublasLtEpilogue_t epilogue;               // 0 means CUBLASLT_EPILOGUE_DEFAULT
     const void* bias; int64_t bias_stride;     // (m) per batch; BIAS epilogues
     void* aux; int64_t aux_ld; int64_t aux_stride;  // GELU_AUX* (written) / DGELU (read)
-    const float* scale_a; const float* scale_b; const float* scale_d; float* amax_d;  // FP8
+    const void* scale_a; const void* scale_b; const float* scale_d; float* amax_d;  // FP8
+    int32_t scale_mode_a, scale_mode_b;  // FP8: cublasLtMatmulMatrixScale_t of scale_a/b (0: one float each)
+    int heuristic_only;                  // 1: ask the heuristic, run nothing (llm/matmul_fp8.cuh's describe)
 } MatmulLtArgs;
 
 static inline int64_t matmul_lt_type_size(cudaDataType_t t) {
@@ -441,6 +443,10 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
     }
     if (g->scale_a != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g->scale_a);
     if (g->scale_b != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g->scale_b);
+#if CUBLAS_VERSION >= 120800  // the scale-mode attributes (block scaling) came with cuBLAS 12.8
+    if (g->scale_mode_a != 0) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, g->scale_mode_a);
+    if (g->scale_mode_b != 0) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, g->scale_mode_b);
+#endif
     if (g->scale_d != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, g->scale_d);
     if (g->amax_d != NULL) MATMUL_LT_DESC_SET(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, g->amax_d);
 
@@ -484,7 +490,7 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(llm_ctx.lt, desc, la, lb, lc, ld, pref, 1, &heuristic, &found);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        cublasCheck(cublasLtMatmul(llm_ctx.lt, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
+        if (!g->heuristic_only) cublasCheck(cublasLtMatmul(llm_ctx.lt, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
                                    &heuristic.algo, llm_ctx.lt_workspace, llm_ctx.lt_workspace_bytes, stream));
     } else {
         st = CUBLAS_STATUS_NOT_SUPPORTED;

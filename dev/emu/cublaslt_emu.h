@@ -21,6 +21,22 @@
 //       D      = scaleD * D_temp  (scaleD only when D is FP8), converted with saturation
 //     Setting a non-NULL A/B/C scale on non-FP8 inputs, or a D scale on a non-FP8 D, is an error
 //     (CUBLAS_STATUS_INVALID_VALUE), as the real library reports.
+//   - FP8 scale modes (CUBLASLT_MATMUL_DESC_A/B_SCALE_MODE, cuBLAS 12.8+): the A/B scale pointer is then
+//     a tensor of dequantization factors, one per block of op(A) (m x k) / op(B) (k x n) along k, each
+//     element multiplied by its block's factor before the product. Layouts (as llm/fp8_matrix.cuh
+//     states them, with "outer" = m for A, n for B, and p the index along k):
+//       SCALAR_32F      one float (the default, as above)
+//       VEC128_32F      float at (p/128) * round_up(outer, 4) + outer_index
+//       BLK128x128_32F  float at (outer_index/128) * round_up(ceil(k/128), 4) + p/128
+//       VEC32_UE8M0     E8M0 byte (2^(e-127)) in 512-byte tiles of 128 outer x 4 blocks of 32:
+//                       tile (outer_index/128) * ceil(ceil(k/32)/4) + (p/32)/4, inside it
+//                       (outer_index%32)*16 + ((outer_index%128)/32)*4 + (p/32)%4
+//     Which modes a GPU has (the cuBLAS maintainers, NVIDIA/CUDALibrarySamples #270 and #310):
+//     VEC128_32F and BLK128x128_32F on sm_90 only, VEC32_UE8M0 on sm_100+, SCALAR_32F on every FP8
+//     GPU (sm_89+). The emulated GPU is sm_90 unless CUBLASLT_EMU_ARCH says otherwise (e.g. 100, or 80
+//     for a GPU without FP8), so the tests exercise both the library's block paths and its refusals.
+//     Pairs: SCALAR x SCALAR, VEC128 x VEC128, VEC128 x BLK128x128 (either side), VEC32 x VEC32; block
+//     modes need k a whole number of blocks and a BF16 or FP32 D (our reading; see fp8_matrix.cuh).
 //   - epilogues: DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU.
 //       bias: a vector of length m (rows of D) added to every column; BIAS_BATCH_STRIDE per batch.
 //             Its type is D's type, except FP8 inputs, where it is BF16.
@@ -113,6 +129,7 @@ typedef struct {
     const void* scale_c;
     const void* scale_d;
     void* amax_d;
+    int32_t scale_mode_a, scale_mode_b;  // cublasLtMatmulMatrixScale_t
 } cublaslt_emu_desc;
 
 typedef struct {
@@ -245,6 +262,32 @@ static inline int cublaslt_emu_has_aux(uint32_t e) {
     return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
 
+// the emulated GPU's compute capability x 10 + minor: CUBLASLT_EMU_ARCH (default 90)
+static inline int cublaslt_emu_arch(void) {
+    const char* v = getenv("CUBLASLT_EMU_ARCH");
+    return v != NULL && v[0] != '\0' ? atoi(v) : 90;
+}
+
+// the dequantization factor of element (outer, p) of an operand with scale mode `mode` (not SCALAR)
+CUBLASLT_EMU_HOST_LOOP static inline float cublaslt_emu_block_scale(const void* sp, int mode, int64_t outer, int64_t p,
+                                                                    int64_t n_outer, int64_t k) {
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) {
+        return ((const float*)sp)[(p / 128) * ((n_outer + 3) / 4 * 4) + outer];
+    }
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F) {
+        return ((const float*)sp)[(outer / 128) * (((k + 127) / 128 + 3) / 4 * 4) + p / 128];
+    }
+    int64_t kb = p / 32, kb_tiles = ((k + 31) / 32 + 3) / 4;
+    int64_t i = ((outer / 128) * kb_tiles + kb / 4) * 512 + (outer % 32) * 16 + ((outer % 128) / 32) * 4 + kb % 4;
+    uint8_t e = ((const uint8_t*)sp)[i];
+    if (e == 0xFF) return NAN;
+    return ldexpf(1.0f, (int)e - 127);
+}
+static inline int cublaslt_emu_mode_block(int32_t mode) {  // the k block of a mode (0: scalar)
+    return mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F || mode == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F ? 128
+         : mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ? 32 : 0;
+}
+
 // the bias type cuBLASLt uses for these A and D types
 static inline int cublaslt_emu_default_bias_type(int atype, int dtype) {
     return cublaslt_emu_is_fp8(atype) ? CUDA_R_16BF : dtype;
@@ -303,6 +346,24 @@ static inline cublasStatus_t cublaslt_emu_validate(const cublaslt_emu_desc* d, c
         CUBLASLT_EMU_REQUIRE(cublaslt_emu_is_fp8(at) && cublaslt_emu_is_fp8(bt), CUBLASLT_EMU_UNSUPPORTED,
                              "FP8 A with non-FP8 B (or the reverse)");
         CUBLASLT_EMU_REQUIRE(!(at == CUDA_R_8F_E5M2 && bt == CUDA_R_8F_E5M2), CUBLASLT_EMU_UNSUPPORTED, "E5M2 x E5M2");
+        int arch = cublaslt_emu_arch();
+        CUBLASLT_EMU_REQUIRE(arch >= 89, CUBLASLT_EMU_UNSUPPORTED, "FP8 on a GPU before sm_89 (CUBLASLT_EMU_ARCH)");
+        int32_t ma = d->scale_mode_a, mb = d->scale_mode_b;
+        const int32_t V128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, B128 = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+        const int32_t V32 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0, SC = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+        int mode_ok = (ma == SC && mb == SC) || (ma == V32 && mb == V32) ||
+                      ((ma == V128 || ma == B128) && (mb == V128 || mb == B128) && !(ma == B128 && mb == B128));
+        CUBLASLT_EMU_REQUIRE(mode_ok, CUBLASLT_EMU_UNSUPPORTED, "FP8 scale mode pair");
+        if (ma != SC) {
+            uint64_t k = d->transa == CUBLAS_OP_N ? A->cols : A->rows;
+            CUBLASLT_EMU_REQUIRE(ma != V32 || arch >= 100, CUBLASLT_EMU_UNSUPPORTED, "VEC32_UE8M0 before sm_100");
+            CUBLASLT_EMU_REQUIRE(ma == V32 || arch == 90, CUBLASLT_EMU_UNSUPPORTED, "VEC128/BLK128x128 scales off sm_90");
+            CUBLASLT_EMU_REQUIRE(k % (uint64_t)cublaslt_emu_mode_block(ma) == 0, CUBLASLT_EMU_UNSUPPORTED,
+                                 "block-scaled k not a whole number of blocks");
+            CUBLASLT_EMU_REQUIRE(dt == CUDA_R_16BF || dt == CUDA_R_32F, CUBLASLT_EMU_UNSUPPORTED, "block scales with an FP8 D");
+            CUBLASLT_EMU_REQUIRE(d->scale_a != NULL && d->scale_b != NULL, CUBLASLT_EMU_INVALID,
+                                 "block scale mode without its scale pointers");
+        }
         CUBLASLT_EMU_REQUIRE((ct == CUDA_R_32F && dt == CUDA_R_32F) || (ct == CUDA_R_16BF && dt == CUDA_R_16BF) ||
                              (ct == CUDA_R_16BF && cublaslt_emu_is_fp8(dt)), CUBLASLT_EMU_UNSUPPORTED,
                              "FP8 C/D type combination");
@@ -321,6 +382,8 @@ static inline cublasStatus_t cublaslt_emu_validate(const cublaslt_emu_desc* d, c
                              CUBLASLT_EMU_UNSUPPORTED, "A/B/C/D type combination");
         CUBLASLT_EMU_REQUIRE(d->scale_a == NULL && d->scale_b == NULL && d->scale_c == NULL && d->amax_d == NULL,
                              CUBLASLT_EMU_INVALID, "A/B/C scale or amax pointer set for non-FP8 inputs");
+        CUBLASLT_EMU_REQUIRE(d->scale_mode_a == 0 && d->scale_mode_b == 0, CUBLASLT_EMU_INVALID,
+                             "A/B scale mode set for non-FP8 inputs");
     }
     CUBLASLT_EMU_REQUIRE(d->scale_d == NULL || cublaslt_emu_is_fp8(dt), CUBLASLT_EMU_INVALID,
                          "D scale pointer set for a non-FP8 D");
@@ -488,6 +551,8 @@ extern "C" inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDe
         case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: CUBLASLT_EMU_SET(s->scale_c, const void*); break;
         case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: CUBLASLT_EMU_SET(s->scale_d, const void*); break;
         case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: CUBLASLT_EMU_SET(s->amax_d, void*); break;
+        case CUBLASLT_MATMUL_DESC_A_SCALE_MODE: CUBLASLT_EMU_SET(s->scale_mode_a, int32_t); break;
+        case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: CUBLASLT_EMU_SET(s->scale_mode_b, int32_t); break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: CUBLASLT_EMU_SET(s->aux_type, int32_t); break;
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: CUBLASLT_EMU_SET(s->bias_type, int32_t); break;
         case CUBLASLT_MATMUL_DESC_FAST_ACCUM: CUBLASLT_EMU_SET(s->fast_accum, int8_t); break;
@@ -605,8 +670,9 @@ extern "C" inline CUBLASLT_EMU_HOST_LOOP cublasStatus_t cublasLtMatmul(cublasLtH
         }
     }
     float scale_ab = 1.0f, scale_c = 1.0f, scale_d = 1.0f;
-    if (d->scale_a != NULL) scale_ab *= *(const float*)d->scale_a;
-    if (d->scale_b != NULL) scale_ab *= *(const float*)d->scale_b;
+    int block_a = d->scale_mode_a != 0, block_b = d->scale_mode_b != 0;  // per-block factors, applied per element
+    if (d->scale_a != NULL && !block_a) scale_ab *= *(const float*)d->scale_a;
+    if (d->scale_b != NULL && !block_b) scale_ab *= *(const float*)d->scale_b;
     if (d->scale_c != NULL) scale_c = *(const float*)d->scale_c;
     if (d->scale_d != NULL) scale_d = *(const float*)d->scale_d;
     int bias_type = cublaslt_emu_default_bias_type(la->type, ld->type);
@@ -635,7 +701,9 @@ extern "C" inline CUBLASLT_EMU_HOST_LOOP cublasStatus_t cublasLtMatmul(cublasLtH
         for (int i = 0; i < m; i++) {
             for (int p = 0; p < k; p++) {
                 int64_t idx = d->transa == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld;
-                af[(size_t)i * k + p] = cublaslt_emu_get(Ab, la->type, idx);
+                float v = cublaslt_emu_get(Ab, la->type, idx);
+                if (block_a) v *= cublaslt_emu_block_scale(d->scale_a, d->scale_mode_a, i, p, m, k);
+                af[(size_t)i * k + p] = v;
             }
         }
         // op(B)[p][j]: N -> B[p + j*ldb] (B stored k x n); T -> B[j + p*ldb] (B stored n x k)
@@ -643,7 +711,9 @@ extern "C" inline CUBLASLT_EMU_HOST_LOOP cublasStatus_t cublasLtMatmul(cublasLtH
         for (int p = 0; p < k; p++) {
             for (int j = 0; j < n; j++) {
                 int64_t idx = d->transb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld;
-                bf[(size_t)p * n + j] = cublaslt_emu_get(Bb, lb->type, idx);
+                float v = cublaslt_emu_get(Bb, lb->type, idx);
+                if (block_b) v *= cublaslt_emu_block_scale(d->scale_b, d->scale_mode_b, j, p, n, k);
+                bf[(size_t)p * n + j] = v;
             }
         }
         cublaslt_emu_gemm_f32(acc, af, bf, m, n, k);
