@@ -51,7 +51,7 @@ LLM_HD static inline float fp8_epilogue(float v, int j, float* pre_gelu_out, con
                                         const floatX* dgelu_pre) {
     if (bias != NULL) v += (float)bias[j];
     if (out_old != NULL) v += (float)*out_old;
-    if (pre_gelu_out != NULL) { *pre_gelu_out = v; v = gelu_scalar((float)(floatX)v); }
+    if (pre_gelu_out != NULL) { *pre_gelu_out = v; v = gelu_scalar(v); }  // GELU of the FP32 value, as cuBLASLt's GELU_AUX
     if (dgelu_pre != NULL) v *= gelu_grad_scalar((float)*dgelu_pre);
     return v;
 }

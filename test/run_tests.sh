@@ -101,6 +101,13 @@ run fp8_cpu ./build/test_fp8_cpu
 run fp8_emu_forward env EMU_ORDER=forward ./build/test_fp8_emu
 run fp8_emu_reverse env EMU_ORDER=reverse ./build/test_fp8_emu
 run fp8_emu_random env EMU_ORDER=random ./build/test_fp8_emu
+# the FP8 GEMM of every recipe (llm/matmul_fp8.cuh) against an FP64 GEMM of the unquantized inputs, with
+# the bound from the formats' rounding; emulated: on sm_90 (cuBLASLt per-tensor and block scales, mx by the
+# fallback), sm_100 (mx by cuBLASLt's E8M0 mode, block by the fallback) and sm_80 (no FP8: all fallback)
+run fp8_gemm_cpu ./build/test_fp8_gemm_cpu
+run fp8_gemm_emu_sm90 env EMU_ORDER=random CUBLASLT_EMU_ARCH=90 ./build/test_fp8_gemm_emu
+run fp8_gemm_emu_sm100 env EMU_ORDER=reverse CUBLASLT_EMU_ARCH=100 ./build/test_fp8_gemm_emu
+run fp8_gemm_emu_sm80 env EMU_ORDER=forward CUBLASLT_EMU_ARCH=80 ./build/test_fp8_gemm_emu
 run fp8_train bash test/test_fp8_train.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 

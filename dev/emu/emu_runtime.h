@@ -222,8 +222,12 @@ static inline void emu_fill_props(cudaDeviceProp* p) {
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
     p->totalConstMem = 65536;
-    p->major = 9;
-    p->minor = 0;
+    {   // sm_90 unless CUBLASLT_EMU_ARCH names another (the emulated cuBLASLt's FP8 modes follow it too)
+        const char* arch = getenv("CUBLASLT_EMU_ARCH");
+        int a = arch != NULL && arch[0] != '\0' ? atoi(arch) : 90;
+        p->major = a / 10;
+        p->minor = a % 10;
+    }
     p->textureAlignment = 512;
     p->texturePitchAlignment = 32;
     p->multiProcessorCount = EMU_NUM_SMS;
