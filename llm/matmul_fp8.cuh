@@ -254,8 +254,9 @@ static int matmul_fp8(floatX* out /*(M,N)*/, floatX* pre_gelu /*(M,N) or NULL*/,
 }
 
 // One start-up line's part: the path of an (M, K) x (N, K) product with these scalings and formats on
-// this GPU, as cuBLASLt's heuristic answers for the product into an FP32 temporary (path 1b, which
-// every epilogue can use). E.g. "cuBLASLt FP8 E4M3 x E4M3, scales VEC128_32F x BLK128x128_32F".
+// this GPU, as cuBLASLt's heuristic answers for the plain product into floatX (path 1a without an
+// epilogue: the dgrad and, with beta = 1, the wgrad call). E.g. "cuBLASLt FP8 E4M3 x E4M3, scales
+// VEC128_32F x BLK128x128_32F".
 static void matmul_fp8_describe(char* buf, size_t len, int M, int N, int K, Fp8Scaling sa, Fp8Scaling sb, int fa, int fb) {
     const char* fn[2] = {"E4M3", "E5M2"};
 #if LLM_BUILD_CPU
@@ -268,7 +269,7 @@ static void matmul_fp8_describe(char* buf, size_t len, int M, int N, int K, Fp8S
     memset(&a, 0, sizeof(a)); memset(&b, 0, sizeof(b));
     a.rows = M; a.K = K; a.fmt = fa; a.scaling = sa; a.q = (uint8_t*)(uintptr_t)256; a.lt_scale = (void*)(uintptr_t)512;
     b.rows = N; b.K = K; b.fmt = fb; b.scaling = sb; b.q = (uint8_t*)(uintptr_t)768; b.lt_scale = (void*)(uintptr_t)1024;
-    cublasStatus_t st = matmul_fp8_lt((void*)(uintptr_t)1280, 1, NULL, 0.0f, &a, &b, NULL, NULL, 1, llm_ctx.stream);
+    cublasStatus_t st = matmul_fp8_lt((void*)(uintptr_t)1280, 0, NULL, 0.0f, &a, &b, NULL, NULL, 1, llm_ctx.stream);
     int dev = 0, major = 0, minor = 0;
     cudaCheck(cudaGetDevice(&dev));
     cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

@@ -16,7 +16,7 @@ rows=()
 row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 echo "== build (sm_${ARCH})"
-make -j"$(nproc)" train_gpt build/test_kernels_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+make -j"$(nproc)" train_gpt build/test_kernels_gpu build/test_fp8_gemm_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
 while read -r note; do echo "$note"; row "build" "$note"; done < <(grep '^note:' "$LOG/build.log")
 # the kernel benchmarks (dev/cuda/cuda.mk), rebuilt every time; -k: one that fails leaves the others
 for f in dev/cuda/*.cu; do rm -f "build/cuda/$(basename "$f" .cu)"; done
@@ -30,6 +30,11 @@ echo "== kernel harness (test/test_kernels.cu on the GPU)"
 ./build/test_kernels_gpu > "$LOG/test_kernels.log" 2>&1
 row "test_kernels (GPU)" "$(tail -1 "$LOG/test_kernels.log")"
 
+echo "== FP8 GEMM (test/test_fp8_gemm.cu on the GPU: every recipe vs FP64, cuBLASLt vs fallback; the paths this GPU takes)"
+./build/test_fp8_gemm_gpu > "$LOG/test_fp8_gemm.log" 2>&1
+grep -E "describe|^FAIL" "$LOG/test_fp8_gemm.log" | head -20
+row "test_fp8_gemm (GPU)" "$(tail -1 "$LOG/test_fp8_gemm.log")"
+
 echo "== kernel benchmarks (dev/cuda)"
 for f in dev/cuda/*.cu; do
     n=$(basename "$f" .cu)
@@ -39,6 +44,8 @@ for f in dev/cuda/*.cu; do
     grep -E "^(version|kernel|best|median|peak)" "$LOG/bench_$n.log" | head -12 | while read -r line; do echo "  $n: $line"; done
     row "dev/cuda/$n" "$(grep -cE 'FAIL' "$LOG/bench_$n.log") failed checks, see $LOG/bench_$n.log"
 done
+# the FP8 GEMM's table: each recipe's path, TFLOP/s and speed-up over BF16 at GPT-2 124M's shapes
+[ -f "$LOG/bench_matmul_fp8.log" ] && grep -E "^(layer|qkv|attproj|fc|fcproj) " "$LOG/bench_matmul_fp8.log"
 PEAK=${PEAK_TFLOPS:-$(grep -oE 'peak [0-9.]+ TFLOP/s' "$LOG/bench_matmul.log" 2>/dev/null | grep -oE '[0-9.]+' | head -1)}
 PEAK=${PEAK:-0}
 
