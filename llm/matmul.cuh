@@ -488,10 +488,17 @@ static cublasStatus_t matmul_cublaslt_call(const MatmulLtArgs* g, cudaStream_t s
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(llm_ctx.lt, desc, la, lb, lc, ld, pref, 1, &heuristic, &found);
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    // an FP8 configuration this GPU or library lacks (a scale mode, a type pair, FP8 on sm_80) may be
+    // refused as invalid or as an arch mismatch rather than unsupported: the FP8 caller falls back
+    bool fp8 = g->a_type == CUDA_R_8F_E4M3 || g->a_type == CUDA_R_8F_E5M2;
+    bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                   (fp8 && (st == CUBLAS_STATUS_INVALID_VALUE || st == CUBLAS_STATUS_ARCH_MISMATCH));
+    if (!refused) cublasCheck(st);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        if (!g->heuristic_only) cublasCheck(cublasLtMatmul(llm_ctx.lt, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
-                                   &heuristic.algo, llm_ctx.lt_workspace, llm_ctx.lt_workspace_bytes, stream));
+        if (!g->heuristic_only) {
+            cublasCheck(cublasLtMatmul(llm_ctx.lt, desc, &g->alpha, g->a, la, g->b, lb, &g->beta, g->c, lc, g->d, ld,
+                                       &heuristic.algo, llm_ctx.lt_workspace, llm_ctx.lt_workspace_bytes, stream));
+        }
     } else {
         st = CUBLAS_STATUS_NOT_SUPPORTED;
     }
