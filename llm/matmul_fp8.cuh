@@ -30,6 +30,9 @@
 //      does not take): both operands dequantized to FP32 by a kernel (the same products decode(q) * 1/s),
 //      an FP32 cuBLASLt GEMM with FP32 accumulation into an FP32 temporary, and the same epilogue kernel.
 //      Same numerics as path 1: FP32 values of the same products, FP32 sums, one rounding to floatX.
+//      (Not BF16 operands: decode(q) * 1/s has up to 4 + 24 significant bits, so BF16 would add a
+//      rounding of 2^-9 per element that the FP8 path does not have; FP32 keeps each product exact
+//      up to one FP32 rounding. The price is FP32 GEMM speed, for the recipes this GPU lacks.)
 // The CPU build computes the same numbers: dequantize (fp8_matrix_dequant), sgemm, the epilogue loop.
 //
 // Layout: the CPU reference (also the CPU build), the epilogue kernel, the cuBLASLt paths, the launcher.
