@@ -20,7 +20,9 @@
 //      VEC32_UE8M0"; per-tensor scalars on every FP8 GPU (sm_89, sm_90, sm_100+). E5M2 x E5M2 has no
 //      kernel. So on sm_90 (H100): delayed and current take cuBLASLt (scalar scales), block takes cuBLASLt
 //      (VEC128 x BLK128x128 forward and dgrad, VEC128 x VEC128 wgrad), mx takes the fallback; on sm_100
-//      mx takes cuBLASLt and block the fallback. The program asks the heuristic at start-up and prints
+//      mx takes cuBLASLt and block the fallback. (The block pairs are the three of the DeepSeek recipe as
+//      public scaled-GEMM callers list them: 1x128 x 1x128, 1x128 x 128x128, 128x128 x 1x128; not
+//      128x128 x 128x128, which no GEMM here needs.) The program asks the heuristic at start-up and prints
 //      what it answered (matmul_fp8_describe), so the line is the library's word, not this comment's.
 //      Block modes are tried only when K is a whole number of blocks (K % 128 == 0 for VEC128/BLK, % 32
 //      for VEC32): the partial-block semantics of the library were not documented where we looked.
