@@ -174,7 +174,10 @@ static void fp8_delayed_push(Fp8DelayedState* st, float amax) {
     st->pos = (st->pos + 1) % st->H;
 }
 
+// The CPU loops below are the references of the kernels and the CPU build's implementation: their
+// rows are independent, so OpenMP splits them over the cores (the same values in any order).
 static void fp8_quantize_cpu(uint8_t* q, const float* x, size_t n, float scale, int fmt) {  // q (n), x (n)
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) q[i] = fp8_encode(x[i] * scale, fmt);
 }
 static void fp8_dequantize_cpu(float* x, const uint8_t* q, size_t n, float scale, int fmt) {  // x (n), q (n)
@@ -202,6 +205,7 @@ LLM_HD static inline float fp8_tile_scale(float amax, int fmt) {
 static void fp8_quantize_1x128_cpu(uint8_t* q, float* scales, const float* x, int rows, int cols, int fmt) {
     // q (rows, cols), scales (rows, ceil(cols/128)), x (rows, cols)
     int nt = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         for (int t = 0; t < nt; t++) {
             int c0 = t * FP8_BLOCK, c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
@@ -219,6 +223,7 @@ static void fp8_quantize_1x128_cpu(uint8_t* q, float* scales, const float* x, in
 static void fp8_quantize_128x128_cpu(uint8_t* q, float* scales, const float* x, int rows, int cols, int fmt) {
     // q (rows, cols), scales (ceil(rows/128), ceil(cols/128)), x (rows, cols)
     int nbr = (rows + FP8_BLOCK - 1) / FP8_BLOCK, nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+#pragma omp parallel for schedule(static)
     for (int br = 0; br < nbr; br++) {
         for (int bc = 0; bc < nbc; bc++) {
             int r0 = br * FP8_BLOCK, r1 = r0 + FP8_BLOCK < rows ? r0 + FP8_BLOCK : rows;
@@ -272,6 +277,7 @@ LLM_HD static inline float fp8_mx_decode(uint8_t q, uint8_t sc, int fmt) {
 static void fp8_quantize_mx_cpu(uint8_t* q, uint8_t* scales, const float* x, int rows, int cols, int fmt) {
     // q (rows, cols), scales (rows, ceil(cols/32)) E8M0 codes, x (rows, cols)
     int nb = (cols + FP8_MX_BLOCK - 1) / FP8_MX_BLOCK;
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float* xr = x + (size_t)r * cols;
         for (int b = 0; b < nb; b++) {
@@ -280,7 +286,12 @@ static void fp8_quantize_mx_cpu(uint8_t* q, uint8_t* scales, const float* x, int
             for (int c = c0; c < c1; c++) amax = fp8_nanmax(amax, fabsf(xr[c]));
             uint8_t sc = fp8_mx_scale_code(amax, fmt);
             scales[(size_t)r * nb + b] = sc;
-            for (int c = c0; c < c1; c++) q[(size_t)r * cols + c] = fp8_mx_encode(xr[c], sc, fmt);
+            if (sc == FP8_E8M0_NAN) {  // fp8_mx_encode's rule, with the block's 2^-(sc-127) computed once
+                for (int c = c0; c < c1; c++) q[(size_t)r * cols + c] = fmt == FP8_E4M3 ? 0x7F : 0x7E;
+                continue;
+            }
+            float inv = fp8_exp2i(127 - (int)sc);
+            for (int c = c0; c < c1; c++) q[(size_t)r * cols + c] = fp8_encode(xr[c] * inv, fmt);
         }
     }
 }
@@ -289,6 +300,7 @@ static void fp8_quantize_mx_cpu(uint8_t* q, uint8_t* scales, const float* x, int
 // quantize(x^T) with the recipe's tiles along x^T's rows. The reference transposes, then quantizes.
 static float* fp8_transpose_cpu(const float* x, int rows, int cols) {  // returns (cols, rows), malloc'd
     float* t = (float*)mallocCheck((size_t)rows * cols * sizeof(float));
+#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = x[(size_t)r * cols + c];
     return t;

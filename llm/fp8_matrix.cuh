@@ -148,9 +148,26 @@ LLM_HD static inline float fp8_matrix_value(const uint8_t* q, const float* scale
 }
 
 static void fp8_matrix_dequant_cpu(float* out, const Fp8Matrix* m) {  // out (rows, K) host
-    for (int r = 0; r < m->rows; r++)
-        for (int k = 0; k < m->K; k++)
-            out[(size_t)r * m->K + k] = fp8_matrix_value(m->q, m->scale, m->e8m0, r, k, m->rows, m->K, m->fmt, m->scaling);
+    float lut[256];  // fp8_decode of every code
+    for (int c = 0; c < 256; c++) lut[c] = fp8_decode((uint8_t)c, m->fmt);
+    int K = m->K, nt = (K + FP8_BLOCK - 1) / FP8_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < m->rows; r++) {
+        const uint8_t* q = m->q + (size_t)r * K;
+        float* o = out + (size_t)r * K;
+        if (m->scaling == FP8_SCALE_MX32) {  // fp8_mx_decode, per element
+            for (int k = 0; k < K; k++) o[k] = fp8_matrix_value(m->q, m->scale, m->e8m0, r, k, m->rows, K, m->fmt, m->scaling);
+            continue;
+        }
+        for (int t = 0; t < nt; t++) {  // fp8_matrix_value with each tile's 1 / scale computed once
+            float s = m->scaling == FP8_SCALE_TENSOR ? m->scale[0]
+                    : m->scaling == FP8_SCALE_1x128 ? m->scale[(size_t)r * nt + t]
+                    : m->scale[(size_t)(r / FP8_BLOCK) * nt + t];
+            float inv = fp8_div_rn(1.0f, s);
+            int k1 = (t + 1) * FP8_BLOCK < K ? (t + 1) * FP8_BLOCK : K;
+            for (int k = t * FP8_BLOCK; k < k1; k++) o[k] = lut[q[k]] * inv;
+        }
+    }
 }
 
 // quantize x (rows, K) or, with transpose, x (K, rows) as x^T into m (m's shape set by fp8_matrix_prepare),
