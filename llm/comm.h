@@ -49,7 +49,9 @@
 // BF16. NCCL sums bf16 in bf16: every partial sum is rounded to bf16 (N-1 roundings on N ranks,
 // each a relative error <= 2^-8), and ncclAvg multiplies every input by 1/N (rounded to bf16) before
 // summing; both exact for power-of-two N away from the subnormals. The MPI path is FP32 only (the
-// CPU build has no bf16 buffers). Over MPI the average is the sum times 1/N.
+// CPU build has no bf16 buffers). Over MPI the average is the sum times 1/N. FP16 (PRECISION=FP16)
+// goes the same way (ncclFloat16, summed in fp16: relative error <= 2^-11 per partial sum; a sum
+// beyond 65504 is inf, which the loss scaler of llm/loss_scale.h sees as an overflow and skips).
 //
 // The wait. comm_take_wait_ms(c) returns how long the computation waited in comm_wait for
 // non-blocking collectives since its last call; call it after the step's device synchronize.
@@ -163,7 +165,7 @@ typedef enum {
 } CommKind;
 #define COMM_NUM_KINDS 6
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: FP8 amaxes (llm/fp8_linear.h)
-typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1 } CommDtype;
+typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1, COMM_FP16 = 2 } CommDtype;
 
 static inline const char* comm_group_name(int g) {
     static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed"};
@@ -237,11 +239,12 @@ typedef struct {
 #endif
 } CommHandle;
 
-static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_BF16 ? 2 : 4; }
-static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : "float"; }
+static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_FLOAT ? 4 : 2; }
+static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : (dt == COMM_FP16 ? "fp16" : "float"); }
 static inline CommDtype comm_dtype_of(const float*) { return COMM_FLOAT; }
 #if LLM_HAS_KERNELS
 static inline CommDtype comm_dtype_of(const __nv_bfloat16*) { return COMM_BF16; }
+static inline CommDtype comm_dtype_of(const __half*) { return COMM_FP16; }
 #endif
 
 // which transport this build's collectives use, for logs
@@ -300,7 +303,9 @@ static inline int comm_mpi_count(size_t n, const char* op) {
 #endif
 
 #if COMM_NCCL
-static inline ncclDataType_t comm_nccl_type(CommDtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
+static inline ncclDataType_t comm_nccl_type(CommDtype dt) {
+    return dt == COMM_BF16 ? ncclBfloat16 : (dt == COMM_FP16 ? ncclFloat16 : ncclFloat32);
+}
 // the comm stream waits for everything already enqueued on the compute stream
 static inline void comm_stream_begin(Comm* c, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(c->begin_event, compute));
@@ -406,7 +411,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     }
 #elif COMM_MPI
     (void)stream;
-    if (dt != COMM_FLOAT) fatal("%s: %s buffers over MPI: the MPI path is FP32 only (bf16 goes over NCCL)", name, comm_dtype_name(dt));
+    if (dt != COMM_FLOAT) fatal("%s: %s buffers over MPI: the MPI path is FP32 only (bf16 and fp16 go over NCCL)", name, comm_dtype_name(dt));
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
     MPI_Datatype mt = MPI_FLOAT;
@@ -480,7 +485,7 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
 }
 
 // ----------------------------------------------------------------------------
-// the API: T is float or floatX (__nv_bfloat16 in the BF16 kernel builds)
+// the API: T is float or floatX (__nv_bfloat16 in the BF16 kernel builds, __half in the FP16 ones)
 
 template <typename T>
 static void comm_all_reduce(Comm* c, CommGroup g, const T* send, T* recv, size_t n, CommReduce op, cudaStream_t stream) {
