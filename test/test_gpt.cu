@@ -502,6 +502,38 @@ int main(int argc, char** argv) {
         dp_free(&d);
     }
 
+#if LLM_HAS_KERNELS && defined(ENABLE_FP16)
+    // The resumable state's FP16 conversions (llm/checkpoint.h, written without CUDA headers) against
+    // the toolkit's __half: every one of the 65536 codes decodes to the same float and encodes back to
+    // itself (NaNs: to a NaN), and floats at and between neighbours (ties, the subnormals, the overflow
+    // threshold 65520) round to nearest even as __float2half_rn does.
+    {
+        size_t bad = 0, checked = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            __half x = __ushort_as_half((unsigned short)h);
+            float f = __half2float(x), g = f16_bits_to_f32((uint16_t)h);
+            int nan = isnan(f);
+            if (nan ? !isnan(g) : memcmp(&f, &g, 4) != 0) bad++;
+            uint16_t back = f32_to_f16_bits(g);
+            if (nan ? !isnan(f16_bits_to_f32(back)) : back != h) bad++;
+            if (!nan && h < 0x7c00u) {  // the points 1/4, 1/2 (a tie), 3/4 of the way to the next code
+                float nx = f16_bits_to_f32((uint16_t)(h + 1));
+                for (int q = 1; q <= 3; q++) {
+                    float m = g + (nx - g) * 0.25f * (float)q;
+                    uint16_t want = __half_as_ushort(__float2half_rn(m));
+                    if (f32_to_f16_bits(m) != want || f32_to_f16_bits(-m) != (uint16_t)(want | 0x8000u)) bad++;
+                    checked++;
+                }
+            }
+            checked++;
+        }
+        const float edges[] = {65504.0f, 65519.0f, 65520.0f, 1e6f, INFINITY, 0x1p-25f, 0x1.8p-25f, 0x1p-26f};
+        for (float e : edges) { if (f32_to_f16_bits(e) != __half_as_ushort(__float2half_rn(e))) bad++; checked++; }
+        check(bad == 0, "state file FP16 encoding (llm/checkpoint.h) = __half on all 65536 codes and %zu values between them (%zu differ)",
+              checked, bad);
+    }
+#endif
+
     free(params); free(params0); free(x); free(y); free(want_logits); free(want_grads); free(logits); free(got_logits);
     free(grads); free(want_params10); free(got_params10);
     stage_free(&st);

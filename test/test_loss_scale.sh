@@ -180,8 +180,9 @@ if [ -x "$FP16" ]; then
     resume_check resume_fp16 "$FP16"
     # FP16 against the FP32 run of the same seed and data: the losses of 8 steps within 2e-3 (observed
     # ~1e-4: FP16's 11-bit significand rounds activations and gradients by <= 2^-11 relative; the
-    # training moves the loss by ~0.4 over these steps, so a missing update or an unscaled gradient,
-    # clipped at the same norm but 65536 times too large in AdamW's moments, is far outside)
+    # training moves the loss by ~0.4 over these steps, so a missing update is far outside). (Gradients
+    # left scaled would pass here: AdamW's m / sqrt(v) does not see a gradient's scale but through eps;
+    # the FP32 runs above, bit for bit, catch that.)
     run fp16_plain 0 "$FP16"
     if python3 - "$tmp/none/log.jsonl" "$tmp/fp16_plain/log.jsonl" <<'PY'
 import json, sys
