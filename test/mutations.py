@@ -499,7 +499,7 @@ MUTATIONS = [
       "data"),
 
     # --- checkpoints and resume ---
-    M("r-bf16-round-half-up", "checkpoint", "llm/checkpoint.h",
+    M("r-bf16-round-half-up", "checkpoint", "llm/float16_bits.h",
       "    u += 0x7fffu + ((u >> 16) & 1u);",
       "    u += 0x8000u;",
       "version-5 checkpoints round ties away from zero instead of to even",
@@ -556,6 +556,11 @@ MUTATIONS = [
       "    if (st->cfg.recipe != FP8_RECIPE_DELAYED) return;",
       "a skipped step's amaxes (inf) are pushed into the FP8 delayed-scaling histories",
       "loss_scale"),
+    M("c-mpi-fp16-as-bf16", "comm", "llm/comm.h",
+      "    int d = dt == COMM_FP16;",
+      "    int d = 0;",
+      "16-bit reductions over MPI treat FP16 buffers as BF16",
+      "comm"),
     M("k-fp16-sr-biased", "kernels", "llm/adamw.cuh",
       "    float u = (float)(bits >> 8) * 0x1p-24f;",
       "    float u = (float)(bits >> 8) * 0x1p-24f * 0.95f;",
