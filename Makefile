@@ -1,7 +1,7 @@
 # Makefile: the three builds of train_gpt.cu (CUDA, CPU, emulated CUDA), the tests, the default run.
 #
 #   make train_gpt_cpu        CPU build (g++, OpenMP, OpenBLAS, MPI)
-#   make train_gpt            CUDA build (nvcc, cuBLASLt, NCCL, MPI); PRECISION=BF16 (default) or FP32
+#   make train_gpt            CUDA build (nvcc, cuBLASLt, NCCL, MPI); PRECISION=BF16 (default), FP16 or FP32
 #   make train                the embedded default run: synthetic addition data, train, evaluate
 #   make test                 every test (see test/run_tests.sh)
 #   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp: see test/test.mk)
@@ -80,6 +80,8 @@ CPU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm
 # --- emulated CUDA build (tests): the kernels compiled by g++, run by dev/emu ---
 ifeq ($(PRECISION),FP32)
 PREC_FLAGS := -DENABLE_FP32
+else ifeq ($(PRECISION),FP16)
+PREC_FLAGS := -DENABLE_FP16
 else
 PREC_FLAGS :=
 endif

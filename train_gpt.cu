@@ -51,6 +51,13 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/pipeline.h"
 #include "llm/pipeline_report.h"
 #include "llm/optimizer.h"
+#include "llm/loss_scale.h"
+// the 16-bit parameters the resumable state carries (llm/checkpoint.h header[18]): 1 BF16, 2 FP16, 0 none
+#if defined(ENABLE_FP16)
+#define STATE_FLOATX_KIND 2
+#else
+#define STATE_FLOATX_KIND (ADAMW_HAS_MASTER ? 1 : 0)
+#endif
 #include "llm/dataloader.h"
 #include "llm/tokenizer.h"
 #include "llm/logger.h"
@@ -142,6 +149,13 @@ int main(int argc, char** argv) {
 
     // the parameters and optimizer state: fresh, or resumed (each rank keeps its part of the state file)
     OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, 0.9f, 0.95f, 1e-8f, args.weight_decay, args.grad_clip};
+    LossScaler scaler;  // loss scaling (llm/loss_scale.h): --loss-scale, default dynamic in FP16 builds
+    loss_scaler_init(&scaler, (LossScaleMode)args.loss_scale, args.loss_scale_init, args.loss_scale_window);
+    if (rank0 && scaler.mode != LOSS_SCALE_NONE) {
+        printf("loss scaling: %s, scale %g", loss_scale_mode_name(scaler.mode), scaler.scale);
+        if (scaler.mode == LOSS_SCALE_DYNAMIC) printf(", doubled after %d good steps, halved on an overflow", scaler.window);
+        printf("\n");
+    }
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
@@ -153,12 +167,17 @@ int main(int argc, char** argv) {
         float *p, *m, *v, *p16;
         state_load(path, cfg, &ts, &p, &m, &v, &p16);
         dp_import_params(&dp, p, 1);
-        if (p16 != NULL && ADAMW_HAS_MASTER) dp_import_floatx(&dp, p16);  // the BF16 parameters exactly
+        if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(&dp, p16);  // the 16-bit parameters exactly
         dp_import_moments(&dp, m, v);
         dp.opt.t = ts.adam_t;
         fp8_resume(&fp8, ts.fp8_recipe, ts.fp8, ts.fp8_n, path);
         free(ts.fp8);
         dataloader_seek(&train_loader, ts.data);
+        if (ts.loss_scale > 0.0f && scaler.mode != LOSS_SCALE_NONE) {  // the scaler goes on where it was
+            scaler.scale = ts.loss_scale;
+            scaler.good_steps = ts.loss_scale_good_steps;
+            scaler.skipped = ts.loss_scale_skipped;
+        }
         sample_rng.state = ts.rng;
         start_step = ts.step;
         free(p); free(m); free(v); free(p16);
@@ -234,16 +253,22 @@ int main(int argc, char** argv) {
         double t0 = wall_ms();
         dp_step_begin(&dp);
         fp8_step_begin(&fp8);
-        float train_loss = pipeline_step(&pipe, step_inputs, step_targets, 1.0f / ((float)B * T * grad_accum));
+        // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h); the
+        // overflow test makes the last rank's inf
+        float step_scale = scaler.scale, dloss = loss_scaler_seed(&scaler, 1.0f / ((float)B * T * grad_accum));
+        if (step == args.debug_inf_grad_at_step && comm.world_rank == comm.world_size - 1) dloss = INFINITY;
+        float train_loss = pipeline_step(&pipe, step_inputs, step_targets, dloss);
         double t_opt = wall_ms();
-        fp8_step_end(&fp8);
         dp_finish_grads(&dp);
         pipe_event(&pipe, "gradient reductions", "collective", t_opt);  // (the last ones, waited)
         t_opt = wall_ms();
         train_loss = dp_mean(&dp, train_loss);  // over all ranks
-        float norm = dp_grad_norm(&dp);
+        float norm = dp_grad_norm(&dp), unscale;
+        // an overflow (a norm that is not finite, the same on every rank) skips the update
+        int apply = loss_scaler_step(&scaler, &norm, &unscale);
+        fp8_step_end(&fp8, !apply);  // (a skipped step's amaxes stay out of the histories)
         float lr = lr_schedule(&oc, step - 1);
-        dp_update(&dp, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step));
+        if (apply) dp_update(&dp, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step), unscale);
         device_synchronize();
         pipe_event(&pipe, "optimizer", "optimizer", t_opt);
         double ms = wall_ms() - t0;
@@ -269,10 +294,12 @@ int main(int argc, char** argv) {
             printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, train_loss, lr,
                    norm, ms, tok_s);
             if (data_parallel) printf(" | comm wait %.1f ms", wait);
+            if (scaler.mode != LOSS_SCALE_NONE) printf(" | loss scale %g%s", step_scale, scaler.last_skipped ? " | skipped (overflow)" : "");
             if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
             printf("\n");
         }
-        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)wait : NAN);
+        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)wait : NAN,
+                        scaler.mode != LOSS_SCALE_NONE ? step_scale : NAN, scaler.last_skipped);
         if (args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             gen[0] = eot;
             int len = sampler_generate(&sampler, gen, 1, args.sample_len, -1, &sample_rng);
@@ -295,8 +322,10 @@ int main(int argc, char** argv) {
             fp8_state_export(&fp8, fp8_state);
             if (rank0) {
                 TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
-                                 fp8_state_floats(&fp8), fp8_state};
-                checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, sizeof(floatX) == 2 ? 5 : 3);
+                                 fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
+                                 scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped};
+                // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
+                checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
                 printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
             }
             free(p); free(m); free(v); free(p16); free(fp8_state);

@@ -2,8 +2,8 @@
 //   g = grad * grad_scale                     (grad_scale folds in gradient clipping)
 //   m = beta1 m + (1 - beta1) g ;  v = beta2 v + (1 - beta2) g^2
 //   p -= lr * ( (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * p )
-// Weight decay is decoupled from the gradient. When the parameters are BF16, an FP32 master copy
-// is updated and rounded (stochastically, from seed) into the BF16 parameters.
+// Weight decay is decoupled from the gradient. When the parameters are BF16 or FP16, an FP32 master
+// copy is updated and rounded (stochastically, from seed) into the 16-bit parameters.
 #pragma once
 #include "common.h"
 
@@ -67,6 +67,22 @@ template <> __device__ __forceinline__ __nv_bfloat16 adamw_round<__nv_bfloat16>(
     if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);
     u += bits & 0xffffu;
     return __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+// FP16 has no such bit trick (its exponent is not FP32's), so the same rule is written out: t = x
+// rounded toward zero, a = the next FP16 away from zero (the magnitude bits + 1: FP16 is sign and
+// magnitude, and t's successor in magnitude is the next value, subnormals and the step to inf
+// included), ulp = |a - t|. Round to a with probability (|x| - |t|) / ulp: u is a uniform draw from
+// 24 of the random bits, u = k 2^-24 for k in [0, 2^24), and a is taken when |x| - |t| > u ulp, so
+// P(a) = (|x| - |t|) / ulp to within 2^-24 and E[round(x)] = x. Inf, NaN and |x| above the largest
+// finite FP16 (65504) are converted plainly (round to nearest: 65504, or inf from 65520 on). The CPU
+// build's FP16 rounding is the same rule, so both give the same bits for the same (x, bits).
+template <> __device__ __forceinline__ __half adamw_round<__half>(float x, unsigned int bits) {
+    if (!(fabsf(x) <= 65504.0f)) return __float2half_rn(x);  // inf, NaN, beyond the largest finite
+    __half t = __float2half_rz(x);
+    __half a = __ushort_as_half((unsigned short)(__half_as_ushort(t) + 1u));
+    float ulp = fabsf(__half2float(a) - __half2float(t));
+    float u = (float)(bits >> 8) * 0x1p-24f;
+    return (fabsf(x) - fabsf(__half2float(t)) > u * ulp) ? a : t;
 }
 
 // the update of one element, the expression order of adamw_update_cpu (bc1, bc2 = 1 - beta^t)

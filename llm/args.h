@@ -35,6 +35,10 @@ typedef struct {
     int fp8;                    // FP8 linear layers (llm/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
     int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
     int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
+    int loss_scale;             // llm/loss_scale.h LossScaleMode: 0 none, 1 fixed (loss_scale_init), 2 dynamic
+    float loss_scale_init;      // the fixed scale, or dynamic scaling's first one
+    int loss_scale_window;      // dynamic: good steps in a row before the scale doubles
+    int debug_inf_grad_at_step; // one rank's loss gradient is made inf at this step (the overflow test), 0 = never
 } Args;
 
 typedef struct {
@@ -83,7 +87,11 @@ static const FlagDoc FLAGS[] = {
     {"--fp8-history", 0, "delayed scaling: amax history length in steps (default 16)"},
     {"--fp8-amax-reduce", 0, "delayed scaling: the history's reduction, max or most_recent (default max)"},
     {"--fp8-margin", 0, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
+    {"--loss-scale", 0, "loss scaling (llm/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
+    {"--loss-scale-init", 0, "dynamic loss scaling: the first scale (default 65536)"},
+    {"--loss-scale-window", 0, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
     {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
+    {"--debug-inf-grad-at-step", 0, "debug: the last rank's loss gradient is inf at this step, an overflow (default 0 = never)"},
 };
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -138,6 +146,13 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
+#if defined(ENABLE_FP16)
+    a->loss_scale = 2;  // FP16 needs it (llm/loss_scale.h)
+#else
+    a->loss_scale = 0;
+#endif
+    a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000; a->debug_inf_grad_at_step = 0;
+    float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
@@ -185,6 +200,22 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--trace")) a->trace = v;
         else if (!strcmp(name, "--report-json")) a->report_json = v;
         else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
+        else if (!strcmp(name, "--debug-inf-grad-at-step")) a->debug_inf_grad_at_step = parse_int_flag(name, v);
+        else if (!strcmp(name, "--loss-scale")) {
+            if (!strcmp(v, "none")) a->loss_scale = 0;
+            else if (!strcmp(v, "dynamic")) a->loss_scale = 2;
+            else {
+                char* end;
+                errno = 0;
+                fixed_scale = strtof(v, &end);
+                if (errno != 0 || *end != '\0' || end == v || !isfinite(fixed_scale) || !(fixed_scale > 0.0f)) {
+                    fatal("--loss-scale: expected dynamic, none or a positive number, found '%s'", v);
+                }
+                a->loss_scale = 1;
+            }
+        }
+        else if (!strcmp(name, "--loss-scale-init")) a->loss_scale_init = parse_float_flag(name, v);
+        else if (!strcmp(name, "--loss-scale-window")) a->loss_scale_window = parse_int_flag(name, v);
         else if (!strcmp(name, "--sequence-parallel")) {
             a->sequence_parallel = parse_int_flag(name, v);
             if (a->sequence_parallel != 0 && a->sequence_parallel != 1) fatal("--sequence-parallel: expected 0 or 1, found %s", v);
@@ -222,6 +253,10 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->shuffle != 0 && a->shuffle != 1) fatal("--shuffle: expected 0 or 1, found %d", a->shuffle);
     if (a->fp8_history < 1 || a->fp8_history > 4096) fatal("--fp8-history: expected 1 to 4096 steps, found %d", a->fp8_history);
     if (a->fp8_margin < 0 || a->fp8_margin > 32) fatal("--fp8-margin: expected 0 to 32, found %d", a->fp8_margin);
+    if (!(a->loss_scale_init > 0.0f)) fatal("--loss-scale-init: expected a positive number, found %g", a->loss_scale_init);
+    if (a->loss_scale_window < 1) fatal("--loss-scale-window: expected a positive integer, found %d", a->loss_scale_window);
+    if (a->debug_inf_grad_at_step < 0) fatal("--debug-inf-grad-at-step: expected a step >= 0, found %d", a->debug_inf_grad_at_step);
+    if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;

@@ -8,6 +8,7 @@
 #include "tensors.h"
 #include <dirent.h>
 #include "dataloader.h"
+#include "float16_bits.h"  // BF16 and FP16 on the host, for version-5 checkpoints and the state
 
 #define CHECKPOINT_MAGIC 20240326
 #define STATE_MAGIC 20261122      // this trainer's resumable state
@@ -43,24 +44,6 @@ static void atomic_commit(AtomicFile* af) {
         remove(af->tmp_path);
         exit(EXIT_FAILURE);
     }
-}
-
-// ----------------------------------------------------------------------------
-// BF16 on the host without CUDA headers (round to nearest even), for version-5 checkpoints
-
-static inline uint16_t f32_to_bf16_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_bits_to_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
 }
 
 // ----------------------------------------------------------------------------
@@ -150,11 +133,14 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
 // header int32[256]: 0 magic, 1 version, 2 step (optimizer steps done), 3 adam t,
 //   4..9 config (maxT, V, L, NH, C, Vp), 10..11 num_parameters (lo, hi),
 //   12..13 data epoch (lo, hi), 14..15 data sample cursor (lo, hi), 16..17 sampler RNG (lo, hi),
-//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), else 0,
-//   19: the FP8 recipe (llm/fp8_linear.h's Fp8Recipe, 0 none), 20..21: its state's floats (lo, hi)
+//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), 2 if FP16 ones do
+//       (FP16 builds), else 0,
+//   19: the FP8 recipe (llm/fp8_linear.h's Fp8Recipe, 0 none), 20..21: its state's floats (lo, hi),
+//   22..24: the loss scaler (llm/loss_scale.h): its scale (float bits; 0: no scaler state, as in files
+//       of runs without one), its run of good steps, the steps it skipped
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
-// then, if header[18] = 1, num_parameters BF16 values (uint16): the parameters the model computes
-// with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax histories and
+// then, if header[18] = 1 (2), num_parameters BF16 (FP16) values (uint16): the parameters the model
+// computes with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax histories and
 // scales), if any. A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
 // which rounding the master to nearest on resuming would not give back, and resuming must continue
 // the run bit for bit. (A BF16 run resumed from a file without them starts from the master rounded to
@@ -168,12 +154,16 @@ typedef struct {
     int fp8_recipe;    // the FP8 state's recipe (0: none)
     size_t fp8_n;      // its floats (fp8_state_floats)
     float* fp8;        // (fp8_n) fp8_state_export's; state_load mallocs it (NULL when the file has none)
+    int params16_kind; // what params16 holds: 1 BF16, 2 FP16 (header[18]; 0 when there are none)
+    float loss_scale;  // the loss scaler's state (0: none saved)
+    int loss_scale_good_steps, loss_scale_skipped;
 } TrainState;
 
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
 static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
 
-// params16: NULL, or the BF16 parameters as FP32 values (exactly representable in BF16)
+// params16: NULL, or the BF16 (ts->params16_kind 1) or FP16 (2) parameters as FP32 values (exactly
+// representable in that type)
 static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
                        const float* m, const float* v, const float* params16) {
     size_t n = num_parameters(cfg);
@@ -193,9 +183,13 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     put64(header, 12, (uint64_t)ts->data.epoch);
     put64(header, 14, (uint64_t)ts->data.sample);
     put64(header, 16, ts->rng);
-    header[18] = params16 != NULL;
+    int fp16 = params16 != NULL && ts->params16_kind == 2;
+    header[18] = params16 == NULL ? 0 : (fp16 ? 2 : 1);
     header[19] = ts->fp8_n > 0 ? ts->fp8_recipe : 0;
     put64(header, 20, ts->fp8_n);
+    memcpy(&header[22], &ts->loss_scale, sizeof(float));
+    header[23] = ts->loss_scale_good_steps;
+    header[24] = ts->loss_scale_skipped;
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
@@ -205,9 +199,10 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     if (params16 != NULL) {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
-            tmp[i] = f32_to_bf16_bits(params16[i]);
-            if (bf16_bits_to_f32(tmp[i]) != params16[i] && params16[i] == params16[i]) {
-                fatal("state %s: parameter %zu = %.9g is not a BF16 value", path, i, params16[i]);
+            tmp[i] = fp16 ? f32_to_f16_bits(params16[i]) : f32_to_bf16_bits(params16[i]);
+            float back = fp16 ? f16_bits_to_f32(tmp[i]) : bf16_bits_to_f32(tmp[i]);
+            if (back != params16[i] && params16[i] == params16[i]) {
+                fatal("state %s: parameter %zu = %.9g is not a %s value", path, i, params16[i], fp16 ? "FP16" : "BF16");
             }
         }
         fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
@@ -218,7 +213,8 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
 }
 
 // Reads a state file; cfg must match the model being trained. params, m, v: malloc'd FP32 (n each);
-// params16: malloc'd FP32 values of the BF16 parameters if the file has them, else NULL.
+// params16: malloc'd FP32 values of the BF16 / FP16 parameters if the file has them (ts->params16_kind
+// says which), else NULL.
 static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** params, float** m, float** v,
                        float** params16) {
     FILE* f = fopen(path, "rb");
@@ -241,7 +237,13 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     if (get64(header, 10) != n) fatal("--resume: state file %s: expected %zu parameters, found %llu", path, n, (unsigned long long)get64(header, 10));
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
-    if (header[18] != 0 && header[18] != 1) fatal("--resume: state file %s: expected 0 or 1 in header[18], found %d", path, header[18]);
+    if (header[18] < 0 || header[18] > 2) fatal("--resume: state file %s: expected 0, 1 or 2 in header[18], found %d", path, header[18]);
+    float ls_scale;
+    memcpy(&ls_scale, &header[22], sizeof(float));
+    if (!(ls_scale >= 0.0f && isfinite(ls_scale)) || header[23] < 0 || header[24] < 0) {
+        fatal("--resume: state file %s: expected a loss scale >= 0 and counts >= 0 in header[22..24], found %g %d %d",
+              path, ls_scale, header[23], header[24]);
+    }
     size_t fp8_n = get64(header, 20);
     if (header[19] < 0 || header[19] > 4 || (fp8_n > 0) != (header[19] > 0) || fp8_n > ((size_t)1 << 32)) {
         fatal("--resume: state file %s: expected an FP8 recipe 0..4 with its state size in header[19..21], found %d and %zu",
@@ -267,9 +269,13 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         freadCheck(tmp, sizeof(uint16_t), n, f, path);
         *params16 = (float*)mallocCheck(n * sizeof(float));
-        for (size_t i = 0; i < n; i++) (*params16)[i] = bf16_bits_to_f32(tmp[i]);
+        for (size_t i = 0; i < n; i++) (*params16)[i] = header[18] == 2 ? f16_bits_to_f32(tmp[i]) : bf16_bits_to_f32(tmp[i]);
         free(tmp);
     }
+    ts->params16_kind = header[18];
+    ts->loss_scale = ls_scale;
+    ts->loss_scale_good_steps = header[23];
+    ts->loss_scale_skipped = header[24];
     ts->fp8_recipe = header[19];
     ts->fp8_n = fp8_n;
     ts->fp8 = NULL;

@@ -48,8 +48,11 @@
 //
 // BF16. NCCL sums bf16 in bf16: every partial sum is rounded to bf16 (N-1 roundings on N ranks,
 // each a relative error <= 2^-8), and ncclAvg multiplies every input by 1/N (rounded to bf16) before
-// summing; both exact for power-of-two N away from the subnormals. The MPI path is FP32 only (the
-// CPU build has no bf16 buffers). Over MPI the average is the sum times 1/N.
+// summing; both exact for power-of-two N away from the subnormals. Over MPI (the CPU build) 16-bit
+// buffers are reduced the same way, each partial sum rounded to the buffer's type, by MPI user ops;
+// the average is the sum times 1/N. FP16 (PRECISION=FP16)
+// goes the same way (ncclFloat16, summed in fp16: relative error <= 2^-11 per partial sum; a sum
+// beyond 65504 is inf, which the loss scaler of llm/loss_scale.h sees as an overflow and skips).
 //
 // The wait. comm_take_wait_ms(c) returns how long the computation waited in comm_wait for
 // non-blocking collectives since its last call; call it after the step's device synchronize.
@@ -74,6 +77,7 @@
 
 #include "common.h"
 #include "device.h"
+#include "float16_bits.h"  // 16-bit buffers reduced over MPI
 #include <limits.h>
 
 // which transport: MPI unless -DLLM_NO_MPI; NCCL over it in the builds with kernels
@@ -163,7 +167,7 @@ typedef enum {
 } CommKind;
 #define COMM_NUM_KINDS 6
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: FP8 amaxes (llm/fp8_linear.h)
-typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1 } CommDtype;
+typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1, COMM_FP16 = 2 } CommDtype;
 
 static inline const char* comm_group_name(int g) {
     static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed"};
@@ -231,17 +235,19 @@ typedef struct {
     void* move_dst;  // in-place reduce_scatter: MPI leaves the block at the front of the buffer
     const void* move_src;
     size_t move_bytes;
-    float* scale_buf;  // average: multiply by 1/N (MPI has no average)
+    void* scale_buf;  // average: multiply by 1/N (MPI has no average)
     size_t scale_n;
     float scale;
+    CommDtype scale_dt;  // scale_buf's type
 #endif
 } CommHandle;
 
-static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_BF16 ? 2 : 4; }
-static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : "float"; }
+static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_FLOAT ? 4 : 2; }
+static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : (dt == COMM_FP16 ? "fp16" : "float"); }
 static inline CommDtype comm_dtype_of(const float*) { return COMM_FLOAT; }
 #if LLM_HAS_KERNELS
 static inline CommDtype comm_dtype_of(const __nv_bfloat16*) { return COMM_BF16; }
+static inline CommDtype comm_dtype_of(const __half*) { return COMM_FP16; }
 #endif
 
 // which transport this build's collectives use, for logs
@@ -283,10 +289,45 @@ static inline void comm_check_buffer(const void* p, size_t bytes, const char* wh
 }
 
 #if COMM_MPI && !COMM_NCCL
-// multiply n floats by s in place (the MPI average); host memory in this build
+// 16-bit buffers over MPI (BF16, FP16): moved as MPI_UINT16_T, reduced by user ops that add (or take
+// the max) in float and round each partial result to the buffer's type (to nearest even), as NCCL
+// reduces bf16 and fp16. The average multiplies the sum by 1/N in float and rounds once more.
+static inline float comm_h16_get(CommDtype dt, uint16_t b) { return dt == COMM_FP16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b); }
+static inline uint16_t comm_h16_put(CommDtype dt, float x) { return dt == COMM_FP16 ? f32_to_f16_bits(x) : f32_to_bf16_bits(x); }
+static inline void comm_h16_reduce(const void* in, void* inout, int n, CommDtype dt, int is_max) {
+    const uint16_t* a = (const uint16_t*)in;
+    uint16_t* b = (uint16_t*)inout;
+    for (int i = 0; i < n; i++) {
+        float x = comm_h16_get(dt, a[i]), y = comm_h16_get(dt, b[i]);
+        b[i] = comm_h16_put(dt, is_max ? (x > y || x != x ? x : y) : x + y);  // (max keeps NaN, as MPI_MAX on floats may not)
+    }
+}
+static void comm_mpi_sum_bf16(void* in, void* io, int* n, MPI_Datatype*) { comm_h16_reduce(in, io, *n, COMM_BF16, 0); }
+static void comm_mpi_max_bf16(void* in, void* io, int* n, MPI_Datatype*) { comm_h16_reduce(in, io, *n, COMM_BF16, 1); }
+static void comm_mpi_sum_fp16(void* in, void* io, int* n, MPI_Datatype*) { comm_h16_reduce(in, io, *n, COMM_FP16, 0); }
+static void comm_mpi_max_fp16(void* in, void* io, int* n, MPI_Datatype*) { comm_h16_reduce(in, io, *n, COMM_FP16, 1); }
+// the MPI op of a 16-bit reduction, created on first use (commutative: x + y = y + x in float)
+static MPI_Op comm_mpi_op16(CommDtype dt, int is_max) {
+    static MPI_Op ops[2][2];
+    static int made[2][2];
+    int d = dt == COMM_FP16;
+    if (!made[d][is_max]) {
+        MPI_User_function* fn = d ? (is_max ? comm_mpi_max_fp16 : comm_mpi_sum_fp16) : (is_max ? comm_mpi_max_bf16 : comm_mpi_sum_bf16);
+        mpiCheck(MPI_Op_create(fn, 1, &ops[d][is_max]));
+        made[d][is_max] = 1;
+    }
+    return ops[d][is_max];
+}
+
+// multiply n values by s in place (the MPI average); host memory in this build
 static inline void comm_finish_host(CommHandle* h) {
     if (h->move_bytes > 0) memmove(h->move_dst, h->move_src, h->move_bytes);
-    for (size_t i = 0; i < h->scale_n; i++) h->scale_buf[i] *= h->scale;
+    if (h->scale_dt == COMM_FLOAT) {
+        for (size_t i = 0; i < h->scale_n; i++) ((float*)h->scale_buf)[i] *= h->scale;
+    } else {
+        uint16_t* b = (uint16_t*)h->scale_buf;
+        for (size_t i = 0; i < h->scale_n; i++) b[i] = comm_h16_put(h->scale_dt, comm_h16_get(h->scale_dt, b[i]) * h->scale);
+    }
     h->move_bytes = 0;
     h->scale_n = 0;
     h->pending = 0;
@@ -300,7 +341,9 @@ static inline int comm_mpi_count(size_t n, const char* op) {
 #endif
 
 #if COMM_NCCL
-static inline ncclDataType_t comm_nccl_type(CommDtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
+static inline ncclDataType_t comm_nccl_type(CommDtype dt) {
+    return dt == COMM_BF16 ? ncclBfloat16 : (dt == COMM_FP16 ? ncclFloat16 : ncclFloat32);
+}
 // the comm stream waits for everything already enqueued on the compute stream
 static inline void comm_stream_begin(Comm* c, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(c->begin_event, compute));
@@ -406,16 +449,16 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     }
 #elif COMM_MPI
     (void)stream;
-    if (dt != COMM_FLOAT) fatal("%s: %s buffers over MPI: the MPI path is FP32 only (bf16 goes over NCCL)", name, comm_dtype_name(dt));
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
-    MPI_Datatype mt = MPI_FLOAT;
+    MPI_Datatype mt = dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T;  // 16-bit: the user ops above reduce them
     MPI_Request* req = nonblocking ? &h.req : NULL;
-    MPI_Op mop = op == COMM_MAX ? MPI_MAX : MPI_SUM;
+    MPI_Op mop = dt != COMM_FLOAT ? comm_mpi_op16(dt, op == COMM_MAX) : (op == COMM_MAX ? MPI_MAX : MPI_SUM);
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {
-        h.scale_buf = (float*)recv;
+        h.scale_buf = recv;
         h.scale_n = n;
         h.scale = 1.0f / (float)N;
+        h.scale_dt = dt;
     }
     switch (kind) {
         case COMM_ALL_REDUCE: {
@@ -480,7 +523,7 @@ static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send
 }
 
 // ----------------------------------------------------------------------------
-// the API: T is float or floatX (__nv_bfloat16 in the BF16 kernel builds)
+// the API: T is float or floatX (__nv_bfloat16 in the BF16 kernel builds, __half in the FP16 ones)
 
 template <typename T>
 static void comm_all_reduce(Comm* c, CommGroup g, const T* send, T* recv, size_t n, CommReduce op, cudaStream_t stream) {

@@ -37,6 +37,7 @@
 
 #if LLM_BUILD_CUDA
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #elif LLM_BUILD_EMU
@@ -179,9 +180,13 @@ static inline void make_parent_dirs(const char* flag, const char* file, int crea
 
 // ----------------------------------------------------------------------------
 // floatX: the type of parameters, activations and gradients on the device.
-// The CPU build is always FP32; the CUDA and emulated builds follow PRECISION (make PRECISION=...).
+// The CPU build is always FP32; the CUDA and emulated builds follow PRECISION (make PRECISION=...):
+// BF16 (default), FP16 (-DENABLE_FP16) or FP32 (-DENABLE_FP32).
 
-#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+#if LLM_HAS_KERNELS && defined(ENABLE_FP16)
+typedef __half floatX;  // FP16 (PRECISION=FP16): 5 exponent bits, so it needs loss scaling (llm/loss_scale.h)
+#define PRECISION_MODE "FP16"
+#elif LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 typedef __nv_bfloat16 floatX;
 #define PRECISION_MODE "BF16"
 #else

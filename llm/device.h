@@ -49,7 +49,7 @@ static inline void device_synchronize(void) {
 static inline float floatX_to_float(floatX x) { return (float)x; }
 static inline floatX float_to_floatX(float x) { return (floatX)x; }
 
-// n FP32 host values into floatX on the device (rounded to nearest when floatX is BF16)
+// n FP32 host values into floatX on the device (rounded to nearest when floatX is BF16 or FP16)
 static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) {
 #if LLM_BUILD_CPU || defined(ENABLE_FP32)
     copy_to_device(dst, src, n * sizeof(float));

@@ -506,10 +506,12 @@ static float dp_grad_norm(DataParallel* dp) {
 
 // AdamW on what this rank owns, each tensor's piece with its own weight decay (the 2-D tensors only)
 // and gradients scaled by min(1, clip / norm); then, under stages 1-2, the updated parameters
-// all-gathered. seed drives the BF16 stochastic rounding.
-static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float grad_norm, unsigned int seed) {
+// all-gathered. seed drives the BF16 stochastic rounding. unscale: a loss scaler's 1 / S
+// (llm/loss_scale.h), folded into the gradient factor; grad_norm is then the norm already unscaled.
+static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float grad_norm, unsigned int seed,
+                      float unscale = 1.0f) {
     AdamWState* st = &dp->opt;
-    float grad_scale = grad_clip_scale(oc, grad_norm);
+    float grad_scale = grad_clip_scale(oc, grad_norm) * unscale;
     st->t += 1;
     cudaStream_t s = llm_ctx.stream;
     const ParamLayout* lay = &dp->lay;

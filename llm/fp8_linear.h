@@ -249,9 +249,11 @@ static void fp8_step_begin(Fp8State* st) {
     device_memset_zero(st->amax, st->n * sizeof(float), llm_ctx.stream);  // forwards since (validation) don't count
 }
 
-// the step's amaxes, max over every rank (see the top), pushed into the histories
-static void fp8_step_end(Fp8State* st) {
-    if (st->cfg.recipe != FP8_RECIPE_DELAYED) return;
+// the step's amaxes, max over every rank (see the top), pushed into the histories. skipped: the loss
+// scaler skipped this step for an overflow (llm/loss_scale.h, the same on every rank): its amaxes
+// (inf among them) are not recorded.
+static void fp8_step_end(Fp8State* st, int skipped = 0) {
+    if (st->cfg.recipe != FP8_RECIPE_DELAYED || skipped) return;
     comm_all_reduce(st->comm, GROUP_WORLD, st->amax, st->amax, st->n, COMM_MAX, llm_ctx.stream);
     float* amax = (float*)mallocCheck(st->n * sizeof(float));
     copy_to_host(amax, st->amax, st->n * sizeof(float));

@@ -63,9 +63,11 @@ static void logger_write_line(Logger* lg, const char* line) {
 // ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks).
 // comm_wait_ms: how long rank 0's computation waited in the step for gradient reductions and
 // parameter gathers (data parallelism; measured by llm/comm.h), NaN:
-// the key is left out.
+// the key is left out. loss_scale, skipped: the loss scale this step's backward used and 1 if the
+// step was skipped for an overflow (llm/loss_scale.h); left out when loss_scale is NaN (no scaler).
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
-                            float grad_norm, float ms, float tokens_per_s, float comm_wait_ms = NAN) {
+                            float grad_norm, float ms, float tokens_per_s, float comm_wait_ms = NAN,
+                            float loss_scale = NAN, int skipped = 0) {
     if (lg->f == NULL) { return; }
     char line[512];
     snprintf(line, sizeof(line), "{\"step\": %d", step);
@@ -76,6 +78,11 @@ static void logger_log_step(Logger* lg, int step, float train_loss, float val_lo
     logger_append_float(line, sizeof(line), "ms", ms);
     logger_append_float(line, sizeof(line), "tok_per_s", tokens_per_s);
     if (!isnan(comm_wait_ms)) { logger_append_float(line, sizeof(line), "comm_wait_ms", comm_wait_ms); }
+    if (!isnan(loss_scale)) {
+        logger_append_float(line, sizeof(line), "loss_scale", loss_scale);
+        size_t n = strlen(line);
+        snprintf(line + n, sizeof(line) - n, ", \"skipped\": %d", skipped);
+    }
     size_t used = strlen(line);
     snprintf(line + used, sizeof(line) - used, "}");
     logger_write_line(lg, line);

@@ -386,6 +386,8 @@ static void matmul_dbias(floatX* dbias /*(OC)*/, float* scratch /*(MATMUL_DBIAS_
 
 #if defined(ENABLE_FP32)
 #define MATMUL_CUDA_FLOATX CUDA_R_32F
+#elif defined(ENABLE_FP16)
+#define MATMUL_CUDA_FLOATX CUDA_R_16F
 #else
 #define MATMUL_CUDA_FLOATX CUDA_R_16BF
 #endif
@@ -416,7 +418,7 @@ typedef struct {
 } MatmulLtArgs;
 
 static inline int64_t matmul_lt_type_size(cudaDataType_t t) {
-    return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1;  // the types used here: FP32, BF16, FP8
+    return t == CUDA_R_32F ? 4 : (t == CUDA_R_16BF || t == CUDA_R_16F) ? 2 : 1;  // the types used here: FP32, BF16, FP16, FP8
 }
 
 // set one attribute of a matmul descriptor / matrix layout from a variable, checked (file:line of the use)

@@ -40,13 +40,13 @@ static float grad_clip_scale(const OptimConfig* oc, float grad_norm) {
 typedef struct {
     float* m;        // (n) first moment, device
     float* v;        // (n) second moment, device
-    float* master;   // (n) FP32 master weights when floatX is BF16, else NULL
+    float* master;   // (n) FP32 master weights when floatX is BF16 or FP16, else NULL
     float* norm;     // (1) device accumulator of the squared gradient norm
     size_t n;
     int t;           // number of updates done (the bias-correction step)
 } AdamWState;
 
-// 1 in the builds whose parameters are BF16 and keep FP32 master weights
+// 1 in the builds whose parameters are 16-bit (BF16, FP16) and keep FP32 master weights
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 #define ADAMW_HAS_MASTER 1
 #else

@@ -10,7 +10,8 @@
 // reference with a float64 evaluation written in the test from the paper's formula, against a
 // per-element bound on the error of one float computation (kc_check_bound). The bounds use:
 // - u = 2^-24, the unit roundoff of FP32 arithmetic (KC_U32), and 2^-8 for a value stored in bf16
-//   (8 significant bits, round to nearest: relative error <= 2^-8; KC_UX is the build's floatX);
+//   (8 significant bits, round to nearest: relative error <= 2^-8; KC_UX is the build's floatX: 2^-11
+//   in FP16, plus KC_AX = 2^-25 absolute for its subnormals);
 // - kc_sum_err(n, a): the error of a float sum of n terms with sum |term| = a, in any order: (n-1) u a,
 //   the first-order worst case (Higham, Accuracy and Stability of Numerical Algorithms, 2002, sec. 4.2),
 //   and for n > 64 the probabilistic bound of Higham & Mary (A new approach to probabilistic rounding
@@ -26,10 +27,17 @@
 
 static Rng g_rng;
 
+// KC_BF16: floatX is a 16-bit type (BF16, or FP16 with KC_FP16 = 1 too): the tolerances of a value
+// stored in 16 bits apply (KC_UX, KC_AX below)
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 static const int KC_BF16 = 1;
 #else
 static const int KC_BF16 = 0;
+#endif
+#if LLM_HAS_KERNELS && defined(ENABLE_FP16)
+static const int KC_FP16 = 1;
+#else
+static const int KC_FP16 = 0;
 #endif
 
 // n draws of N(0, std^2), rounded to what floatX can hold
@@ -105,7 +113,11 @@ static int kc_compare(const char* what, const std::vector<float>& got, const std
 // float64 references and per-element error bounds (see the top of this file)
 
 static const double KC_U32 = 1.0 / 16777216.0;                      // 2^-24
-static const double KC_UX = KC_BF16 ? 1.0 / 256.0 : 1.0 / 16777216.0;  // a stored floatX: 2^-8 or 2^-24
+// a stored floatX: relative 2^-8 (BF16: 8 significant bits), 2^-11 (FP16: 11) or 2^-24 (FP32); and,
+// FP16 only, an absolute 2^-25: below 2^-14 FP16 is subnormal, spaced 2^-24 apart, so round to nearest
+// is off by up to half that whatever the value (BF16's subnormals start at 2^-126: nothing here is there)
+static const double KC_UX = KC_FP16 ? 1.0 / 2048.0 : (KC_BF16 ? 1.0 / 256.0 : 1.0 / 16777216.0);
+static const double KC_AX = KC_FP16 ? 1.0 / 33554432.0 : 0.0;
 
 static double kc_sum_err(double n, double abs_sum) {
     double k = n <= 1.0 ? 0.0 : fmin(n - 1.0, 8.0 * sqrt(n));
@@ -114,7 +126,7 @@ static double kc_sum_err(double n, double abs_sum) {
 
 // a float result rounded once more to floatX: its bound grows by one rounding of the (inexact) value
 static double kc_round_x(double bound32, double value) {
-    return KC_BF16 ? bound32 + KC_UX * (fabs(value) + bound32) : bound32;
+    return KC_BF16 ? bound32 + KC_UX * (fabs(value) + bound32) + KC_AX : bound32;
 }
 
 // |got - want| <= bound elementwise (NaN fails). want: a float64 evaluation (or a float reference, with

@@ -77,6 +77,7 @@ run kernels_bf16_forward env EMU_ORDER=forward ./build/test_kernels_emu
 run kernels_bf16_reverse env EMU_ORDER=reverse ./build/test_kernels_emu
 run kernels_bf16_random env EMU_ORDER=random ./build/test_kernels_emu
 run kernels_fp32_random env EMU_ORDER=random ./build/test_kernels_emu_fp32
+run kernels_fp16_random env EMU_ORDER=random ./build/test_kernels_emu_fp16
 run kernels_asan_ubsan env EMU_ORDER=random EMU_THREADS=2 ./build/test_kernels_asan
 # racecheck (dev/emu/emu_racecheck.h): a shared-memory race between a block's threads stops the program.
 # racecheck_run CMD...: CMD's output and status; a failure too if CMD passed but its racecheck summary
@@ -94,6 +95,7 @@ run kernels_racecheck racecheck_run env EMU_ORDER=random ./build/test_kernels_ra
 run matmul_racecheck racecheck_run env EMU_ORDER=random ./build/test_matmul_racecheck
 run model_vs_pytorch_emu ./build/test_gpt_emu
 run model_vs_pytorch_emu_bf16 ./build/test_gpt_emu_bf16
+run model_vs_pytorch_emu_fp16 ./build/test_gpt_emu_fp16
 run sampler_emu_bf16 ./build/test_sampler_emu
 # FP8 formats and the quantizers of the delayed, current, block and mx recipes (llm/fp8.cuh), bit for bit
 # against ml_dtypes (test/fp8_reference.py): the CPU reference, and the kernels emulated in three thread orders
@@ -110,6 +112,9 @@ run fp8_gemm_emu_sm100 env EMU_ORDER=reverse CUBLASLT_EMU_ARCH=100 ./build/test_
 run fp8_gemm_emu_sm80 env EMU_ORDER=forward CUBLASLT_EMU_ARCH=80 ./build/test_fp8_gemm_emu
 run fp8_train bash test/test_fp8_train.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
+# FP16 loss scaling (llm/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
+# back-off and growth, the FP8 histories, resume, bad flags; CPU build and emulated FP16
+run loss_scale bash test/test_loss_scale.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"

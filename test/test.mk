@@ -37,6 +37,16 @@ build/test_kernels_emu: test/test_kernels.cu $(EMU_DEPS)
 build/test_kernels_emu_fp32: test/test_kernels.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+# FP16 (PRECISION=FP16, -DENABLE_FP16): the kernels, the model against PyTorch and the trainer
+build/test_kernels_emu_fp16: test/test_kernels.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP16 $< -o $@ $(EMU_LIBS)
+build/test_gpt_emu_fp16: test/test_gpt.cu test/split_backward_check.h $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP16 $< -o $@ $(EMU_LIBS)
+build/train_gpt_emu_fp16: train_gpt.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP16 $< -o $@ $(EMU_LIBS)
 build/test_kernels_asan: test/test_kernels.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=undefined $< -o $@ $(EMU_LIBS)
@@ -83,6 +93,7 @@ build/test_fp8_gemm_emu: test/test_fp8_gemm.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
+                 build/test_kernels_emu_fp16 build/test_gpt_emu_fp16 build/train_gpt_emu_fp16 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
                  build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \
                  build/test_fp8_emu build/test_fp8_gemm_emu \

@@ -112,6 +112,35 @@ template <> struct TT<__nv_bfloat16> {
     static double eps() { return ldexp(1.0, -8); }
 };
 #endif
+#if LLM_HAS_KERNELS
+template <> struct TT<__half> {  // FP16 (ncclFloat16), in every kernel build
+    static __half to(float x) { return __float2half_rn(x); }
+    static float from(__half x) { return __half2float(x); }
+    static const char* name() { return "fp16"; }
+    static double eps() { return ldexp(1.0, -11); }
+};
+#endif
+#if COMM_MPI && !COMM_NCCL
+// The CPU build has no 16-bit floatX yet: these stand for 16-bit buffers, so that the MPI path's user
+// ops (llm/comm.h) are tested. comm_dtype_of is found for them by argument-dependent lookup. The
+// conversions are llm/float16_bits.h's (checked against the toolkit's __half in test_gpt's FP16 build).
+struct Bf16Bits { uint16_t b; };
+struct Fp16Bits { uint16_t b; };
+static inline CommDtype comm_dtype_of(const Bf16Bits*) { return COMM_BF16; }
+static inline CommDtype comm_dtype_of(const Fp16Bits*) { return COMM_FP16; }
+template <> struct TT<Bf16Bits> {
+    static Bf16Bits to(float x) { return Bf16Bits{f32_to_bf16_bits(x)}; }
+    static float from(Bf16Bits x) { return bf16_bits_to_f32(x.b); }
+    static const char* name() { return "bf16"; }
+    static double eps() { return ldexp(1.0, -8); }
+};
+template <> struct TT<Fp16Bits> {
+    static Fp16Bits to(float x) { return Fp16Bits{f32_to_f16_bits(x)}; }
+    static float from(Fp16Bits x) { return f16_bits_to_f32(x.b); }
+    static const char* name() { return "fp16"; }
+    static double eps() { return ldexp(1.0, -11); }
+};
+#endif
 
 template <typename T>
 static T* dev_upload(const T* host, size_t n) {
@@ -801,8 +830,15 @@ int main(int argc, char** argv) {
 
     test_mesh();
     test_all_collectives<float>();
-#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32) && !defined(ENABLE_FP16)
     test_all_collectives<floatX>();  // bf16 over the (emulated) NCCL
+#endif
+#if LLM_HAS_KERNELS
+    test_all_collectives<__half>();  // fp16 over the (emulated) NCCL
+#endif
+#if COMM_MPI && !COMM_NCCL
+    test_all_collectives<Bf16Bits>();  // 16-bit buffers over MPI: the user ops of llm/comm.h
+    test_all_collectives<Fp16Bits>();
 #endif
     test_embed_group();
     test_barrier();

@@ -108,12 +108,18 @@ int main(int argc, char** argv) {
             if (!(e1 <= 3e-7 + 1e-6 * fabs(m_ref[i])) || !(e2 <= 3e-7 + 1e-6 * fabs(v_ref[i])) ||
                 !(e3 <= 1e-7 + 1e-6 * fabs(p_ref[i])))
                 bad++;
-            // params: the lower or upper bf16 neighbour of the master (equal to it in FP32)
+            // params: the lower or upper bf16 / fp16 neighbour of the master (equal to it in FP32)
             float q = (float)gparams[i];
+#if defined(ENABLE_FP16)
+            __half t = __float2half_rz(p);  // toward zero, and the next fp16 away from zero
+            float lo = __half2float(t), hi = __half2float(__ushort_as_half((unsigned short)(__half_as_ushort(t) + 1u)));
+            if (use_master && !(q == lo || (lo != p && q == hi))) bad++;
+#else
             uint32_t u, w;
             memcpy(&u, &p, 4);
             memcpy(&w, &q, 4);
             if (use_master && !(w == (u & 0xffff0000u) || ((u & 0xffffu) && w == (u & 0xffff0000u) + 0x10000u))) bad++;
+#endif
         }
         float ms = bench_ms(20, [&]() {
             run_version(version, d_params, d_master, d_grads, d_m, d_v, n, lr, beta1, beta2, t, eps, wd, gs, seed);

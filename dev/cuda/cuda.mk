@@ -4,7 +4,7 @@
 #   make dev-cuda                  every dev/cuda/*.cu with nvcc into build/cuda/<name> (builds without
 #                                  a GPU; run them on one: ./build/cuda/layernorm, ...)
 #   make dev-cuda CUDA_ARCH=sm_80  for another GPU (default sm_90: H100)
-#   make dev-cuda PRECISION=FP32   FP32 activations instead of BF16
+#   make dev-cuda PRECISION=FP32   FP32 activations instead of BF16 (PRECISION=FP16: FP16)
 #   make dev-cuda-emu              the same sources with g++ and dev/emu into build/cuda_emu/<name>:
 #                                  they run on the CPU, at small default sizes
 #

@@ -12,7 +12,7 @@
 //     matrix as stored (before op), the leading dimension, a batch count and a strided-batch offset
 //   - compute type CUBLAS_COMPUTE_32F, scale type CUDA_R_32F: inputs are converted to float and
 //     accumulated in float, alpha/beta applied in float, one rounding to the type of D
-//   - types (A, B -> C, D): FP32 -> FP32; BF16 -> BF16; BF16 -> FP32; FP8 (E4M3/E5M2, not both
+//   - types (A, B -> C, D): FP32 -> FP32; BF16 -> BF16; BF16 -> FP32; FP16 -> FP16; FP16 -> FP32; FP8 (E4M3/E5M2, not both
 //     E5M2) -> FP32, BF16, or FP8 D with a BF16 C. FP8 needs "TN" (transa = T, transb = N) and
 //     16-byte aligned pointers and leading dimensions, as on Hopper.
 //   - FP8 scales (CUBLASLT_MATMUL_DESC_{A,B,C,D}_SCALE_POINTER, float on the "device"):
@@ -163,7 +163,7 @@ static inline int cublaslt_emu_is_fp8(int t) { return t == CUDA_R_8F_E4M3 || t =
 static inline size_t cublaslt_emu_type_size(int t) {
     switch (t) {
         case CUDA_R_32F: return 4;
-        case CUDA_R_16BF: return 2;
+        case CUDA_R_16BF: case CUDA_R_16F: return 2;
         case CUDA_R_8F_E4M3: case CUDA_R_8F_E5M2: return 1;
         default: return 0;
     }
@@ -173,6 +173,7 @@ CUBLASLT_EMU_HOST_LOOP static inline float cublaslt_emu_get(const void* p, int t
     switch (t) {
         case CUDA_R_32F: return ((const float*)p)[i];
         case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+        case CUDA_R_16F: return __half2float(((const __half*)p)[i]);
         case CUDA_R_8F_E4M3: return (float)(((const __nv_fp8_e4m3*)p)[i]);
         case CUDA_R_8F_E5M2: return (float)(((const __nv_fp8_e5m2*)p)[i]);
         default: return NAN;
@@ -185,6 +186,7 @@ CUBLASLT_EMU_HOST_LOOP static inline void cublaslt_emu_put(void* p, int t, int64
     switch (t) {
         case CUDA_R_32F: ((float*)p)[i] = v; break;
         case CUDA_R_16BF: ((__nv_bfloat16*)p)[i] = __float2bfloat16(v); break;
+        case CUDA_R_16F: ((__half*)p)[i] = __float2half(v); break;  // overflow: inf, as the GPU's
         case CUDA_R_8F_E4M3:
             ((__nv_fp8_storage_t*)p)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); break;
         case CUDA_R_8F_E5M2:
@@ -378,7 +380,8 @@ static inline cublasStatus_t cublaslt_emu_validate(const cublaslt_emu_desc* d, c
                              "aux epilogue with FP8 D");
     } else {
         CUBLASLT_EMU_REQUIRE((at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && dt == CUDA_R_32F) ||
-                             (at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == dt && (dt == CUDA_R_16BF || dt == CUDA_R_32F)),
+                             (at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == dt && (dt == CUDA_R_16BF || dt == CUDA_R_32F)) ||
+                             (at == CUDA_R_16F && bt == CUDA_R_16F && ct == dt && (dt == CUDA_R_16F || dt == CUDA_R_32F)),
                              CUBLASLT_EMU_UNSUPPORTED, "A/B/C/D type combination");
         CUBLASLT_EMU_REQUIRE(d->scale_a == NULL && d->scale_b == NULL && d->scale_c == NULL && d->amax_d == NULL,
                              CUBLASLT_EMU_INVALID, "A/B/C scale or amax pointer set for non-FP8 inputs");

@@ -1,6 +1,6 @@
 // test/kernels/adamw.h: adamw_update against adamw_update_cpu on the same floatX-rounded gradients,
-// both against a float64 AdamW written here, and (BF16) the stochastic rounding of the FP32 master
-// weights into the bf16 parameters.
+// both against a float64 AdamW written here, and (BF16, FP16) the stochastic rounding of the FP32
+// master weights into the 16-bit parameters (the neighbours computed here from the format's spacing).
 //
 // Inputs are kept in the regime the optimizer sees: m ~ N(0, 0.1^2) and v = m^2 + z^2 with
 // z ~ N(0, 0.05^2), so |m| / sqrt(v) <= 1 and, after one step, |mhat| / sqrt(vhat) <= ~1.5 (t = 3):
@@ -29,6 +29,7 @@
 // - kernel vs reference: the sum of the two bounds.
 // - BF16 params without a master: read as bf16, updated in FP32 and rounded stochastically: within one
 //   bf16 spacing (2^-7 relative, at most) of the FP32 result, against the reference and float64 alike.
+//   FP16: one spacing is 2^-10 relative, or 2^-24 among its subnormals (below 2^-14).
 // - BF16 params with a master: exactly one of the two bf16 neighbours of the kernel's own master (bit
 //   check), and the rounding is unbiased: with frac = (master - lower) / spacing, E[rounded up] = frac,
 //   so over N elements mean(up - frac) has standard deviation <= 0.5 / sqrt(N); we allow 6 of those,
@@ -100,20 +101,38 @@ static AdamwData adamw_run(const AdamwData& d, size_t n, int use_master, size_t 
 
 static uint32_t adamw_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 
-// BF16: each params[i] is the lower or upper bf16 neighbour of master[i] (exact when master[i] is a
-// bf16 value); `up` and `frac` (position of master between its neighbours) are returned for the
+// floatX's two neighbours of x, computed in float64 from the format (not from the kernel's
+// conversions): spacing = 2^(max(e, emin) - mantissa bits) with e = floor(log2 |x|), |lo| = |x|
+// truncated to a multiple of it, |hi| = |lo| + spacing, both with x's sign; frac = (|x| - |lo|) / spacing.
+// BF16: 7 stored bits, emin -126; FP16: 10 stored bits, emin -14 (its subnormals are spaced 2^-24).
+static void adamw_neighbours(float x, float* lo, float* hi, double* frac) {
+    const int mant = KC_FP16 ? 10 : 7, emin = KC_FP16 ? -14 : -126;
+    double ax = fabs((double)x);
+    int e = emin;
+    if (ax > 0.0) { frexp(ax, &e); e -= 1; }  // ax = f 2^(e+1), f in [0.5, 1): floor(log2 ax) = e
+    if (e < emin) e = emin;
+    double sp = ldexp(1.0, e - mant), l = floor(ax / sp) * sp;
+    *lo = (float)copysign(l, (double)x);
+    *hi = (float)copysign(l + sp, (double)x);
+    *frac = (ax - l) / sp;
+}
+
+// 16-bit floatX: each params[i] is the lower or upper neighbour of master[i] (exact when master[i] is
+// a floatX value); `up` and `frac` (position of master between its neighbours) are returned for the
 // statistics. Returns the number of violations.
 static size_t adamw_neighbour_violations(const std::vector<float>& params, const std::vector<float>& master,
                                          std::vector<int>* up, std::vector<float>* frac) {
     size_t bad = 0;
     for (size_t i = 0; i < params.size(); i++) {
-        uint32_t u = adamw_bits(master[i]), p = adamw_bits(params[i]);
-        uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;  // toward / away from zero in magnitude
-        int is_up = p == hi && (u & 0xffffu) != 0;
-        if (!(p == lo || is_up)) bad++;
-        if ((u & 0xffffu) != 0 && up != NULL) {
+        float lo, hi;
+        double fr;
+        adamw_neighbours(master[i], &lo, &hi, &fr);
+        uint32_t p = adamw_bits(params[i]);
+        int is_up = p == adamw_bits(hi) && fr != 0.0;
+        if (!(p == adamw_bits(lo) || is_up)) bad++;
+        if (fr != 0.0 && up != NULL) {
             up->push_back(is_up);
-            frac->push_back((float)(u & 0xffffu) / 65536.0f);
+            frac->push_back((float)fr);
         }
     }
     return bad;
@@ -163,7 +182,8 @@ static void adamw_check_against_reference(const char* label, const AdamwData& d,
         bm2[i] = 2.0 * f.bm[i];
         bv2[i] = 2.0 * f.bv[i];
         bp2[i] = 2.0 * f.bp[i];
-        bsr[i] = f.bp[i] + (fabs(f.p[i]) + f.bp[i]) / 128.0;  // stochastic rounding: one bf16 spacing
+        // stochastic rounding: one floatX spacing (2 KC_UX relative; FP16: or 2^-24 among the subnormals)
+        bsr[i] = f.bp[i] + 2.0 * KC_UX * (fabs(f.p[i]) + f.bp[i]) + 2.0 * KC_AX;
         bsr2[i] = bsr[i] + f.bp[i];
     }
     std::string w = std::string("adamw ") + label;
@@ -179,7 +199,7 @@ static void adamw_check_against_reference(const char* label, const AdamwData& d,
         kc_check_bound((w + " master vs float64").c_str(), got.master, f.p, f.bp);
         if (KC_BF16) {
             size_t bad = adamw_neighbour_violations(got.params, got.master, NULL, NULL);
-            check(bad == 0, "%s params: a bf16 neighbour of the master (%zu of %zu are not)", w.c_str(), bad, n);
+            check(bad == 0, "%s params: a floatX neighbour of the master (%zu of %zu are not)", w.c_str(), bad, n);
         } else {
             kc_compare((w + " params == master").c_str(), got.params, got.master, 0.0f, 0.0f, 0.0f, 0.0f);
         }
@@ -192,7 +212,78 @@ static void adamw_check_against_reference(const char* label, const AdamwData& d,
     }
 }
 
+// adamw_round<floatX> on its own: element i rounds xs[i / draws] with the bits of (seed, i)
+__global__ void adamw_round_kernel(floatX* out, const float* xs, size_t n, int draws, unsigned int seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = adamw_round<floatX>(xs[i / draws], adamw_random_bits(seed, i));
+}
+
+// Each chosen x rounded with 2^15 draws of the bits: every result one of x's two floatX neighbours,
+// both reached when x is between them (never the upper one when x is a floatX value), and the mean
+// of the results x within 6 standard deviations (a Bernoulli(frac) in units of the spacing: sd =
+// spacing sqrt(frac (1 - frac) / draws) <= spacing / (2 sqrt(draws)) = spacing / 362; a rounding
+// biased by 1/64 of a spacing or more fails). Inf, NaN and values beyond the largest finite 16-bit
+// value are converted plainly (to nearest).
+static void test_adamw_round(void) {
+    if (!KC_BF16) return;
+    std::vector<float> xs;
+    const double fracs[] = {0.0, 0.01, 0.25, 0.5, 0.75, 0.99};
+    const float bases[] = {1.0f, -3.0f, 0.0371f, -1234.5f, 6.1e-5f, -1e-6f, 3e-8f, 60000.0f};  // 6.1e-5.. 3e-8: FP16 subnormals
+    for (float b : bases)
+        for (double f : fracs) {
+            float lo, hi;
+            double fr;
+            adamw_neighbours(b, &lo, &hi, &fr);
+            xs.push_back((float)((double)lo + f * ((double)hi - (double)lo)));
+        }
+    const int draws = 1 << 15;
+    size_t n = xs.size() * (size_t)draws;
+    float* d_xs = kc_upload_raw(xs);
+    floatX* d_out = kc_alloc_poisoned<floatX>(n);
+    LAUNCH(adamw_round_kernel, dim3((unsigned int)ceil_div_sz(n, 256)), dim3(256), 0, (cudaStream_t)0, d_out,
+           (const float*)d_xs, n, draws, 12345u);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> out = kc_download(d_out, n);
+    for (size_t k = 0; k < xs.size(); k++) {
+        float lo, hi;
+        double fr;
+        adamw_neighbours(xs[k], &lo, &hi, &fr);
+        size_t bad = 0, nlo = 0, nhi = 0;
+        double sum = 0.0;
+        for (int j = 0; j < draws; j++) {
+            float r = out[k * draws + j];
+            if (adamw_bits(r) == adamw_bits(lo)) nlo++;
+            else if (adamw_bits(r) == adamw_bits(hi) && fr != 0.0) nhi++;
+            else bad++;
+            sum += (double)r;
+        }
+        double sp = fabs((double)hi - (double)lo), mean = sum / draws;
+        double sd = sp * sqrt(fr * (1.0 - fr) / draws), err = fabs(mean - (double)xs[k]);
+        int both = fr == 0.0 ? nhi == 0 : (nlo > 0 && nhi > 0);
+        check(bad == 0 && both && err <= 6.0 * sd + 1e-3 * sp / draws,
+              "adamw_round x=%.9g (frac %.3f): mean of %d roundings off by %.3g spacings (bound %.3g); low %zu, high %zu, other %zu",
+              xs[k], fr, draws, err / sp, (6.0 * sd) / sp, nlo, nhi, bad);
+    }
+    device_free(d_xs);
+    device_free(d_out);
+    // inf, NaN and beyond the largest finite value: round to nearest
+    const float specials[] = {INFINITY, -INFINITY, NAN, 1e6f, -70000.0f};
+    for (float x : specials) {
+        std::vector<float> one(1, x);
+        float* dx = kc_upload_raw(one);
+        floatX* dout = kc_alloc_poisoned<floatX>(1);
+        LAUNCH(adamw_round_kernel, dim3(1), dim3(32), 0, (cudaStream_t)0, dout, (const float*)dx, (size_t)1, 1, 7u);
+        cudaCheck(cudaDeviceSynchronize());
+        float got = kc_download(dout, 1)[0], want = (float)(floatX)x;
+        check(adamw_bits(got) == adamw_bits(want) || (isnan(got) && isnan(want)),
+              "adamw_round of %g converts plainly: %g (expected %g)", x, got, want);
+        device_free(dx);
+        device_free(dout);
+    }
+}
+
 static void test_adamw(void) {
+    test_adamw_round();
     AdamwHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3};
     const size_t ns[] = {1, 3, 1000, 100003};
     char label[96];
@@ -227,7 +318,7 @@ static void test_adamw(void) {
         }
     }
 
-    if (!KC_BF16) return;  // the rest is about stochastic rounding into bf16
+    if (!KC_BF16) return;  // the rest is about stochastic rounding into bf16 / fp16
 
     // unbiased rounding of a real update, conditioned on where the master falls between neighbours
     const size_t n = 100003;
@@ -258,11 +349,13 @@ static void test_adamw(void) {
     for (size_t i = 0; i < n; i++) differ += a.params[i] != c.params[i];
     check(differ > n / 10, "adamw another seed rounds differently (%zu of %zu params differ)", differ, n);
 
-    // lr = 0: masters 1/4 of a spacing above a bf16 value stay put and round up 1/4 of the time
+    // lr = 0: masters 1/4 of a spacing above a floatX value stay put and round up 1/4 of the time
     AdamwData q = adamw_random_data(n);
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = (adamw_bits(q.master[i]) & 0xffff0000u) | 0x4000u;
-        memcpy(&q.master[i], &u, 4);
+        float lo, hi;
+        double fr;
+        adamw_neighbours(q.master[i], &lo, &hi, &fr);
+        q.master[i] = (float)((double)lo + 0.25 * ((double)hi - (double)lo));  // exact: 2 more bits than floatX
     }
     AdamwHyper h0 = h;
     h0.lr = 0.0f;

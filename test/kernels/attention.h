@@ -28,8 +28,8 @@
 // bitwise). Forward and backward each run twice: bitwise equal results (determinism).
 //
 // Tolerances: an error bound per element, propagated along the CUDA path in double precision from
-// the inputs, with u the unit roundoff of a stored value (2^-8 in BF16: 8 significant bits; 2^-24
-// in FP32) and e = 2^-24 for FP32 arithmetic. A sum of n terms in FP32 is off by at most n e sum|terms|
+// the inputs, with u the unit roundoff of a stored value (2^-8 in BF16: 8 significant bits; 2^-11 in
+// FP16, where every stored value also carries KC_AX = 2^-25 absolute for the subnormals; 2^-24 in FP32) and e = 2^-24 for FP32 arithmetic. A sum of n terms in FP32 is off by at most n e sum|terms|
 // (counted twice: the kernel's and the reference's orders differ). Forward, per row t of a head:
 //   pre_j = q.k_j (stored in att):  hs e sum|q k_j| (x2), then rounded: u |pre_j|
 //   logit l_j = scale pre_j:        dl_j = scale (2 hs e sum|q k_j| + u |pre_j|) + 2 e |l_j|
@@ -101,7 +101,7 @@ static bool attn_bitwise_equal(const floatX* d1, const floatX* d2, size_t n) {
 static void attn_forward_f64(const std::vector<float>& heads, int B, int T, int C, int NH, double u,
                              std::vector<double>& out64, std::vector<double>& att64, std::vector<double>& bound_out,
                              std::vector<double>& bound_att) {
-    const double e = KC_U32;
+    const double e = KC_U32, ax = u > e ? KC_AX : 0.0;  // ax: a stored floatX's absolute error (FP16 subnormals)
     int hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     out64.assign((size_t)B * T * C, 0.0);
@@ -126,7 +126,7 @@ static void attn_forward_f64(const std::vector<float>& heads, int B, int T, int 
                 for (int j = 0; j <= t; j++) {
                     p[j] /= z;
                     double x = fabs(l[j] - m);
-                    double dl = scale * (2.0 * hs * e * S[j] + u * fabs(pre[j])) + 2.0 * e * fabs(l[j]);
+                    double dl = scale * (2.0 * hs * e * S[j] + u * fabs(pre[j]) + ax) + 2.0 * e * fabs(l[j]);
                     E[j] = dl + e * x + (3.0 + 1.2 * x) * 2.0 * e;
                     Ebar += p[j] * E[j];
                 }
@@ -134,7 +134,7 @@ static void attn_forward_f64(const std::vector<float>& heads, int B, int T, int 
                 for (int j = 0; j <= t; j++) {
                     dp[j] = p[j] * (E[j] + Ebar + (T + 2) * e + u);
                     att64[arow + j] = p[j];
-                    bound_att[arow + j] = dp[j];
+                    bound_att[arow + j] = dp[j] + ax;
                 }
                 for (int d = 0; d < hs; d++) {
                     double ey = 0.0, pv = 0.0, y = 0.0;
@@ -144,7 +144,7 @@ static void attn_forward_f64(const std::vector<float>& heads, int B, int T, int 
                     }
                     size_t o = ((size_t)b * T + t) * C + h * hs + d;
                     out64[o] = y;
-                    bound_out[o] = ey + 2.0 * T * e * pv + u * fabs(y);
+                    bound_out[o] = ey + 2.0 * T * e * pv + u * fabs(y) + ax;
                 }
             }
 }
@@ -154,7 +154,7 @@ static void attn_forward_f64(const std::vector<float>& heads, int B, int T, int 
 static void attn_backward_f64(const std::vector<float>& heads, const std::vector<float>& a_in,
                               const std::vector<float>& dout, int B, int T, int C, int NH, double u,
                               std::vector<double>& dinp64, std::vector<double>& bound_dinp) {
-    const double e = KC_U32;
+    const double e = KC_U32, ax = u > e ? KC_AX : 0.0;  // ax: a stored floatX's absolute error (FP16 subnormals)
     int hs = C / NH;
     size_t n1 = (size_t)B * T * C;
     double scale = 1.0 / sqrt((double)hs);
@@ -175,7 +175,7 @@ static void attn_backward_f64(const std::vector<float>& heads, const std::vector
                     double sm = 0.0, sabs = 0.0;
                     for (int d = 0; d < hs; d++) { sm += dy(i, d) * v[(size_t)j * hs + d]; sabs += fabs(dy(i, d) * v[(size_t)j * hs + d]); }
                     datt[(size_t)i * T + j] = sm;
-                    ddatt[(size_t)i * T + j] = 2.0 * hs * e * sabs + u * fabs(sm);
+                    ddatt[(size_t)i * T + j] = 2.0 * hs * e * sabs + u * fabs(sm) + ax;
                     double aij = a[(size_t)i * T + j];
                     dot += aij * sm; ddot += aij * ddatt[(size_t)i * T + j]; adabs += aij * fabs(sm);
                 }
@@ -185,7 +185,7 @@ static void attn_backward_f64(const std::vector<float>& heads, const std::vector
                     double g = scale * aij * (dij - dot);
                     dpre[(size_t)i * T + j] = g;
                     ddpre[(size_t)i * T + j] = scale * aij * (ddatt[(size_t)i * T + j] + ddot + 2.0 * e * (fabs(dij) + fabs(dot))) +
-                                               (u + e) * fabs(g);
+                                               (u + e) * fabs(g) + ax;
                 }
             }
             for (int t = 0; t < T; t++)
@@ -210,9 +210,9 @@ static void attn_backward_f64(const std::vector<float>& heads, const std::vector
                     dinp64[base] = dq;
                     dinp64[base + C] = dk;
                     dinp64[base + 2 * C] = dv;
-                    bound_dinp[base] = bq + 2.0 * T * e * aq + u * fabs(dq);
-                    bound_dinp[base + C] = bk + 2.0 * T * e * ak + u * fabs(dk);
-                    bound_dinp[base + 2 * C] = 2.0 * T * e * av + u * fabs(dv);
+                    bound_dinp[base] = bq + 2.0 * T * e * aq + u * fabs(dq) + ax;
+                    bound_dinp[base + C] = bk + 2.0 * T * e * ak + u * fabs(dk) + ax;
+                    bound_dinp[base + 2 * C] = 2.0 * T * e * av + u * fabs(dv) + ax;
                 }
         }
 }
