@@ -457,7 +457,11 @@ static void attention_forward(floatX* out,        // (B,T,C)
                               int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)qkvr; (void)scratch; (void)stream;
-    attention_forward_cpu(out, att, inp, B, T, C, NH);
+    // 16-bit floatX: FP32 views in, each output rounded once (llm/half_cpu.h); FP32: the arrays themselves
+    size_t BTC = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *o = f32_out(out, BTC), *a = f32_out(att, natt), *x = f32_in(inp, 3 * BTC);
+    attention_forward_cpu(o, a, x, B, T, C, NH);
+    f32_store(out, o, BTC); f32_store(att, a, natt); f32_free(inp, x);
 #else
     // q, k, v: (B,NH,T,hs) each, one after the other in qkvr; y: (B,NH,T,hs) in scratch
     int hs = C / NH, BNH = B * NH;
@@ -495,7 +499,10 @@ static void attention_backward(floatX* dinp,        // (B,T,3C)
                                int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)dqkvr; (void)datt; (void)scratch; (void)qkvr; (void)stream;
-    attention_backward_cpu(dinp, dout, inp, att, B, T, C, NH);
+    size_t BTC = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *di = f32_out(dinp, 3 * BTC), *d = f32_in(dout, BTC), *x = f32_in(inp, 3 * BTC), *a = f32_in(att, natt);
+    attention_backward_cpu(di, d, x, a, B, T, C, NH);
+    f32_store(dinp, di, 3 * BTC); f32_free(dout, d); f32_free(inp, x); f32_free(att, a);
 #else
     // q, k, v and their gradients dq, dk, dv: (B,NH,T,hs) each, in qkvr and dqkvr; dy: (B,NH,T,hs)
     // in scratch. (inp is not needed: qkvr holds the same values, permuted.)
@@ -541,7 +548,10 @@ static void attention_decode(floatX* out, float* scores, const floatX* q, const 
     if (len < 1 || len > maxT) fatal("attention_decode: expected 1 <= len <= maxT = %d, found %d", maxT, len);
 #if LLM_BUILD_CPU
     (void)stream;
-    attention_decode_cpu(out, scores, q, kcache, vcache, len, maxT, C, NH);
+    float *o = f32_out(out, C), *fq = f32_in(q, C);
+    float *k = f32_in(kcache, (size_t)len * C), *v = f32_in(vcache, (size_t)len * C);
+    attention_decode_cpu(o, scores, fq, k, v, len, maxT, C, NH);
+    f32_store(out, o, C); f32_free(q, fq); f32_free(kcache, k); f32_free(vcache, v);
 #else
     int hs = C / NH;
     LAUNCH(attention_decode_kernel, dim3(NH), dim3(128), 0, stream, out, scores, q, kcache, vcache, len, maxT, C, hs,

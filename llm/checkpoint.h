@@ -150,10 +150,11 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
 // header int32[256]: 0 magic, 1 version, 2 step (optimizer steps done), 3 adam t,
 //   4..9 config (maxT, V, L, NH, C, Vp), 10..11 num_parameters (lo, hi),
 //   12..13 data epoch (lo, hi), 14..15 data sample cursor (lo, hi), 16..17 sampler RNG (lo, hi),
-//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), else 0,
+//   18: 1 if the BF16 parameters follow the FP32 arrays (written by BF16 builds), 2 if FP16 ones do
+//       (FP16 builds), else 0,
 //   19: the FP8 recipe (llm/fp8_linear.h's Fp8Recipe, 0 none), 20..21: its state's floats (lo, hi)
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
-// then, if header[18] = 1, num_parameters BF16 values (uint16): the parameters the model computes
+// then, if header[18] = 1 (2), num_parameters BF16 (FP16) values (uint16): the parameters the model computes
 // with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax histories and
 // scales), if any. A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
 // which rounding the master to nearest on resuming would not give back, and resuming must continue
@@ -173,7 +174,16 @@ typedef struct {
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
 static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
 
-// params16: NULL, or the BF16 parameters as FP32 values (exactly representable in BF16)
+// the kind of 16-bit parameters this build writes in header[18]
+#if defined(ENABLE_FP16)
+#define STATE_PARAMS16_KIND 2
+#else
+#define STATE_PARAMS16_KIND 1
+#endif
+static inline uint16_t state_bits16(float x, int kind) { return kind == 2 ? fp16_bits_from_float(x) : f32_to_bf16_bits(x); }
+static inline float state_float16(uint16_t b, int kind) { return kind == 2 ? fp16_bits_to_float(b) : bf16_bits_to_f32(b); }
+
+// params16: NULL, or the 16-bit parameters (BF16, or FP16 in FP16 builds) as FP32 values (exactly representable)
 static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
                        const float* m, const float* v, const float* params16) {
     size_t n = num_parameters(cfg);
@@ -193,7 +203,7 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     put64(header, 12, (uint64_t)ts->data.epoch);
     put64(header, 14, (uint64_t)ts->data.sample);
     put64(header, 16, ts->rng);
-    header[18] = params16 != NULL;
+    header[18] = params16 != NULL ? STATE_PARAMS16_KIND : 0;
     header[19] = ts->fp8_n > 0 ? ts->fp8_recipe : 0;
     put64(header, 20, ts->fp8_n);
     AtomicFile af;
@@ -205,9 +215,9 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     if (params16 != NULL) {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
-            tmp[i] = f32_to_bf16_bits(params16[i]);
-            if (bf16_bits_to_f32(tmp[i]) != params16[i] && params16[i] == params16[i]) {
-                fatal("state %s: parameter %zu = %.9g is not a BF16 value", path, i, params16[i]);
+            tmp[i] = state_bits16(params16[i], header[18]);
+            if (state_float16(tmp[i], header[18]) != params16[i] && params16[i] == params16[i]) {
+                fatal("state %s: parameter %zu = %.9g is not a %s value", path, i, params16[i], header[18] == 2 ? "FP16" : "BF16");
             }
         }
         fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
@@ -241,7 +251,7 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     if (get64(header, 10) != n) fatal("--resume: state file %s: expected %zu parameters, found %llu", path, n, (unsigned long long)get64(header, 10));
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
-    if (header[18] != 0 && header[18] != 1) fatal("--resume: state file %s: expected 0 or 1 in header[18], found %d", path, header[18]);
+    if (header[18] < 0 || header[18] > 2) fatal("--resume: state file %s: expected 0, 1 or 2 in header[18], found %d", path, header[18]);
     size_t fp8_n = get64(header, 20);
     if (header[19] < 0 || header[19] > 4 || (fp8_n > 0) != (header[19] > 0) || fp8_n > ((size_t)1 << 32)) {
         fatal("--resume: state file %s: expected an FP8 recipe 0..4 with its state size in header[19..21], found %d and %zu",
@@ -267,7 +277,7 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         freadCheck(tmp, sizeof(uint16_t), n, f, path);
         *params16 = (float*)mallocCheck(n * sizeof(float));
-        for (size_t i = 0; i < n; i++) (*params16)[i] = bf16_bits_to_f32(tmp[i]);
+        for (size_t i = 0; i < n; i++) (*params16)[i] = state_float16(tmp[i], header[18]);
         free(tmp);
     }
     ts->fp8_recipe = header[19];

@@ -48,8 +48,9 @@
 //
 // BF16. NCCL sums bf16 in bf16: every partial sum is rounded to bf16 (N-1 roundings on N ranks,
 // each a relative error <= 2^-8), and ncclAvg multiplies every input by 1/N (rounded to bf16) before
-// summing; both exact for power-of-two N away from the subnormals. The MPI path is FP32 only (the
-// CPU build has no bf16 buffers). Over MPI the average is the sum times 1/N.
+// summing; both exact for power-of-two N away from the subnormals. Over MPI (the CPU build, whose
+// BF16 / FP16 storage is llm/half_cpu.h's) 16-bit values are summed pairwise in FP32 and rounded
+// to nearest (comm_mpi_sum16, as NCCL); the average is the sum times 1/N.
 //
 // The wait. comm_take_wait_ms(c) returns how long the computation waited in comm_wait for
 // non-blocking collectives since its last call; call it after the step's device synchronize.
@@ -163,7 +164,7 @@ typedef enum {
 } CommKind;
 #define COMM_NUM_KINDS 6
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: FP8 amaxes (llm/fp8_linear.h)
-typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1 } CommDtype;
+typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1, COMM_FP16 = 2 } CommDtype;
 
 static inline const char* comm_group_name(int g) {
     static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed"};
@@ -231,17 +232,21 @@ typedef struct {
     void* move_dst;  // in-place reduce_scatter: MPI leaves the block at the front of the buffer
     const void* move_src;
     size_t move_bytes;
-    float* scale_buf;  // average: multiply by 1/N (MPI has no average)
+    float* scale_buf;  // average: multiply by 1/N (MPI has no average); of type scale_dt
     size_t scale_n;
     float scale;
+    CommDtype scale_dt;
 #endif
 } CommHandle;
 
-static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_BF16 ? 2 : 4; }
-static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : "float"; }
+static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_FLOAT ? 4 : 2; }
+static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : (dt == COMM_FP16 ? "fp16" : "float"); }
 static inline CommDtype comm_dtype_of(const float*) { return COMM_FLOAT; }
 #if LLM_HAS_KERNELS
 static inline CommDtype comm_dtype_of(const __nv_bfloat16*) { return COMM_BF16; }
+#else
+static inline CommDtype comm_dtype_of(const bf16_cpu*) { return COMM_BF16; }  // the CPU build's 16-bit storage
+static inline CommDtype comm_dtype_of(const fp16_cpu*) { return COMM_FP16; }
 #endif
 
 // which transport this build's collectives use, for logs
@@ -286,10 +291,32 @@ static inline void comm_check_buffer(const void* p, size_t bytes, const char* wh
 // multiply n floats by s in place (the MPI average); host memory in this build
 static inline void comm_finish_host(CommHandle* h) {
     if (h->move_bytes > 0) memmove(h->move_dst, h->move_src, h->move_bytes);
-    for (size_t i = 0; i < h->scale_n; i++) h->scale_buf[i] *= h->scale;
+    if (h->scale_dt == COMM_BF16) {
+        for (size_t i = 0; i < h->scale_n; i++) ((bf16_cpu*)h->scale_buf)[i] *= h->scale;
+    } else if (h->scale_dt == COMM_FP16) {
+        for (size_t i = 0; i < h->scale_n; i++) ((fp16_cpu*)h->scale_buf)[i] *= h->scale;
+    } else {
+        for (size_t i = 0; i < h->scale_n; i++) h->scale_buf[i] *= h->scale;
+    }
     h->move_bytes = 0;
     h->scale_n = 0;
     h->pending = 0;
+}
+// MPI sums of the CPU build's 16-bit buffers (MPI has no bf16/fp16 type): each pair of values summed
+// in FP32 and rounded to nearest, as NCCL sums bf16 (one rounding per partial sum)
+template <class T> static void comm_mpi_sum16(void* in, void* inout, int* len, MPI_Datatype* dt) {
+    (void)dt;
+    const T* a = (const T*)in;
+    T* b = (T*)inout;
+    for (int i = 0; i < *len; i++) b[i] = T((float)a[i] + (float)b[i]);
+}
+static inline MPI_Op comm_mpi_sum_op(CommDtype dt) {
+    static MPI_Op ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+    if (dt == COMM_FLOAT) return MPI_SUM;
+    if (ops[dt] == MPI_OP_NULL) {
+        mpiCheck(MPI_Op_create(dt == COMM_BF16 ? comm_mpi_sum16<bf16_cpu> : comm_mpi_sum16<fp16_cpu>, 1, &ops[dt]));
+    }
+    return ops[dt];
 }
 static inline int comm_mpi_count(size_t n, const char* op) {
     if (n > (size_t)INT_MAX) {
@@ -406,16 +433,18 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     }
 #elif COMM_MPI
     (void)stream;
-    if (dt != COMM_FLOAT) fatal("%s: %s buffers over MPI: the MPI path is FP32 only (bf16 goes over NCCL)", name, comm_dtype_name(dt));
+    // 16-bit buffers (the CPU build's BF16 / FP16 storage) travel as 16-bit words, summed by comm_mpi_sum16
+    if (dt != COMM_FLOAT && op == COMM_MAX) fatal("%s: max of %s buffers over MPI: FP32 only", name, comm_dtype_name(dt));
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
-    MPI_Datatype mt = MPI_FLOAT;
+    MPI_Datatype mt = dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T;
     MPI_Request* req = nonblocking ? &h.req : NULL;
-    MPI_Op mop = op == COMM_MAX ? MPI_MAX : MPI_SUM;
+    MPI_Op mop = op == COMM_MAX ? MPI_MAX : comm_mpi_sum_op(dt);
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {
         h.scale_buf = (float*)recv;
         h.scale_n = n;
         h.scale = 1.0f / (float)N;
+        h.scale_dt = dt;
     }
     switch (kind) {
         case COMM_ALL_REDUCE: {
