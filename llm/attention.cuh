@@ -104,6 +104,102 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
     }
 }
 
+// The CPU build with 16-bit floatX: the same math with the CUDA path's rounding points (attention_forward
+// / attention_backward below): preatt = q k^T, the probabilities, y = att v, then in the backward datt,
+// dv, dpreatt, dq and dk, each summed in FP32 and rounded once to T, so that CPU BF16 and the kernels
+// round the same intermediates. att (B,NH,T,T) keeps the probabilities; datt (B,NH,T,T) is scratch.
+template <class Tx>
+static void attention_forward_x16_cpu(Tx* out /*(B,T,C)*/, Tx* att /*(B,NH,T,T)*/, const Tx* inp /*(B,T,3C)*/,
+                                      int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const Tx* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                Tx* a = att + (((size_t)b * NH + h) * T + t) * T;
+                for (int t2 = 0; t2 <= t; t2++) {  // preatt, unscaled, rounded
+                    const Tx* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) s += (float)q[i] * (float)k[i];
+                    a[t2] = s;
+                }
+                float maxv = -FLT_MAX, sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) maxv = fmaxf(maxv, (float)a[t2] * scale);
+                for (int t2 = 0; t2 <= t; t2++) sum += expf((float)a[t2] * scale - maxv);
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) a[t2] = expf((float)a[t2] * scale - maxv) * inv;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                Tx* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) {
+                    float y = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) y += (float)a[t2] * (float)inp[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i];
+                    o[i] = y;
+                }
+            }
+        }
+    }
+}
+
+template <class Tx>
+static void attention_backward_x16_cpu(Tx* dinp /*(B,T,3C)*/, Tx* datt /*(B,NH,T,T)*/, const Tx* dout /*(B,T,C)*/,
+                                       const Tx* inp /*(B,T,3C)*/, const Tx* att /*(B,NH,T,T)*/, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const Tx* A = att + ((size_t)b * NH + h) * T * T;
+            Tx* D = datt + ((size_t)b * NH + h) * T * T;
+            auto q = [&](int t, int i) { return (float)inp[((size_t)b * T + t) * 3 * C + h * hs + i]; };
+            auto k = [&](int t, int i) { return (float)inp[((size_t)b * T + t) * 3 * C + C + h * hs + i]; };
+            auto v = [&](int t, int i) { return (float)inp[((size_t)b * T + t) * 3 * C + 2 * C + h * hs + i]; };
+            auto dy = [&](int t, int i) { return (float)dout[((size_t)b * T + t) * C + h * hs + i]; };
+            auto dx = [&](int t, int j, int i) -> Tx& { return dinp[((size_t)b * T + t) * 3 * C + j * C + h * hs + i]; };
+            // datt = dy v^T (rounded); dv = att^T dy (rounded)
+            for (int t = 0; t < T; t++) {
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) s += dy(t, i) * v(t2, i);
+                    D[(size_t)t * T + t2] = s;
+                }
+            }
+            for (int t2 = 0; t2 < T; t2++) {
+                for (int i = 0; i < hs; i++) {
+                    float s = 0.0f;
+                    for (int t = t2; t < T; t++) s += (float)A[(size_t)t * T + t2] * dy(t, i);
+                    dx(t2, 2, i) = s;
+                }
+            }
+            // dpreatt = scale * att * (datt - sum att datt) (rounded, in place of datt)
+            for (int t = 0; t < T; t++) {
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) dot += (float)A[(size_t)t * T + t2] * (float)D[(size_t)t * T + t2];
+                for (int t2 = 0; t2 <= t; t2++) {
+                    size_t o = (size_t)t * T + t2;
+                    D[o] = (float)A[o] * ((float)D[o] - dot) * scale;
+                }
+            }
+            // dq = dpreatt k, dk = dpreatt^T q (rounded)
+            for (int t = 0; t < T; t++) {
+                for (int i = 0; i < hs; i++) {
+                    float s = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) s += (float)D[(size_t)t * T + t2] * k(t2, i);
+                    dx(t, 0, i) = s;
+                }
+            }
+            for (int t2 = 0; t2 < T; t2++) {
+                for (int i = 0; i < hs; i++) {
+                    float s = 0.0f;
+                    for (int t = t2; t < T; t++) s += (float)D[(size_t)t * T + t2] * q(t, i);
+                    dx(t2, 1, i) = s;
+                }
+            }
+        }
+    }
+}
+
 // One query against a KV cache (the sampler's decode step): for each head h,
 //   out[h] = sum_{t < len} softmax_t(q[h] . k[t,h] / sqrt(hs)) v[t,h]
 // the last row of attention_forward_cpu when the cache holds the keys and values of positions
@@ -457,11 +553,11 @@ static void attention_forward(floatX* out,        // (B,T,C)
                               int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)qkvr; (void)scratch; (void)stream;
-    // 16-bit floatX: FP32 views in, each output rounded once (llm/half_cpu.h); FP32: the arrays themselves
-    size_t BTC = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-    float *o = f32_out(out, BTC), *a = f32_out(att, natt), *x = f32_in(inp, 3 * BTC);
-    attention_forward_cpu(o, a, x, B, T, C, NH);
-    f32_store(out, o, BTC); f32_store(att, a, natt); f32_free(inp, x);
+#if defined(LLM_FLOATX_IS_FLOAT)
+    attention_forward_cpu(out, att, inp, B, T, C, NH);
+#else
+    attention_forward_x16_cpu(out, att, inp, B, T, C, NH);  // the kernels' rounding points
+#endif
 #else
     // q, k, v: (B,NH,T,hs) each, one after the other in qkvr; y: (B,NH,T,hs) in scratch
     int hs = C / NH, BNH = B * NH;
@@ -498,11 +594,13 @@ static void attention_backward(floatX* dinp,        // (B,T,3C)
                                const floatX* att,   // (B,NH,T,T)
                                int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
-    (void)dqkvr; (void)datt; (void)scratch; (void)qkvr; (void)stream;
-    size_t BTC = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-    float *di = f32_out(dinp, 3 * BTC), *d = f32_in(dout, BTC), *x = f32_in(inp, 3 * BTC), *a = f32_in(att, natt);
-    attention_backward_cpu(di, d, x, a, B, T, C, NH);
-    f32_store(dinp, di, 3 * BTC); f32_free(dout, d); f32_free(inp, x); f32_free(att, a);
+    (void)dqkvr; (void)scratch; (void)qkvr; (void)stream;
+#if defined(LLM_FLOATX_IS_FLOAT)
+    (void)datt;
+    attention_backward_cpu(dinp, dout, inp, att, B, T, C, NH);
+#else
+    attention_backward_x16_cpu(dinp, datt, dout, inp, att, B, T, C, NH);  // the kernels' rounding points
+#endif
 #else
     // q, k, v and their gradients dq, dk, dv: (B,NH,T,hs) each, in qkvr and dqkvr; dy: (B,NH,T,hs)
     // in scratch. (inp is not needed: qkvr holds the same values, permuted.)
