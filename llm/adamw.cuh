@@ -65,7 +65,8 @@ static void adamw_update_master_cpu(T* params, float* master, const T* grads, fl
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
         v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
+        float mhat = mi / bc1;
+        float vhat = vi / bc2;
         float p = master[i];
         p = p - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p);
         master[i] = p;

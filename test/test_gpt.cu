@@ -51,7 +51,9 @@
 #define FIXTURES "test/fixtures"
 #endif
 
-#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+// BF16: the emulated (and CUDA) BF16 build, and the CPU build with 16-bit storage (make build/test_gpt_cpu_bf16:
+// the same BF16 rounding of activations, gradients and parameters, so the same tolerances and reasons)
+#if (LLM_HAS_KERNELS && !defined(ENABLE_FP32)) || (LLM_BUILD_CPU && defined(ENABLE_BF16))
 static const int BF16 = 1;
 #else
 static const int BF16 = 0;
