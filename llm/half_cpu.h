@@ -24,11 +24,11 @@ static inline float half_cpu_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); retur
 // float -> bf16 bits, round to nearest even (rtz != 0: toward zero). NaN -> 0x7fff (quiet).
 static inline uint16_t bf16_bits_from_float(float f, int rtz = 0) {
     uint32_t u = half_cpu_f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
-    uint32_t h = u >> 16, rem = u & 0xffffu;
-    // ties to even; a carry out of the mantissa steps the exponent (to inf above the largest finite)
-    if (!rtz && (rem > 0x8000u || (rem == 0x8000u && (h & 1u)))) h++;
-    return (uint16_t)h;
+    // ties to even: adding 0x7fff plus the kept part's lowest bit carries into the kept 16 bits exactly
+    // when the dropped 16 are above half, or at half with an odd kept part; a carry out of the mantissa
+    // steps the exponent (to inf above the largest finite). Branch-free, so conversion loops vectorize.
+    uint32_t r = rtz ? u : u + 0x7fffu + ((u >> 16) & 1u);
+    return ((u & 0x7fffffffu) > 0x7f800000u) ? (uint16_t)0x7fffu : (uint16_t)(r >> 16);
 }
 static inline float bf16_bits_to_float(uint16_t h) { return half_cpu_u2f((uint32_t)h << 16); }
 
