@@ -351,12 +351,20 @@ static void matmul_batched_cpu_x(floatX* c, const floatX* a, const floatX* b, co
     size_t na = transA ? matmul_extent(K, M, lda, batch, strideA) : matmul_extent(M, K, lda, batch, strideA);
     size_t nb = transB ? matmul_extent(N, K, ldb, batch, strideB) : matmul_extent(K, N, ldb, batch, strideB);
     size_t nc = matmul_extent(M, N, ldc, batch, strideC), nx = (size_t)batch * M * N;
-    // C is read whole (beta; the gaps between its rows go back unchanged)
+    // C is read whole (beta), and only its (M,N) matrices written back
     float *fc = f32_in((const floatX*)c, nc), *fa = f32_in(a, na), *fb = f32_in(b, nb), *fbias = f32_in(bias, N);
     float* fx = epilogue == MATMUL_EPILOGUE_DGELU ? f32_in((const floatX*)aux, nx) : f32_out(aux, nx);
     matmul_batched_cpu(fc, fa, fb, fbias, fx, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
                        alpha, beta, epilogue);
-    f32_store(c, fc, nc);
+#if !defined(LLM_FLOATX_IS_FLOAT)
+    // only the (M,N) matrices go back: the gaps between C's rows and batches stay as they were
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < (long)batch * M; r++) {
+        size_t o = (r / M) * strideC + (size_t)(r % M) * ldc;
+        for (int j = 0; j < N; j++) c[o + j] = fc[o + j];
+    }
+    free(fc);
+#endif
     if (epilogue == MATMUL_EPILOGUE_DGELU) f32_free((const floatX*)aux, fx);
     else f32_store(aux, fx, nx);
     f32_free(a, fa); f32_free(b, fb); f32_free(bias, fbias);

@@ -54,6 +54,7 @@ run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
 run half_cpu ./build/test_half_cpu
 run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
+run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
 run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
 run comm bash test/test_comm.sh

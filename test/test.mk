@@ -36,7 +36,8 @@ build/test_matmul_cpu_bf16: test/test_matmul.cu $(LLM_HEADERS) test/test_common.
 build/test_half_cpu: test/test_half_cpu.cpp llm/half_cpu.h
 	@mkdir -p build
 	$(CXX) -std=c++17 -O2 -fopenmp -I$(CUDA_HOME)/include $< -o $@
-HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu
+HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \
+                 build/test_matmul_cpu_bf16
 
 TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
