@@ -32,6 +32,13 @@ build/test_gpt_cpu_bf16: test/test_gpt.cu test/split_backward_check.h $(LLM_HEAD
 build/test_matmul_cpu_bf16: test/test_matmul.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+# BF16 storage's cost on the linear layers, and cblas_sbgemm's gain where OpenBLAS has it (not a test)
+build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+.PHONY: bench-matmul-bf16
+bench-matmul-bf16: build/bench_matmul_cpu_bf16
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_matmul_cpu_bf16 1024 5
 # llm/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
 build/test_half_cpu: test/test_half_cpu.cpp llm/half_cpu.h
 	@mkdir -p build
