@@ -318,6 +318,8 @@ static inline MPI_Op comm_mpi_sum_op(CommDtype dt) {
     }
     return ops[dt];
 }
+// the MPI type that carries a buffer of dt: 16-bit values travel as 16-bit words
+static inline MPI_Datatype comm_mpi_type(CommDtype dt) { return dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T; }
 static inline int comm_mpi_count(size_t n, const char* op) {
     if (n > (size_t)INT_MAX) {
         fatal("%s: %zu elements exceed MPI's int count (%d); split the buffer into buckets", op, n, INT_MAX);
@@ -437,7 +439,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     if (dt != COMM_FLOAT && op == COMM_MAX) fatal("%s: max of %s buffers over MPI: FP32 only", name, comm_dtype_name(dt));
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
-    MPI_Datatype mt = dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T;
+    MPI_Datatype mt = comm_mpi_type(dt);
     MPI_Request* req = nonblocking ? &h.req : NULL;
     MPI_Op mop = op == COMM_MAX ? MPI_MAX : comm_mpi_sum_op(dt);
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {
