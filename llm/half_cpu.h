@@ -134,6 +134,43 @@ template <> inline fp16_cpu round_stochastic<fp16_cpu>(float x, unsigned int bit
 // FP32 views of storage arrays, for ops that compute in FP32 (see the top of this file).
 // T is float (the view is the array) or a 16-bit type (the view is a malloc'ed FP32 copy).
 
+// The FP32 rooms come from a small pool of released buffers (the ops are called from one host thread):
+// a fresh malloc of a large buffer is an mmap whose pages fault in one by one, ~15% of a step of a
+// model with GPT-2's vocabulary. Each buffer carries its capacity in a 64-byte header. The pool keeps
+// at most F32_POOL buffers (the largest ones released); it is host scratch, outside the tagged
+// allocator's model-state counts.
+#define F32_POOL 8
+struct F32Pool { float* buf[F32_POOL]; size_t cap[F32_POOL]; };
+static inline F32Pool* f32_pool(void) { static F32Pool pool; return &pool; }
+static inline size_t f32_capacity(const float* p) { size_t c; memcpy(&c, (const char*)p - 64, sizeof(c)); return c; }
+static inline float* f32_alloc(size_t n) {
+    F32Pool* pl = f32_pool();
+    int best = -1;  // the smallest pooled buffer that holds n
+    for (int i = 0; i < F32_POOL; i++) {
+        if (pl->buf[i] != NULL && pl->cap[i] >= n && (best < 0 || pl->cap[i] < pl->cap[best])) best = i;
+    }
+    if (best >= 0) { float* p = pl->buf[best]; pl->buf[best] = NULL; return p; }
+    char* raw = (char*)malloc(64 + (n > 0 ? n : 1) * sizeof(float));
+    if (raw == NULL) { fprintf(stderr, "error: out of host memory (%zu floats) (%s:%d)\n", n, __FILE__, __LINE__); exit(1); }
+    memcpy(raw, &n, sizeof(n));
+    return (float*)(raw + 64);
+}
+static inline void f32_release(float* p) {
+    F32Pool* pl = f32_pool();
+    size_t c = f32_capacity(p);
+    int slot = -1;  // an empty slot, else the smallest buffer if it is smaller than this one
+    for (int i = 0; i < F32_POOL; i++) {
+        if (pl->buf[i] == NULL) { slot = i; break; }
+        if (slot < 0 || pl->cap[i] < pl->cap[slot]) slot = i;
+    }
+    if (pl->buf[slot] != NULL) {
+        if (pl->cap[slot] >= c) { free((char*)p - 64); return; }
+        free((char*)pl->buf[slot] - 64);
+    }
+    pl->buf[slot] = p;
+    pl->cap[slot] = c;
+}
+
 // an FP32 copy of x (n), or x itself when T is float; NULL for NULL
 template <class T> static inline float* f32_in(const T* x, size_t n) {
     if constexpr (std::is_same<T, float>::value) {
@@ -141,8 +178,7 @@ template <class T> static inline float* f32_in(const T* x, size_t n) {
         return (float*)x;
     } else {
         if (x == NULL) return NULL;
-        float* p = (float*)malloc((n > 0 ? n : 1) * sizeof(float));
-        if (p == NULL) { fprintf(stderr, "error: out of host memory (%zu floats) (%s:%d)\n", n, __FILE__, __LINE__); exit(1); }
+        float* p = f32_alloc(n);
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) p[i] = (float)x[i];
         return p;
@@ -155,9 +191,7 @@ template <class T> static inline float* f32_out(T* x, size_t n) {
         return x;
     } else {
         if (x == NULL) return NULL;
-        float* p = (float*)malloc((n > 0 ? n : 1) * sizeof(float));
-        if (p == NULL) { fprintf(stderr, "error: out of host memory (%zu floats) (%s:%d)\n", n, __FILE__, __LINE__); exit(1); }
-        return p;
+        return f32_alloc(n);
     }
 }
 // dst (n) = p rounded to T (once, to nearest even), and p freed; nothing when T is float
@@ -168,7 +202,7 @@ template <class T> static inline void f32_store(T* dst, float* p, size_t n) {
         if (dst == NULL) return;
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) dst[i] = T(p[i]);
-        free(p);
+        f32_release(p);
     }
 }
 // frees a view taken with f32_in (nothing when T is float)
@@ -176,6 +210,6 @@ template <class T> static inline void f32_free(const T* x, const float* p) {
     if constexpr (std::is_same<T, float>::value) {
         (void)x; (void)p;
     } else {
-        if (x != NULL) free((void*)p);
+        if (x != NULL) f32_release((float*)p);
     }
 }

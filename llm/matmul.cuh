@@ -363,7 +363,7 @@ static void matmul_batched_cpu_x(floatX* c, const floatX* a, const floatX* b, co
         size_t o = (r / M) * strideC + (size_t)(r % M) * ldc;
         for (int j = 0; j < N; j++) c[o + j] = fc[o + j];
     }
-    free(fc);
+    f32_release(fc);
 #endif
     if (epilogue == MATMUL_EPILOGUE_DGELU) f32_free((const floatX*)aux, fx);
     else f32_store(aux, fx, nx);
