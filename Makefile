@@ -73,8 +73,21 @@ endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 
 # --- CPU build ---
-CPU_FLAGS := -std=c++17 -O3 -march=native -fno-math-errno -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function \
-             -x c++ $(MPI_CFLAGS) $(MPI_DEFS) $(BLAS_CFLAGS)
+# FP32 unless PRECISION is given on the command line (make train_gpt_cpu PRECISION=BF16 or FP16:
+# 16-bit parameters, activations and gradients, llm/half_cpu.h). cblas_sbgemm is used for the BF16
+# products when OpenBLAS's library has it and the CPU has AVX512_BF16 (-DLLM_HAVE_SBGEMM; checked only
+# for BF16 builds, by linking a call).
+CPU_PREC_BF16 = -DENABLE_BF16 $(if $(filter yes,$(HAVE_SBGEMM)),-DLLM_HAVE_SBGEMM)
+HAVE_SBGEMM = $(shell grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && printf '\043include <cblas.h>\nint main(void){bfloat16 a=0;float c=0;cblas_sbgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.0f,&a,1,&a,1,0.0f,&c,1);return 0;}\n' | \
+                $(CXX) -x c++ $(BLAS_CFLAGS) - -o /tmp/llm_sbgemm_check_$$$$ $(BLAS_LIBS) >/dev/null 2>&1 && echo yes; rm -f /tmp/llm_sbgemm_check_$$$$)
+ifeq ($(origin PRECISION),command line)
+CPU_PREC_FLAGS = $(if $(filter BF16,$(PRECISION)),$(CPU_PREC_BF16),$(if $(filter FP16,$(PRECISION)),-DENABLE_FP16))
+else
+CPU_PREC_FLAGS :=
+endif
+CPU_FLAGS_FP32 := -std=c++17 -O3 -march=native -fno-math-errno -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function \
+                  -x c++ $(MPI_CFLAGS) $(MPI_DEFS) $(BLAS_CFLAGS)
+CPU_FLAGS = $(CPU_FLAGS_FP32) $(CPU_PREC_FLAGS)
 CPU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm
 
 # --- emulated CUDA build (tests): the kernels compiled by g++, run by dev/emu ---

@@ -8,6 +8,27 @@
 #include "common.h"
 
 // ----------------------------------------------------------------------------
+// Random bits for stochastic rounding, counter-based: a pure function of (seed, element index), so
+// there is no generator state, every element gets its own draw, and the result does not depend on
+// the launch configuration. adamw_mix32 is an xorshift-multiply integer finalizer (the constants of
+// C. Wellons' "lowbias32", a bijection of 32-bit words with good avalanche). The seed and the high
+// word of the index are mixed into a key first; the low word is xor-ed in and mixed again, so for a
+// fixed key the map from low word to bits is itself a bijection (no two elements of a 2^32-element
+// range share a draw).
+LLM_HD static inline unsigned int adamw_mix32(unsigned int x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+LLM_HD static inline unsigned int adamw_random_bits(unsigned int seed, size_t i) {
+    unsigned int key = adamw_mix32(seed + 0x9e3779b9u * ((unsigned int)(i >> 32) + 1u));
+    return adamw_mix32(key ^ (unsigned int)i);
+}
+
+// ----------------------------------------------------------------------------
 // CPU reference
 
 static void adamw_update_cpu(float* params, const float* grads, float* m, float* v, size_t n,  // all (n)
@@ -27,30 +48,36 @@ static void adamw_update_cpu(float* params, const float* grads, float* m, float*
     }
 }
 
+// The CPU build with 16-bit parameters (PRECISION=BF16 / FP16): the same update on the FP32 master
+// weights, in the expression order of the kernel's adamw_step, then each master rounded stochastically
+// into the parameters with the kernel's random bits of (seed, index0 + i) (llm/half_cpu.h's
+// round_stochastic: bit for bit the kernels' adamw_round).
+template <class T>
+static void adamw_update_master_cpu(T* params, float* master, const T* grads, float* m, float* v, size_t n,  // all (n)
+                                    float lr, float beta1, float beta2, int t, float eps, float weight_decay,
+                                    float grad_scale, unsigned int seed, size_t index0) {
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2 = 1.0f - powf(beta2, (float)t);
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = (float)grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1;
+        float vhat = vi / bc2;
+        float p = master[i];
+        p = p - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p);
+        master[i] = p;
+        params[i] = round_stochastic<T>(p, adamw_random_bits(seed, index0 + i));
+    }
+}
+
 // ----------------------------------------------------------------------------
 // CUDA kernels
 #if LLM_HAS_KERNELS
 #include "cuda_utils.cuh"
-
-// Random bits for stochastic rounding, counter-based: a pure function of (seed, element index), so
-// there is no generator state, every element gets its own draw, and the result does not depend on
-// the launch configuration. adamw_mix32 is an xorshift-multiply integer finalizer (the constants of
-// C. Wellons' "lowbias32", a bijection of 32-bit words with good avalanche). The seed and the high
-// word of the index are mixed into a key first; the low word is xor-ed in and mixed again, so for a
-// fixed key the map from low word to bits is itself a bijection (no two elements of a 2^32-element
-// range share a draw).
-__device__ __host__ __forceinline__ unsigned int adamw_mix32(unsigned int x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-__device__ __host__ __forceinline__ unsigned int adamw_random_bits(unsigned int seed, size_t i) {
-    unsigned int key = adamw_mix32(seed + 0x9e3779b9u * ((unsigned int)(i >> 32) + 1u));
-    return adamw_mix32(key ^ (unsigned int)i);
-}
 
 // FP32 -> floatX. For bf16 (the top 16 bits of an FP32 word) stochastic rounding adds 16 random bits
 // to the 16 bits that are dropped, then truncates: it rounds away from zero (in magnitude) with
@@ -178,9 +205,13 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
 static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, int t, float eps, float weight_decay,
                          float grad_scale, unsigned int seed, cudaStream_t stream, size_t index0 = 0) {
-#if LLM_BUILD_CPU
+#if LLM_BUILD_CPU && defined(LLM_FLOATX_IS_FLOAT)
     (void)master; (void)seed; (void)stream; (void)index0;
     adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale);
+#elif LLM_BUILD_CPU
+    (void)stream;
+    adamw_update_master_cpu(params, master, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale,
+                            seed, index0);
 #else
     if (n == 0) return;
     // bias corrections once, on the host, exactly as the CPU reference computes them

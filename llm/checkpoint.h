@@ -8,7 +8,6 @@
 #include "tensors.h"
 #include <dirent.h>
 #include "dataloader.h"
-#include "float16_bits.h"  // BF16 and FP16 on the host, for version-5 checkpoints and the state
 
 #define CHECKPOINT_MAGIC 20240326
 #define STATE_MAGIC 20261122      // this trainer's resumable state
@@ -93,7 +92,7 @@ static float* checkpoint_load(const char* path, GPTConfig* cfg) {
     } else {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         freadCheck(tmp, sizeof(uint16_t), n, f, path);
-        for (size_t i = 0; i < n; i++) params[i] = bf16_bits_to_f32(tmp[i]);
+        for (size_t i = 0; i < n; i++) params[i] = bf16_bits_to_float(tmp[i]);
         free(tmp);
     }
     fcloseCheck(f, path);
@@ -120,7 +119,7 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
         fwriteCheck(params, sizeof(float), n, af.f, path);
     } else {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16_bits(params[i]);
+        for (size_t i = 0; i < n; i++) tmp[i] = bf16_bits_from_float(params[i]);
         fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
         free(tmp);
     }
@@ -199,8 +198,8 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     if (params16 != NULL) {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
-            tmp[i] = fp16 ? f32_to_f16_bits(params16[i]) : f32_to_bf16_bits(params16[i]);
-            float back = fp16 ? f16_bits_to_f32(tmp[i]) : bf16_bits_to_f32(tmp[i]);
+            tmp[i] = fp16 ? fp16_bits_from_float(params16[i]) : bf16_bits_from_float(params16[i]);
+            float back = fp16 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
             if (back != params16[i] && params16[i] == params16[i]) {
                 fatal("state %s: parameter %zu = %.9g is not a %s value", path, i, params16[i], fp16 ? "FP16" : "BF16");
             }
@@ -269,7 +268,7 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         freadCheck(tmp, sizeof(uint16_t), n, f, path);
         *params16 = (float*)mallocCheck(n * sizeof(float));
-        for (size_t i = 0; i < n; i++) (*params16)[i] = header[18] == 2 ? f16_bits_to_f32(tmp[i]) : bf16_bits_to_f32(tmp[i]);
+        for (size_t i = 0; i < n; i++) (*params16)[i] = header[18] == 2 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
         free(tmp);
     }
     ts->params16_kind = header[18];

@@ -48,9 +48,9 @@
 //
 // BF16. NCCL sums bf16 in bf16: every partial sum is rounded to bf16 (N-1 roundings on N ranks,
 // each a relative error <= 2^-8), and ncclAvg multiplies every input by 1/N (rounded to bf16) before
-// summing; both exact for power-of-two N away from the subnormals. Over MPI (the CPU build) 16-bit
-// buffers are reduced the same way, each partial sum rounded to the buffer's type, by MPI user ops;
-// the average is the sum times 1/N. FP16 (PRECISION=FP16)
+// summing; both exact for power-of-two N away from the subnormals. Over MPI (the CPU build, whose
+// BF16 / FP16 storage is llm/half_cpu.h's) 16-bit buffers are reduced the same way, each partial sum
+// rounded to the buffer's type, by MPI user ops; the average is the sum times 1/N. FP16 (PRECISION=FP16)
 // goes the same way (ncclFloat16, summed in fp16: relative error <= 2^-11 per partial sum; a sum
 // beyond 65504 is inf, which the loss scaler of llm/loss_scale.h sees as an overflow and skips).
 //
@@ -77,7 +77,6 @@
 
 #include "common.h"
 #include "device.h"
-#include "float16_bits.h"  // 16-bit buffers reduced over MPI
 #include <limits.h>
 
 // which transport: MPI unless -DLLM_NO_MPI; NCCL over it in the builds with kernels
@@ -248,6 +247,9 @@ static inline CommDtype comm_dtype_of(const float*) { return COMM_FLOAT; }
 #if LLM_HAS_KERNELS
 static inline CommDtype comm_dtype_of(const __nv_bfloat16*) { return COMM_BF16; }
 static inline CommDtype comm_dtype_of(const __half*) { return COMM_FP16; }
+#else
+static inline CommDtype comm_dtype_of(const bf16_cpu*) { return COMM_BF16; }  // the CPU build's 16-bit storage
+static inline CommDtype comm_dtype_of(const fp16_cpu*) { return COMM_FP16; }
 #endif
 
 // which transport this build's collectives use, for logs
@@ -292,8 +294,8 @@ static inline void comm_check_buffer(const void* p, size_t bytes, const char* wh
 // 16-bit buffers over MPI (BF16, FP16): moved as MPI_UINT16_T, reduced by user ops that add (or take
 // the max) in float and round each partial result to the buffer's type (to nearest even), as NCCL
 // reduces bf16 and fp16. The average multiplies the sum by 1/N in float and rounds once more.
-static inline float comm_h16_get(CommDtype dt, uint16_t b) { return dt == COMM_FP16 ? f16_bits_to_f32(b) : bf16_bits_to_f32(b); }
-static inline uint16_t comm_h16_put(CommDtype dt, float x) { return dt == COMM_FP16 ? f32_to_f16_bits(x) : f32_to_bf16_bits(x); }
+static inline float comm_h16_get(CommDtype dt, uint16_t b) { return dt == COMM_FP16 ? fp16_bits_to_float(b) : bf16_bits_to_float(b); }
+static inline uint16_t comm_h16_put(CommDtype dt, float x) { return dt == COMM_FP16 ? fp16_bits_from_float(x) : bf16_bits_from_float(x); }
 static inline void comm_h16_reduce(const void* in, void* inout, int n, CommDtype dt, int is_max) {
     const uint16_t* a = (const uint16_t*)in;
     uint16_t* b = (uint16_t*)inout;
@@ -332,6 +334,8 @@ static inline void comm_finish_host(CommHandle* h) {
     h->scale_n = 0;
     h->pending = 0;
 }
+// the MPI type that carries a buffer of dt: 16-bit values travel as 16-bit words
+static inline MPI_Datatype comm_mpi_type(CommDtype dt) { return dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T; }
 static inline int comm_mpi_count(size_t n, const char* op) {
     if (n > (size_t)INT_MAX) {
         fatal("%s: %zu elements exceed MPI's int count (%d); split the buffer into buckets", op, n, INT_MAX);
@@ -451,7 +455,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     (void)stream;
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
-    MPI_Datatype mt = dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T;  // 16-bit: the user ops above reduce them
+    MPI_Datatype mt = comm_mpi_type(dt);  // 16-bit: the user ops above reduce them
     MPI_Request* req = nonblocking ? &h.req : NULL;
     MPI_Op mop = dt != COMM_FLOAT ? comm_mpi_op16(dt, op == COMM_MAX) : (op == COMM_MAX ? MPI_MAX : MPI_SUM);
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {

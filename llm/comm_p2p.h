@@ -46,7 +46,7 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
     (void)stream;
-    MPI_Datatype mt = dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T;  // (16-bit values are only moved)
+    MPI_Datatype mt = comm_mpi_type(dt);
     MPI_Status st;
     int nr = comm_mpi_count(n_recv, "sendrecv");
     mpiCheck(MPI_Sendrecv(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, recv, nr, mt, src, 0, c->mpi[g], &st));
@@ -82,7 +82,7 @@ static CommHandle comm_p2p_post_send(Comm* c, CommGroup g, const void* buf, size
     memset(&h, 0, sizeof(h));
 #if COMM_MPI && !COMM_NCCL
     if (peer < 0 || peer >= c->group_size[g] || peer == c->group_rank[g]) fatal("p2p_post_send: no rank %d to send to in the %s group", peer, comm_group_name(g));
-    mpiCheck(MPI_Isend(buf, comm_mpi_count(n, "p2p_post_send"), dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T, peer, tag, c->mpi[g], &h.req));
+    mpiCheck(MPI_Isend(buf, comm_mpi_count(n, "p2p_post_send"), comm_mpi_type(dt), peer, tag, c->mpi[g], &h.req));
     h.pending = 1;
 #else
     (void)c; (void)g; (void)buf; (void)n; (void)peer; (void)tag; (void)dt;
@@ -120,14 +120,13 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
     (void)stream;
-    MPI_Datatype mt = dt == COMM_FLOAT ? MPI_FLOAT : MPI_UINT16_T;  // (16-bit values are only moved)
     MPI_Request* req = (MPI_Request*)mallocCheck((size_t)n * sizeof(MPI_Request));
     double t0 = wall_ms();
     for (int i = 0; i < n; i++) {
         int cnt = comm_mpi_count(ops[i].n, "p2p_batch");
         if (ops[i].send && ops[i].posted && ops[i].posted->pending) { req[i] = ops[i].posted->req; ops[i].posted->pending = 0; }
-        else if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, mt, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
-        else mpiCheck(MPI_Irecv(ops[i].buf, cnt, mt, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
+        else if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, comm_mpi_type(dt), ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
+        else mpiCheck(MPI_Irecv(ops[i].buf, cnt, comm_mpi_type(dt), ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
     }
     mpiCheck(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
     c->blocking_ms[g] += wall_ms() - t0;

@@ -180,18 +180,27 @@ static inline void make_parent_dirs(const char* flag, const char* file, int crea
 
 // ----------------------------------------------------------------------------
 // floatX: the type of parameters, activations and gradients on the device.
-// The CPU build is always FP32; the CUDA and emulated builds follow PRECISION (make PRECISION=...):
-// BF16 (default), FP16 (-DENABLE_FP16) or FP32 (-DENABLE_FP32).
+// The CUDA and emulated builds follow PRECISION (make PRECISION=...): BF16 (default), FP16
+// (-DENABLE_FP16) or FP32 (-DENABLE_FP32). The CPU build is FP32 unless PRECISION is given on its make
+// command line (ENABLE_BF16 / ENABLE_FP16: 16-bit storage of llm/half_cpu.h, FP32 arithmetic).
 
+#include "half_cpu.h"  // the CPU build's 16-bit storage types (and FP32 views of floatX arrays)
 #if LLM_HAS_KERNELS && defined(ENABLE_FP16)
 typedef __half floatX;  // FP16 (PRECISION=FP16): 5 exponent bits, so it needs loss scaling (llm/loss_scale.h)
 #define PRECISION_MODE "FP16"
 #elif LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 typedef __nv_bfloat16 floatX;
 #define PRECISION_MODE "BF16"
+#elif LLM_BUILD_CPU && defined(ENABLE_BF16)
+typedef bf16_cpu floatX;
+#define PRECISION_MODE "BF16"
+#elif LLM_BUILD_CPU && defined(ENABLE_FP16)
+typedef fp16_cpu floatX;
+#define PRECISION_MODE "FP16"
 #else
 typedef float floatX;
 #define PRECISION_MODE "FP32"
+#define LLM_FLOATX_IS_FLOAT 1  // (defined only here: every other floatX is a 16-bit type with FP32 masters)
 #endif
 
 // ----------------------------------------------------------------------------

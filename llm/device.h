@@ -51,7 +51,7 @@ static inline floatX float_to_floatX(float x) { return (floatX)x; }
 
 // n FP32 host values into floatX on the device (rounded to nearest when floatX is BF16 or FP16)
 static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n) {
-#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+#if defined(LLM_FLOATX_IS_FLOAT)
     copy_to_device(dst, src, n * sizeof(float));
 #else
     floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));
@@ -63,7 +63,7 @@ static inline void copy_floats_to_device(floatX* dst, const float* src, size_t n
 
 // n floatX values from the device into FP32 on the host
 static inline void copy_to_host_float(float* dst, const floatX* src, size_t n) {
-#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+#if defined(LLM_FLOATX_IS_FLOAT)
     copy_to_host(dst, src, n * sizeof(float));
 #else
     floatX* tmp = (floatX*)mallocCheck(n * sizeof(floatX));

@@ -192,7 +192,17 @@ static void encoder_forward_range(floatX* out,        // (B,T,C)
                                   int v0, int Vl, int B, int T, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    encoder_forward_cpu(out, inp, wte, wpe, v0, Vl, B, T, C);
+    // 16-bit floatX: FP32 views in, the output rounded once (llm/half_cpu.h); FP32: the arrays themselves
+    size_t BTC = (size_t)B * T * C;
+    int Vr = Vl;  // rows of wte: Vl, or up to the largest token when the range is open (INT_MAX)
+    if (Vr == INT_MAX) { Vr = 0; for (int i = 0; i < B * T; i++) if (inp[i] + 1 > Vr) Vr = inp[i] + 1; }
+    float* o = f32_out(out, BTC);
+    float* we = f32_in(wte, (size_t)Vr * C);
+    float* pe = f32_in(wpe, (size_t)T * C);
+    encoder_forward_cpu(o, inp, we, pe, v0, Vl, B, T, C);
+    f32_store(out, o, BTC);
+    f32_free(wte, we);
+    f32_free(wpe, pe);
 #else
     encoder_check_shapes("encoder_forward", C, out, wte, wpe, NULL);
     size_t threads = (size_t)B * T * (C / x128::size);
@@ -220,7 +230,17 @@ static void encoder_backward_range(floatX* dwte,        // (Vl,C) accumulates, t
                                    int v0, int Vl, int B, int T, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)scratch; (void)inp_host; (void)stream;
-    encoder_backward_cpu(dwte, dwpe, dout, inp, v0, Vl, B, T, C);
+    size_t BTC = (size_t)B * T * C;
+    int Vr = Vl;
+    if (Vr == INT_MAX) { Vr = 0; for (int i = 0; i < B * T; i++) if (inp[i] + 1 > Vr) Vr = inp[i] + 1; }
+    // the accumulated gradients in FP32 (each element rounded once when stored back)
+    float* dwe = f32_in(dwte, (size_t)Vr * C);
+    float* dpe = f32_in(dwpe, (size_t)T * C);
+    float* d = f32_in(dout, BTC);
+    encoder_backward_cpu(dwe, dpe, d, inp, v0, Vl, B, T, C);
+    f32_store(dwte, dwe, (size_t)Vr * C);
+    f32_store(dwpe, dpe, (size_t)T * C);
+    f32_free(dout, d);
 #else
     encoder_check_shapes("encoder_backward", C, dwte, dwpe, dout, scratch);
     int BT = B * T;

@@ -197,7 +197,10 @@ static void fused_classifier(floatX* logits, float* losses, float dloss, const i
                              int BT, int V, int Vp, int write_dlogits, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    fused_classifier_cpu(logits, losses, dloss, targets, BT, V, Vp, write_dlogits);
+    // 16-bit floatX: FP32 views in, each output rounded once (llm/half_cpu.h); FP32: the arrays themselves
+    float* l = f32_in((const floatX*)logits, (size_t)BT * Vp);
+    fused_classifier_cpu(l, losses, dloss, targets, BT, V, Vp, write_dlogits);
+    f32_store(logits, l, (size_t)BT * Vp);
 #else
     // Vp % x128::size == 0 keeps every row 16-byte aligned (the model pads V to a multiple of 128)
     if (BT <= 0) return;

@@ -29,15 +29,18 @@ LLM_HD static inline float gelu_grad_scalar(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-static void gelu_forward_cpu(float* out, const float* inp, size_t N) {  // (N), (N)
+// T: float, or the CPU build's 16-bit floatX (computed in FP32, each output rounded once)
+template <class T>
+static void gelu_forward_cpu(T* out, const T* inp, size_t N) {  // (N), (N)
     #pragma omp parallel for simd
-    for (size_t i = 0; i < N; i++) out[i] = gelu_scalar(inp[i]);
+    for (size_t i = 0; i < N; i++) out[i] = gelu_scalar((float)inp[i]);
 }
 
 // dinp = gelu'(inp) * dout (overwrites dinp; dinp may alias dout)
-static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, size_t N) {
+template <class T>
+static void gelu_backward_cpu(T* dinp, const T* inp, const T* dout, size_t N) {
     #pragma omp parallel for simd
-    for (size_t i = 0; i < N; i++) dinp[i] = gelu_grad_scalar(inp[i]) * dout[i];
+    for (size_t i = 0; i < N; i++) dinp[i] = gelu_grad_scalar((float)inp[i]) * (float)dout[i];
 }
 
 // ----------------------------------------------------------------------------

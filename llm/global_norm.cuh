@@ -87,7 +87,9 @@ global_norm_finish_kernel(float* out,               // (1) in/out: *out += sum o
 static void global_norm_squared(float* out, const floatX* values, size_t n, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    *out += global_norm_squared_cpu(values, n);
+    float* x = f32_in(values, n);  // (16-bit floatX: an FP32 copy; FP32: values itself)
+    *out += global_norm_squared_cpu(x, n);
+    f32_free(values, x);
 #else
     if (n == 0) return;
     context_require("global_norm_squared");

@@ -388,7 +388,12 @@ static void layernorm_forward(floatX* out, float* mean, float* rstd, const float
                               const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    layernorm_forward_cpu(out, mean, rstd, inp, weight, bias, N, C);
+    // 16-bit floatX: FP32 views in, the output rounded once (llm/half_cpu.h); FP32: the arrays themselves
+    size_t NC = (size_t)N * C;
+    float *o = f32_out(out, NC), *x = f32_in(inp, NC), *w = f32_in(weight, C), *b = f32_in(bias, C);
+    layernorm_forward_cpu(o, mean, rstd, x, w, b, N, C);
+    f32_store(out, o, NC);
+    f32_free(inp, x); f32_free(weight, w); f32_free(bias, b);
 #else
     layernorm_check_shapes("layernorm_forward", C, out, inp, weight, bias, NULL);
     if (N == 0) return;
@@ -409,7 +414,17 @@ static void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
                                              int N, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    fused_residual_layernorm_forward_cpu(residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+    // as the kernel: the residual rounded to floatX first, then the LayerNorm of the rounded residual
+    size_t NC = (size_t)N * C;
+    float *a = f32_in(inp1, NC), *b2 = f32_in(inp2, NC), *r = f32_out(residual, NC);
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < NC; i++) r[i] = a[i] + b2[i];
+    f32_store(residual, r, NC);
+    f32_free(inp1, a); f32_free(inp2, b2);
+    float *o = f32_out(out, NC), *x = f32_in((const floatX*)residual, NC), *w = f32_in(weight, C), *b = f32_in(bias, C);
+    layernorm_forward_cpu(o, mean, rstd, x, w, b, N, C);
+    f32_store(out, o, NC);
+    f32_free((const floatX*)residual, x); f32_free(weight, w); f32_free(bias, b);
 #else
     layernorm_check_shapes("fused_residual_layernorm_forward", C, residual, out, inp1, inp2, weight);
     layernorm_check_shapes("fused_residual_layernorm_forward", C, bias, NULL, NULL, NULL, NULL);
@@ -432,7 +447,13 @@ static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, flo
                                const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)scratch; (void)stream;
-    layernorm_backward_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    // the accumulated gradients in FP32, each rounded once when stored back
+    size_t NC = (size_t)N * C;
+    float *di = f32_in(dinp, NC), *dw = f32_in(dweight, C), *db = f32_in(dbias, C);
+    float *d = f32_in(dout, NC), *x = f32_in(inp, NC), *w = f32_in(weight, C);
+    layernorm_backward_cpu(di, dw, db, d, x, w, mean, rstd, N, C);
+    f32_store(dinp, di, NC); f32_store(dweight, dw, C); f32_store(dbias, db, C);
+    f32_free(dout, d); f32_free(inp, x); f32_free(weight, w);
 #else
     layernorm_check_shapes("layernorm_backward", C, dinp, dout, inp, weight, scratch);
     if (N == 0) return;

@@ -258,6 +258,118 @@ static void matmul_batched_cpu(float* c /*(batch: M x ldc)*/, const float* a /*(
     }
 }
 
+// The CPU build with 16-bit floatX (PRECISION=BF16 / FP16): the operands converted to FP32, the
+// products by sgemm (FP32 accumulation) and the epilogue in FP32, each output rounded once to floatX,
+// as cuBLASLt rounds D once (and the GELU input, written to aux, once). With LLM_HAVE_SBGEMM (an
+// OpenBLAS whose cblas_sbgemm links, and a CPU with AVX512_BF16; the Makefile checks both) the BF16
+// products of the linear layers go to sbgemm instead, which reads the BF16 operands as they are and
+// accumulates in FP32 too. In the FP32 CPU build the views are the arrays themselves.
+#if defined(LLM_HAVE_SBGEMM) && defined(ENABLE_BF16)
+#define MATMUL_SBGEMM 1
+// C (M,N) FP32 = op(A) op(B) + beta C, A and B BF16 (row-major)
+static inline void matmul_sbgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const floatX* a, int lda,
+                                 const floatX* b, int ldb, float beta, float* c, int ldc) {
+    cblas_sbgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, (const bfloat16*)a, lda, (const bfloat16*)b, ldb, beta, c, ldc);
+}
+#else
+#define MATMUL_SBGEMM 0
+#endif
+
+// the extent in elements of row-major (rows, cols) matrices with leading dimension ld, batch of them
+// stride apart
+static inline size_t matmul_extent(int rows, int cols, int ld, int batch, size_t stride) {
+    if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+    return (size_t)(batch - 1) * stride + (size_t)(rows - 1) * ld + cols;
+}
+
+static void matmul_forward_cpu_x(floatX* out /*(BT,OC)*/, floatX* pre_gelu /*(BT,OC) or NULL*/, const floatX* inp /*(BT,C)*/,
+                                 const floatX* weight /*(OC,C)*/, const floatX* bias /*(OC) or NULL*/, int BT, int C, int OC) {
+    size_t no = (size_t)BT * OC;
+    float *o = f32_out(out, no), *pg = f32_out(pre_gelu, no), *b = f32_in(bias, OC);
+#if MATMUL_SBGEMM
+    // the product into pre_gelu's (or out's) FP32 room, then matmul_forward_cpu's epilogue pass
+    float* dst = pg != NULL ? pg : o;
+    matmul_sbgemm(CblasNoTrans, CblasTrans, BT, OC, C, inp, C, weight, C, 0.0f, dst, OC);
+    #pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < BT; bt++) {
+        float* d = dst + (size_t)bt * OC;
+        if (b != NULL) for (int j = 0; j < OC; j++) d[j] += b[j];
+        if (pg != NULL) for (int j = 0; j < OC; j++) o[(size_t)bt * OC + j] = gelu_scalar(d[j]);
+    }
+#else
+    float *x = f32_in(inp, (size_t)BT * C), *w = f32_in(weight, (size_t)OC * C);
+    matmul_forward_cpu(o, pg, x, w, b, BT, C, OC);
+    f32_free(inp, x); f32_free(weight, w);
+#endif
+    f32_store(out, o, no); f32_store(pre_gelu, pg, no); f32_free(bias, b);
+}
+
+static void matmul_backward_cpu_x(floatX* dinp /*(BT,C) or NULL*/, floatX* dweight /*(OC,C) or NULL*/,
+                                  floatX* dbias /*(OC) or NULL*/, const floatX* dout /*(BT,OC)*/, const floatX* inp /*(BT,C)*/,
+                                  const floatX* weight /*(OC,C)*/, const floatX* pre_gelu_of_inp /*(BT,C) or NULL*/,
+                                  int BT, int C, int OC) {
+    size_t nbc = (size_t)BT * C, noc = (size_t)OC * C;
+    float* d = f32_in(dout, (size_t)BT * OC);
+    float* db = f32_in(dbias, OC);
+    if (db != NULL) matmul_dbias_cpu(db, d, BT, OC);
+    f32_store(dbias, db, OC);
+#if MATMUL_SBGEMM
+    if (dinp != NULL) {
+        float* di = f32_out(dinp, nbc);
+        matmul_sbgemm(CblasNoTrans, CblasNoTrans, BT, C, OC, dout, OC, weight, C, 0.0f, di, C);
+        if (pre_gelu_of_inp != NULL) {
+            #pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < nbc; i++) di[i] *= gelu_grad_scalar((float)pre_gelu_of_inp[i]);
+        }
+        f32_store(dinp, di, nbc);
+    }
+    if (dweight != NULL) {
+        float* dw = f32_in(dweight, noc);
+        matmul_sbgemm(CblasTrans, CblasNoTrans, OC, C, BT, dout, OC, inp, C, 1.0f, dw, C);
+        f32_store(dweight, dw, noc);
+    }
+#else
+    float* di = f32_out(dinp, nbc);
+    float* dw = f32_in(dweight, noc);
+    float* x = dweight != NULL ? f32_in(inp, nbc) : NULL;
+    float* w = dinp != NULL ? f32_in(weight, noc) : NULL;
+    float* pg = dinp != NULL ? f32_in(pre_gelu_of_inp, nbc) : NULL;
+    matmul_backward_cpu(di, dw, NULL, d, x, w, pg, BT, C, OC);
+    f32_store(dinp, di, nbc);
+    f32_store(dweight, dw, noc);
+    if (x != NULL) f32_free(inp, x);
+    if (w != NULL) f32_free(weight, w);
+    if (pg != NULL) f32_free(pre_gelu_of_inp, pg);
+#endif
+    f32_free(dout, d);
+}
+
+static void matmul_batched_cpu_x(floatX* c, const floatX* a, const floatX* b, const floatX* bias, floatX* aux, int M,
+                                 int N, int K, bool transA, bool transB, int lda, int ldb, int ldc, int batch,
+                                 size_t strideA, size_t strideB, size_t strideC, float alpha, float beta,
+                                 MatmulEpilogue epilogue) {
+    size_t na = transA ? matmul_extent(K, M, lda, batch, strideA) : matmul_extent(M, K, lda, batch, strideA);
+    size_t nb = transB ? matmul_extent(N, K, ldb, batch, strideB) : matmul_extent(K, N, ldb, batch, strideB);
+    size_t nc = matmul_extent(M, N, ldc, batch, strideC), nx = (size_t)batch * M * N;
+    // C is read whole (beta), and only its (M,N) matrices written back
+    float *fc = f32_in((const floatX*)c, nc), *fa = f32_in(a, na), *fb = f32_in(b, nb), *fbias = f32_in(bias, N);
+    float* fx = epilogue == MATMUL_EPILOGUE_DGELU ? f32_in((const floatX*)aux, nx) : f32_out(aux, nx);
+    matmul_batched_cpu(fc, fa, fb, fbias, fx, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
+                       alpha, beta, epilogue);
+#if !defined(LLM_FLOATX_IS_FLOAT)
+    // only the (M,N) matrices go back: the gaps between C's rows and batches stay as they were
+    #pragma omp parallel for schedule(static)
+    for (long r = 0; r < (long)batch * M; r++) {
+        size_t o = (r / M) * strideC + (size_t)(r % M) * ldc;
+        for (int j = 0; j < N; j++) c[o + j] = fc[o + j];
+    }
+    f32_release(fc);
+#endif
+    if (epilogue == MATMUL_EPILOGUE_DGELU) f32_free((const floatX*)aux, fx);
+    else f32_store(aux, fx, nx);
+    f32_free(a, fa); f32_free(b, fb); f32_free(bias, fbias);
+}
+
 #endif  // LLM_BUILD_CPU
 
 // ----------------------------------------------------------------------------
@@ -615,8 +727,8 @@ static void matmul_batched(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(ba
                            float alpha, float beta, MatmulEpilogue epilogue, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    matmul_batched_cpu(c, a, b, bias, aux, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
-                       alpha, beta, epilogue);
+    matmul_batched_cpu_x(c, a, b, bias, aux, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
+                         alpha, beta, epilogue);
 #else
     matmul_cublaslt(c, a, b, bias, aux, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
                     alpha, beta, epilogue, stream);
@@ -630,7 +742,7 @@ static void matmul_forward(floatX* out /*(BT,OC)*/, floatX* pre_gelu /*(BT,OC) o
                            cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    matmul_forward_cpu(out, pre_gelu, inp, weight, bias, BT, C, OC);
+    matmul_forward_cpu_x(out, pre_gelu, inp, weight, bias, BT, C, OC);
 #else
     // out (BT,OC) = inp (BT,C) @ weight^T, weight stored (OC,C): transB
     matmul_cublaslt(out, inp, weight, bias, pre_gelu, BT, OC, C, false, true, C, C, OC, 1, 0, 0, 0, 1.0f, 0.0f,
@@ -656,7 +768,7 @@ static void matmul_backward(floatX* dinp /*(BT,C) or NULL*/, floatX* dweight /*(
 #if LLM_BUILD_CPU
     (void)stream;
     (void)dbias_scratch;
-    matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, pre_gelu_of_inp, BT, C, OC);
+    matmul_backward_cpu_x(dinp, dweight, dbias, dout, inp, weight, pre_gelu_of_inp, BT, C, OC);
 #else
     if (dbias != NULL) matmul_dbias(dbias, dbias_scratch, dout, BT, OC, stream);
     // dinp (BT,C) = dout (BT,OC) @ weight (OC,C) [* gelu'(pre_gelu_of_inp)]

@@ -47,7 +47,7 @@ typedef struct {
 } AdamWState;
 
 // 1 in the builds whose parameters are 16-bit (BF16, FP16) and keep FP32 master weights
-#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+#if !defined(LLM_FLOATX_IS_FLOAT)
 #define ADAMW_HAS_MASTER 1
 #else
 #define ADAMW_HAS_MASTER 0

@@ -8,9 +8,11 @@
 // ----------------------------------------------------------------------------
 // CPU reference
 
-static void residual_forward_cpu(float* out, const float* inp1, const float* inp2, size_t N) {  // (N) each
+// T: float, or the CPU build's 16-bit floatX (the sum in FP32, rounded once)
+template <class T>
+static void residual_forward_cpu(T* out, const T* inp1, const T* inp2, size_t N) {  // (N) each
     #pragma omp parallel for simd
-    for (size_t i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+    for (size_t i = 0; i < N; i++) out[i] = (float)inp1[i] + (float)inp2[i];
 }
 
 // ----------------------------------------------------------------------------

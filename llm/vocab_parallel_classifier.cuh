@@ -152,7 +152,10 @@ static void vp_classifier_stats(float* stats, const floatX* logits, const int* t
                                 cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    vp_classifier_stats_cpu(stats, logits, targets, v0, Vl, V, BT);
+    // 16-bit floatX: FP32 views in, each output rounded once (llm/half_cpu.h); FP32: the arrays themselves
+    float* l = f32_in(logits, (size_t)BT * Vl);
+    vp_classifier_stats_cpu(stats, l, targets, v0, Vl, V, BT);
+    f32_free(logits, l);
 #else
     if (BT <= 0) return;
     vp_classifier_check("vp_classifier_stats", Vl, logits);
@@ -168,7 +171,9 @@ static void vp_classifier_finish(floatX* logits, float* losses, const float* all
                                  int v0, int Vl, int V, int BT, int write_dlogits, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
-    vp_classifier_finish_cpu(logits, losses, all, T, dloss, targets, v0, Vl, V, BT, write_dlogits);
+    float* l = f32_in((const floatX*)logits, (size_t)BT * Vl);
+    vp_classifier_finish_cpu(l, losses, all, T, dloss, targets, v0, Vl, V, BT, write_dlogits);
+    f32_store(logits, l, (size_t)BT * Vl);
 #else
     if (BT <= 0) return;
     vp_classifier_check("vp_classifier_finish", Vl, logits);

@@ -51,6 +51,12 @@ run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm 
 run data ./build/test_data
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
+# the CPU build with 16-bit storage (llm/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
+run half_cpu ./build/test_half_cpu
+run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
+run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
+run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
+run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh

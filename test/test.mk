@@ -19,7 +19,34 @@ build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-TEST_CPU_BINS := build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+# the CPU build with 16-bit storage (llm/half_cpu.h): the trainer and the model test in BF16 and FP16
+build/train_gpt_cpu_bf16: train_gpt.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+build/train_gpt_cpu_fp16: train_gpt.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) -DENABLE_FP16 $< -o $@ $(CPU_LIBS)
+build/test_gpt_cpu_bf16: test/test_gpt.cu test/split_backward_check.h $(LLM_HEADERS) test/test_common.h test/world_check.h
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+build/test_matmul_cpu_bf16: test/test_matmul.cu $(LLM_HEADERS) test/test_common.h
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+# BF16 storage's cost on the linear layers, and cblas_sbgemm's gain where OpenBLAS has it (not a test)
+build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+.PHONY: bench-matmul-bf16
+bench-matmul-bf16: build/bench_matmul_cpu_bf16
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_matmul_cpu_bf16 1024 5
+# llm/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
+build/test_half_cpu: test/test_half_cpu.cpp llm/half_cpu.h
+	@mkdir -p build
+	$(CXX) -std=c++17 -O2 -fopenmp -I$(CUDA_HOME)/include $< -o $@
+HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \
+                 build/test_matmul_cpu_bf16
+
+TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
                  build/test_fp8_cpu build/test_fp8_gemm_cpu
 

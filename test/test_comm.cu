@@ -121,22 +121,22 @@ template <> struct TT<__half> {  // FP16 (ncclFloat16), in every kernel build
 };
 #endif
 #if COMM_MPI && !COMM_NCCL
-// The CPU build has no 16-bit floatX yet: these stand for 16-bit buffers, so that the MPI path's user
-// ops (llm/comm.h) are tested. comm_dtype_of is found for them by argument-dependent lookup. The
-// conversions are llm/float16_bits.h's (checked against the toolkit's __half in test_gpt's FP16 build).
+// This program is built in FP32: these stand for 16-bit buffers, so that the MPI path's user ops
+// (llm/comm.h) are tested. comm_dtype_of is found for them by argument-dependent lookup. The
+// conversions are llm/half_cpu.h's (checked against the toolkit's __half in test_gpt's FP16 build).
 struct Bf16Bits { uint16_t b; };
 struct Fp16Bits { uint16_t b; };
 static inline CommDtype comm_dtype_of(const Bf16Bits*) { return COMM_BF16; }
 static inline CommDtype comm_dtype_of(const Fp16Bits*) { return COMM_FP16; }
 template <> struct TT<Bf16Bits> {
-    static Bf16Bits to(float x) { return Bf16Bits{f32_to_bf16_bits(x)}; }
-    static float from(Bf16Bits x) { return bf16_bits_to_f32(x.b); }
+    static Bf16Bits to(float x) { return Bf16Bits{bf16_bits_from_float(x)}; }
+    static float from(Bf16Bits x) { return bf16_bits_to_float(x.b); }
     static const char* name() { return "bf16"; }
     static double eps() { return ldexp(1.0, -8); }
 };
 template <> struct TT<Fp16Bits> {
-    static Fp16Bits to(float x) { return Fp16Bits{f32_to_f16_bits(x)}; }
-    static float from(Fp16Bits x) { return f16_bits_to_f32(x.b); }
+    static Fp16Bits to(float x) { return Fp16Bits{fp16_bits_from_float(x)}; }
+    static float from(Fp16Bits x) { return fp16_bits_to_float(x.b); }
     static const char* name() { return "fp16"; }
     static double eps() { return ldexp(1.0, -11); }
 };

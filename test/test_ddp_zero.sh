@@ -180,6 +180,38 @@ else
     echo "skip BF16 emulated runs: $EMU16 not built (make build/train_gpt_emu_bf16)"; skipped=$((skipped+1))
 fi
 
+# The CPU build in BF16 (llm/half_cpu.h; make build/train_gpt_cpu_bf16): BF16 parameters and gradients,
+# FP32 master weights and moments, BF16 gradient averages over MPI (comm.h's comm_mpi_sum16). The
+# memory the tagged allocator counted against ZeRO's Table 1 with 2 + 2 + 12 bytes per parameter
+# (16 under DDP, 2 + 2 + 12/2 = 10 under ZeRO-1, 2 + 14/2 = 9 under ZeRO-2, 16/2 = 8 under ZeRO-3,
+# within the padding); the activations per layer measured == the formula (llm/report.h, 2 bytes a
+# value) and below the FP32 run's; and, as in the emulated BF16 build, ZeRO-1/2/3 give DDP's bytes.
+CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
+if [ -x "$CPU16" ]; then
+    for z in 0 1 2 3; do
+        CPU="$CPU16" train "cpu16_np2_z$z" 2 --total-batch 256 --grad-clip 0 --zero "$z" || continue
+        check memory "CPU BF16 np2 ZeRO-$z memory" "$tmp/cpu16_np2_z$z.json"
+        [ "$z" -gt 0 ] && check same "CPU BF16: 2-process ZeRO-$z vs DDP" "$tmp/cpu16_np2_z$z" "$tmp/cpu16_np2_z0"
+    done
+    if [ -f "$tmp/cpu16_np2_z0.json" ] && [ -f "$tmp/np2_z0_acc1.json" ]; then
+        if python3 - "$tmp/cpu16_np2_z0.json" "$tmp/np2_z0_acc1.json" <<'PY'
+import json, sys
+h, f = (json.load(open(p)) for p in sys.argv[1:3])
+a16 = [rk["activations_per_layer_bytes"] for rk in h["ranks"]]
+a32 = [rk["activations_per_layer_bytes"] for rk in f["ranks"]]
+ok = h["bytes_per_value"] == 2 and h["optimizer_bytes_per_param"] == 12 and f["bytes_per_value"] == 4
+ok = ok and all(a == h["paper_activations_per_layer_bytes"] for a in a16) and all(a < b for a, b in zip(a16, a32))
+print(("ok   " if ok else "FAIL ") + "CPU BF16 activations per layer: %s B measured per rank, formula %d B (2 bytes a value); FP32 run: %s B; "
+      "%d + %d + %d bytes per parameter (params, grads, optimizer)" % (a16, h["paper_activations_per_layer_bytes"], a32,
+      h["bytes_per_value"], h["bytes_per_value"], h["optimizer_bytes_per_param"]))
+sys.exit(0 if ok else 1)
+PY
+        then pass=$((pass+1)); else fail=$((fail+1)); fi
+    fi
+else
+    echo "skip CPU BF16 runs: $CPU16 not built (make build/train_gpt_cpu_bf16)"; skipped=$((skipped+1))
+fi
+
 # a rank dies at step 2: mpirun must end the job, non-zero, well within the timeout
 t0=$(date +%s.%N)
 timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --zero 3 --debug-die-at-step 2 --output-dir "$tmp/die" > "$LOG/die.log" 2>&1

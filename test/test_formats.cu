@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
     }
     check(rounding_ok && memcmp(&cfg, &cfg2, sizeof(cfg)) == 0, "llm.c v5: config kept, values within bf16 rounding");
     // the bf16 rounding is round-to-nearest-even on hand-picked values
-    check(f32_to_bf16_bits(1.0f) == 0x3f80 && f32_to_bf16_bits(1.00390625f) == 0x3f80 &&
-          f32_to_bf16_bits(1.01171875f) == 0x3f82 && f32_to_bf16_bits(-2.0f) == 0xc000,
+    check(bf16_bits_from_float(1.0f) == 0x3f80 && bf16_bits_from_float(1.00390625f) == 0x3f80 &&
+          bf16_bits_from_float(1.01171875f) == 0x3f82 && bf16_bits_from_float(-2.0f) == 0xc000,
           "bf16 rounding: ties go to even");
 
     // resumable state: save -> load -> save gives identical bytes and the same fields
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     check(same_bytes(p1, p2) && p16_ == NULL, "resumable state: save + load + save gives identical bytes");
     {  // with the BF16 parameters of a BF16 build: saved and read back exactly
         float* p16 = (float*)mallocCheck(n * sizeof(float));
-        for (size_t i = 0; i < n; i++) p16[i] = bf16_bits_to_f32(f32_to_bf16_bits(params[i] * 1.5f));
+        for (size_t i = 0; i < n; i++) p16[i] = bf16_bits_to_float(bf16_bits_from_float(params[i] * 1.5f));
         snprintf(p2, sizeof(p2), "%s/state_c.bin", dir);
         state_save(p2, cfg, &ts, params, m, v, p16);
         float *a, *b, *c, *d;

@@ -60,13 +60,15 @@
 #define FIXTURES "test/fixtures"
 #endif
 
-// BF16: floatX is 16-bit (BF16, or FP16 with FP16 = 1 too)
-#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+// BF16: floatX is 16-bit: the emulated (and CUDA) BF16 build, the CPU build with 16-bit storage (make
+// build/test_gpt_cpu_bf16: the same BF16 rounding of activations, gradients and parameters, so the same
+// tolerances and reasons), or an FP16 build (FP16 = 1 too)
+#if !defined(LLM_FLOATX_IS_FLOAT)
 static const int BF16 = 1;
 #else
 static const int BF16 = 0;
 #endif
-#if LLM_HAS_KERNELS && defined(ENABLE_FP16)
+#if defined(ENABLE_FP16)
 static const int FP16 = 1;
 #else
 static const int FP16 = 0;
@@ -511,24 +513,24 @@ int main(int argc, char** argv) {
         size_t bad = 0, checked = 0;
         for (uint32_t h = 0; h < 65536; h++) {
             __half x = __ushort_as_half((unsigned short)h);
-            float f = __half2float(x), g = f16_bits_to_f32((uint16_t)h);
+            float f = __half2float(x), g = fp16_bits_to_float((uint16_t)h);
             int nan = isnan(f);
             if (nan ? !isnan(g) : memcmp(&f, &g, 4) != 0) bad++;
-            uint16_t back = f32_to_f16_bits(g);
-            if (nan ? !isnan(f16_bits_to_f32(back)) : back != h) bad++;
+            uint16_t back = fp16_bits_from_float(g);
+            if (nan ? !isnan(fp16_bits_to_float(back)) : back != h) bad++;
             if (!nan && h < 0x7c00u) {  // the points 1/4, 1/2 (a tie), 3/4 of the way to the next code
-                float nx = f16_bits_to_f32((uint16_t)(h + 1));
+                float nx = fp16_bits_to_float((uint16_t)(h + 1));
                 for (int q = 1; q <= 3; q++) {
                     float m = g + (nx - g) * 0.25f * (float)q;
                     uint16_t want = __half_as_ushort(__float2half_rn(m));
-                    if (f32_to_f16_bits(m) != want || f32_to_f16_bits(-m) != (uint16_t)(want | 0x8000u)) bad++;
+                    if (fp16_bits_from_float(m) != want || fp16_bits_from_float(-m) != (uint16_t)(want | 0x8000u)) bad++;
                     checked++;
                 }
             }
             checked++;
         }
         const float edges[] = {65504.0f, 65519.0f, 65520.0f, 1e6f, INFINITY, 0x1p-25f, 0x1.8p-25f, 0x1p-26f};
-        for (float e : edges) { if (f32_to_f16_bits(e) != __half_as_ushort(__float2half_rn(e))) bad++; checked++; }
+        for (float e : edges) { if (fp16_bits_from_float(e) != __half_as_ushort(__float2half_rn(e))) bad++; checked++; }
         check(bad == 0, "state file FP16 encoding (llm/checkpoint.h) = __half on all 65536 codes and %zu values between them (%zu differ)",
               checked, bad);
     }

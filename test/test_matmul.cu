@@ -53,7 +53,7 @@ static float rnd(void) {  // uniform in [-1, 1), splitmix64
     return (float)((z >> 40) * (2.0 / 16777216.0) - 1.0);
 }
 
-#if LLM_BUILD_CPU || defined(ENABLE_FP32)
+#if defined(LLM_FLOATX_IS_FLOAT)  // (the CPU build in BF16, build/test_matmul_cpu_bf16, has the BF16 bounds)
 static const int kBF16 = 0;
 #else
 static const int kBF16 = 1;

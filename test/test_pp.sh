@@ -2,7 +2,7 @@
 # test_pp.sh: pipeline parallelism (llm/pipeline.h, the schedules of llm/schedule.h) under mpirun,
 # against one process, the simulator and the formulas.
 #
-#   bash test/test_pp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16})
+#   bash test/test_pp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16}, build/train_gpt_cpu_bf16)
 #
 # Checked, one line each (a 4-layer model, so pp 4 and interleaved pp 2 x V 2 have a layer per stage):
 #  1. Equivalence with one process on the same global batch, from the same seed checkpoint and data:
@@ -27,7 +27,7 @@
 #  5. Resume across layouts: pp 2 -> 1, 1 -> pp 4, dp 2 x tp 2 x pp 2 -> dp 8, each against the
 #     uninterrupted run.
 #  6. The emulated CUDA build (FP32: comm.h's NCCL path with its batched P2P) at pp 2, zb-h1 pp 2 and
-#     tp 2 x pp 2 against the CPU build's one process; BF16 emulated pp 2 against its one process.
+#     tp 2 x pp 2 against the CPU build's one process; BF16 emulated pp 2 against its one process; the same for the CPU build in BF16.
 #  7. Bad layouts, each refused before anything is written with one line: more stages than layers,
 #     interleaved with m not a multiple of P, --vpp without interleaved, --vpp with --pp 1, an unknown
 #     schedule.
@@ -188,6 +188,13 @@ if [ -x "$EMU16" ]; then
     train emu16_pp2 2 "$EMU16" --pp 2 --total-batch 512 &&
         check update "emulated CUDA BF16 pp 2 vs its 1 process" "$tmp/emu16_pp2" "$tmp/emu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
 else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
+# the CPU build in BF16: its activations and gradients cross the stages as bf16 over MPI (16-bit words)
+CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
+if [ -x "$CPU16" ]; then
+    train cpu16_one 0 "$CPU16" --total-batch 512 &&
+    train cpu16_pp2 2 "$CPU16" --pp 2 --total-batch 512 &&
+        check update "CPU BF16 pp 2 vs its 1 process" "$tmp/cpu16_pp2" "$tmp/cpu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+else bad "no $CPU16 (make build/train_gpt_cpu_bf16)"; fi
 
 # 7. bad layouts: one line (from rank 0), non-zero exit, nothing written (badlayout: test/mpi_lib.sh)
 badlayout pp8 8 "--pp 8" --pp 8 --total-batch 1024

@@ -1,0 +1,72 @@
+// bench_matmul_cpu_bf16.cu: what BF16 storage costs the CPU build's linear layers, and what OpenBLAS's
+// cblas_sbgemm (BF16 operands, FP32 accumulation, AVX512_BF16 instructions) would gain over converting
+// to FP32 and calling sgemm. Built with the CPU build's BF16 flags (make build/bench_matmul_cpu_bf16;
+// -DLLM_HAVE_SBGEMM when the Makefile found an sbgemm that links and a CPU with AVX512_BF16).
+// For GPT-2 124M's four linear layers at BT tokens, the median of a few calls of:
+//   fp32    cblas_sgemm on FP32 operands (the FP32 CPU build's product)
+//   conv    matmul_forward of this build without sbgemm: the BF16 operands converted to FP32, sgemm,
+//           the output rounded to BF16 (what the BF16 CPU build runs when sbgemm is missing)
+//   sbgemm  cblas_sbgemm on the BF16 operands, FP32 output, then rounded to BF16 (only with LLM_HAVE_SBGEMM)
+// and the ratios conv / fp32 and conv / sbgemm.
+//   ./build/bench_matmul_cpu_bf16 [BT] [repeats]     (defaults 1024, 5)
+#include "../llm/common.h"
+#include "../llm/matmul.cuh"
+#include <algorithm>
+#include <vector>
+
+static double median_ms(std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
+
+int main(int argc, char** argv) {
+    int BT = argc > 1 ? atoi(argv[1]) : 1024, reps = argc > 2 ? atoi(argv[2]) : 5;
+    const int shapes[4][3] = {{768, 2304, 0}, {768, 768, 0}, {768, 3072, 0}, {3072, 768, 0}};  // (C, OC): qkv, attproj, fc, fcproj
+    const char* names[4] = {"qkv", "attproj", "fc", "fcproj"};
+    printf("linear layers of GPT-2 124M, BT = %d, %s build, sbgemm %s, %d threads\n", BT, PRECISION_MODE,
+#if MATMUL_SBGEMM
+           "used (LLM_HAVE_SBGEMM)",
+#else
+           "not available (this OpenBLAS has no cblas_sbgemm, or the CPU no AVX512_BF16)",
+#endif
+#ifdef _OPENMP
+           omp_get_max_threads()
+#else
+           1
+#endif
+    );
+    double tot32 = 0, totc = 0, totsb = 0;
+    for (int s = 0; s < 4; s++) {
+        int C = shapes[s][0], OC = shapes[s][1];
+        std::vector<float> x((size_t)BT * C), w((size_t)OC * C), y((size_t)BT * OC);
+        for (size_t i = 0; i < x.size(); i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+        for (size_t i = 0; i < w.size(); i++) w[i] = (float)((i * 2246822519u) % 1000) / 1000.0f - 0.5f;
+        std::vector<floatX> xh(x.begin(), x.end()), wh(w.begin(), w.end()), yh(y.size());
+        std::vector<double> t32, tc, tsb;
+        for (int r = 0; r < reps + 1; r++) {
+            double t0 = wall_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, x.data(), C, w.data(), C, 0.0f, y.data(), OC);
+            double t1 = wall_ms();
+            // the conversion path: FP32 views, sgemm, one rounding (matmul_forward_cpu_x without sbgemm)
+            float *fx = f32_in(xh.data(), xh.size()), *fw = f32_in(wh.data(), wh.size()), *fy = f32_out(yh.data(), yh.size());
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, fx, C, fw, C, 0.0f, fy, OC);
+            f32_store(yh.data(), fy, yh.size());
+            f32_free(xh.data(), fx); f32_free(wh.data(), fw);
+            double t2 = wall_ms();
+#if MATMUL_SBGEMM
+            float* sy = f32_out(yh.data(), yh.size());
+            matmul_sbgemm(CblasNoTrans, CblasTrans, BT, OC, C, xh.data(), C, wh.data(), C, 0.0f, sy, OC);
+            f32_store(yh.data(), sy, yh.size());
+#endif
+            double t3 = wall_ms();
+            if (r == 0) continue;  // warm-up
+            t32.push_back(t1 - t0); tc.push_back(t2 - t1); tsb.push_back(t3 - t2);
+        }
+        double a = median_ms(t32), b = median_ms(tc), c = median_ms(tsb);
+        tot32 += a; totc += b; totsb += c;
+        printf("  %-8s (%d x %d) x (%d x %d)^T: fp32 %8.2f ms | conv %8.2f ms (%.2fx fp32)", names[s], BT, C, OC, C, a, b, b / a);
+        if (MATMUL_SBGEMM) printf(" | sbgemm %8.2f ms (conv / sbgemm %.3f)", c, b / c);
+        printf("\n");
+    }
+    printf("total: fp32 %.2f ms, conv %.2f ms (%.2fx fp32)", tot32, totc, totc / tot32);
+    if (MATMUL_SBGEMM) printf(", sbgemm %.2f ms (conv / sbgemm %.3f)", totsb, totc / totsb);
+    printf("\n");
+    return 0;
+}

@@ -1,0 +1,131 @@
+// test_half_cpu.cpp: llm/half_cpu.h's BF16 and FP16 conversions against the CUDA toolkit's own
+// (the host code of cuda_bf16.h / cuda_fp16.h, compiled here by g++), bit for bit:
+//   decode: every one of the 2^16 bit patterns of each type (NaNs: both NaN);
+//   encode: for every 16-bit pattern, the float it stands for, the midpoints to its neighbours and one
+//           float ulp either side of them (every tie and every rounding boundary), plus 2^24 floats
+//           spread over all exponents (every 256th bit pattern) and the specials;
+//   round toward zero: |result| <= |x| and the next 16-bit value away from zero is > |x| (finite x);
+//   stochastic rounding: the two neighbours only, and the mean over many draws within 4 sigma of x.
+// Build: make build/test_half_cpu (needs only the toolkit's headers; no GPU, no CUDA runtime).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <math.h>
+#include <float.h>
+#include <vector>
+#include "../llm/half_cpu.h"
+
+static int fails = 0, passes = 0;
+static void check(bool ok, const char* what) {
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok) fails++; else passes++;
+}
+static uint16_t cuda_bf16_bits(float x) { __nv_bfloat16 h = __float2bfloat16(x); uint16_t b; memcpy(&b, &h, 2); return b; }
+static uint16_t cuda_fp16_bits(float x) { __half h = __float2half(x); uint16_t b; memcpy(&b, &h, 2); return b; }
+static float cuda_bf16_float(uint16_t b) { __nv_bfloat16 h; memcpy(&h, &b, 2); return __bfloat162float(h); }
+static float cuda_fp16_float(uint16_t b) { __half h; memcpy(&h, &b, 2); return __half2float(h); }
+static bool same_float(float a, float b) { return (isnan(a) && isnan(b)) || half_cpu_f2u(a) == half_cpu_f2u(b); }
+
+// the floats that test every rounding decision: for each 16-bit value (decoded by dec), itself, the
+// midpoints to its neighbours, and one float ulp either side of each
+static std::vector<float> boundary_floats(float (*dec)(uint16_t)) {
+    std::vector<float> xs;
+    for (uint32_t b = 0; b < 0x10000u; b++) {
+        float v = dec((uint16_t)b), w = dec((uint16_t)(b + 1));
+        if (!isfinite(v)) continue;
+        xs.push_back(v);
+        if (isfinite(w) && ((b & 0x7fffu) != 0x7fffu)) {
+            float mid = (float)(((double)v + (double)w) / 2);  // exact: one more bit than the 16-bit type
+            xs.push_back(mid);
+            xs.push_back(nextafterf(mid, INFINITY));
+            xs.push_back(nextafterf(mid, -INFINITY));
+        }
+    }
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX, FLT_MIN, 1e-45f, -1e-45f,
+                              65504.0f, 65519.99f, 65520.0f, 65536.0f, -65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 3.0e38f,
+                              3.3895314e38f, 3.3961776e38f};
+    for (float s : specials) xs.push_back(s);
+    for (uint64_t u = 0; u < 0x100000000ull; u += 256) xs.push_back(half_cpu_u2f((uint32_t)u + (uint32_t)(u >> 20) % 256));
+    return xs;
+}
+
+int main(void) {
+    // decode, all patterns
+    int bad_bf = 0, bad_fp = 0;
+    for (uint32_t b = 0; b < 0x10000u; b++) {
+        bad_bf += !same_float(bf16_bits_to_float((uint16_t)b), cuda_bf16_float((uint16_t)b));
+        bad_fp += !same_float(fp16_bits_to_float((uint16_t)b), cuda_fp16_float((uint16_t)b));
+    }
+    char msg[256];
+    snprintf(msg, sizeof(msg), "bf16 -> float: all 65536 patterns equal cuda_bf16.h's (%d differ)", bad_bf);
+    check(bad_bf == 0, msg);
+    snprintf(msg, sizeof(msg), "fp16 -> float: all 65536 patterns equal cuda_fp16.h's (%d differ)", bad_fp);
+    check(bad_fp == 0, msg);
+
+    // encode, round to nearest even
+    for (int type = 0; type < 2; type++) {
+        std::vector<float> xs = boundary_floats(type == 0 ? bf16_bits_to_float : fp16_bits_to_float);
+        size_t bad = 0;
+        float first = 0;
+        for (float x : xs) {
+            uint16_t mine = type == 0 ? bf16_cpu(x).bits : fp16_cpu(x).bits;
+            uint16_t ref = type == 0 ? cuda_bf16_bits(x) : cuda_fp16_bits(x);
+            if (mine != ref) { if (bad++ == 0) first = x; }
+        }
+        snprintf(msg, sizeof(msg), "float -> %s (nearest even): %zu floats (every tie and boundary, 2^24 spread, specials) "
+                 "equal %s's bit for bit (%zu differ, first %.9g)", type == 0 ? "bf16" : "fp16", xs.size(),
+                 type == 0 ? "__float2bfloat16" : "__float2half", bad, first);
+        check(bad == 0, msg);
+        // toward zero: |t| <= |x| < |next away|, against the decoded values
+        size_t badz = 0;
+        for (float x : xs) {
+            if (!isfinite(x) || (type == 1 && fabsf(x) >= 65520.0f)) continue;
+            uint16_t t = type == 0 ? bf16_bits_from_float(x, 1) : fp16_bits_from_float(x, 1);
+            float tf = type == 0 ? bf16_bits_to_float(t) : fp16_bits_to_float(t);
+            float af = type == 0 ? bf16_bits_to_float((uint16_t)(t + 1)) : fp16_bits_to_float((uint16_t)(t + 1));
+            bool ok = fabsf(tf) <= fabsf(x) && (fabsf(af) > fabsf(x) || (type == 1 && fabsf(x) >= 65504.0f)) &&
+                      (tf == 0.0f || signbit(tf) == signbit(x));
+            if (!ok) badz++;
+        }
+        snprintf(msg, sizeof(msg), "float -> %s toward zero: the neighbour at or below |x| (%zu wrong)", type == 0 ? "bf16" : "fp16", badz);
+        check(badz == 0, msg);
+    }
+
+    // stochastic rounding: neighbours only, unbiased (4 sigma over 2^16 draws)
+    const float xs[] = {1.00390625f + 1e-3f, -3.14159f, 0.1f, 1e-6f, -2.5e-7f, 1000.3f, 6.1e-5f, 3e-8f};
+    int bad_sr = 0;
+    for (int type = 0; type < 2; type++) {
+        for (float x : xs) {
+            if (type == 0 && fabsf(x) < 1e-30f) continue;
+            float t = type == 0 ? bf16_bits_to_float(bf16_bits_from_float(x, 1)) : fp16_bits_to_float(fp16_bits_from_float(x, 1));
+            uint16_t tb = type == 0 ? bf16_bits_from_float(x, 1) : fp16_bits_from_float(x, 1);
+            float a = type == 0 ? bf16_bits_to_float((uint16_t)(tb + 1)) : fp16_bits_to_float((uint16_t)(tb + 1));
+            double sum = 0;
+            const int n = 65536;
+            for (int i = 0; i < n; i++) {
+                unsigned int bits = (unsigned int)i * 2654435761u;  // equidistributed over 32 bits
+                float r = type == 0 ? (float)bf16_round_stochastic(x, bits) : (float)fp16_round_stochastic(x, bits);
+                if (r != t && r != a) bad_sr++;
+                sum += r;
+            }
+            double p = fabs((double)x - t) / fabs((double)a - t), sigma = fabs((double)a - t) * sqrt(p * (1 - p) / n);
+            if (fabs(sum / n - x) > 4 * sigma + 1e-3 * fabs((double)a - t)) {
+                printf("     SR %s of %.9g: mean %.9g, expected within %.3g\n", type == 0 ? "bf16" : "fp16", x, sum / n, 4 * sigma);
+                bad_sr++;
+            }
+        }
+    }
+    snprintf(msg, sizeof(msg), "stochastic rounding (bf16, fp16): only the two neighbours, the mean unbiased (%d wrong)", bad_sr);
+    check(bad_sr == 0, msg);
+    // the bf16 rule is the kernels' (llm/adamw.cuh adamw_round<__nv_bfloat16>): add the low 16 random bits, truncate
+    int bad_rule = 0;
+    for (uint32_t i = 0; i < 100000; i++) {
+        float x = half_cpu_u2f(0x3f800000u + i * 977u) * ((i & 1) ? -1.0f : 1.0f);
+        unsigned int bits = i * 2246822519u;
+        uint32_t u = half_cpu_f2u(x) + (bits & 0xffffu);
+        if (bf16_round_stochastic(x, bits).bits != (uint16_t)(u >> 16)) bad_rule++;
+    }
+    check(bad_rule == 0, "bf16 stochastic rounding = add the low 16 random bits to the float's bits, keep the top 16");
+    printf("test_half_cpu: %d passed, %d failed, 0 skipped\n", passes, fails);
+    return fails ? 1 : 0;
+}
