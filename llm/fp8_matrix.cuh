@@ -322,14 +322,19 @@ static void fp8_matrix_dequant(float* out, const Fp8Matrix* m, cudaStream_t stre
 
 #else  // the CPU build: the reference is the implementation (device memory is host memory)
 
+// (x through its FP32 view: the array itself in the FP32 build, a copy of the 16-bit values otherwise)
 static void fp8_amax_floatx(float* amax, const floatX* x, size_t n, cudaStream_t stream) {
     (void)stream;
-    *amax = fp8_amax_cpu(x, n);
+    float* xf = f32_in(x, n);  // (n)
+    *amax = fp8_amax_cpu(xf, n);
+    f32_free(x, xf);
 }
 static void fp8_matrix_quantize(Fp8Matrix* m, const floatX* x, int transpose, const float* tensor_scale,
                                 cudaStream_t stream) {
     (void)stream;
-    fp8_matrix_quantize_cpu(m, x, transpose, tensor_scale);
+    float* xf = f32_in(x, (size_t)m->rows * m->K);  // (rows, K), or (K, rows) with transpose
+    fp8_matrix_quantize_cpu(m, xf, transpose, tensor_scale);
+    f32_free(x, xf);
     fp8_lt_scale_cpu(m->lt_scale, m);
 }
 static void fp8_matrix_dequant(float* out, const Fp8Matrix* m, cudaStream_t stream) {

@@ -692,6 +692,7 @@ TEST_BINARIES = {
     "sampler_emu_bf16": ["build/test_sampler_emu"],
     "emu_vs_cpu": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16"],
     "loss_scale": ["train_gpt_cpu", "build/train_gpt_emu_fp16"],
+    "precision": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16"],
     "half_cpu": ["build/test_half_cpu"],
     "matmul_cpu_bf16": ["build/test_matmul_cpu_bf16"],
     "model_vs_pytorch_cpu_bf16": ["build/test_gpt_cpu_bf16"],

@@ -121,6 +121,9 @@ run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 # FP16 loss scaling (llm/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
 # back-off and growth, the FP8 histories, resume, bad flags; CPU build and emulated FP16
 run loss_scale bash test/test_loss_scale.sh
+# training numerics of every precision on one run (FP32, BF16, FP16, the four FP8 recipes): the final losses'
+# gaps to FP32 bounded, memory per precision against the ZeRO paper's bytes per parameter
+run precision bash test/test_precision.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
