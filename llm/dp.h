@@ -54,6 +54,8 @@ typedef struct {
     int sequence_parallel;  // 1: the TP_NORM tensors' gradients are partial sums over the tp ranks' tokens,
                             // all-reduced over tp in dp_finish_grads (set by the caller after dp_init)
     ParamHooks hooks;       // what the model calls
+    int inject_nan;         // --inject nan (llm/inject.h): 1 puts a NaN into the next unit gradient this rank
+                            // finishes, before its reduction (then back to 0)
 } DataParallel;
 
 // the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
@@ -126,6 +128,12 @@ static void dp_hook_grads_ready(void* ctx, int u) {
     dp_trace(&dp->trace, 'R', u);
     cudaStream_t s = llm_ctx.stream;
     floatX* g = dp->grads + dp->lay.units[u].start;
+    if (dp->inject_nan) {  // the fault: this rank's gradient of unit u gets a NaN before the reduction
+        floatX nan_x = float_to_floatX(NAN);
+        device_synchronize();
+        copy_to_device(dp->stage <= 1 ? g : dp->z.unit_grads[u], &nan_x, sizeof(floatX));
+        dp->inject_nan = 0;
+    }
     if (dp->stage == 0) {
         ddp_bucket_ready(dp->comm, &dp->grad_queue, g, dp->lay.units[u].n, u, s);
     } else if (dp->stage == 1) {  // in place: this rank's block of the full gradient becomes the average
