@@ -482,17 +482,21 @@ static float dp_mean(DataParallel* dp, float x) {
 // (LayerNorms, wpe, the row-parallel biases) are the same on every tp rank: only tp rank 0 counts them.
 // With a pipeline each stage adds its own units (summed over the pp group too), and the tied embedding,
 // held by the first and the last stage with the same gradient, is counted once, by the first.
+// The copies left out still count for finiteness (llm/health.h skips a step whose norm is NaN or
+// inf): a NaN or inf in one of them (a fault on that rank alone) makes the norm NaN.
 static float dp_grad_norm(DataParallel* dp) {
     cudaStream_t s = llm_ctx.stream;
     AdamWState* st = &dp->opt;
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
     int second_embed = dp->pp > 1 && dp->pp_rank == dp->pp - 1;  // the last stage's copy of the embedding
+    int copies = 0;  // this rank holds copies counted elsewhere: their squares go to dp->scalars[0]
     if (lay->tp > 1 || second_embed) {
+        device_memset_zero(dp->scalars, sizeof(float), s);
         for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
-            if (tp_replicated(p.t) && lay->tp_rank != 0) continue;
-            if (second_embed && p.u == UNIT_EMBED) continue;
-            global_norm_squared(st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
+            int copy = (tp_replicated(p.t) && lay->tp_rank != 0) || (second_embed && p.u == UNIT_EMBED);
+            copies |= copy;
+            global_norm_squared(copy ? dp->scalars : st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
         }
     } else if (dp->stage == 0) {
         global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
@@ -503,6 +507,12 @@ static float dp_grad_norm(DataParallel* dp) {
         }
     } else {
         global_norm_squared(st->norm, dp->grads_shard, dp->z.shard_size, s);
+    }
+    if (copies) {
+        float c2;
+        device_synchronize();
+        copy_to_host(&c2, dp->scalars, sizeof(float));
+        if (!isfinite(c2)) { float nan = NAN; copy_to_device(st->norm, &nan, sizeof(float)); }
     }
     if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     if (lay->tp > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);

@@ -204,9 +204,13 @@ static void health_unit_name(const ParamLayout* lay, int u, char* out, size_t ca
     else snprintf(out, cap, "layer %d", u - 1);
 }
 
-// Compares this dp group's hashes of every unit (every rank of the group calls it; ZeRO-3: nothing to
-// compare, returns 0). Returns the number of mismatched units; msg: the first one, naming the unit and
-// the ranks (world ranks) whose copies differ.
+// Compares each dp group's hashes of every unit; every rank calls it (ZeRO-3, or one dp rank: nothing
+// to compare, returns 0). Each dp group compares its own, then the verdict goes to every rank (a MAX
+// over the world: every rank rolls back together) and the groups' first messages to world rank 0.
+// Returns 1 when some group found a mismatch, 0 if none; msg (cap >= 1): on rank 0 the first mismatch
+// (the unit, and the world ranks whose copies differ), elsewhere this rank's group's, or "in another
+// dp group" when only another group found one.
+#define SDC_MSG_BYTES 256
 static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     msg[0] = '\0';
     if (dp->stage == 3 || dp->dp == 1) return 0;
@@ -258,7 +262,26 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     }
     free(mine);
     free(all);
-    return bad_units;
+    // every group's verdict to every rank, the messages to rank 0
+    Comm* c = dp->comm;
+    float flag = bad_units > 0 ? 1.0f : 0.0f;
+    float* df = (float*)device_malloc(sizeof(float), MEM_COMM);
+    copy_to_device(df, &flag, sizeof(float));
+    comm_all_reduce(c, GROUP_WORLD, df, df, 1, COMM_MAX, llm_ctx.stream);
+    device_synchronize();
+    copy_to_host(&flag, df, sizeof(float));
+    device_free(df);
+    char mine_msg[SDC_MSG_BYTES];
+    memset(mine_msg, 0, sizeof(mine_msg));
+    snprintf(mine_msg, sizeof(mine_msg), "%s", msg);
+    char* msgs = c->world_rank == 0 ? (char*)mallocCheck((size_t)c->world_size * SDC_MSG_BYTES) : NULL;
+    comm_gather_bytes(c, mine_msg, SDC_MSG_BYTES, msgs);
+    if (msgs != NULL) {
+        for (int r = c->world_size - 1; r >= 0; r--) if (msgs[(size_t)r * SDC_MSG_BYTES] != '\0') snprintf(msg, cap, "%s", msgs + (size_t)r * SDC_MSG_BYTES);
+        free(msgs);
+    }
+    if (flag > 0.0f && msg[0] == '\0') snprintf(msg, cap, "in another dp group");
+    return flag > 0.0f;
 }
 
 // --inject bitflip: flips bit `bit` of element `index` of this rank's parameters (the packed buffer,
