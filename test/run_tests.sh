@@ -108,6 +108,10 @@ run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 # FP16 loss scaling (llm/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
 # back-off and growth, the FP8 histories, resume, bad flags; CPU build and emulated FP16
 run loss_scale bash test/test_loss_scale.sh
+# training health (llm/health.h) with injected faults (llm/inject.h), 1, 2 and 4 processes: NaN and spike steps
+# skipped on every rank, rollback to the last-known-good checkpoint bit-identical to a resumed run, exit 3
+# without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, bad flags
+run health bash test/test_health.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
