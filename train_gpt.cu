@@ -276,7 +276,12 @@ int main(int argc, char** argv) {
             memcpy(step_inputs + micro * BT, train_loader.inputs, BT * sizeof(int));
             memcpy(step_targets + micro * BT, train_loader.targets, BT * sizeof(int));
         }
-        if (fresh && inject_find(&inject_plan, INJECT_SPIKE, step, comm.world_rank)) {  // this rank's targets: random tokens
+        // a spike on a rank is a bad batch of its dp slice: every tp and pp rank of that slice reads it
+        int spike = 0;
+        for (int q = 0; q < comm.tp * comm.pp; q++) {
+            spike |= fresh && inject_find(&inject_plan, INJECT_SPIKE, step, comm_world_rank_of(&comm, comm.dp_rank, q / comm.tp, q % comm.tp)) != NULL;
+        }
+        if (spike) {  // the slice's targets: random tokens
             Rng r;
             rng_init(&r, 0x5bd1e995u + (uint64_t)step);
             for (size_t i = 0; i < (size_t)grad_accum * BT; i++) step_targets[i] = (int)(rng_u64(&r) % (uint64_t)cfg.vocab_size);

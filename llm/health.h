@@ -218,6 +218,7 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     int U = lay->num_units, block = 4 * U + 1, R = dp->dp;  // per rank: 4 16-bit pieces per unit, its world rank
     float* mine = (float*)mallocCheck((size_t)block * sizeof(float));
     float* all = (float*)mallocCheck((size_t)block * R * sizeof(float));
+    device_synchronize();  // (the parameters' last update)
     for (int u = 0; u < U; u++) {
         uint64_t hsh = 0;
         if (lay->units[u].held) {
@@ -294,6 +295,7 @@ static void health_bitflip(DataParallel* dp, long index, int bit) {
     int nbits = (int)(8 * sizeof(floatX));
     if (bit >= nbits) bit -= 16;
     unsigned char bytes[sizeof(floatX)];
+    device_synchronize();  // (the update that wrote it)
     copy_to_host(bytes, base + index, sizeof(floatX));
     bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));  // little-endian
     copy_to_device(base + index, bytes, sizeof(floatX));

@@ -5,7 +5,8 @@
 //   --inject 'hang@step=5,rank=1'            rank 1 stops making progress at step 5 (sleeps forever)
 //   --inject 'nan@step=5,rank=1'             a NaN in rank 1's gradients at step 5 (after its backward)
 //   --inject 'spike@step=5,rank=0'           rank 0's batch at step 5 is replaced by one that blows the
-//                                            loss up (random targets: the loss jumps to ~ln V and more)
+//                                            loss up (random targets: the loss jumps to ~ln V and more);
+//                                            the batch of rank 0's dp slice: all its tp and pp ranks
 //   --inject 'slow@rank=2,ms=200'            rank 2 takes 200 ms longer per step from step 1 (a straggler);
 //                                            with step=N it starts at step N
 //   --inject 'bitflip@step=5,rank=1,index=123,bit=30'
