@@ -16,8 +16,11 @@ to bottom:
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step: this rank's
                            micro-batches forward + backward in the order of the pipeline schedule
                            (llm/schedule.h; one rank: forward, backward, forward, ...), the gradients
-                           averaged over the dp ranks as they are ready, the global norm, clip,
-                           AdamW; log)
+                           averaged over the dp ranks as they are ready, the global norm, the
+                           health check (llm/health.h: a NaN/inf or spike step is skipped, a streak
+                           of them or a parameter mismatch between replicas rolls back to the last
+                           good checkpoint), clip, AdamW; faults on purpose with --inject, llm/inject.h;
+                           log)
   6. held-out exact-match evaluation (optional), memory and communication report, clean-up
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
 every rank prints the errors it sees itself.

@@ -16,7 +16,9 @@
 // Keys: step (the step it happens at; default 1), rank (world rank; default 0), count (nan, spike: on
 // this many consecutive steps; default 1), ms (slow), index, bit (bitflip; defaults 0 and 30, the
 // top exponent bit of an FP32 value). A fault fires once per step it covers, on its rank only; the
-// other ranks see what a real failure would show them. The parser checks everything before the run
+// other ranks see what a real failure would show them. The trainer fires nan, spike and bitflip only
+// the first time it runs a step (a rollback, llm/health.h, repeats step numbers: a transient fault
+// does not come back). The parser checks everything before the run
 // starts: a bad spec ends the program with one line naming it.
 #pragma once
 #include "common.h"

@@ -5,7 +5,9 @@
 //   {"step": 12, "train_loss": 2.345678, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 1.23,
 //    "ms": 123.4, "tok_per_s": 4567.8, "comm_wait_ms": 1.2}
 //                                      (one line; val_loss only when measured, comm_wait_ms only
-//                                       under data parallelism)
+//                                       under data parallelism, loss_scale with a loss scaler,
+//                                       "skipped": "<reason>" on a skipped step)
+//   {"step": 7, "rollback_to": 3, "reason": "..."}        (logger_log_rollback, llm/health.h)
 //   {"step": 12, "hellaswag": 0.291}                      (logger_log_eval)
 //
 // Numbers are written with the fewest significant digits (6 to 9) that read back as the same
