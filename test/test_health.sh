@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_health.sh: the health checks of llm/health.h in the CPU build, faults caused with --inject
-# (llm/inject.h), at 1, 2 and 4 processes:
+# (llm/inject.h), at 1, 2, 4 and 8 (dp 2 x tp 2 x pp 2) processes:
 # - nan (a NaN in one rank's gradients before their reduction): that step is logged skipped
 #   ("grad norm nan") and no other; the model, the moments and AdamW's step after it are the bytes of
 #   those before it (ZeRO-1 and ZeRO-2: each rank updates its own part, so every rank skipped); the
@@ -172,6 +172,14 @@ sdc_check sdc_dp2 2 "layer 0: ranks 0, 1 disagree" --inject bitflip@step=4,rank=
 sdc_check sdc_dp4 4 "layer 0: rank 2 differ" --inject bitflip@step=4,rank=2,index=19336 --zero 1
 sdc_check sdc_dp2tp2 4 "embedding (wte, wpe): ranks 1, 3 disagree" --inject bitflip@step=4,rank=3,index=100,bit=20 --tp 2
 stop_check sdc_nockpt 2 "sdc: parameters differ: layer 0" --steps 6 --sdc-check-every 2 --inject bitflip@step=4,rank=1,index=19336
+# dp 2 x tp 2 x pp 2 (8 processes, ZeRO-1): a NaN on rank 6 at step 2 skipped; a flipped bit on rank 7 (the
+# last stage's copy of the tied embedding) after step 4 named within its dp group {3, 7}, then the rollback
+runok all8 8 --steps 6 --tp 2 --pp 2 --zero 1 --checkpoint-every 1 --sdc-check-every 2 \
+    --inject 'nan@step=2,rank=6;bitflip@step=4,rank=7,index=100' && {
+    check_skip all8 2 "grad norm nan"
+    grep -q '"step": 4, "rollback_to": 3, "reason": "sdc: parameters differ: embedding (wte, wpe): ranks 3, 7 disagree' "$tmp/all8/log.jsonl" \
+        && ok "all8: step 4: the embedding of ranks 3, 7 differs, rolled back to step 3" || bad "all8: $(grep -m1 sdc "$tmp/all8.out")"
+}
 runok sdc_z3 2 --steps 2 --zero 3 --sdc-check-every 1 && grep -q "sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare" "$tmp/sdc_z3.out" \
     && ok "ZeRO-3: says there is nothing to compare" || bad "ZeRO-3: no 'nothing to compare' line"
 runok sdc_clean_pp 4 --steps 4 --pp 2 --sdc-check-every 1 && ! grep -q "parameters differ" "$tmp/sdc_clean_pp.out" \
