@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
     // the health checks (llm/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
     HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
     Health health;
-    health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE);
+    health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
     if (rank0 && args.sdc_check_every > 0 && args.zero == 3 && comm.dp > 1) {
         printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
     }

@@ -10,7 +10,8 @@
 //   rank (llm/dp.h): the same two numbers on every rank, so every rank takes the same decision;
 //   health_verdict: NULL (healthy) or why not: "loss nan", "grad norm inf", "overflow" (a non-finite
 //   norm under a loss scaler, llm/loss_scale.h: the scaler then halves its scale), "loss z-score 9.1 >
-//   4", "loss 31 > 3 x recent max 7.2", the same for "grad norm". NaN/inf are always bad; the two
+//   4", "loss 31 > 3 x recent max 7.2", the same for "grad norm". NaN/inf are always bad (an overflow
+//   under a dynamic loss scaler is skipped but does not count in the streak below); the two
 //   spike rules only once the window is full (--spike-window W healthy steps), each off at 0. Only the
 //   healthy steps enter the windows.
 //   a bad step is skipped: no update (parameters, moments and AdamW's step count stay), the data go on
@@ -64,6 +65,8 @@ typedef struct {
 typedef struct {
     HealthConfig cfg;
     int have_scaler;     // a loss scaler is on: a non-finite norm is its "overflow"
+    int dynamic_scaler;  // and it is dynamic: an overflow leaves the bad streak as it is (the scaler's answer
+                         // is to halve its scale; overflows in a row are normal while it comes down)
     HealthWindow loss, norm;
     int bad_streak;      // bad steps in a row, up to the last one
     int skipped;         // bad steps over this process's run
@@ -71,10 +74,11 @@ typedef struct {
     char reason[160];    // why the last step was bad
 } Health;
 
-static void health_init(Health* h, HealthConfig cfg, int have_scaler) {
+static void health_init(Health* h, HealthConfig cfg, int have_scaler, int dynamic_scaler) {
     memset(h, 0, sizeof(*h));
     h->cfg = cfg;
     h->have_scaler = have_scaler;
+    h->dynamic_scaler = dynamic_scaler;
     h->loss.v = (float*)mallocCheck((size_t)cfg.window * sizeof(float));
     h->norm.v = (float*)mallocCheck((size_t)cfg.window * sizeof(float));
     h->last_rollback = -1;
@@ -114,9 +118,9 @@ static int health_spike(const Health* h, const HealthWindow* w, const char* what
 static const char* health_verdict(Health* h, float loss, float norm) {
     char* why = h->reason;
     size_t cap = sizeof(h->reason);
-    int bad = 1;
+    int bad = 1, overflow = 0;
     if (!isfinite(loss)) snprintf(why, cap, "loss %s", isnan(loss) ? "nan" : "inf");
-    else if (!isfinite(norm)) snprintf(why, cap, "%s", h->have_scaler ? "overflow" : (isnan(norm) ? "grad norm nan" : "grad norm inf"));
+    else if (!isfinite(norm)) snprintf(why, cap, "%s", (overflow = h->have_scaler) ? "overflow" : (isnan(norm) ? "grad norm nan" : "grad norm inf"));
     else bad = health_spike(h, &h->loss, "loss", loss, why, cap) || health_spike(h, &h->norm, "grad norm", norm, why, cap);
     if (!bad) {
         health_window_push(&h->loss, h->cfg.window, loss);
@@ -124,7 +128,7 @@ static const char* health_verdict(Health* h, float loss, float norm) {
         h->bad_streak = 0;
         return NULL;
     }
-    h->bad_streak++;
+    if (!(overflow && h->dynamic_scaler)) h->bad_streak++;
     h->skipped++;
     return why;
 }

@@ -537,8 +537,8 @@ MUTATIONS = [
 
     # --- FP16 and loss scaling (llm/loss_scale.h, llm/adamw.cuh) ---
     M("ls-never-skips", "loss_scale", "llm/health.h",
-      "    else if (!isfinite(norm)) snprintf(why, cap, \"%s\", h->have_scaler ? \"overflow\" : (isnan(norm) ? \"grad norm nan\" : \"grad norm inf\"));",
-      "    else if (0) snprintf(why, cap, \"%s\", h->have_scaler ? \"overflow\" : (isnan(norm) ? \"grad norm nan\" : \"grad norm inf\"));",
+      "    else if (!isfinite(norm)) snprintf(why, cap, \"%s\", (overflow = h->have_scaler) ? \"overflow\" : (isnan(norm) ? \"grad norm nan\" : \"grad norm inf\"));",
+      "    else if (0) snprintf(why, cap, \"%s\", (overflow = h->have_scaler) ? \"overflow\" : (isnan(norm) ? \"grad norm nan\" : \"grad norm inf\"));",
       "a step whose gradient norm is not finite (a NaN, or a loss scaler's overflow) is not skipped",
       "loss_scale health"),
     M("ls-overflow-not-halved", "loss_scale", "train_gpt.cu",

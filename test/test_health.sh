@@ -157,6 +157,15 @@ stop_check nogood_4 4 "no last-known-good checkpoint" --inject nan@step=2,count=
 stop_check again 2 "the previous rollback restored" --steps 10 --checkpoint-every 5 --inject 'nan@step=6,count=4,rank=1' --max-bad-steps 2
 grep -q '"step": 7, "rollback_to": 5' "$tmp/again/log.jsonl" && ok "again: the first streak rolled back to step 5" || bad "again: no first rollback to 5"
 
+# under a dynamic loss scaler overflows in a row are its business (it halves the scale): 3 skipped, no
+# rollback, no stop; under a fixed scale they count (exit 3)
+runok overflow_dyn 0 --loss-scale dynamic --inject nan@step=2,count=3 --max-bad-steps 2 && {
+    [ "$(grep -c '"skipped": "overflow"' "$tmp/overflow_dyn/log.jsonl")" -eq 3 ] && ! grep -q rollback "$tmp/overflow_dyn/log.jsonl" \
+        && ok "overflow_dyn: 3 overflows in a row under a dynamic scaler: skipped, no rollback, the run ends normally" \
+        || bad "overflow_dyn: $(grep -c skipped "$tmp/overflow_dyn/log.jsonl") skipped"
+}
+stop_check overflow_fixed 0 "2 bad steps in a row (the last: overflow)" --loss-scale 1024 --inject nan@step=2,count=3 --max-bad-steps 2
+
 # --- SDC: a flipped bit in one replica ---
 sdc_check() {  # NAME NP EXPECT ARGS...: the SDC line names EXPECT, then the rollback to 3
     local name=$1 np=$2 want=$3; shift 3
