@@ -333,10 +333,7 @@ int main(int argc, char** argv) {
         int ckpt_step = args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last);
         // silent data corruption: the replicas' parameter hashes, every N steps and before a checkpoint
         char sdc_msg[400] = "";
-        if (args.sdc_check_every > 0 && (step % args.sdc_check_every == 0 || ckpt_step) && sdc_check(&dp, sdc_msg, 300)) {
-            char what[400];
-            snprintf(what, sizeof(what), "sdc: parameters differ: %s", sdc_msg);
-            snprintf(sdc_msg, sizeof(sdc_msg), "%s", what);
+        if (args.sdc_check_every > 0 && (step % args.sdc_check_every == 0 || ckpt_step) && sdc_check(&dp, sdc_msg, sizeof(sdc_msg))) {
             if (rank0) printf("step %d: %s\n", step, sdc_msg);
         }
 
@@ -396,29 +393,14 @@ int main(int argc, char** argv) {
         // newest last-known-good checkpoint; the data go on from where they are
         if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
             char why[500], path[1100];
-            if (sdc_msg[0] != '\0') snprintf(why, sizeof(why), "%s", sdc_msg);
-            else snprintf(why, sizeof(why), "%d bad steps in a row (the last: %s)", health.bad_streak, health.reason);
-            comm_barrier(&comm, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
-            int to = health_good_find(args.output_dir, step, path, sizeof(path), -1);
-            if (to < 0 || to == health.last_rollback) {
-                if (rank0) {
-                    fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
-                            to < 0 ? "no last-known-good checkpoint to roll back to" : "the last-known-good checkpoint is the one the previous rollback restored",
-                            HEALTH_EXIT_CODE);
-                }
-                comm_exit(&comm, HEALTH_EXIT_CODE);
-            }
-            comm_barrier(&comm, GROUP_WORLD);  // every rank has chosen before rank 0 rewrites the list
-            if (rank0) health_good_find(args.output_dir, to, path, sizeof(path), to);  // drops the entries after it
-            restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, NULL);
+            int to = health_rollback_target(&health, &comm, args.output_dir, step, sdc_msg, why, sizeof(why), path, sizeof(path));
+            restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, NULL);  // (or the line and exit 3, above)
             DataPosition at = dataloader_position(&train_loader);
             if (rank0) {
                 printf("step %d: rollback: %s: restored %s (step %d); the data go on from epoch %lld sample %lld\n", step, why,
                        path, to, (long long)at.epoch, (long long)at.sample);
             }
             logger_log_rollback(&logger, step, to, why);
-            health.last_rollback = to;
-            health.bad_streak = 0;
             step = to;  // the loop goes on with step to + 1
             continue;
         }

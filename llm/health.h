@@ -192,6 +192,35 @@ static int health_good_find(const char* dir, int upto, char* out, size_t cap, in
     return best;
 }
 
+// The rollback's checkpoint, on every rank (after a streak, or sdc_msg non-empty: an SDC mismatch):
+// writes why into why and the state file into path, and returns its step; rank 0 drops the list's
+// entries after it. Without one, or when it is the one the previous rollback went to, rank 0 prints one
+// line and every rank exits with HEALTH_EXIT_CODE.
+static int health_rollback_target(Health* h, Comm* c, const char* dir, int step, const char* sdc_msg, char* why,
+                                  size_t why_cap, char* path, size_t path_cap) {
+    if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
+    else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
+    comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
+    int to = health_good_find(dir, step, path, path_cap, -1);
+    if (to < 0 || to == h->last_rollback) {
+        if (c->world_rank == 0) {
+            fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
+                    to < 0 ? "no last-known-good checkpoint to roll back to"
+                           : "the last-known-good checkpoint is the one the previous rollback restored",
+                    HEALTH_EXIT_CODE);
+        }
+        comm_exit(c, HEALTH_EXIT_CODE);
+    }
+    comm_barrier(c, GROUP_WORLD);  // every rank has chosen before rank 0 rewrites the list
+    if (c->world_rank == 0) {
+        char again[1100];
+        health_good_find(dir, to, again, sizeof(again), to);  // drops the entries after it
+    }
+    h->last_rollback = to;
+    h->bad_streak = 0;
+    return to;
+}
+
 // ----------------------------------------------------------------------------
 // silent data corruption
 
@@ -212,8 +241,8 @@ static void health_unit_name(const ParamLayout* lay, int u, char* out, size_t ca
 // to compare, returns 0). Each dp group compares its own, then the verdict goes to every rank (a MAX
 // over the world: every rank rolls back together) and the groups' first messages to world rank 0.
 // Returns 1 when some group found a mismatch, 0 if none; msg (cap >= 1): on rank 0 the first mismatch
-// (the unit, and the world ranks whose copies differ), elsewhere this rank's group's, or "in another
-// dp group" when only another group found one.
+// ("sdc: parameters differ: <unit>: ranks <world ranks whose copies differ> ..."), elsewhere this rank's
+// group's, or "sdc: parameters differ in another dp group" when only another group found one.
 #define SDC_MSG_BYTES 256
 static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     msg[0] = '\0';
@@ -262,7 +291,7 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
                 snprintf(ranks + l, sizeof(ranks) - l, "%s%d", named++ ? ", " : "", (int)all[r * block + 4 * U]);
             }
         }
-        snprintf(msg, cap, "%s: rank%s %s %s", name, named > 1 ? "s" : "", ranks,
+        snprintf(msg, cap, "sdc: parameters differ: %s: rank%s %s %s", name, named > 1 ? "s" : "", ranks,
                  2 * best_votes <= R ? "disagree (no majority among the replicas)" : "differ from the other replicas");
     }
     free(mine);
@@ -285,7 +314,7 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
         for (int r = c->world_size - 1; r >= 0; r--) if (msgs[(size_t)r * SDC_MSG_BYTES] != '\0') snprintf(msg, cap, "%s", msgs + (size_t)r * SDC_MSG_BYTES);
         free(msgs);
     }
-    if (flag > 0.0f && msg[0] == '\0') snprintf(msg, cap, "in another dp group");
+    if (flag > 0.0f && msg[0] == '\0') snprintf(msg, cap, "sdc: parameters differ in another dp group");
     return flag > 0.0f;
 }
 
