@@ -40,7 +40,11 @@
 //   TP, PP: the dp group of a rank is the ranks with its tp and pp positions, which hold the same shards
 //     of the same units: each (tp, pp) position compares its own.
 // A unit whose hashes differ names the ranks: with 3 or more replicas the ones that differ from the
-// majority, with 2 both. Then the rollback (same rule and exit code as above).
+// majority, with 2 both. Then the rollback (same rule and exit code as above). What is hashed is the
+// copy the model computes with: in builds with an FP32 master (BF16) the master is sharded under ZeRO
+// and not hashed, and the next update rewrites the 16-bit copy from it, so a flip there is seen only by
+// a check at its step. Not saved in the state file: the spike windows and the streak (a resumed run
+// fills its window again; a rollback keeps them).
 #pragma once
 #include "common.h"
 #include "device.h"
@@ -54,7 +58,7 @@ typedef struct {
     int window;          // --spike-window: the healthy steps the rules look back over
     float factor;        // --spike-factor: bad when x > K * the window's max; 0 = off
     int max_bad_steps;   // --max-bad-steps: bad steps in a row before the rollback; 0 = never roll back
-    int sdc_every;       // --sdc-check-every: SDC check every N steps; 0 = never (but at checkpoints: neither)
+    int sdc_every;       // --sdc-check-every: SDC check every N steps and at every checkpoint; 0 = never
 } HealthConfig;
 
 typedef struct {
