@@ -16,8 +16,11 @@ to bottom:
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step: this rank's
                            micro-batches forward + backward in the order of the pipeline schedule
                            (llm/schedule.h; one rank: forward, backward, forward, ...), the gradients
-                           averaged over the dp ranks as they are ready, the global norm, clip,
-                           AdamW; log)
+                           averaged over the dp ranks as they are ready, the global norm, the
+                           health check (llm/health.h: a NaN/inf or spike step is skipped, a streak
+                           of them or a parameter mismatch between replicas rolls back to the last
+                           good checkpoint), clip, AdamW; faults on purpose with --inject, llm/inject.h;
+                           log)
   6. held-out exact-match evaluation (optional), memory and communication report, clean-up
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
 every rank prints the errors it sees itself.
@@ -65,6 +68,33 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/sampler.h"
 #include "llm/eval.h"
 #include "llm/report.h"
+#include "llm/inject.h"
+#include "llm/health.h"
+
+// A state file into this run: the model, the AdamW moments and step, the FP8 state, the loss scaler, the
+// sampler's RNG; and the data position when loader is not NULL (a resume; a rollback, llm/health.h,
+// keeps the data where they are). Returns the step the file was saved at.
+static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8State* fp8, LossScaler* scaler,
+                         Rng* sample_rng, DataLoader* loader) {
+    TrainState ts;
+    float *p, *m, *v, *p16;
+    state_load(path, cfg, &ts, &p, &m, &v, &p16);
+    dp_import_params(dp, p, 1);
+    if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(dp, p16);  // the 16-bit parameters exactly
+    dp_import_moments(dp, m, v);
+    dp->opt.t = ts.adam_t;
+    fp8_resume(fp8, ts.fp8_recipe, ts.fp8, ts.fp8_n, path);
+    free(ts.fp8);
+    if (loader != NULL) dataloader_seek(loader, ts.data);
+    if (ts.loss_scale > 0.0f && scaler->mode != LOSS_SCALE_NONE) {  // the scaler goes on where it was
+        scaler->scale = ts.loss_scale;
+        scaler->good_steps = ts.loss_scale_good_steps;
+        scaler->skipped = ts.loss_scale_skipped;
+    }
+    sample_rng->state = ts.rng;
+    free(p); free(m); free(v); free(p16);
+    return ts.step;
+}
 
 int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
@@ -73,6 +103,8 @@ int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp);
     args_check_layout(&args, &comm);
+    InjectPlan inject_plan;
+    inject_parse(&inject_plan, args.inject, comm.world_size);
     context_init();
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
@@ -163,24 +195,7 @@ int main(int argc, char** argv) {
         char path[1100];
         if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
         else snprintf(path, sizeof(path), "%s", args.resume);
-        TrainState ts;
-        float *p, *m, *v, *p16;
-        state_load(path, cfg, &ts, &p, &m, &v, &p16);
-        dp_import_params(&dp, p, 1);
-        if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(&dp, p16);  // the 16-bit parameters exactly
-        dp_import_moments(&dp, m, v);
-        dp.opt.t = ts.adam_t;
-        fp8_resume(&fp8, ts.fp8_recipe, ts.fp8, ts.fp8_n, path);
-        free(ts.fp8);
-        dataloader_seek(&train_loader, ts.data);
-        if (ts.loss_scale > 0.0f && scaler.mode != LOSS_SCALE_NONE) {  // the scaler goes on where it was
-            scaler.scale = ts.loss_scale;
-            scaler.good_steps = ts.loss_scale_good_steps;
-            scaler.skipped = ts.loss_scale_skipped;
-        }
-        sample_rng.state = ts.rng;
-        start_step = ts.step;
-        free(p); free(m); free(v); free(p16);
+        start_step = restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, &train_loader);
         if (rank0) printf("resumed from %s at step %d\n", path, start_step);
     } else {
         if (from_descriptor) {
@@ -209,11 +224,19 @@ int main(int argc, char** argv) {
             if (args.trace) make_parent_dirs("--trace", args.trace, create);
         }
         logger_init(&logger, log_path, args.resume != NULL);
+        if (args.resume == NULL) health_good_reset(args.output_dir);  // a fresh run: no good checkpoint yet
         printf("log: %s\n", log_path);
     } else {
         logger_init(&logger, NULL, 0);
     }
     if (rank0) print_memory(&dp, stage);
+    // the health checks (llm/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
+    HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
+    Health health;
+    health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
+    if (rank0 && args.sdc_check_every > 0 && args.zero == 3 && comm.dp > 1) {
+        printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
+    }
 
     // 5. the training loop: optimizer steps start_step+1 .. steps. Every rank runs all of it (val
     // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
@@ -231,8 +254,14 @@ int main(int argc, char** argv) {
         if (rank0) printf("step %d: val loss %.6f\n", start_step, vloss);
         logger_log_eval(&logger, start_step, "val_loss", vloss);
     }
+    int reached = start_step;  // the highest step begun: a step repeated after a rollback is not new
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
+        // the injected gradient, batch and parameter faults strike the first time a step runs only (a
+        // transient fault; a rollback repeats the step numbers)
+        int fresh = step > reached;
+        if (fresh) reached = step;
+        inject_step_begin(&inject_plan, step, comm.world_rank);
         if (step == args.debug_die_at_step && comm.world_rank == (comm.world_size > 1 ? 1 : 0)) {
             fprintf(stderr, "error: rank %d exits at step %d on purpose (--debug-die-at-step)\n", comm.world_rank, step);
             fflush(stderr);
@@ -250,13 +279,22 @@ int main(int argc, char** argv) {
             memcpy(step_inputs + micro * BT, train_loader.inputs, BT * sizeof(int));
             memcpy(step_targets + micro * BT, train_loader.targets, BT * sizeof(int));
         }
+        // a spike on a rank is a bad batch of its dp slice: every tp and pp rank of that slice reads it
+        int spike = 0;
+        for (int q = 0; q < comm.tp * comm.pp; q++) {
+            spike |= fresh && inject_find(&inject_plan, INJECT_SPIKE, step, comm_world_rank_of(&comm, comm.dp_rank, q / comm.tp, q % comm.tp)) != NULL;
+        }
+        if (spike) {  // the slice's targets: random tokens
+            Rng r;
+            rng_init(&r, 0x5bd1e995u + (uint64_t)step);
+            for (size_t i = 0; i < (size_t)grad_accum * BT; i++) step_targets[i] = (int)(rng_u64(&r) % (uint64_t)cfg.vocab_size);
+        }
+        dp.inject_nan = fresh && inject_find(&inject_plan, INJECT_NAN, step, comm.world_rank) != NULL;
         double t0 = wall_ms();
         dp_step_begin(&dp);
         fp8_step_begin(&fp8);
-        // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h); the
-        // overflow test makes the last rank's inf
+        // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h)
         float step_scale = scaler.scale, dloss = loss_scaler_seed(&scaler, 1.0f / ((float)B * T * grad_accum));
-        if (step == args.debug_inf_grad_at_step && comm.world_rank == comm.world_size - 1) dloss = INFINITY;
         float train_loss = pipeline_step(&pipe, step_inputs, step_targets, dloss);
         double t_opt = wall_ms();
         dp_finish_grads(&dp);
@@ -264,11 +302,21 @@ int main(int argc, char** argv) {
         t_opt = wall_ms();
         train_loss = dp_mean(&dp, train_loss);  // over all ranks
         float norm = dp_grad_norm(&dp), unscale;
-        // an overflow (a norm that is not finite, the same on every rank) skips the update
-        int apply = loss_scaler_step(&scaler, &norm, &unscale);
+        loss_scaler_unscale(&scaler, &norm, &unscale);
+        // the health check on the reduced loss and norm, the same on every rank: NaN/inf (an overflow
+        // under a loss scaler) or a spike skips the update (llm/health.h)
+        const char* skipped = health_verdict(&health, train_loss, norm);
+        int apply = skipped == NULL;
+        loss_scaler_update(&scaler, !isfinite(norm), !apply);
         fp8_step_end(&fp8, !apply);  // (a skipped step's amaxes stay out of the histories)
         float lr = lr_schedule(&oc, step - 1);
         if (apply) dp_update(&dp, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step), unscale);
+        const InjectFault* flip = fresh ? inject_find(&inject_plan, INJECT_BITFLIP, step, comm.world_rank) : NULL;
+        if (flip) {
+            health_bitflip(&dp, flip->index, flip->bit);
+            fprintf(stderr, "inject: rank %d flips bit %d of parameter %ld after step %d (--inject bitflip)\n", comm.world_rank,
+                    flip->bit, flip->index, step);
+        }
         device_synchronize();
         pipe_event(&pipe, "optimizer", "optimizer", t_opt);
         double ms = wall_ms() - t0;
@@ -282,7 +330,12 @@ int main(int argc, char** argv) {
             timed_steps++;
         }
         float tok_s = (float)(args.total_batch / (ms / 1e3));
-        if (!isfinite(train_loss)) fatal("step %d: the train loss is %f: training diverged", step, train_loss);
+        int ckpt_step = args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last);
+        // silent data corruption: the replicas' parameter hashes, every N steps and before a checkpoint
+        char sdc_msg[400] = "";
+        if (args.sdc_check_every > 0 && (step % args.sdc_check_every == 0 || ckpt_step) && sdc_check(&dp, sdc_msg, sizeof(sdc_msg))) {
+            if (rank0) printf("step %d: %s\n", step, sdc_msg);
+        }
 
         // val loss, log line, sample and checkpoint of the model after this step
         float vloss = NAN;
@@ -294,12 +347,13 @@ int main(int argc, char** argv) {
             printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, train_loss, lr,
                    norm, ms, tok_s);
             if (data_parallel) printf(" | comm wait %.1f ms", wait);
-            if (scaler.mode != LOSS_SCALE_NONE) printf(" | loss scale %g%s", step_scale, scaler.last_skipped ? " | skipped (overflow)" : "");
+            if (scaler.mode != LOSS_SCALE_NONE) printf(" | loss scale %g", step_scale);
+            if (skipped) printf(" | skipped (%s)", skipped);
             if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
             printf("\n");
         }
         logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)wait : NAN,
-                        scaler.mode != LOSS_SCALE_NONE ? step_scale : NAN, scaler.last_skipped);
+                        scaler.mode != LOSS_SCALE_NONE ? step_scale : NAN, skipped);
         if (args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             gen[0] = eot;
             int len = sampler_generate(&sampler, gen, 1, args.sample_len, -1, &sample_rng);
@@ -309,7 +363,7 @@ int main(int argc, char** argv) {
                 printf("\n");
             }
         }
-        if (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last)) {
+        if (ckpt_step) {
             // the whole model and optimizer state, gathered from the shards (every rank takes part)
             size_t n = dp.lay.num_parameters;
             float* p = (float*)mallocCheck(n * sizeof(float));
@@ -327,8 +381,28 @@ int main(int argc, char** argv) {
                 // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
                 checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
                 printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
+                if (health.bad_streak == 0 && sdc_msg[0] == '\0') {  // saved after a healthy step: last-known-good
+                    char state_path[1100];
+                    snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", args.output_dir, step);
+                    health_good_add(args.output_dir, step, state_path);
+                }
             }
             free(p); free(m); free(v); free(p16); free(fp8_state);
+        }
+        // the rollback (llm/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
+        // newest last-known-good checkpoint; the data go on from where they are
+        if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
+            char why[500], path[1100];
+            int to = health_rollback_target(&health, &comm, args.output_dir, step, sdc_msg, why, sizeof(why), path, sizeof(path));
+            restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, NULL);  // (or the line and exit 3, above)
+            DataPosition at = dataloader_position(&train_loader);
+            if (rank0) {
+                printf("step %d: rollback: %s: restored %s (step %d); the data go on from epoch %lld sample %lld\n", step, why,
+                       path, to, (long long)at.epoch, (long long)at.sample);
+            }
+            logger_log_rollback(&logger, step, to, why);
+            step = to;  // the loop goes on with step to + 1
+            continue;
         }
     }
     if (rank0 && timed_steps > 0) {
@@ -374,6 +448,7 @@ int main(int argc, char** argv) {
         }
     }
 
+    health_free(&health);
     free(gen);
     free(step_inputs);
     free(step_targets);

@@ -35,10 +35,15 @@ typedef struct {
     int fp8;                    // FP8 linear layers (llm/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
     int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
     int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
+    const char* inject;         // --inject: faults to cause on purpose (llm/inject.h), or NULL
     int loss_scale;             // llm/loss_scale.h LossScaleMode: 0 none, 1 fixed (loss_scale_init), 2 dynamic
     float loss_scale_init;      // the fixed scale, or dynamic scaling's first one
     int loss_scale_window;      // dynamic: good steps in a row before the scale doubles
-    int debug_inf_grad_at_step; // one rank's loss gradient is made inf at this step (the overflow test), 0 = never
+    float spike_zscore;         // llm/health.h: a step is bad when its loss or norm has a z-score above this (0: off)
+    int spike_window;           // over the last this many healthy steps
+    float spike_factor;         // or is more than this times their max (0: off)
+    int max_bad_steps;          // bad steps in a row before the rollback to the last good checkpoint (0: never)
+    int sdc_check_every;        // parameter hashes compared over the dp replicas every N steps (0: never)
 } Args;
 
 typedef struct {
@@ -91,7 +96,13 @@ static const FlagDoc FLAGS[] = {
     {"--loss-scale-init", 0, "dynamic loss scaling: the first scale (default 65536)"},
     {"--loss-scale-window", 0, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
     {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
-    {"--debug-inf-grad-at-step", 0, "debug: the last rank's loss gradient is inf at this step, an overflow (default 0 = never)"},
+    {"--inject", 0, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
+                    "slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]"},
+    {"--spike-zscore", 0, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
+    {"--spike-window", 0, "the healthy steps the spike rules look back over (default 100)"},
+    {"--spike-factor", 0, "a step whose loss or grad norm is more than K times the window's max is skipped, 0 = off (default 0)"},
+    {"--max-bad-steps", 0, "this many skipped steps in a row roll back to the last good checkpoint, or stop with exit 3; 0 = never (default 5)"},
+    {"--sdc-check-every", 0, "compare parameter hashes over the dp replicas every N steps (and at checkpoints), 0 = never (default 0)"},
 };
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -151,7 +162,9 @@ static void parse_args(Args* a, int argc, char** argv) {
 #else
     a->loss_scale = 0;
 #endif
-    a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000; a->debug_inf_grad_at_step = 0;
+    a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000;
+    a->inject = NULL;
+    a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -200,7 +213,12 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--trace")) a->trace = v;
         else if (!strcmp(name, "--report-json")) a->report_json = v;
         else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
-        else if (!strcmp(name, "--debug-inf-grad-at-step")) a->debug_inf_grad_at_step = parse_int_flag(name, v);
+        else if (!strcmp(name, "--inject")) a->inject = v;
+        else if (!strcmp(name, "--spike-zscore")) a->spike_zscore = parse_float_flag(name, v);
+        else if (!strcmp(name, "--spike-window")) a->spike_window = parse_int_flag(name, v);
+        else if (!strcmp(name, "--spike-factor")) a->spike_factor = parse_float_flag(name, v);
+        else if (!strcmp(name, "--max-bad-steps")) a->max_bad_steps = parse_int_flag(name, v);
+        else if (!strcmp(name, "--sdc-check-every")) a->sdc_check_every = parse_int_flag(name, v);
         else if (!strcmp(name, "--loss-scale")) {
             if (!strcmp(v, "none")) a->loss_scale = 0;
             else if (!strcmp(v, "dynamic")) a->loss_scale = 2;
@@ -255,7 +273,11 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->fp8_margin < 0 || a->fp8_margin > 32) fatal("--fp8-margin: expected 0 to 32, found %d", a->fp8_margin);
     if (!(a->loss_scale_init > 0.0f)) fatal("--loss-scale-init: expected a positive number, found %g", a->loss_scale_init);
     if (a->loss_scale_window < 1) fatal("--loss-scale-window: expected a positive integer, found %d", a->loss_scale_window);
-    if (a->debug_inf_grad_at_step < 0) fatal("--debug-inf-grad-at-step: expected a step >= 0, found %d", a->debug_inf_grad_at_step);
+    if (a->spike_zscore < 0.0f) fatal("--spike-zscore: expected a number >= 0 (0: off), found %g", a->spike_zscore);
+    if (a->spike_window < 2 || a->spike_window > 1000000) fatal("--spike-window: expected 2 to 1000000 steps, found %d", a->spike_window);
+    if (a->spike_factor != 0.0f && !(a->spike_factor > 1.0f)) fatal("--spike-factor: expected a number > 1 (0: off), found %g", a->spike_factor);
+    if (a->max_bad_steps < 0) fatal("--max-bad-steps: expected a count >= 0 (0: never roll back), found %d", a->max_bad_steps);
+    if (a->sdc_check_every < 0) fatal("--sdc-check-every: expected a step count >= 0 (0: never), found %d", a->sdc_check_every);
     if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;

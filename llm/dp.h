@@ -54,6 +54,8 @@ typedef struct {
     int sequence_parallel;  // 1: the TP_NORM tensors' gradients are partial sums over the tp ranks' tokens,
                             // all-reduced over tp in dp_finish_grads (set by the caller after dp_init)
     ParamHooks hooks;       // what the model calls
+    int inject_nan;         // --inject nan (llm/inject.h): 1 puts a NaN into the next unit gradient this rank
+                            // finishes, before its reduction (then back to 0)
 } DataParallel;
 
 // the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
@@ -126,6 +128,12 @@ static void dp_hook_grads_ready(void* ctx, int u) {
     dp_trace(&dp->trace, 'R', u);
     cudaStream_t s = llm_ctx.stream;
     floatX* g = dp->grads + dp->lay.units[u].start;
+    if (dp->inject_nan) {  // the fault: this rank's gradient of unit u gets a NaN before the reduction
+        floatX nan_x = float_to_floatX(NAN);
+        device_synchronize();
+        copy_to_device(dp->stage <= 1 ? g : dp->z.unit_grads[u], &nan_x, sizeof(floatX));
+        dp->inject_nan = 0;
+    }
     if (dp->stage == 0) {
         ddp_bucket_ready(dp->comm, &dp->grad_queue, g, dp->lay.units[u].n, u, s);
     } else if (dp->stage == 1) {  // in place: this rank's block of the full gradient becomes the average
@@ -474,17 +482,21 @@ static float dp_mean(DataParallel* dp, float x) {
 // (LayerNorms, wpe, the row-parallel biases) are the same on every tp rank: only tp rank 0 counts them.
 // With a pipeline each stage adds its own units (summed over the pp group too), and the tied embedding,
 // held by the first and the last stage with the same gradient, is counted once, by the first.
+// The copies left out still count for finiteness (llm/health.h skips a step whose norm is NaN or
+// inf): a NaN or inf in one of them (a fault on that rank alone) makes the norm NaN.
 static float dp_grad_norm(DataParallel* dp) {
     cudaStream_t s = llm_ctx.stream;
     AdamWState* st = &dp->opt;
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
     int second_embed = dp->pp > 1 && dp->pp_rank == dp->pp - 1;  // the last stage's copy of the embedding
+    int copies = 0;  // this rank holds copies counted elsewhere: their squares go to dp->scalars[0]
     if (lay->tp > 1 || second_embed) {
+        device_memset_zero(dp->scalars, sizeof(float), s);
         for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
-            if (tp_replicated(p.t) && lay->tp_rank != 0) continue;
-            if (second_embed && p.u == UNIT_EMBED) continue;
-            global_norm_squared(st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
+            int copy = (tp_replicated(p.t) && lay->tp_rank != 0) || (second_embed && p.u == UNIT_EMBED);
+            copies |= copy;
+            global_norm_squared(copy ? dp->scalars : st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
         }
     } else if (dp->stage == 0) {
         global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
@@ -495,6 +507,12 @@ static float dp_grad_norm(DataParallel* dp) {
         }
     } else {
         global_norm_squared(st->norm, dp->grads_shard, dp->z.shard_size, s);
+    }
+    if (copies) {
+        float c2;
+        device_synchronize();
+        copy_to_host(&c2, dp->scalars, sizeof(float));
+        if (!isfinite(c2)) { float nan = NAN; copy_to_device(st->norm, &nan, sizeof(float)); }
     }
     if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     if (lay->tp > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);

@@ -5,7 +5,9 @@
 //   {"step": 12, "train_loss": 2.345678, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 1.23,
 //    "ms": 123.4, "tok_per_s": 4567.8, "comm_wait_ms": 1.2}
 //                                      (one line; val_loss only when measured, comm_wait_ms only
-//                                       under data parallelism)
+//                                       under data parallelism, loss_scale with a loss scaler,
+//                                       "skipped": "<reason>" on a skipped step)
+//   {"step": 7, "rollback_to": 3, "reason": "..."}        (logger_log_rollback, llm/health.h)
 //   {"step": 12, "hellaswag": 0.291}                      (logger_log_eval)
 //
 // Numbers are written with the fewest significant digits (6 to 9) that read back as the same
@@ -63,11 +65,12 @@ static void logger_write_line(Logger* lg, const char* line) {
 // ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks).
 // comm_wait_ms: how long rank 0's computation waited in the step for gradient reductions and
 // parameter gathers (data parallelism; measured by llm/comm.h), NaN:
-// the key is left out. loss_scale, skipped: the loss scale this step's backward used and 1 if the
-// step was skipped for an overflow (llm/loss_scale.h); left out when loss_scale is NaN (no scaler).
+// the key is left out. loss_scale: the loss scale this step's backward used (llm/loss_scale.h), left
+// out when NaN (no scaler). skipped: why the step was skipped (llm/health.h: "overflow", "loss nan",
+// "loss z-score 9.1 > 4", ...), a JSON string; NULL: applied, the key is left out.
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
                             float grad_norm, float ms, float tokens_per_s, float comm_wait_ms = NAN,
-                            float loss_scale = NAN, int skipped = 0) {
+                            float loss_scale = NAN, const char* skipped = NULL) {
     if (lg->f == NULL) { return; }
     char line[512];
     snprintf(line, sizeof(line), "{\"step\": %d", step);
@@ -78,13 +81,22 @@ static void logger_log_step(Logger* lg, int step, float train_loss, float val_lo
     logger_append_float(line, sizeof(line), "ms", ms);
     logger_append_float(line, sizeof(line), "tok_per_s", tokens_per_s);
     if (!isnan(comm_wait_ms)) { logger_append_float(line, sizeof(line), "comm_wait_ms", comm_wait_ms); }
-    if (!isnan(loss_scale)) {
-        logger_append_float(line, sizeof(line), "loss_scale", loss_scale);
+    if (!isnan(loss_scale)) logger_append_float(line, sizeof(line), "loss_scale", loss_scale);
+    if (skipped != NULL) {  // (the reasons hold no quote or backslash)
         size_t n = strlen(line);
-        snprintf(line + n, sizeof(line) - n, ", \"skipped\": %d", skipped);
+        snprintf(line + n, sizeof(line) - n, ", \"skipped\": \"%s\"", skipped);
     }
     size_t used = strlen(line);
     snprintf(line + used, sizeof(line) - used, "}");
+    logger_write_line(lg, line);
+}
+
+// the rollback after a streak of bad steps or an SDC mismatch (llm/health.h): {"step": step,
+// "rollback_to": to, "reason": "..."}
+static void logger_log_rollback(Logger* lg, int step, int to, const char* reason) {
+    if (lg->f == NULL) { return; }
+    char line[1024];
+    snprintf(line, sizeof(line), "{\"step\": %d, \"rollback_to\": %d, \"reason\": \"%s\"}", step, to, reason);
     logger_write_line(lg, line);
 }
 

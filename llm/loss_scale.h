@@ -15,7 +15,7 @@
 // norm is a sum over all of them, and gradients are reduced before it). Dynamic scaling (the paper's
 // "choose a large scaling factor and then ... if an overflow is detected, skip the update and reduce
 // the factor"; the growth after a run of good steps is the same section's dynamic variant): a step
-// whose norm is not finite is skipped (no update, the moments and step count untouched), S is halved
+// whose norm is not finite is skipped (llm/health.h's rule; no update, the moments and step count untouched), S is halved
 // and the run of good steps restarts; after `window` good steps in a row S is doubled.
 //
 // Modes (--loss-scale): none (S = 1, nothing skipped: the trainer's behaviour without the scaler),
@@ -33,7 +33,6 @@ typedef struct {
     int good_steps;   // steps in a row with finite gradients since the last change of S
     int window;       // dynamic: S doubles after this many good steps
     int skipped;      // steps skipped so far (over the whole run, resumed runs included)
-    int last_skipped; // 1 if the last step was skipped
 } LossScaler;
 
 static void loss_scaler_init(LossScaler* ls, LossScaleMode mode, float init_scale, int window) {
@@ -50,27 +49,32 @@ static const char* loss_scale_mode_name(LossScaleMode m) {
 // the factor of the backward's seed: dloss * S
 static float loss_scaler_seed(const LossScaler* ls, float dloss) { return dloss * ls->scale; }
 
-// After the step's gradients are reduced: given the global norm of the scaled gradients, decides
-// whether the step is applied (returns 1) or skipped (returns 0, the same on every rank: the norm is),
-// sets *norm to the unscaled norm and *unscale to the factor AdamW applies to the gradients on top of
-// clipping (1 / S), and moves S. Call once per optimizer step.
-static int loss_scaler_step(LossScaler* ls, float* norm, float* unscale) {
+// After the step's gradients are reduced: given the global norm of the scaled gradients, sets *norm to
+// the unscaled norm and *unscale to the factor AdamW applies to the gradients on top of clipping (1 / S).
+// Whether the step is applied is decided by the one skip rule of the trainer (llm/health.h: a norm that
+// is not finite is an "overflow" there, the same on every rank); then loss_scaler_update moves S.
+static void loss_scaler_unscale(const LossScaler* ls, float* norm, float* unscale) {
     *unscale = 1.0f;
-    ls->last_skipped = 0;
-    if (ls->mode == LOSS_SCALE_NONE) return 1;
+    if (ls->mode == LOSS_SCALE_NONE) return;
     *norm = *norm / ls->scale;
     *unscale = 1.0f / ls->scale;
-    if (!isfinite(*norm)) {  // an overflow somewhere: skip this update
-        ls->last_skipped = 1;
-        ls->skipped++;
+}
+
+// Once per optimizer step, after the decision: overflow 1 when the norm was not finite (the step is
+// skipped), skipped 1 when the step was skipped for any reason. An overflow halves a dynamic S and
+// restarts the run of good steps; a finite step counts in the run (a step skipped for a loss spike has
+// finite gradients: S fitted it); after `window` of them S doubles.
+static void loss_scaler_update(LossScaler* ls, int overflow, int skipped) {
+    if (ls->mode == LOSS_SCALE_NONE) return;
+    if (skipped) ls->skipped++;
+    if (overflow) {
         ls->good_steps = 0;
         if (ls->mode == LOSS_SCALE_DYNAMIC && ls->scale > 0x1p-24f) ls->scale *= 0.5f;  // (1 / S stays finite)
-        return 0;
+        return;
     }
     ls->good_steps++;
     if (ls->mode == LOSS_SCALE_DYNAMIC && ls->good_steps >= ls->window) {
         if (ls->scale < 0x1p100f) ls->scale *= 2.0f;  // (stays a finite power of two)
         ls->good_steps = 0;
     }
-    return 1;
 }

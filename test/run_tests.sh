@@ -124,6 +124,10 @@ run loss_scale bash test/test_loss_scale.sh
 # training numerics of every precision on one run (FP32, BF16, FP16, the four FP8 recipes): the final losses'
 # gaps to FP32 bounded, memory per precision against the ZeRO paper's bytes per parameter
 run precision bash test/test_precision.sh
+# training health (llm/health.h) with injected faults (llm/inject.h), 1, 2 and 4 processes: NaN and spike steps
+# skipped on every rank, rollback to the last-known-good checkpoint bit-identical to a resumed run, exit 3
+# without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, bad flags
+run health bash test/test_health.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"

@@ -1,0 +1,167 @@
+// inject.h: fault injection, so that every failure the trainer must survive can be caused on purpose
+// by a flag (tests and demonstrations). Each fault is one spec; several are separated by ';':
+//
+//   --inject 'die@step=5,rank=1'             rank 1 exits (status 1, no clean-up) at the start of step 5
+//   --inject 'hang@step=5,rank=1'            rank 1 stops making progress at step 5 (sleeps forever)
+//   --inject 'nan@step=5,rank=1'             a NaN in rank 1's gradients at step 5 (after its backward)
+//   --inject 'spike@step=5,rank=0'           rank 0's batch at step 5 is replaced by one that blows the
+//                                            loss up (random targets: the loss jumps to ~ln V and more);
+//                                            the batch of rank 0's dp slice: all its tp and pp ranks
+//   --inject 'slow@rank=2,ms=200'            rank 2 takes 200 ms longer per step from step 1 (a straggler);
+//                                            with step=N it starts at step N
+//   --inject 'bitflip@step=5,rank=1,index=123,bit=30'
+//                                            bit 30 of element 123 of rank 1's parameters flipped after
+//                                            step 5's update (silent data corruption)
+//
+// Keys: step (the step it happens at; default 1), rank (world rank; default 0), count (nan, spike: on
+// this many consecutive steps; default 1), ms (slow), index, bit (bitflip; defaults 0 and 30, the
+// top exponent bit of an FP32 value). A fault fires once per step it covers, on its rank only; the
+// other ranks see what a real failure would show them. The trainer fires nan, spike and bitflip only
+// the first time it runs a step (a rollback, llm/health.h, repeats step numbers: a transient fault
+// does not come back). The parser checks everything before the run
+// starts: a bad spec ends the program with one line naming it.
+#pragma once
+#include "common.h"
+
+typedef enum { INJECT_DIE, INJECT_HANG, INJECT_NAN, INJECT_SPIKE, INJECT_SLOW, INJECT_BITFLIP, INJECT_NUM_KINDS } InjectKind;
+static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip"};
+
+typedef struct {
+    InjectKind kind;
+    int step, rank, count, ms, bit;
+    long index;
+} InjectFault;
+
+#define INJECT_MAX 16
+typedef struct {
+    InjectFault fault[INJECT_MAX];
+    int n;
+} InjectPlan;
+
+// parse one "key=value" integer of spec; 0 on success, else writes why into err
+static int inject_parse_long(const char* spec, const char* key, const char* v, size_t len, long lo, long hi, long* out,
+                             char* err, size_t cap) {
+    char buf[32];
+    if (len == 0 || len >= sizeof(buf)) {
+        snprintf(err, cap, "'%s': %s: expected an integer, found '%.*s'", spec, key, (int)len, v);
+        return 1;
+    }
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    char* end = NULL;
+    errno = 0;
+    long x = strtol(buf, &end, 10);
+    if (errno != 0 || *end != '\0' || x < lo || x > hi) {
+        snprintf(err, cap, "'%s': %s: expected an integer in %ld..%ld, found '%s'", spec, key, lo, hi, buf);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
+// one spec "kind@key=value,..." of length len; 0 on success
+static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* err, size_t cap) {
+    char s[256];
+    if (len >= sizeof(s)) { snprintf(err, cap, "a spec longer than %zu characters", sizeof(s) - 1); return 1; }
+    memcpy(s, spec, len);
+    s[len] = '\0';
+    memset(f, 0, sizeof(*f));
+    f->step = 1; f->rank = 0; f->count = 1; f->ms = 0; f->index = 0; f->bit = 30;
+    const char* at = strchr(s, '@');
+    size_t klen = at ? (size_t)(at - s) : strlen(s);
+    int kind = -1;
+    for (int k = 0; k < INJECT_NUM_KINDS; k++) {
+        if (strlen(INJECT_KIND_NAMES[k]) == klen && strncmp(s, INJECT_KIND_NAMES[k], klen) == 0) kind = k;
+    }
+    if (kind < 0) {
+        snprintf(err, cap, "'%s': expected a fault die, hang, nan, spike, slow or bitflip before '@', found '%.*s'", s, (int)klen, s);
+        return 1;
+    }
+    f->kind = (InjectKind)kind;
+    int have_ms = 0;
+    for (const char* p = at ? at + 1 : s + klen; *p != '\0';) {
+        const char* comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        const char* eq = (const char*)memchr(p, '=', n);
+        if (eq == NULL) { snprintf(err, cap, "'%s': expected key=value, found '%.*s'", s, (int)n, p); return 1; }
+        size_t kl = (size_t)(eq - p), vl = n - kl - 1;
+        long x = 0;
+        if (kl == 4 && !strncmp(p, "step", 4)) {
+            if (inject_parse_long(s, "step", eq + 1, vl, 1, INT_MAX, &x, err, cap)) return 1;
+            f->step = (int)x;
+        } else if (kl == 4 && !strncmp(p, "rank", 4)) {
+            if (inject_parse_long(s, "rank", eq + 1, vl, 0, 1 << 20, &x, err, cap)) return 1;
+            f->rank = (int)x;
+        } else if (kl == 5 && !strncmp(p, "count", 5) && (kind == INJECT_NAN || kind == INJECT_SPIKE)) {
+            if (inject_parse_long(s, "count", eq + 1, vl, 1, INT_MAX, &x, err, cap)) return 1;
+            f->count = (int)x;
+        } else if (kl == 2 && !strncmp(p, "ms", 2) && kind == INJECT_SLOW) {
+            if (inject_parse_long(s, "ms", eq + 1, vl, 1, 3600000, &x, err, cap)) return 1;
+            f->ms = (int)x;
+            have_ms = 1;
+        } else if (kl == 5 && !strncmp(p, "index", 5) && kind == INJECT_BITFLIP) {
+            if (inject_parse_long(s, "index", eq + 1, vl, 0, LONG_MAX, &x, err, cap)) return 1;
+            f->index = x;
+        } else if (kl == 3 && !strncmp(p, "bit", 3) && kind == INJECT_BITFLIP) {
+            if (inject_parse_long(s, "bit", eq + 1, vl, 0, 31, &x, err, cap)) return 1;
+            f->bit = (int)x;
+        } else {
+            snprintf(err, cap, "'%s': unknown key '%.*s' for %s (keys: step, rank%s)", s, (int)kl, p, INJECT_KIND_NAMES[kind],
+                     kind == INJECT_NAN || kind == INJECT_SPIKE ? ", count" : kind == INJECT_SLOW ? ", ms" :
+                     kind == INJECT_BITFLIP ? ", index, bit" : "");
+            return 1;
+        }
+        p += n + (comma ? 1 : 0);
+    }
+    if (kind == INJECT_SLOW && !have_ms) { snprintf(err, cap, "'%s': slow needs ms=<milliseconds per step>", s); return 1; }
+    return 0;
+}
+
+// the whole flag value, specs separated by ';'. Bad input: one line naming the flag and the spec, exit 1.
+// world_size: the ranks that exist (a fault on a rank beyond them is refused).
+static void inject_parse(InjectPlan* plan, const char* value, int world_size) {
+    memset(plan, 0, sizeof(*plan));
+    if (value == NULL || value[0] == '\0') return;
+    char err[512];
+    for (const char* p = value; *p != '\0';) {
+        const char* semi = strchr(p, ';');
+        size_t n = semi ? (size_t)(semi - p) : strlen(p);
+        if (plan->n == INJECT_MAX) fatal("--inject: expected at most %d faults, found more in '%s'", INJECT_MAX, value);
+        InjectFault* f = &plan->fault[plan->n];
+        if (inject_parse_one(f, p, n, err, sizeof(err))) fatal("--inject: %s", err);
+        if (f->rank >= world_size) {
+            fatal("--inject: '%.*s': expected a rank below the world size %d, found rank=%d", (int)n, p, world_size, f->rank);
+        }
+        plan->n++;
+        p += n + (semi ? 1 : 0);
+    }
+}
+
+// the fault of this kind that covers (step, rank), or NULL. slow covers every step from its step on.
+static const InjectFault* inject_find(const InjectPlan* plan, InjectKind kind, int step, int rank) {
+    for (int i = 0; i < plan->n; i++) {
+        const InjectFault* f = &plan->fault[i];
+        if (f->kind != kind || f->rank != rank) continue;
+        int last = kind == INJECT_SLOW ? INT_MAX : f->step + (kind == INJECT_NAN || kind == INJECT_SPIKE ? f->count - 1 : 0);
+        if (step >= f->step && step <= last) return f;
+    }
+    return NULL;
+}
+
+// the process-level faults, at the start of a step: die exits at once (as a crash: no MPI_Finalize,
+// no flush of anything but this line), hang sleeps forever (the process is alive, its collectives
+// never come: only a watchdog can see it), slow sleeps ms.
+static void inject_step_begin(const InjectPlan* plan, int step, int rank) {
+    if (inject_find(plan, INJECT_DIE, step, rank)) {
+        fprintf(stderr, "inject: rank %d dies at step %d (--inject die)\n", rank, step);
+        fflush(stderr);
+        _exit(EXIT_FAILURE);
+    }
+    if (inject_find(plan, INJECT_HANG, step, rank)) {
+        fprintf(stderr, "inject: rank %d hangs at step %d (--inject hang)\n", rank, step);
+        fflush(stderr);
+        for (;;) sleep(3600);
+    }
+    const InjectFault* slow = inject_find(plan, INJECT_SLOW, step, rank);
+    if (slow) usleep((useconds_t)slow->ms * 1000);
+}

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# test_health.sh: the health checks of llm/health.h in the CPU build, faults caused with --inject
+# (llm/inject.h), at 1, 2, 4 and 8 (dp 2 x tp 2 x pp 2) processes:
+# - nan (a NaN in one rank's gradients before their reduction): that step is logged skipped
+#   ("grad norm nan") and no other; the model, the moments and AdamW's step after it are the bytes of
+#   those before it (ZeRO-1 and ZeRO-2: each rank updates its own part, so every rank skipped); the
+#   step after it updates again; a NaN on rank 0 and one on rank 1 give the same log and final model
+#   (the decision is on reduced values: which rank saw the fault does not matter);
+# - spike (one rank's targets replaced by random tokens: the dp-averaged loss jumps ~2.5 -> ~7): skipped
+#   by the z-score rule (dp 4, dp 2 x tp 2) and, alone, by the "K x recent max" rule; a clean run with both rules and the SDC
+#   check on every step skips nothing (no false positive);
+# - --max-bad-steps K: K NaN steps in a row roll back to the last-known-good checkpoint, not to a newer
+#   one saved inside the streak; after the rollback the losses, norms and the final model and state are
+#   bit-identical to a run resumed from that checkpoint with the data position the rollback printed (the
+#   data go on; the state file's position is patched here); a second rollback to the same checkpoint, or
+#   none at all, stops every rank with one line and exit 3;
+# - bitflip (one bit of one parameter on one rank, after the update): --sdc-check-every names the unit
+#   and the rank(s) (2 replicas: both; 4: the one off the majority; dp2 x tp2: the ranks of that dp
+#   group), then the rollback; ZeRO-3 says that it has nothing to compare;
+# - bad flag values: one line naming the flag.
+set -uo pipefail
+CPU=${CPU:-./train_gpt_cpu}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+MPIRUN=(mpirun -q --oversubscribe -x OMP_NUM_THREADS)
+[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1
+pass=0; fail=0
+ok() { echo "ok   $*"; pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+common=(--model d2,C=32,NH=4,maxT=64,V=257 --train-data "$tmp/data/addition_train.bin" --val-data "" --tokenizer ""
+        -b 4 -t 32 --total-batch 512 --steps 8 --lr 1e-3 --warmup 2 --grad-clip 1.0 --val-every 0 --sample-every 0 --shuffle 0)
+
+run() {  # NAME NP ARGS...: a run into $tmp/NAME (NP 0: without mpirun); its exit status in $tmp/NAME.rc
+    local name=$1 np=$2; shift 2
+    local cmd=("$CPU")
+    [ "$np" -gt 0 ] && cmd=("${MPIRUN[@]}" -np "$np" "$CPU")
+    timeout 120 "${cmd[@]}" "${common[@]}" --output-dir "$tmp/$name" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+    local rc=$?
+    echo $rc > "$tmp/$name.rc"
+    return $rc
+}
+runok() { run "$@" || { bad "$1: exit $(cat "$tmp/$1.rc"): $(cat "$tmp/$1.err" "$tmp/$1.out" | tail -n 2 | tr '\n' ' ')"; return 1; }; }
+
+# the log's steps: "step loss norm lr skipped", in the order written
+steps() { python3 -c '
+import json, sys
+for o in map(json.loads, open(sys.argv[1])):
+    if "train_loss" in o: print(o["step"], o["train_loss"], o["grad_norm"], o["lr"], o.get("skipped"))' "$1"; }
+
+# NAME K REASON: step K skipped (its reason starts with REASON) and no other; the model, the FP32
+# parameters, m, v and AdamW's step after K the bytes of those after K-1; K+1 changed the model
+check_skip() {
+    local name=$1 k=$2 why=$3
+    if python3 - "$tmp/$name/log.jsonl" "$k" "$why" <<'PY'
+import json, sys
+rows = [o for o in map(json.loads, open(sys.argv[1])) if "train_loss" in o]
+k, why = int(sys.argv[2]), sys.argv[3]
+sk = [(o["step"], o["skipped"]) for o in rows if "skipped" in o]
+print("skipped:", sk)
+sys.exit(0 if len(sk) == 1 and sk[0][0] == k and sk[0][1].startswith(why) and len(rows) > k else 1)
+PY
+    then ok "$name: step $k skipped ($why...) and no other"
+    else bad "$name: expected step $k alone skipped for '$why'"; fi
+    local d=$tmp/$name
+    if cmp -s "$(printf '%s/model_%08d.bin' "$d" "$k")" "$(printf '%s/model_%08d.bin' "$d" $((k - 1)))" && python3 - \
+        "$(printf '%s/state_%08d.bin' "$d" "$k")" "$(printf '%s/state_%08d.bin' "$d" $((k - 1)))" <<'PY'
+import sys, struct
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+n = struct.unpack_from("<Q", a, 40)[0]
+sys.exit(0 if len(a) == len(b) and a[1024:1024 + 12 * n] == b[1024:1024 + 12 * n] and a[12:16] == b[12:16] else 1)
+PY
+    then ok "$name: the model, parameters, m, v and adam step after step $k are the bytes of those after step $((k - 1))"
+    else bad "$name: step $k changed the model or the optimizer state"; fi
+    cmp -s "$(printf '%s/model_%08d.bin' "$d" "$k")" "$(printf '%s/model_%08d.bin' "$d" $((k + 1)))" \
+        && bad "$name: step $((k + 1)) did not update either" || ok "$name: step $((k + 1)) updates again"
+}
+
+# --- nan: 2 processes (DDP; ZeRO-2), 4 (dp2 x tp2, ZeRO-1) ---
+runok nan_dp2_r1 2 --inject nan@step=4,rank=1 --checkpoint-every 1 && check_skip nan_dp2_r1 4 "grad norm nan"
+runok nan_dp2_r0 2 --inject nan@step=4,rank=0 --checkpoint-every 1 && {
+    if cmp -s <(steps "$tmp/nan_dp2_r0/log.jsonl") <(steps "$tmp/nan_dp2_r1/log.jsonl") \
+       && cmp -s "$tmp/nan_dp2_r0/model_00000008.bin" "$tmp/nan_dp2_r1/model_00000008.bin"; then
+        ok "nan on rank 0 or on rank 1: the same log (losses, norms, skips) and final model bytes"
+    else bad "nan on rank 0 vs rank 1: the runs differ"; fi
+}
+runok nan_z2 2 --inject nan@step=3,rank=1 --zero 2 --checkpoint-every 1 && check_skip nan_z2 3 "grad norm nan"
+runok nan_dp2tp2 4 --inject nan@step=5,rank=3 --tp 2 --zero 1 --checkpoint-every 1 && check_skip nan_dp2tp2 5 "grad norm nan"
+
+# --- spike: the loss jumps; a higher learning rate brings the loss to ~2.5 first ---
+sp=(--steps 24 --lr 1e-2 --total-batch 256 --spike-window 6)
+runok spike_z 4 "${sp[@]}" --total-batch 512 --inject spike@step=20,rank=2 --spike-zscore 4 --checkpoint-every 1 \
+    && check_skip spike_z 20 "loss z-score"
+# dp 2 x tp 2: a spike on rank 1 (tp rank 1) is the bad batch of its dp slice, ranks 0 and 1
+runok spike_tp 4 "${sp[@]}" --tp 2 --inject spike@step=20,rank=1 --spike-zscore 4 --checkpoint-every 1 \
+    && check_skip spike_tp 20 "loss z-score"
+runok spike_k 2 "${sp[@]}" --inject spike@step=20,rank=1 --spike-factor 1.8 --checkpoint-every 1 \
+    && check_skip spike_k 20 "loss"
+grep -q '"skipped": "loss [0-9.]* > 1.8 x recent max' "$tmp/spike_k/log.jsonl" && ok "spike_k: the reason is the K x recent max rule" \
+    || bad "spike_k: expected the 'loss ... > 1.8 x recent max' reason"
+runok clean 2 "${sp[@]}" --spike-zscore 4 --spike-factor 1.8 --sdc-check-every 1 && {
+    if ! grep -q skipped "$tmp/clean/log.jsonl" && ! grep -q "sdc" "$tmp/clean.out" && [ "$(steps "$tmp/clean/log.jsonl" | wc -l)" -eq 24 ]; then
+        ok "clean run, 24 steps, z-score 4, factor 1.8, SDC check every step: nothing skipped, no SDC line"
+    else bad "clean run: a false positive: $(grep -m1 -E 'skipped|sdc' "$tmp/clean/log.jsonl" "$tmp/clean.out")"; fi
+}
+
+# --- rollback after K bad steps in a row: to the last checkpoint saved after a healthy step ---
+# nan at 5, 6, 7 with K = 3 and checkpoints every 3: the one of step 6 is inside the streak
+rollback_check() {  # NAME NP ARGS...
+    local name=$1 np=$2; shift 2
+    runok "$name" "$np" --steps 10 --inject "nan@step=5,count=3,rank=$((np > 1 ? 1 : 0))" --max-bad-steps 3 --checkpoint-every 3 "$@" || return
+    local line; line=$(grep "rollback:" "$tmp/$name.out")
+    # the data go on after the 7 steps read (16 samples of T tokens each: --total-batch 512 / -t 32), not
+    # from the checkpoint's 3 * 16 = 48
+    if grep -q '"step": 7, "rollback_to": 3, "reason": "3 bad steps in a row (the last: grad norm nan)"' "$tmp/$name/log.jsonl" \
+       && [[ "$line" == *"restored $tmp/$name/state_00000003.bin (step 3); the data go on from epoch 0 sample 112" ]]; then
+        ok "$name: 3 bad steps (5, 6, 7) roll back to step 3, not to the checkpoint of step 6 saved inside the streak: $line"
+    else bad "$name: rollback: $line"; return; fi
+    # the reference: state_3 with the data position the rollback printed, resumed
+    local epoch sample
+    epoch=$(sed -n 's/.*from epoch \([0-9]*\) sample \([0-9]*\).*/\1/p' <<< "$line"); sample=$(sed -n 's/.*from epoch \([0-9]*\) sample \([0-9]*\).*/\2/p' <<< "$line")
+    mkdir -p "$tmp/${name}_ref"
+    python3 - "$tmp/$name/state_00000003.bin" "$tmp/${name}_ref/start.bin" "$epoch" "$sample" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<qq", b, 48, int(sys.argv[3]), int(sys.argv[4]))  # header[12..15]: the data position
+open(sys.argv[2], "wb").write(b)
+PY
+    runok "${name}_ref" "$np" --steps 10 --checkpoint-every 10 --resume "$tmp/${name}_ref/start.bin" "$@" || return
+    if cmp -s <(steps "$tmp/$name/log.jsonl" | tail -7) <(steps "$tmp/${name}_ref/log.jsonl" | tail -7) \
+       && cmp -s "$tmp/$name/model_00000010.bin" "$tmp/${name}_ref/model_00000010.bin" \
+       && cmp -s "$tmp/$name/state_00000010.bin" "$tmp/${name}_ref/state_00000010.bin"; then
+        ok "$name: after the rollback, steps 4..10 (losses, norms) and the final model and state bytes = a run resumed from state 3 at data sample $sample"
+    else bad "$name: after the rollback the run differs from the resumed one:"; diff <(steps "$tmp/$name/log.jsonl" | tail -7) <(steps "$tmp/${name}_ref/log.jsonl" | tail -7) | head -4; fi
+}
+rollback_check rollback_1 0
+rollback_check rollback_dp2 2 --zero 1
+# the good list holds no checkpoint of a bad step
+grep -q "^6 " "$tmp/rollback_1/good_checkpoints.txt" && [ "$(grep -c '^6 ' "$tmp/rollback_1/good_checkpoints.txt")" -eq 1 ] \
+    && ok "rollback_1: good_checkpoints.txt lists step 6 once (its second save, after healthy steps)" || bad "rollback_1: good_checkpoints.txt: $(tr '\n' ' ' < "$tmp/rollback_1/good_checkpoints.txt")"
+
+stop_check() {  # NAME NP SUBSTRING ARGS...: every rank stops with exit 3, one line from rank 0
+    local name=$1 np=$2 sub=$3; shift 3
+    run "$name" "$np" "$@"
+    local rc; rc=$(cat "$tmp/$name.rc")
+    # (besides the injection's own "inject:" line)
+    if [ "$rc" -eq 3 ] && [ "$(grep -v '^inject: ' "$tmp/$name.err" | grep -c .)" -eq 1 ] && grep -q "^error: .*$sub.*stopping (exit 3)" "$tmp/$name.err"; then
+        ok "$name: exit 3, one line: $(grep -v '^inject: ' "$tmp/$name.err")"
+    else bad "$name: exit $rc: $(head -3 "$tmp/$name.err" | tr '\n' ' ')"; fi
+}
+stop_check nogood_1 0 "no last-known-good checkpoint" --inject nan@step=2,count=3 --max-bad-steps 3
+stop_check nogood_dp2 2 "no last-known-good checkpoint" --inject nan@step=2,count=3,rank=1 --max-bad-steps 3
+stop_check nogood_4 4 "no last-known-good checkpoint" --inject nan@step=2,count=2,rank=3 --max-bad-steps 2 --tp 2
+# checkpoint at 5; NaN at 6, 7: back to 5; NaN at 8, 9 (new steps): the newest good one is still 5
+stop_check again 2 "the previous rollback restored" --steps 10 --checkpoint-every 5 --inject 'nan@step=6,count=4,rank=1' --max-bad-steps 2
+grep -q '"step": 7, "rollback_to": 5' "$tmp/again/log.jsonl" && ok "again: the first streak rolled back to step 5" || bad "again: no first rollback to 5"
+
+# under a dynamic loss scaler overflows in a row are its business (it halves the scale): 3 skipped, no
+# rollback, no stop; under a fixed scale they count (exit 3)
+runok overflow_dyn 0 --loss-scale dynamic --inject nan@step=2,count=3 --max-bad-steps 2 && {
+    [ "$(grep -c '"skipped": "overflow"' "$tmp/overflow_dyn/log.jsonl")" -eq 3 ] && ! grep -q rollback "$tmp/overflow_dyn/log.jsonl" \
+        && ok "overflow_dyn: 3 overflows in a row under a dynamic scaler: skipped, no rollback, the run ends normally" \
+        || bad "overflow_dyn: $(grep -c skipped "$tmp/overflow_dyn/log.jsonl") skipped"
+}
+stop_check overflow_fixed 0 "2 bad steps in a row (the last: overflow)" --loss-scale 1024 --inject nan@step=2,count=3 --max-bad-steps 2
+
+# --- SDC: a flipped bit in one replica ---
+sdc_check() {  # NAME NP EXPECT ARGS...: the SDC line names EXPECT, then the rollback to 3
+    local name=$1 np=$2 want=$3; shift 3
+    runok "$name" "$np" --steps 6 --checkpoint-every 3 --sdc-check-every 2 "$@" || return
+    local line; line=$(grep -m1 "sdc: parameters differ" "$tmp/$name.out")
+    if [[ "$line" == "step 4: sdc: parameters differ: $want"* ]] && grep -q '"step": 4, "rollback_to": 3, "reason": "sdc' "$tmp/$name/log.jsonl" \
+       && [ "$(grep -c 'sdc: parameters differ' "$tmp/$name.out")" -eq 2 ]; then  # (the line, and the rollback's)
+        ok "$name: $line; rolled back to step 3, no mismatch after"
+    else bad "$name: expected 'step 4: sdc: parameters differ: $want': $line"; fi
+}
+# index 19336: in layer 0 (the embedding unit holds Vp*C + maxT*C = 384*32 + 64*32 = 14336 values, a layer 12704)
+sdc_check sdc_dp2 2 "layer 0: ranks 0, 1 disagree" --inject bitflip@step=4,rank=1,index=19336
+sdc_check sdc_dp4 4 "layer 0: rank 2 differ" --inject bitflip@step=4,rank=2,index=19336 --zero 1
+sdc_check sdc_dp2tp2 4 "embedding (wte, wpe): ranks 1, 3 disagree" --inject bitflip@step=4,rank=3,index=100,bit=20 --tp 2
+stop_check sdc_nockpt 2 "sdc: parameters differ: layer 0" --steps 6 --sdc-check-every 2 --inject bitflip@step=4,rank=1,index=19336
+# dp 2 x tp 2 x pp 2 (8 processes, ZeRO-1): a NaN on rank 6 at step 2 skipped; a flipped bit on rank 7 (the
+# last stage's copy of the tied embedding) after step 4 named within its dp group {3, 7}, then the rollback
+runok all8 8 --steps 6 --tp 2 --pp 2 --zero 1 --checkpoint-every 1 --sdc-check-every 2 \
+    --inject 'nan@step=2,rank=6;bitflip@step=4,rank=7,index=100' && {
+    check_skip all8 2 "grad norm nan"
+    grep -q '"step": 4, "rollback_to": 3, "reason": "sdc: parameters differ: embedding (wte, wpe): ranks 3, 7 disagree' "$tmp/all8/log.jsonl" \
+        && ok "all8: step 4: the embedding of ranks 3, 7 differs, rolled back to step 3" || bad "all8: $(grep -m1 sdc "$tmp/all8.out")"
+}
+runok sdc_z3 2 --steps 2 --zero 3 --sdc-check-every 1 && grep -q "sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare" "$tmp/sdc_z3.out" \
+    && ok "ZeRO-3: says there is nothing to compare" || bad "ZeRO-3: no 'nothing to compare' line"
+runok sdc_clean_pp 4 --steps 4 --pp 2 --sdc-check-every 1 && ! grep -q "parameters differ" "$tmp/sdc_clean_pp.out" \
+    && ok "dp2 x pp2, SDC check every step, no fault: no mismatch" || bad "dp2 x pp2: a false SDC mismatch"
+
+# --- bad flags: one line, non-zero exit ---
+badflag() {  # SUBSTRING ARGS...
+    local sub=$1; shift
+    local out rc lines
+    out=$(timeout 60 "$CPU" "${common[@]}" --output-dir "$tmp/badflag" "$@" 2>&1); rc=$?
+    lines=$(printf '%s\n' "$out" | grep -c .)
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]] && [ ! -e "$tmp/badflag" ]; then
+        ok "bad flag $*: one line: $out"
+    else bad "bad flag $*: exit $rc, $lines lines: $out"; fi
+}
+badflag "--spike-zscore: expected a number >= 0" --spike-zscore -1
+badflag "--spike-window: expected 2 to 1000000" --spike-window 1
+badflag "--spike-factor: expected a number > 1" --spike-factor 0.5
+badflag "--max-bad-steps: expected a count >= 0" --max-bad-steps -1
+badflag "--sdc-check-every: expected a step count >= 0" --sdc-check-every -2
+badflag "--inject: 'nan@step=0': step: expected an integer in 1.." --inject nan@step=0
+badflag "--inject: 'flip@step=1': expected a fault" --inject flip@step=1
+badflag "--inject: 'bitflip@rank=3': expected a rank below the world size 1" --inject bitflip@rank=3
+
+echo "test_health: $pass passed, $fail failed"
+[ $fail -eq 0 ]
