@@ -62,6 +62,8 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/tokenizer.h"
 #include "llm/logger.h"
 #include "llm/checkpoint.h"
+#include "llm/inject.h"
+#include "llm/ckpt_shard.h"
 #include "llm/sampler.h"
 #include "llm/eval.h"
 #include "llm/report.h"
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp);
     args_check_layout(&args, &comm);
+    InjectPlan inject_plan;
+    inject_parse(&inject_plan, args.inject, comm.world_size);
     context_init();
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
@@ -159,13 +163,31 @@ int main(int argc, char** argv) {
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
+    Ckpt ck;  // sharded checkpoints (llm/ckpt_shard.h)
+    if (args.checkpoint_format > 0) {
+        ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.async_checkpoint, args.keep_checkpoints, args.schedule, args.vpp);
+    }
     if (args.resume) {
+        // a state file, or a sharded checkpoint's directory (llm/ckpt_shard.h: the newest complete one)
         char path[1100];
-        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
-        else snprintf(path, sizeof(path), "%s", args.resume);
+        int sharded = 0;
+        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) {
+            int s = ckpt_find_latest(args.output_dir, INT_MAX, rank0);
+            if (s >= 0 && ckpt_latest_state_step(args.output_dir) <= s) {
+                ckpt_dir_name(path, sizeof(path), args.output_dir, s);
+                sharded = 1;
+            } else {
+                find_latest_state(args.output_dir, path, sizeof(path));
+            }
+        } else {
+            snprintf(path, sizeof(path), "%s", args.resume);
+            struct stat st;
+            sharded = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        }
         TrainState ts;
         float *p, *m, *v, *p16;
-        state_load(path, cfg, &ts, &p, &m, &v, &p16);
+        if (sharded) ckpt_load(path, &dp.lay, &ts, &p, &m, &v, &p16);
+        else state_load(path, cfg, &ts, &p, &m, &v, &p16);
         dp_import_params(&dp, p, 1);
         if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(&dp, p16);  // the 16-bit parameters exactly
         dp_import_moments(&dp, m, v);
@@ -310,27 +332,34 @@ int main(int argc, char** argv) {
             }
         }
         if (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last)) {
-            // the whole model and optimizer state, gathered from the shards (every rank takes part)
-            size_t n = dp.lay.num_parameters;
-            float* p = (float*)mallocCheck(n * sizeof(float));
-            float* m = (float*)mallocCheck(n * sizeof(float));
-            float* v = (float*)mallocCheck(n * sizeof(float));
-            float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
-            dp_export(&dp, p, m, v);
-            if (p16) dp_export_floatx(&dp, p16);
             float* fp8_state = (float*)mallocCheck((fp8_state_floats(&fp8) + 1) * sizeof(float));
             fp8_state_export(&fp8, fp8_state);
-            if (rank0) {
-                TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
-                                 fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
-                                 scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped};
-                // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
-                checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
-                printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
+            TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
+                             fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
+                             scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped};
+            if (args.checkpoint_format != 1) {
+                // the whole model and optimizer state, gathered from the shards (every rank takes part)
+                size_t n = dp.lay.num_parameters;
+                float* p = (float*)mallocCheck(n * sizeof(float));
+                float* m = (float*)mallocCheck(n * sizeof(float));
+                float* v = (float*)mallocCheck(n * sizeof(float));
+                float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
+                dp_export(&dp, p, m, v);
+                if (p16) dp_export_floatx(&dp, p16);
+                if (rank0) {
+                    // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
+                    checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
+                    printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
+                }
+                free(p); free(m); free(v); free(p16);
             }
-            free(p); free(m); free(v); free(p16); free(fp8_state);
+            // each rank its own part, in the background with --async-checkpoint (llm/ckpt_shard.h)
+            if (args.checkpoint_format > 0) ckpt_save(&ck, &dp, &ts);
+            free(fp8_state);
         }
+        if (args.checkpoint_format > 0) ckpt_poll(&ck);  // an async save done on every rank gets its manifest
     }
+    if (args.checkpoint_format > 0) ckpt_finish(&ck);  // the last save, waited for
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
         if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
@@ -385,6 +414,7 @@ int main(int argc, char** argv) {
     sampler_free(&sampler);
     pipeline_free(&pipe);
     fp8_free(&fp8);
+    if (args.checkpoint_format > 0) ckpt_free(&ck);
     dp_free(&dp);
     context_free();
     comm_free(&comm);

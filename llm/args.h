@@ -23,6 +23,9 @@ typedef struct {
     int seed;
     int shuffle;
     int val_every, val_steps, sample_every, sample_len, checkpoint_every;
+    int checkpoint_format;      // 0 gathered (model_/state_ files), 1 sharded (ckpt_<step>/, llm/ckpt_shard.h), 2 both
+    int async_checkpoint;       // 1: sharded saves written by a background thread while training goes on
+    int keep_checkpoints;       // sharded: keep the last K complete checkpoints (0: all)
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
     int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
     const char* report_json;    // memory and communication report, or NULL
@@ -35,6 +38,7 @@ typedef struct {
     int fp8;                    // FP8 linear layers (llm/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
     int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
     int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
+    const char* inject;         // --inject: faults to cause on purpose (llm/inject.h), or NULL
     int loss_scale;             // llm/loss_scale.h LossScaleMode: 0 none, 1 fixed (loss_scale_init), 2 dynamic
     float loss_scale_init;      // the fixed scale, or dynamic scaling's first one
     int loss_scale_window;      // dynamic: good steps in a row before the scale doubles
@@ -68,6 +72,9 @@ static const FlagDoc FLAGS[] = {
     {"--sample-every", 's', "print a sample every N steps, 0 = never (default 20)"},
     {"--sample-len", 'g', "tokens per sample (default 64)"},
     {"--checkpoint-every", 'n', "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
+    {"--checkpoint-format", 0, "gathered (model_<step>.bin + state_<step>.bin), sharded (ckpt_<step>/: a shard per rank + manifest) or both (default gathered)"},
+    {"--async-checkpoint", 0, "1: sharded checkpoints copied aside and written by a background thread while training goes on (default 0)"},
+    {"--keep-checkpoints", 0, "sharded checkpoints: keep the last K complete ones, 0 = all (default 0)"},
     {"--output-dir", 'o', "directory for the log and checkpoints (default out)"},
     {"--resume", 'y', "resume from a state file, or 1/latest = the newest in --output-dir (default 0)"},
     {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
@@ -87,6 +94,7 @@ static const FlagDoc FLAGS[] = {
     {"--fp8-history", 0, "delayed scaling: amax history length in steps (default 16)"},
     {"--fp8-amax-reduce", 0, "delayed scaling: the history's reduction, max or most_recent (default max)"},
     {"--fp8-margin", 0, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
+    {"--inject", 0, "faults on purpose (llm/inject.h), ';'-separated: die@step=S,rank=R hang@.. nan@.. spike@.. slow@rank=R,ms=M bitflip@.. diskfail@step=S,rank=R,bytes=B slowdisk@rank=R,ms=M"},
     {"--loss-scale", 0, "loss scaling (llm/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
     {"--loss-scale-init", 0, "dynamic loss scaling: the first scale (default 65536)"},
     {"--loss-scale-window", 0, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
@@ -146,6 +154,8 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
+    a->inject = NULL;
+    a->checkpoint_format = 0; a->async_checkpoint = 0; a->keep_checkpoints = 0;
 #if defined(ENABLE_FP16)
     a->loss_scale = 2;  // FP16 needs it (llm/loss_scale.h)
 #else
@@ -238,6 +248,21 @@ static void parse_args(Args* a, int argc, char** argv) {
             else fatal("--fp8-amax-reduce: expected max or most_recent, found '%s'", v);
         }
         else if (!strcmp(name, "--fp8-margin")) a->fp8_margin = parse_int_flag(name, v);
+        else if (!strcmp(name, "--inject")) a->inject = v;
+        else if (!strcmp(name, "--checkpoint-format")) {
+            if (!strcmp(v, "gathered")) a->checkpoint_format = 0;
+            else if (!strcmp(v, "sharded")) a->checkpoint_format = 1;
+            else if (!strcmp(v, "both")) a->checkpoint_format = 2;
+            else fatal("--checkpoint-format: expected gathered, sharded or both, found '%s'", v);
+        }
+        else if (!strcmp(name, "--async-checkpoint")) {
+            a->async_checkpoint = parse_int_flag(name, v);
+            if (a->async_checkpoint != 0 && a->async_checkpoint != 1) fatal("--async-checkpoint: expected 0 or 1, found %s", v);
+        }
+        else if (!strcmp(name, "--keep-checkpoints")) {
+            a->keep_checkpoints = parse_int_flag(name, v);
+            if (a->keep_checkpoints < 0) fatal("--keep-checkpoints: expected K >= 0 (0: all), found %s", v);
+        }
         else if (!strcmp(name, "--recompute")) {
             if (!strcmp(v, "none")) a->recompute = 0;
             else if (!strcmp(v, "selective")) a->recompute = 1;
@@ -257,6 +282,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->loss_scale_window < 1) fatal("--loss-scale-window: expected a positive integer, found %d", a->loss_scale_window);
     if (a->debug_inf_grad_at_step < 0) fatal("--debug-inf-grad-at-step: expected a step >= 0, found %d", a->debug_inf_grad_at_step);
     if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
+    if (a->async_checkpoint && a->checkpoint_format == 0) a->checkpoint_format = 1;  // async saves are sharded
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
