@@ -593,6 +593,7 @@ TEST_BINARIES = {
     "data": ["build/test_data"],
     "resume": ["train_gpt_cpu"],
     "resume_emu_bf16": ["build/train_gpt_emu_bf16"],
+    "checkpoint": ["train_gpt_cpu"],
     "comm": ["build/test_comm_cpu", "build/test_comm_emu", "build/emu/test_nccl_emu", "build/test_comm_cuda"],
     "ddp_zero": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],

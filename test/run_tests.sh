@@ -51,6 +51,9 @@ run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm 
 run data ./build/test_data
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
+# sharded and asynchronous checkpoints (llm/ckpt_shard.h): a resharding matrix of 6 layouts, kill -9 at 20 random
+# moments then resume, a failing and a full disk
+run checkpoint bash test/test_checkpoint.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh
