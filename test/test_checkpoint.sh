@@ -7,10 +7,13 @@
 #     losses and gradient norms of the resumed steps must be bit-identical to those of the same layout
 #     resumed from the same run's gathered state file (the same state, the same arithmetic: any value
 #     read into the wrong place, or lost, shows). Besides, against the saving layout's own continuation
-#     (other arithmetic) within 4e-6 relative, test_tp.sh's FP32 bound for 2 steps of a changed
-#     reduction order (a missing piece moves the loss by far more).
+#     (from its gathered state: other arithmetic, no shard code) within 4e-6 relative, test_tp.sh's
+#     FP32 bound for 2 steps of a changed reduction order (a piece read from the wrong place moves the
+#     loss by ~1e-2: mutation c-shard-piece-offset).
 #  2. An llm.c model file (the gathered save's model_<step>.bin) starts every layout at the same loss
 #     (step 1 within the same 4e-6 relative).
+#  2b. The emulated BF16 build (its shards carry the BF16 parameters beside the FP32 master): a dp 2
+#     ZeRO-1 checkpoint resumed under tp 2 and pp 2, bit-identical to resuming its gathered state.
 #  3. kill -9 of the whole job (mpirun and both ranks at once) at 20 random moments of a run with
 #     --async-checkpoint --checkpoint-every 1 and a slow disk (--inject slowdisk: each save spans several
 #     steps, so many kills land in a save), then --resume latest: every step's loss and norm, before the
@@ -22,7 +25,7 @@
 #     disk (a 700 KiB tmpfs, when mount is allowed, as root; else a note saying so): exit status 1, one
 #     "error:" line naming the shard file and the error, the earlier checkpoint intact (checksums), and
 #     a resume from it continues bit-identically.
-# PARTS="matrix model kill disk" (the default: all) runs some of them (checking a mutation by hand).
+# PARTS="matrix model bf16 kill disk" (the default: all) runs some of them (checking a mutation by hand).
 set -u
 cd "$(dirname "$0")/.."
 CPU=${CPU:-./train_gpt_cpu}
@@ -78,7 +81,7 @@ PY
 
 # ---------------------------------------------------------------------------------------------------
 # 1. the resharding matrix
-PARTS=" ${PARTS:-matrix model kill disk} "
+PARTS=" ${PARTS:-matrix model bf16 kill disk} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 names=(single dp2 dp2z3 tp2 pp2 dp2pp2)
 nps=(1 2 2 2 2 4)
@@ -93,7 +96,7 @@ for i in "${!names[@]}"; do      # the layout that saved
     part matrix || break
     s=${names[$i]}
     [ -e "$tmp/save_$s/ckpt_00000002/manifest.txt" ] || { bad "save under $s: no complete sharded checkpoint"; continue; }
-    run "own_$s" "${nps[$i]}" ${flags[$i]} --steps 4 --output-dir "$tmp/own_$s" --resume "$tmp/save_$s/ckpt_00000002" \
+    run "own_$s" "${nps[$i]}" ${flags[$i]} --steps 4 --output-dir "$tmp/own_$s" --resume "$tmp/save_$s/state_00000002.bin" \
         || bad "$s resumed under itself: exit status $?"
     for j in "${!names[@]}"; do  # the layout that resumes
         [ "$i" = "$j" ] && continue
@@ -133,6 +136,24 @@ for i in "${!names[@]}"; do
         ok "llm.c model file under $n: step 1 loss $l (one process: $ref)"
     else bad "llm.c model file under $n: step 1 loss '$l', one process '$ref'"; fi
 done
+
+# ---------------------------------------------------------------------------------------------------
+# 2b. the emulated BF16 build
+if part bf16; then
+    BF16=${BF16:-./build/train_gpt_emu_bf16}
+    run_bf16() { local name=$1 np=$2; shift 2
+        EMU_DEVICES=8 timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$BF16" "${common[@]}" "$@" > "$LOG/$name.log" 2>&1; }
+    run_bf16 bf16_save 2 --zero 1 --steps 2 --checkpoint-every 2 --checkpoint-format both --output-dir "$tmp/bf16_save" \
+        || bad "BF16 save: exit status $?"
+    for r in "--tp 2" "--pp 2"; do
+        n=${r// /}
+        run_bf16 "bf16_sh$n" 2 $r --steps 4 --output-dir "$tmp/bf16_sh$n" --resume "$tmp/bf16_save/ckpt_00000002" || bad "BF16 $r from shards: exit $?"
+        run_bf16 "bf16_ga$n" 2 $r --steps 4 --output-dir "$tmp/bf16_ga$n" --resume "$tmp/bf16_save/state_00000002.bin" || bad "BF16 $r from state: exit $?"
+        a=$(fields "$tmp/bf16_sh$n/log.jsonl"); b=$(fields "$tmp/bf16_ga$n/log.jsonl")
+        if [ "$(echo "$a" | wc -l)" -eq 2 ] && [ "$a" = "$b" ]; then ok "BF16 dp2 ZeRO-1 -> $r: steps 3-4 from the shards bit-identical to the gathered state's ($(echo "$a" | tr '\n' ' '))"
+        else bad "BF16 dp2 ZeRO-1 -> $r: shards [$a] vs state file [$b]"; fi
+    done
+fi
 
 # ---------------------------------------------------------------------------------------------------
 # 3-4. kill -9 at random moments of an asynchronous run, then resume
