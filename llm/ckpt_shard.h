@@ -144,9 +144,9 @@ typedef struct {
 // array holding (index + 1) split in 24-bit halves (exact in FP32) goes through it twice
 static void ckpt_build_map(Ckpt* ck, const ParamLayout* lay) {
     size_t n = lay->num_parameters, pn = lay->packed_size;
-    float* idx = (float*)mallocCheck(n * sizeof(float));
-    float* lo = (float*)mallocCheck(pn * sizeof(float));
-    float* hi = (float*)mallocCheck(pn * sizeof(float));
+    float* idx = (float*)mallocCheck(n * sizeof(float));  // (Psi) checkpoint order
+    float* lo = (float*)mallocCheck(pn * sizeof(float));  // (packed_size)
+    float* hi = (float*)mallocCheck(pn * sizeof(float));  // (packed_size)
     for (size_t i = 0; i < n; i++) idx[i] = (float)((i + 1) & 0xffffff);
     layout_to_packed(lay, idx, lo);
     for (size_t i = 0; i < n; i++) idx[i] = (float)((i + 1) >> 24);
@@ -177,11 +177,11 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
     const ParamLayout* lay = &dp->lay;
     size_t mine_n = dp_state_size(dp), pn = lay->packed_size;
     // this rank's storage on the host: master (BF16/FP16 builds), m, v, the parameters it computes with
-    float* master = dp->opt.master ? (float*)mallocCheck(mine_n * sizeof(float)) : NULL;
-    float* m = (float*)mallocCheck(mine_n * sizeof(float));
-    float* v = (float*)mallocCheck(mine_n * sizeof(float));
+    float* master = dp->opt.master ? (float*)mallocCheck(mine_n * sizeof(float)) : NULL;  // (mine_n) or NULL
+    float* m = (float*)mallocCheck(mine_n * sizeof(float));                               // (mine_n)
+    float* v = (float*)mallocCheck(mine_n * sizeof(float));                               // (mine_n)
     size_t px_n = dp->stage == 3 ? mine_n : pn;
-    float* px = (float*)mallocCheck(px_n * sizeof(float));
+    float* px = (float*)mallocCheck(px_n * sizeof(float));  // (px_n) the floatX parameters: all (stages 0-2) or the shard
     device_synchronize();
     if (master) copy_to_host(master, dp->opt.master, mine_n * sizeof(float));
     copy_to_host(m, dp->opt.m, mine_n * sizeof(float));
