@@ -165,6 +165,15 @@ fields "$tmp/kill_ref/log.jsonl" > "$tmp/ref.fields"
 left=$(cd "$tmp/kill_ref" && ls -d ckpt_* | tr '\n' ' ')
 [ "$left" = "ckpt_00000028 ckpt_00000029 ckpt_00000030 " ] && ok "--keep-checkpoints 3: $left" || bad "--keep-checkpoints 3 left: $left"
 [ "$(wc -l < "$tmp/ref.fields")" -eq $STEPS ] || bad "uninterrupted run logged $(wc -l < "$tmp/ref.fields") steps"
+# asynchronous: training goes on while a save is written. Saves at steps 4 and 8; rank 1's shard (~120
+# KB, 30 chunks of 4 KiB at >= 10 ms each) takes >= 300 ms, a step a few ms: steps 5 and 6 run before
+# step 4's save is reported done (a save written in place reports before step 5 starts)
+run async_overlap 2 --steps 8 --checkpoint-every 4 --async-checkpoint 1 --zero 1 --inject "slowdisk@rank=1,ms=10" \
+    --output-dir "$tmp/async_overlap" || bad "async overlap run: exit status $?"
+saved4=$(grep -n "saved checkpoint .*ckpt_00000004 " "$LOG/async_overlap.log" | cut -d: -f1)
+step6=$(grep -n "^step    6/" "$LOG/async_overlap.log" | cut -d: -f1)
+if [ -n "$saved4" ] && [ -n "$step6" ] && [ "$saved4" -gt "$step6" ]; then ok "--async-checkpoint: steps 5-6 ran while step 4's checkpoint was being written (log line $step6 < line $saved4)"
+else bad "--async-checkpoint: step 4's save (log line ${saved4:-none}) did not overlap steps 5-6 (line ${step6:-none})"; fi
 in_save=0; kills_ok=0
 for seed in $(seq 1 20); do
     d=$tmp/kill_$seed
@@ -232,6 +241,12 @@ disk_case() {  # NAME DIR FAILED_STEP GOOD_STEP ERROR_SUBSTRING FLAGS...
     else bad "$name: checkpoints after the failure: $v"; fi
 }
 disk_case diskfail "$tmp/diskfail" 4 2 "No space left on device" --inject "diskfail@step=4,rank=1,bytes=5000"
+# an explicit --resume of a directory without a manifest: one line, exit 1
+run resume_partial 2 "${dflags[@]}" --output-dir "$tmp/partial_out" --resume "$tmp/diskfail/ckpt_00000004"; rc=$?
+e=$(cat "$LOG/resume_partial.log")
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [[ "$e" == *"ckpt_00000004 is not a complete checkpoint: no manifest"* ]] && [ "$(grep -c '^error' <<< "$e")" -ge 1 ]; then
+    ok "--resume of the failed save's directory: exit $rc: $(grep -m1 '^error' <<< "$e")"
+else bad "--resume of a directory without a manifest: exit $rc: $e"; fi
 run diskfail_resume 2 "${dflags[@]}" --output-dir "$tmp/diskfail" --log "$tmp/diskfail/log2.jsonl" --resume latest \
     || bad "diskfail: resume exit status $?"
 if grep -q "ckpt_00000004 ignored: no manifest" "$LOG/diskfail_resume.log" && grep -q "resumed from $tmp/diskfail/ckpt_00000002 at step 2" "$LOG/diskfail_resume.log" \
