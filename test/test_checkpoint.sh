@@ -20,11 +20,13 @@
 #     kill and after the resume, bit-identical to an uninterrupted run; every directory with a manifest
 #     matches it (sizes and FNV-1a checksums recomputed here, in Python), and the resume took the newest
 #     of those, saying why each newer one was ignored. At least 4 of the 20 kills must land in a save.
-#  4. --keep-checkpoints 3 leaves exactly the last 3.
+#  4. --keep-checkpoints 3 leaves exactly the last 3; --async-checkpoint with a slowed save (>= 300 ms):
+#     steps 5 and 6 run before step 4's save is reported done.
 #  5. Disk errors: --inject diskfail (rank 1's write fails after 5000 bytes at step 4) and a real full
 #     disk (a 700 KiB tmpfs, when mount is allowed, as root; else a note saying so): exit status 1, one
 #     "error:" line naming the shard file and the error, the earlier checkpoint intact (checksums), and
-#     a resume from it continues bit-identically.
+#     a resume from it continues bit-identically; an explicit --resume of the failed save's directory
+#     ends with one line saying it has no manifest.
 # PARTS="matrix model bf16 kill disk" (the default: all) runs some of them (checking a mutation by hand).
 set -u
 cd "$(dirname "$0")/.."
