@@ -65,10 +65,11 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/tokenizer.h"
 #include "llm/logger.h"
 #include "llm/checkpoint.h"
+#include "llm/inject.h"
+#include "llm/ckpt_shard.h"
 #include "llm/sampler.h"
 #include "llm/eval.h"
 #include "llm/report.h"
-#include "llm/inject.h"
 #include "llm/health.h"
 
 // A state file into this run: the model, the AdamW moments and step, the FP8 state, the loss scaler, the
@@ -78,7 +79,9 @@ static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8S
                          Rng* sample_rng, DataLoader* loader) {
     TrainState ts;
     float *p, *m, *v, *p16;
-    state_load(path, cfg, &ts, &p, &m, &v, &p16);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_shard.h)
+    else state_load(path, cfg, &ts, &p, &m, &v, &p16);
     dp_import_params(dp, p, 1);
     if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(dp, p16);  // the 16-bit parameters exactly
     dp_import_moments(dp, m, v);
@@ -191,10 +194,20 @@ int main(int argc, char** argv) {
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
+    Ckpt ck;  // sharded checkpoints (llm/ckpt_shard.h)
+    if (args.checkpoint_format > 0) {
+        ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.async_checkpoint, args.keep_checkpoints, args.schedule, args.vpp);
+    }
     if (args.resume) {
+        // a state file, or a sharded checkpoint's directory (llm/ckpt_shard.h: the newest complete one)
         char path[1100];
-        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) find_latest_state(args.output_dir, path, sizeof(path));
-        else snprintf(path, sizeof(path), "%s", args.resume);
+        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) {
+            int s = ckpt_find_latest(args.output_dir, INT_MAX, rank0);
+            if (s >= 0 && ckpt_latest_state_step(args.output_dir) <= s) ckpt_dir_name(path, sizeof(path), args.output_dir, s);
+            else find_latest_state(args.output_dir, path, sizeof(path));
+        } else {
+            snprintf(path, sizeof(path), "%s", args.resume);
+        }
         start_step = restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, &train_loader);
         if (rank0) printf("resumed from %s at step %d\n", path, start_step);
     } else {
@@ -364,31 +377,37 @@ int main(int argc, char** argv) {
             }
         }
         if (ckpt_step) {
-            // the whole model and optimizer state, gathered from the shards (every rank takes part)
-            size_t n = dp.lay.num_parameters;
-            float* p = (float*)mallocCheck(n * sizeof(float));
-            float* m = (float*)mallocCheck(n * sizeof(float));
-            float* v = (float*)mallocCheck(n * sizeof(float));
-            float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
-            dp_export(&dp, p, m, v);
-            if (p16) dp_export_floatx(&dp, p16);
             float* fp8_state = (float*)mallocCheck((fp8_state_floats(&fp8) + 1) * sizeof(float));
             fp8_state_export(&fp8, fp8_state);
-            if (rank0) {
-                TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
-                                 fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
-                                 scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped};
-                // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
-                checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
-                printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
-                if (health.bad_streak == 0 && sdc_msg[0] == '\0') {  // saved after a healthy step: last-known-good
-                    char state_path[1100];
-                    snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", args.output_dir, step);
-                    health_good_add(args.output_dir, step, state_path);
+            TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
+                             fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
+                             scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped};
+            if (args.checkpoint_format != 1) {
+                // the whole model and optimizer state, gathered from the shards (every rank takes part)
+                size_t n = dp.lay.num_parameters;
+                float* p = (float*)mallocCheck(n * sizeof(float));
+                float* m = (float*)mallocCheck(n * sizeof(float));
+                float* v = (float*)mallocCheck(n * sizeof(float));
+                float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
+                dp_export(&dp, p, m, v);
+                if (p16) dp_export_floatx(&dp, p16);
+                if (rank0) {
+                    // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
+                    checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
+                    printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
+                    if (health.bad_streak == 0 && sdc_msg[0] == '\0') {  // saved after a healthy step: last-known-good
+                        char state_path[1100];
+                        snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", args.output_dir, step);
+                        health_good_add(args.output_dir, step, state_path);
+                    }
                 }
+                free(p); free(m); free(v); free(p16);
             }
-            free(p); free(m); free(v); free(p16); free(fp8_state);
+            // each rank its own part, in the background with --async-checkpoint (llm/ckpt_shard.h)
+            if (args.checkpoint_format > 0) ckpt_save(&ck, &dp, &ts);
+            free(fp8_state);
         }
+        if (args.checkpoint_format > 0) ckpt_poll(&ck);  // an async save done on every rank gets its manifest
         // the rollback (llm/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
         // newest last-known-good checkpoint; the data go on from where they are
         if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
@@ -405,6 +424,7 @@ int main(int argc, char** argv) {
             continue;
         }
     }
+    if (args.checkpoint_format > 0) ckpt_finish(&ck);  // the last save, waited for
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
         if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
@@ -460,6 +480,7 @@ int main(int argc, char** argv) {
     sampler_free(&sampler);
     pipeline_free(&pipe);
     fp8_free(&fp8);
+    if (args.checkpoint_format > 0) ckpt_free(&ck);
     dp_free(&dp);
     context_free();
     comm_free(&comm);

@@ -23,6 +23,9 @@ typedef struct {
     int seed;
     int shuffle;
     int val_every, val_steps, sample_every, sample_len, checkpoint_every;
+    int checkpoint_format;      // 0 gathered (model_/state_ files), 1 sharded (ckpt_<step>/, llm/ckpt_shard.h), 2 both
+    int async_checkpoint;       // 1: sharded saves written by a background thread while training goes on
+    int keep_checkpoints;       // sharded: keep the last K complete checkpoints (0: all)
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
     int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
     const char* report_json;    // memory and communication report, or NULL
@@ -73,6 +76,9 @@ static const FlagDoc FLAGS[] = {
     {"--sample-every", 's', "print a sample every N steps, 0 = never (default 20)"},
     {"--sample-len", 'g', "tokens per sample (default 64)"},
     {"--checkpoint-every", 'n', "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
+    {"--checkpoint-format", 0, "gathered (model_<step>.bin + state_<step>.bin), sharded (ckpt_<step>/: a shard per rank + manifest) or both (default gathered)"},
+    {"--async-checkpoint", 0, "1: sharded checkpoints copied aside and written by a background thread while training goes on (default 0)"},
+    {"--keep-checkpoints", 0, "sharded checkpoints: keep the last K complete ones, 0 = all (default 0)"},
     {"--output-dir", 'o', "directory for the log and checkpoints (default out)"},
     {"--resume", 'y', "resume from a state file, or 1/latest = the newest in --output-dir (default 0)"},
     {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
@@ -97,7 +103,7 @@ static const FlagDoc FLAGS[] = {
     {"--loss-scale-window", 0, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
     {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
     {"--inject", 0, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
-                    "slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]"},
+                    "slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]  diskfail@step=N,rank=R,bytes=B  slowdisk@rank=R,ms=M"},
     {"--spike-zscore", 0, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
     {"--spike-window", 0, "the healthy steps the spike rules look back over (default 100)"},
     {"--spike-factor", 0, "a step whose loss or grad norm is more than K times the window's max is skipped, 0 = off (default 0)"},
@@ -157,13 +163,14 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
+    a->inject = NULL;
+    a->checkpoint_format = 0; a->async_checkpoint = 0; a->keep_checkpoints = 0;
 #if defined(ENABLE_FP16)
     a->loss_scale = 2;  // FP16 needs it (llm/loss_scale.h)
 #else
     a->loss_scale = 0;
 #endif
     a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000;
-    a->inject = NULL;
     a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
@@ -256,6 +263,20 @@ static void parse_args(Args* a, int argc, char** argv) {
             else fatal("--fp8-amax-reduce: expected max or most_recent, found '%s'", v);
         }
         else if (!strcmp(name, "--fp8-margin")) a->fp8_margin = parse_int_flag(name, v);
+        else if (!strcmp(name, "--checkpoint-format")) {
+            if (!strcmp(v, "gathered")) a->checkpoint_format = 0;
+            else if (!strcmp(v, "sharded")) a->checkpoint_format = 1;
+            else if (!strcmp(v, "both")) a->checkpoint_format = 2;
+            else fatal("--checkpoint-format: expected gathered, sharded or both, found '%s'", v);
+        }
+        else if (!strcmp(name, "--async-checkpoint")) {
+            a->async_checkpoint = parse_int_flag(name, v);
+            if (a->async_checkpoint != 0 && a->async_checkpoint != 1) fatal("--async-checkpoint: expected 0 or 1, found %s", v);
+        }
+        else if (!strcmp(name, "--keep-checkpoints")) {
+            a->keep_checkpoints = parse_int_flag(name, v);
+            if (a->keep_checkpoints < 0) fatal("--keep-checkpoints: expected K >= 0 (0: all), found %s", v);
+        }
         else if (!strcmp(name, "--recompute")) {
             if (!strcmp(v, "none")) a->recompute = 0;
             else if (!strcmp(v, "selective")) a->recompute = 1;
@@ -279,6 +300,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->max_bad_steps < 0) fatal("--max-bad-steps: expected a count >= 0 (0: never roll back), found %d", a->max_bad_steps);
     if (a->sdc_check_every < 0) fatal("--sdc-check-every: expected a step count >= 0 (0: never), found %d", a->sdc_check_every);
     if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
+    if (a->async_checkpoint && a->checkpoint_format == 0) a->checkpoint_format = 1;  // async saves are sharded
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;

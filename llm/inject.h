@@ -12,9 +12,14 @@
 //   --inject 'bitflip@step=5,rank=1,index=123,bit=30'
 //                                            bit 30 of element 123 of rank 1's parameters flipped after
 //                                            step 5's update (silent data corruption)
+//   --inject 'diskfail@step=4,rank=1,bytes=1000'
+//                                            rank 1's checkpoint write of step 4 fails after 1000 bytes
+//                                            (ENOSPC, as a full disk; llm/ckpt_shard.h's writer)
+//   --inject 'slowdisk@rank=0,ms=20'         rank 0's checkpoint writes sleep 20 ms per 4 KiB (a slow
+//                                            disk: the kill -9 test lands in the middle of saves)
 //
 // Keys: step (the step it happens at; default 1), rank (world rank; default 0), count (nan, spike: on
-// this many consecutive steps; default 1), ms (slow), index, bit (bitflip; defaults 0 and 30, the
+// this many consecutive steps; default 1), ms (slow, slowdisk), bytes (diskfail; default 0), index, bit (bitflip; defaults 0 and 30, the
 // top exponent bit of an FP32 value). A fault fires once per step it covers, on its rank only; the
 // other ranks see what a real failure would show them. The trainer fires nan, spike and bitflip only
 // the first time it runs a step (a rollback, llm/health.h, repeats step numbers: a transient fault
@@ -23,13 +28,15 @@
 #pragma once
 #include "common.h"
 
-typedef enum { INJECT_DIE, INJECT_HANG, INJECT_NAN, INJECT_SPIKE, INJECT_SLOW, INJECT_BITFLIP, INJECT_NUM_KINDS } InjectKind;
-static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip"};
+typedef enum { INJECT_DIE, INJECT_HANG, INJECT_NAN, INJECT_SPIKE, INJECT_SLOW, INJECT_BITFLIP, INJECT_DISKFAIL, INJECT_SLOWDISK,
+               INJECT_NUM_KINDS } InjectKind;
+static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip", "diskfail", "slowdisk"};
 
 typedef struct {
     InjectKind kind;
     int step, rank, count, ms, bit;
     long index;
+    long bytes;  // diskfail: the write fails once the file has this many bytes
 } InjectFault;
 
 #define INJECT_MAX 16
@@ -74,7 +81,7 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
         if (strlen(INJECT_KIND_NAMES[k]) == klen && strncmp(s, INJECT_KIND_NAMES[k], klen) == 0) kind = k;
     }
     if (kind < 0) {
-        snprintf(err, cap, "'%s': expected a fault die, hang, nan, spike, slow or bitflip before '@', found '%.*s'", s, (int)klen, s);
+        snprintf(err, cap, "'%s': expected a fault die, hang, nan, spike, slow, bitflip, diskfail or slowdisk before '@', found '%.*s'", s, (int)klen, s);
         return 1;
     }
     f->kind = (InjectKind)kind;
@@ -95,7 +102,10 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
         } else if (kl == 5 && !strncmp(p, "count", 5) && (kind == INJECT_NAN || kind == INJECT_SPIKE)) {
             if (inject_parse_long(s, "count", eq + 1, vl, 1, INT_MAX, &x, err, cap)) return 1;
             f->count = (int)x;
-        } else if (kl == 2 && !strncmp(p, "ms", 2) && kind == INJECT_SLOW) {
+        } else if (kl == 5 && !strncmp(p, "bytes", 5) && kind == INJECT_DISKFAIL) {
+            if (inject_parse_long(s, "bytes", eq + 1, vl, 0, LONG_MAX, &x, err, cap)) return 1;
+            f->bytes = x;
+        } else if (kl == 2 && !strncmp(p, "ms", 2) && (kind == INJECT_SLOW || kind == INJECT_SLOWDISK)) {
             if (inject_parse_long(s, "ms", eq + 1, vl, 1, 3600000, &x, err, cap)) return 1;
             f->ms = (int)x;
             have_ms = 1;
@@ -107,13 +117,14 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
             f->bit = (int)x;
         } else {
             snprintf(err, cap, "'%s': unknown key '%.*s' for %s (keys: step, rank%s)", s, (int)kl, p, INJECT_KIND_NAMES[kind],
-                     kind == INJECT_NAN || kind == INJECT_SPIKE ? ", count" : kind == INJECT_SLOW ? ", ms" :
+                     kind == INJECT_NAN || kind == INJECT_SPIKE ? ", count" : kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? ", ms" : kind == INJECT_DISKFAIL ? ", bytes" :
                      kind == INJECT_BITFLIP ? ", index, bit" : "");
             return 1;
         }
         p += n + (comma ? 1 : 0);
     }
     if (kind == INJECT_SLOW && !have_ms) { snprintf(err, cap, "'%s': slow needs ms=<milliseconds per step>", s); return 1; }
+    if (kind == INJECT_SLOWDISK && !have_ms) { snprintf(err, cap, "'%s': slowdisk needs ms=<milliseconds per 4 KiB written>", s); return 1; }
     return 0;
 }
 
@@ -137,12 +148,12 @@ static void inject_parse(InjectPlan* plan, const char* value, int world_size) {
     }
 }
 
-// the fault of this kind that covers (step, rank), or NULL. slow covers every step from its step on.
+// the fault of this kind that covers (step, rank), or NULL. slow and slowdisk cover every step from their step on.
 static const InjectFault* inject_find(const InjectPlan* plan, InjectKind kind, int step, int rank) {
     for (int i = 0; i < plan->n; i++) {
         const InjectFault* f = &plan->fault[i];
         if (f->kind != kind || f->rank != rank) continue;
-        int last = kind == INJECT_SLOW ? INT_MAX : f->step + (kind == INJECT_NAN || kind == INJECT_SPIKE ? f->count - 1 : 0);
+        int last = kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? INT_MAX : f->step + (kind == INJECT_NAN || kind == INJECT_SPIKE ? f->count - 1 : 0);
         if (step >= f->step && step <= last) return f;
     }
     return NULL;

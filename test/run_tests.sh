@@ -57,6 +57,9 @@ run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
 run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
 run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
+# sharded and asynchronous checkpoints (llm/ckpt_shard.h): a resharding matrix of 6 layouts, kill -9 at 20 random
+# moments then resume, a failing and a full disk
+run checkpoint bash test/test_checkpoint.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh
