@@ -58,6 +58,8 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/sampler.h"
 #include "llm/eval.h"
 #include "llm/report.h"
+#include "llm/inject.h"
+#include "llm/straggler.h"
 
 int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
@@ -66,6 +68,9 @@ int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp);
     args_check_layout(&args, &comm);
+    InjectPlan inject_plan;
+    inject_parse(&inject_plan, args.inject, comm.world_size);
+    wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/watchdog.h)
     context_init();
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
@@ -203,6 +208,8 @@ int main(int argc, char** argv) {
     int* step_targets = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));  // (m, B, T)
     double total_ms = 0.0, total_wait = 0.0;
     int timed_steps = 0;
+    Straggler straggler;  // every N steps, the ranks' compute times compared (llm/straggler.h)
+    straggler_init(&straggler, args.straggler_every, args.straggler_factor);
     CommLedger step_ledger;  // the collectives of the last optimizer step
     memset(&step_ledger, 0, sizeof(step_ledger));
     DpTrace* step_trace = (DpTrace*)mallocCheck(sizeof(DpTrace));  // and the order of its data-parallel operations
@@ -214,11 +221,7 @@ int main(int argc, char** argv) {
     }
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
-        if (step == args.debug_die_at_step && comm.world_rank == (comm.world_size > 1 ? 1 : 0)) {
-            fprintf(stderr, "error: rank %d exits at step %d on purpose (--debug-die-at-step)\n", comm.world_rank, step);
-            fflush(stderr);
-            exit(EXIT_FAILURE);
-        }
+        comm.wd.step = step;  // the watchdog's line names it
         // one optimizer step: this rank's micro-batches forward and backward in the schedule's order
         // (the gradients averaged over the dp ranks as each unit's are ready), then the global norm,
         // clipping and AdamW
@@ -232,6 +235,8 @@ int main(int argc, char** argv) {
             memcpy(step_targets + micro * BT, train_loader.targets, BT * sizeof(int));
         }
         double t0 = wall_ms();
+        straggler_step_begin(&straggler, &comm);
+        inject_step_begin(&inject_plan, step, comm.world_rank);  // die, hang, slow (llm/inject.h)
         dp_step_begin(&dp);
         fp8_step_begin(&fp8);
         float train_loss = pipeline_step(&pipe, step_inputs, step_targets, 1.0f / ((float)B * T * grad_accum));
@@ -256,6 +261,7 @@ int main(int argc, char** argv) {
             total_wait += wait;
             timed_steps++;
         }
+        straggler_step_end(&straggler, &comm, &logger, step, ms, wait);
         float tok_s = (float)(args.total_batch / (ms / 1e3));
         if (!isfinite(train_loss)) fatal("step %d: the train loss is %f: training diverged", step, train_loss);
 

@@ -26,7 +26,6 @@ typedef struct {
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
     int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
     const char* report_json;    // memory and communication report, or NULL
-    int debug_die_at_step;      // a rank exits(1) at this step (the failure test), 0 = never
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/block.h)
     int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/tensor_parallel.h)
     const char* schedule;       // the pipeline schedule (llm/schedule.h): gpipe, 1f1b, interleaved, zb-h1
@@ -35,6 +34,10 @@ typedef struct {
     int fp8;                    // FP8 linear layers (llm/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
     int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
     int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
+    const char* inject;         // fault injection (llm/inject.h), or NULL
+    float comm_timeout;         // seconds a collective or P2P may wait before the job ends (llm/watchdog.h); 0 = off
+    int straggler_every;        // compare the ranks' compute time every N steps (llm/straggler.h); 0 = off
+    float straggler_factor;     // a rank slower than the median by more than this is named
 } Args;
 
 typedef struct {
@@ -83,7 +86,10 @@ static const FlagDoc FLAGS[] = {
     {"--fp8-history", 0, "delayed scaling: amax history length in steps (default 16)"},
     {"--fp8-amax-reduce", 0, "delayed scaling: the history's reduction, max or most_recent (default max)"},
     {"--fp8-margin", 0, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
-    {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
+    {"--inject", 0, "faults, ';'-separated: die|hang|nan|spike|slow|bitflip@step=N,rank=R[,count=K][,ms=M][,index=I,bit=B] (llm/inject.h)"},
+    {"--comm-timeout", 0, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
+    {"--straggler-every", 0, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
+    {"--straggler-factor", 0, "a rank whose compute time exceeds the median's by more than this factor is a straggler (default 1.5)"},
 };
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -134,10 +140,12 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
     a->seed = 1337; a->shuffle = 1;
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
-    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0; a->recompute = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->recompute = 0;
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
+    a->inject = NULL;
+    a->comm_timeout = 300.0f; a->straggler_every = 0; a->straggler_factor = 1.5f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
@@ -184,7 +192,10 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--vpp")) a->vpp = parse_int_flag(name, v);
         else if (!strcmp(name, "--trace")) a->trace = v;
         else if (!strcmp(name, "--report-json")) a->report_json = v;
-        else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
+        else if (!strcmp(name, "--inject")) a->inject = v;
+        else if (!strcmp(name, "--comm-timeout")) a->comm_timeout = parse_float_flag(name, v);
+        else if (!strcmp(name, "--straggler-every")) a->straggler_every = parse_int_flag(name, v);
+        else if (!strcmp(name, "--straggler-factor")) a->straggler_factor = parse_float_flag(name, v);
         else if (!strcmp(name, "--sequence-parallel")) {
             a->sequence_parallel = parse_int_flag(name, v);
             if (a->sequence_parallel != 0 && a->sequence_parallel != 1) fatal("--sequence-parallel: expected 0 or 1, found %s", v);
@@ -222,6 +233,9 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->shuffle != 0 && a->shuffle != 1) fatal("--shuffle: expected 0 or 1, found %d", a->shuffle);
     if (a->fp8_history < 1 || a->fp8_history > 4096) fatal("--fp8-history: expected 1 to 4096 steps, found %d", a->fp8_history);
     if (a->fp8_margin < 0 || a->fp8_margin > 32) fatal("--fp8-margin: expected 0 to 32, found %d", a->fp8_margin);
+    if (a->comm_timeout < 0 || a->comm_timeout > 86400) fatal("--comm-timeout: expected 0 (off) to 86400 seconds, found %g", a->comm_timeout);
+    if (a->straggler_every < 0) fatal("--straggler-every: expected 0 (off) or a positive number of steps, found %d", a->straggler_every);
+    if (!(a->straggler_factor > 1.0f)) fatal("--straggler-factor: expected a factor above 1, found %g", a->straggler_factor);
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;

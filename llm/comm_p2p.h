@@ -47,11 +47,16 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
 #elif COMM_MPI
     (void)stream;
     MPI_Datatype mt = MPI_FLOAT;
-    MPI_Status st;
+    MPI_Status st[2];
+    MPI_Request req[2];
     int nr = comm_mpi_count(n_recv, "sendrecv");
-    mpiCheck(MPI_Sendrecv(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, recv, nr, mt, src, 0, c->mpi[g], &st));
+    mpiCheck(MPI_Irecv(recv, nr, mt, src, 0, c->mpi[g], &req[0]));
+    mpiCheck(MPI_Isend(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, c->mpi[g], &req[1]));
+    int peers[2] = {src, dst};
+    WdWait w = wd_p2p(c, "sendrecv", g, peers, 2);
+    wd_wait(c, 2, req, st, &w);
     int got = 0;
-    mpiCheck(MPI_Get_count(&st, mt, &got));
+    mpiCheck(MPI_Get_count(&st[0], mt, &got));
     if (got != nr) fatal("sendrecv: expected %d elements from rank %d of the %s group, got %d", nr, src, comm_group_name(g), got);
 #else
     (void)stream;
@@ -130,8 +135,12 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
         else if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
         else mpiCheck(MPI_Irecv(ops[i].buf, cnt, MPI_FLOAT, ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
     }
-    mpiCheck(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    int* peers = (int*)mallocCheck((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) peers[i] = ops[i].peer;
+    WdWait w = wd_p2p(c, "p2p_batch", g, peers, n);
+    wd_wait(c, n, req, MPI_STATUSES_IGNORE, &w);
     c->blocking_ms[g] += wall_ms() - t0;
+    free(peers);
     free(req);
 #else
     (void)stream; (void)dt;
