@@ -7,15 +7,17 @@
 // in communication (the waits of non-blocking collectives, comm_take_wait_ms, plus the host time
 // inside blocking collectives and P2P, Comm.blocking_ms). A fast rank waiting for a slow one spends
 // the difference blocked, so its compute time stays its own. Every N steps the ranks all-gather the
-// mean of their last N steps, and each rank whose compute time exceeds the median's by more than the
-// factor is named by rank 0 on the console and in log.jsonl, with its ratio:
+// mean of their last N steps, and each rank whose compute time exceeds the median of the other ranks'
+// by more than the factor is named by rank 0 on the console and in log.jsonl, with its ratio (the
+// median of the others: with two ranks the median of both would be their mean, and a straggler could
+// never be more than 2x it):
 //
-//   straggler: step 10: rank 1 computes 212.4 ms per step, 2.31 x the median 92.0 ms (--straggler-factor 1.5)
+//   straggler: step 10: rank 1 computes 212.4 ms per step, 2.31 x the median 92.0 ms of the other ranks (--straggler-factor 1.5)
 //   {"step": 10, "straggler_rank": 1, "straggler_ratio": 2.31, "compute_ms": 212.4, "median_ms": 92.0}
 //
 // The median is taken over the ranks of the same pipeline stage (the dp x tp ranks that run the same
 // layers): stages do different work (the last one has the LM head), so comparing across them would
-// name a healthy last stage. With one rank per stage the median is the rank itself: nothing to compare.
+// name a healthy last stage. With one rank per stage there is nothing to compare it with.
 #pragma once
 #include "common.h"
 #include "comm.h"
@@ -58,13 +60,12 @@ static int straggler_step_end(Straggler* s, Comm* c, Logger* lg, int step, doubl
     comm_all_gather_host(c, s->compute_ms / s->steps, all);
     s->compute_ms = 0.0;
     s->steps = 0;
-    // per pipeline stage: the ranks with my pp_rank... every rank judges every stage (rank 0 prints)
-    int per_stage = W / c->pp;
-    double* v = (double*)mallocCheck((size_t)per_stage * sizeof(double));
-    for (int p = 0; p < c->pp; p++) {
-        int n = 0;
-        for (int r = 0; r < W; r++) if ((r / c->tp) % c->pp == p) v[n++] = all[r];
-        if (n < 2) continue;
+    // per pipeline stage (the ranks with the same pp_rank), each rank against the median of the others
+    double* v = (double*)mallocCheck((size_t)W * sizeof(double));
+    for (int r = 0; r < W; r++) {
+        int p = (r / c->tp) % c->pp, n = 0;
+        for (int q = 0; q < W; q++) if (q != r && (q / c->tp) % c->pp == p) v[n++] = all[q];
+        if (n < 1) continue;
         for (int i = 1; i < n; i++) {  // insertion sort: a handful of values
             double x = v[i];
             int j = i - 1;
@@ -72,27 +73,23 @@ static int straggler_step_end(Straggler* s, Comm* c, Logger* lg, int step, doubl
             v[j + 1] = x;
         }
         double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-        for (int r = 0; r < W; r++) {
-            if ((r / c->tp) % c->pp != p || median <= 0.0) continue;
-            double ratio = all[r] / median;
-            if (ratio <= s->factor) continue;
-            found++;
-            if (c->world_rank != 0) continue;
-            printf("straggler: step %d: rank %d computes %.1f ms per step, %.2f x the median %.1f ms%s (--straggler-factor %g)\n",
-                   step, r, all[r], ratio, median, c->pp > 1 ? " of its pipeline stage" : "", (double)s->factor);
-            fflush(stdout);
-            if (lg->f != NULL) {
-                char line[256];
-                snprintf(line, sizeof(line), "{\"step\": %d", step);
-                size_t used = strlen(line);
-                snprintf(line + used, sizeof(line) - used, ", \"straggler_rank\": %d", r);
-                logger_append_float(line, sizeof(line), "straggler_ratio", (float)ratio);
-                logger_append_float(line, sizeof(line), "compute_ms", (float)all[r]);
-                logger_append_float(line, sizeof(line), "median_ms", (float)median);
-                used = strlen(line);
-                snprintf(line + used, sizeof(line) - used, "}");
-                logger_write_line(lg, line);
-            }
+        if (median <= 0.0) continue;
+        double ratio = all[r] / median;
+        if (ratio <= s->factor) continue;
+        found++;
+        if (c->world_rank != 0) continue;
+        printf("straggler: step %d: rank %d computes %.1f ms per step, %.2f x the median %.1f ms of the other ranks%s (--straggler-factor %g)\n",
+               step, r, all[r], ratio, median, c->pp > 1 ? " of its pipeline stage" : "", (double)s->factor);
+        fflush(stdout);
+        if (lg->f != NULL) {
+            char line[256];
+            snprintf(line, sizeof(line), "{\"step\": %d, \"straggler_rank\": %d", step, r);
+            logger_append_float(line, sizeof(line), "straggler_ratio", (float)ratio);
+            logger_append_float(line, sizeof(line), "compute_ms", (float)all[r]);
+            logger_append_float(line, sizeof(line), "median_ms", (float)median);
+            size_t used = strlen(line);
+            snprintf(line + used, sizeof(line) - used, "}");
+            logger_write_line(lg, line);
         }
     }
     s->named += found;

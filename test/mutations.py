@@ -535,6 +535,23 @@ MUTATIONS = [
       "BF16 builds save the BF16 parameters, not the FP32 master weights, in the state file (resume not exact)",
       "nompi ddp_zero"),
 
+    # --- fault tolerance: the watchdog (llm/watchdog.h) and the straggler detector (llm/straggler.h) ---
+    M("w-missing-none", "faults", "llm/watchdog.h",
+      "        if (r == c->world_rank || wd_at_same_point(c, r, w)) continue;",
+      "        if (1) continue;",
+      "the watchdog's line names no missing rank (every rank of the group taken as present)",
+      "faults"),
+    M("w-no-timeout", "faults", "llm/watchdog.h",
+      "        if (waited > c->wd.timeout_s || c->wd.expired_by >= 0) wd_expire(c, w, waited);",
+      "        if (c->wd.expired_by >= 0) wd_expire(c, w, waited);",
+      "the watchdog never expires: a dead or hung rank leaves the others waiting forever",
+      "faults"),
+    M("s-compute-includes-wait", "faults", "llm/straggler.h",
+      "    double compute = ms - wait_ms - (straggler_blocked(c) - s->blocked_ms);",
+      "    double compute = ms;",
+      "the straggler detector counts the time blocked in collectives as compute (every rank looks as slow as the straggler)",
+      "faults"),
+
     # --- the emulator's race detection (dev/emu/emu_racecheck.h) ---
     M("e-rc-no-write-after-read", "emulator", "dev/emu/emu_racecheck.h",
       "        if (kind != EMU_RC_READ && emu_rc_set_conflict(rc, &c->r, t, &u, &upc))",
@@ -568,6 +585,7 @@ TEST_BINARIES = {
     "resume_emu_bf16": ["build/train_gpt_emu_bf16"],
     "comm": ["build/test_comm_cpu", "build/test_comm_emu", "build/emu/test_nccl_emu", "build/test_comm_cuda"],
     "ddp_zero": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
+    "faults": ["train_gpt_cpu"],
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],
     "pp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
     "split_backward_tp": ["build/test_split_backward_cpu", "build/test_split_backward_emu", "build/test_split_backward_emu_bf16"],
