@@ -184,6 +184,7 @@ typedef struct {
 #define COMM_NUM_EVENTS 64  // completion events recorded on the comm stream, reused round robin
 
 // the communication watchdog's state (llm/watchdog.h)
+struct WdNccl;  // its thread over NCCL's in-flight collectives (NCCL builds)
 #define WD_MSG 6    // a report: type, step, group, seq, collective, unused
 #define WD_POOL 64  // reports in flight
 typedef struct {
@@ -200,6 +201,7 @@ typedef struct {
     int pool_msg[WD_POOL][WD_MSG];
     int expired_by;                    // the rank whose watchdog expired (it told us), or -1
 #endif
+    struct WdNccl* nccl;               // NCCL builds: the watchdog thread, NULL when off
 } Watchdog;
 
 typedef struct {
@@ -415,15 +417,19 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     ncclRedOp_t nop = op == COMM_AVG ? ncclAvg : (op == COMM_MAX ? ncclMax : ncclSum);
     comm_stream_begin(c, stream);
     double t0 = wall_ms();
+    int wi = wd_nccl_begin(c, name, g, h.seq);
+    ncclResult_t r = ncclSuccess;
     switch (kind) {
-        case COMM_ALL_REDUCE: ncclCheck(ncclAllReduce(send, recv, n, nt, nop, nc, c->stream)); break;
-        case COMM_REDUCE_SCATTER: ncclCheck(ncclReduceScatter(send, recv, n, nt, nop, nc, c->stream)); break;
-        case COMM_ALL_GATHER: ncclCheck(ncclAllGather(send, recv, n, nt, nc, c->stream)); break;
-        case COMM_BROADCAST: ncclCheck(ncclBroadcast(recv, recv, n, nt, peer, nc, c->stream)); break;
-        case COMM_SEND: ncclCheck(ncclSend(send, n, nt, peer, nc, c->stream)); break;
-        case COMM_RECV: ncclCheck(ncclRecv(recv, n, nt, peer, nc, c->stream)); break;
+        case COMM_ALL_REDUCE: r = ncclAllReduce(send, recv, n, nt, nop, nc, c->stream); break;
+        case COMM_REDUCE_SCATTER: r = ncclReduceScatter(send, recv, n, nt, nop, nc, c->stream); break;
+        case COMM_ALL_GATHER: r = ncclAllGather(send, recv, n, nt, nc, c->stream); break;
+        case COMM_BROADCAST: r = ncclBroadcast(recv, recv, n, nt, peer, nc, c->stream); break;
+        case COMM_SEND: r = ncclSend(send, n, nt, peer, nc, c->stream); break;
+        case COMM_RECV: r = ncclRecv(recv, n, nt, peer, nc, c->stream); break;
         default: fatal("comm: unknown collective %d", (int)kind);
     }
+    nccl_settle(c, nc, r, __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
     // emulated streams are synchronous: the collective ran inside the call, the host stalled there
     if (LLM_BUILD_EMU && nonblocking) c->wait_ms += wall_ms() - t0;
     int slot = comm_stream_end(c);

@@ -210,7 +210,11 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
         ncclUniqueId id;
         if (c->group_rank[g] == 0) ncclCheck(ncclGetUniqueId(&id));
         mpiCheck(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->mpi[g]));
-        ncclCheck(ncclCommInitRank(&c->nccl[g], c->group_size[g], id, c->group_rank[g]));
+        // non-blocking: no NCCL call can block the host past the watchdog (llm/watchdog.h)
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclResult_t r = ncclCommInitRankConfig(&c->nccl[g], c->group_size[g], id, c->group_rank[g], &config);
+        nccl_settle(c, c->nccl[g], r, __FILE__, __LINE__);
         c->nccl_owned[g] = 1;
     }
 #endif
@@ -218,9 +222,13 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
 
 static void comm_free(Comm* c) {
 #if COMM_NCCL
+    wd_nccl_stop(c);
     cudaCheck(cudaStreamSynchronize(c->stream));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        if (c->nccl_owned[g]) ncclCheck(ncclCommDestroy(c->nccl[g]));
+        if (c->nccl_owned[g]) {
+            nccl_settle(c, c->nccl[g], ncclCommFinalize(c->nccl[g]), __FILE__, __LINE__);  // flushes its work
+            ncclCheck(ncclCommDestroy(c->nccl[g]));
+        }
         c->nccl[g] = NULL;
     }
     for (int i = 0; i < COMM_NUM_EVENTS; i++) {

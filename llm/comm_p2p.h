@@ -39,10 +39,12 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
 #if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
-    ncclCheck(ncclGroupStart());
+    int wi = wd_nccl_begin(c, "sendrecv", g, 0);
+    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
     ncclCheck(ncclSend(send, n_send, nt, dst, c->nccl[g], c->stream));
     ncclCheck(ncclRecv(recv, n_recv, nt, src, c->nccl[g], c->stream));
-    ncclCheck(ncclGroupEnd());
+    nccl_settle(c, c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
     (void)stream;
@@ -117,12 +119,14 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
 #if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
-    ncclCheck(ncclGroupStart());
+    int wi = wd_nccl_begin(c, "p2p_batch", g, 0);
+    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
     for (int i = 0; i < n; i++) {
         if (ops[i].send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
         else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
     }
-    ncclCheck(ncclGroupEnd());
+    nccl_settle(c, c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
     (void)stream;

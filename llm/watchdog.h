@@ -257,8 +257,168 @@ static void wd_free(Comm* c) {
 }
 #endif
 
-// --comm-timeout: 0 turns the watchdog off; reports start after a fifth of it (at most 1 s)
+#if COMM_NCCL
+// ----------------------------------------------------------------------------
+// NCCL: non-blocking communicators and the watchdog thread
+
+// A call on a non-blocking communicator returns ncclInProgress while NCCL still works on it in the
+// background; the communicator may be used again once ncclCommGetAsyncError no longer reports
+// ncclInProgress. r: what the call returned. An error ends the job with the call's file:line.
+// (A collective that never completes on the GPU is the watchdog thread's to see, not this loop's.)
+static void nccl_settle(Comm* c, ncclComm_t comm, ncclResult_t r, const char* file, int line) {
+    (void)c;
+    if (r != ncclInProgress) nccl_check(r, file, line);
+    ncclResult_t state = r;
+    for (long spins = 0; state == ncclInProgress; spins++) {
+        nccl_check(ncclCommGetAsyncError(comm, &state), file, line);
+        if (state == ncclInProgress && spins > 100) usleep(20);
+    }
+    nccl_check(state, file, line);
+}
+
+#include <thread>
+#include <mutex>
+#include <atomic>
+
+#define WD_RING 256  // collectives in flight that the thread watches (more: the oldest are dropped)
+typedef struct {
+    double t_ms;       // when it was issued
+    const char* name;
+    int g, step, line;
+    long long seq;
+    const char* file;
+    int state;         // 0 done, 1 inside the NCCL call, 2 enqueued on the GPU (ev recorded after it)
+} WdEntry;
+
+struct WdNccl {
+    std::thread thread;
+    std::mutex mu;
+    std::atomic<int> stop;
+    Comm* c;
+    WdEntry e[WD_RING];
+#if LLM_BUILD_CUDA
+    cudaEvent_t ev[WD_RING];
+#endif
+    long long head, tail;  // entries [tail, head) are in flight, in issue order (one comm stream)
+};
+
+// the line, then the communicators aborted (real NCCL: their kernels return) and the process ends;
+// mpirun then ends the job. From the watchdog thread: no MPI here (funneled through the main thread).
+[[noreturn]] static void wd_nccl_expire(WdNccl* w, const WdEntry* e, double waited_s, const char* nccl_error) {
+    Comm* c = w->c;
+    char line[1024] = "";
+    wd_cat(line, sizeof(line), "watchdog: rank %d: step %d: ", c->world_rank, e->step);
+    if (nccl_error) wd_cat(line, sizeof(line), "NCCL error '%s' ", nccl_error);
+    else wd_cat(line, sizeof(line), "no progress for %.1f s (--comm-timeout %g) ", waited_s, c->wd.timeout_s);
+    wd_cat(line, sizeof(line), "in %s", e->name);
+    if (e->seq > 0) wd_cat(line, sizeof(line), " #%lld", e->seq);
+    int m[4096];
+    int n = c->world_size <= 4096 ? wd_members(c, (CommGroup)e->g, m) : 0;
+    wd_cat(line, sizeof(line), " of the %s group (world ranks", comm_group_name(e->g));
+    for (int i = 0; i < n; i++) wd_cat(line, sizeof(line), "%s%d", i ? "," : " ", m[i]);
+    wd_cat(line, sizeof(line), ") called at %s:%d, %s: %s (the missing rank is named by the MPI transport's side "
+           "channel only)", e->file, e->line, e->state == 1 ? "inside the NCCL call" : "not completed on the GPU",
+           LLM_BUILD_CUDA ? "NCCL communicators aborted (ncclCommAbort), the process exits"
+                          : "the process exits (the emulated NCCL cannot abort a call in progress)");
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+#if LLM_BUILD_CUDA  // (the emulated NCCL's abort is not safe beside a call in progress: just exit)
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        if (c->nccl_owned[g] && c->nccl[g] != NULL) ncclCommAbort(c->nccl[g]);
+    }
+#endif
+    _exit(EXIT_FAILURE);
+}
+
+// the thread: every 20 ms, retire the completed entries and check the oldest one in flight
+static void wd_nccl_loop(WdNccl* w) {
+#if LLM_BUILD_CUDA
+    cudaSetDevice(w->c->device);
+#endif
+    while (!w->stop.load()) {
+        usleep(20000);
+        std::unique_lock<std::mutex> lock(w->mu);
+        while (w->tail < w->head) {
+            WdEntry* e = &w->e[w->tail % WD_RING];
+#if LLM_BUILD_CUDA
+            if (e->state == 2 && cudaEventQuery(w->ev[w->tail % WD_RING]) == cudaSuccess) e->state = 0;
+#endif
+            if (e->state != 0) break;
+            w->tail++;
+        }
+        if (w->tail < w->head) {
+            WdEntry e = w->e[w->tail % WD_RING];
+            double waited = (wall_ms() - e.t_ms) / 1e3;
+            if (waited > w->c->wd.timeout_s) wd_nccl_expire(w, &e, waited, NULL);
+        }
+#if LLM_BUILD_CUDA  // an asynchronous error of a communicator (a peer lost, a network error)
+        for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+            ncclResult_t state = ncclSuccess;
+            if (!w->c->nccl_owned[g] || ncclCommGetAsyncError(w->c->nccl[g], &state) != ncclSuccess) continue;
+            if (state != ncclSuccess && state != ncclInProgress) {
+                WdEntry e = w->tail < w->head ? w->e[w->tail % WD_RING] : WdEntry{wall_ms(), "(no collective)", g, w->c->wd.step, 0, 0, "?", 0};
+                wd_nccl_expire(w, &e, 0.0, ncclGetErrorString(state));
+            }
+        }
+#endif
+    }
+}
+
+// before an NCCL call: an entry in flight; returns its index (or -1 when the watchdog is off)
+static int wd_nccl_begin(Comm* c, const char* name, CommGroup g, long long seq) {
+    WdNccl* w = c->wd.nccl;
+    if (w == NULL) return -1;
+    std::lock_guard<std::mutex> lock(w->mu);
+    if (w->head - w->tail == WD_RING) w->tail++;  // full: the oldest is dropped (later ones cover it)
+    int i = (int)(w->head % WD_RING);
+    w->e[i] = WdEntry{wall_ms(), name, (int)g, c->wd.step, c->wd.site_line, seq, c->wd.site_file ? c->wd.site_file : "?", 1};
+    w->head++;
+    return i;
+}
+// after it: enqueued on the comm stream (emulated: already done, the call ran it)
+static void wd_nccl_end(Comm* c, int i) {
+    WdNccl* w = c->wd.nccl;
+    if (w == NULL || i < 0) return;
+#if LLM_BUILD_CUDA
+    cudaCheck(cudaEventRecord(w->ev[i], c->stream));
+#endif
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->e[i].state = LLM_BUILD_CUDA ? 2 : 0;
+}
+
+static void wd_nccl_start(Comm* c) {
+    WdNccl* w = new WdNccl();
+    w->c = c;
+    w->stop.store(0);
+    w->head = w->tail = 0;
+#if LLM_BUILD_CUDA
+    for (int i = 0; i < WD_RING; i++) cudaCheck(cudaEventCreateWithFlags(&w->ev[i], cudaEventDisableTiming));
+#endif
+    c->wd.nccl = w;
+    w->thread = std::thread(wd_nccl_loop, w);
+}
+static void wd_nccl_stop(Comm* c) {
+    WdNccl* w = c->wd.nccl;
+    if (w == NULL) return;
+    w->stop.store(1);
+    w->thread.join();
+#if LLM_BUILD_CUDA
+    for (int i = 0; i < WD_RING; i++) cudaCheck(cudaEventDestroy(w->ev[i]));
+#endif
+    delete w;
+    c->wd.nccl = NULL;
+}
+#else
+static inline int wd_nccl_begin(Comm*, const char*, CommGroup, long long) { return -1; }
+static inline void wd_nccl_end(Comm*, int) {}
+#endif
+
+// --comm-timeout: 0 turns the watchdog off; reports start after a fifth of it (at most 1 s). Over
+// NCCL (more than one process) it starts the watchdog thread.
 static void wd_set_timeout(Comm* c, double timeout_s) {
     c->wd.timeout_s = timeout_s;
     c->wd.report_s = timeout_s / 5 < 1.0 ? timeout_s / 5 : 1.0;
+#if COMM_NCCL
+    if (timeout_s > 0.0 && c->world_size > 1 && c->wd.nccl == NULL) wd_nccl_start(c);
+#endif
 }

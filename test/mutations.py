@@ -585,7 +585,7 @@ TEST_BINARIES = {
     "resume_emu_bf16": ["build/train_gpt_emu_bf16"],
     "comm": ["build/test_comm_cpu", "build/test_comm_emu", "build/emu/test_nccl_emu", "build/test_comm_cuda"],
     "ddp_zero": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
-    "faults": ["train_gpt_cpu"],
+    "faults": ["train_gpt_cpu", "build/train_gpt_emu"],
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],
     "pp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16"],
     "split_backward_tp": ["build/test_split_backward_cpu", "build/test_split_backward_emu", "build/test_split_backward_emu_bf16"],

@@ -2,7 +2,7 @@
 # test_faults.sh: dead and hung ranks (the communication watchdog, llm/watchdog.h, --comm-timeout) and
 # stragglers (llm/straggler.h, --straggler-every), caused on purpose with --inject (llm/inject.h).
 #
-#   bash test/test_faults.sh   (needs ./train_gpt_cpu)
+#   bash test/test_faults.sh   (needs ./train_gpt_cpu; builds build/train_gpt_emu)
 #
 # Checked, one line each:
 #  1. A rank that dies (die@step=3,rank=1) or hangs (hang@step=3,rank=1) at 2 and 4 processes (dp), at 4
@@ -19,10 +19,14 @@
 #     processes, --straggler-every 2: each check names rank 1 with a ratio above the factor 1.5 in the
 #     console line and log.jsonl, and no other rank; without the injection (4 processes) no rank is
 #     named (a healthy rank's compute time is within ~20% of the others' over 3 steps even here).
-#  3. Bad values of the new flags: one "error: " line naming the flag, a non-zero exit.
+#  3. The emulated CUDA build (comm.h's NCCL path: non-blocking communicators, the watchdog thread),
+#     rank 1 hanging at step 3 of 2 processes: mpirun exits non-zero within 4 + 8 s of the fault, and
+#     rank 0 prints one watchdog line naming step 3, the all_reduce, the dp group and its call site.
+#  4. Bad values of the new flags: one "error: " line naming the flag, a non-zero exit.
 set -u
 cd "$(dirname "$0")/.."
 CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
 LOG=build/faults
 rm -rf "$LOG"; mkdir -p "$LOG"
 tmp=$(mktemp -d)
@@ -120,6 +124,27 @@ straggler slow_np2 2 --inject slow@rank=1,ms=300
 straggler slow_np4 4 --inject slow@rank=1,ms=300
 STRAGGLER_EVERY=3
 straggler healthy_np4 4
+
+# the emulated CUDA build: the NCCL path's watchdog thread
+if make -s "$EMU" > "$LOG/emu_build.log" 2>&1; then
+    t0=$(date +%s.%N)
+    EMU_DEVICES=2 timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np 2 "$EMU" "${common[@]}" --steps 6 --comm-timeout $TIMEOUT \
+        --inject hang@step=3,rank=1 --output-dir "$tmp/emu_hang" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done > "$LOG/emu_hang.log"
+    rc=${PIPESTATUS[0]}
+    t_end=$(date +%s.%N)
+    t_fault=$(grep -m1 "inject: rank 1" "$LOG/emu_hang.log" | cut -d' ' -f1)
+    dt=$(printf '%.1f' "$(echo "$t_end - ${t_fault:-$t0}" | bc)")
+    l=$(grep ' watchdog: rank 0: ' "$LOG/emu_hang.log" | cut -d' ' -f2-)
+    n=$(grep -c ' watchdog: rank ' "$LOG/emu_hang.log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$t_fault" ] && [ "$(echo "$dt <= $TIMEOUT + 8" | bc)" = 1 ] && [ "$n" -eq 1 ] &&
+       [[ "$l" == *"step 3: no progress for "*" in all_reduce #"*" of the dp group (world ranks 0,1) called at llm/"*".h:"* ]]; then
+        ok "emu_hang: emulated CUDA build (NCCL path), rank 1 hangs at step 3: mpirun exit $rc, $dt s after the fault: $l"
+    else
+        bad "emu_hang: exit $rc, $dt s after the fault, $n watchdog lines: $l (see $LOG/emu_hang.log)"
+    fi
+else
+    bad "emu_hang: make $EMU failed (see $LOG/emu_build.log)"
+fi
 
 # bad values: one line naming the flag, non-zero exit (one process: every rank would print the same)
 badflag() {  # SUBSTRING ARGS...
