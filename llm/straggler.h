@@ -6,7 +6,9 @@
 // Each rank measures its compute time per step: the step's wall time minus the time it was blocked
 // in communication (the waits of non-blocking collectives, comm_take_wait_ms, plus the host time
 // inside blocking collectives and P2P, Comm.blocking_ms). A fast rank waiting for a slow one spends
-// the difference blocked, so its compute time stays its own. Every N steps the ranks all-gather the
+// the difference blocked, so its compute time stays its own. (Over NCCL the host time of a blocking
+// collective is only its enqueue; the GPU's wait for it lands in the step's synchronize and so in the
+// compute time: there the detector sees the slow rank's delay on every rank it holds back.) Every N steps the ranks all-gather the
 // mean of their last N steps, and each rank whose compute time exceeds the median of the other ranks'
 // by more than the factor is named by rank 0 on the console and in log.jsonl, with its ratio (the
 // median of the others: with two ranks the median of both would be their mean, and a straggler could

@@ -249,7 +249,11 @@ static void wd_wait(Comm* c, int n, MPI_Request* req, MPI_Status* st, const WdWa
 // completes this rank's reports in flight and takes the ones sent to it (comm_free: every rank)
 static void wd_free(Comm* c) {
     mpiCheck(MPI_Waitall(WD_POOL, c->wd.pool_req, MPI_STATUSES_IGNORE));
-    mpiCheck(MPI_Barrier(c->wd.side));
+    WdWait w = wd_collective(c, "barrier (end of the run)", GROUP_WORLD, 0);
+    MPI_Request req;
+    mpiCheck(MPI_Ibarrier(c->wd.side, &req));
+    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
+    mpiCheck(MPI_Waitall(WD_POOL, c->wd.pool_req, MPI_STATUSES_IGNORE));  // a report sent while waiting there
     wd_drain(c);
     mpiCheck(MPI_Comm_free(&c->wd.side));
     free(c->wd.where);
