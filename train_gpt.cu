@@ -71,6 +71,7 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/eval.h"
 #include "llm/report.h"
 #include "llm/health.h"
+#include "llm/straggler.h"
 
 // A state file into this run: the model, the AdamW moments and step, the FP8 state, the loss scaler, the
 // sampler's RNG; and the data position when loader is not NULL (a resume; a rollback, llm/health.h,
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
     args_check_layout(&args, &comm);
     InjectPlan inject_plan;
     inject_parse(&inject_plan, args.inject, comm.world_size);
+    wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/watchdog.h)
     context_init();
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
@@ -258,6 +260,8 @@ int main(int argc, char** argv) {
     int* step_targets = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));  // (m, B, T)
     double total_ms = 0.0, total_wait = 0.0;
     int timed_steps = 0;
+    Straggler straggler;  // every N steps, the ranks' compute times compared (llm/straggler.h)
+    straggler_init(&straggler, args.straggler_every, args.straggler_factor);
     CommLedger step_ledger;  // the collectives of the last optimizer step
     memset(&step_ledger, 0, sizeof(step_ledger));
     DpTrace* step_trace = (DpTrace*)mallocCheck(sizeof(DpTrace));  // and the order of its data-parallel operations
@@ -270,16 +274,11 @@ int main(int argc, char** argv) {
     int reached = start_step;  // the highest step begun: a step repeated after a rollback is not new
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
+        comm.wd.step = step;  // the watchdog's line names it
         // the injected gradient, batch and parameter faults strike the first time a step runs only (a
         // transient fault; a rollback repeats the step numbers)
         int fresh = step > reached;
         if (fresh) reached = step;
-        inject_step_begin(&inject_plan, step, comm.world_rank);
-        if (step == args.debug_die_at_step && comm.world_rank == (comm.world_size > 1 ? 1 : 0)) {
-            fprintf(stderr, "error: rank %d exits at step %d on purpose (--debug-die-at-step)\n", comm.world_rank, step);
-            fflush(stderr);
-            exit(EXIT_FAILURE);
-        }
         // one optimizer step: this rank's micro-batches forward and backward in the schedule's order
         // (the gradients averaged over the dp ranks as each unit's are ready), then the global norm,
         // clipping and AdamW
@@ -304,6 +303,8 @@ int main(int argc, char** argv) {
         }
         dp.inject_nan = fresh && inject_find(&inject_plan, INJECT_NAN, step, comm.world_rank) != NULL;
         double t0 = wall_ms();
+        straggler_step_begin(&straggler, &comm);
+        inject_step_begin(&inject_plan, step, comm.world_rank);  // die, hang, slow (llm/inject.h)
         dp_step_begin(&dp);
         fp8_step_begin(&fp8);
         // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h)
@@ -342,6 +343,7 @@ int main(int argc, char** argv) {
             total_wait += wait;
             timed_steps++;
         }
+        straggler_step_end(&straggler, &comm, &logger, step, ms, wait);
         float tok_s = (float)(args.total_batch / (ms / 1e3));
         int ckpt_step = args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last);
         // silent data corruption: the replicas' parameter hashes, every N steps and before a checkpoint

@@ -29,7 +29,6 @@ typedef struct {
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
     int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
     const char* report_json;    // memory and communication report, or NULL
-    int debug_die_at_step;      // a rank exits(1) at this step (the failure test), 0 = never
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/block.h)
     int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/tensor_parallel.h)
     const char* schedule;       // the pipeline schedule (llm/schedule.h): gpipe, 1f1b, interleaved, zb-h1
@@ -47,6 +46,9 @@ typedef struct {
     float spike_factor;         // or is more than this times their max (0: off)
     int max_bad_steps;          // bad steps in a row before the rollback to the last good checkpoint (0: never)
     int sdc_check_every;        // parameter hashes compared over the dp replicas every N steps (0: never)
+    float comm_timeout;         // seconds a collective or P2P may wait before the job ends (llm/watchdog.h); 0 = off
+    int straggler_every;        // compare the ranks' compute time every N steps (llm/straggler.h); 0 = off
+    float straggler_factor;     // a rank slower than the median by more than this is named
 } Args;
 
 typedef struct {
@@ -101,7 +103,6 @@ static const FlagDoc FLAGS[] = {
     {"--loss-scale", 0, "loss scaling (llm/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
     {"--loss-scale-init", 0, "dynamic loss scaling: the first scale (default 65536)"},
     {"--loss-scale-window", 0, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
-    {"--debug-die-at-step", 0, "debug: rank 1 (rank 0 alone) exits with status 1 at this step (default 0 = never)"},
     {"--inject", 0, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
                     "slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]  diskfail@step=N,rank=R,bytes=B  slowdisk@rank=R,ms=M"},
     {"--spike-zscore", 0, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
@@ -109,6 +110,9 @@ static const FlagDoc FLAGS[] = {
     {"--spike-factor", 0, "a step whose loss or grad norm is more than K times the window's max is skipped, 0 = off (default 0)"},
     {"--max-bad-steps", 0, "this many skipped steps in a row roll back to the last good checkpoint, or stop with exit 3; 0 = never (default 5)"},
     {"--sdc-check-every", 0, "compare parameter hashes over the dp replicas every N steps (and at checkpoints), 0 = never (default 0)"},
+    {"--comm-timeout", 0, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
+    {"--straggler-every", 0, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
+    {"--straggler-factor", 0, "a rank whose compute time exceeds the median's by more than this factor is a straggler (default 1.5)"},
 };
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
 
@@ -159,7 +163,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
     a->seed = 1337; a->shuffle = 1;
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
-    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->debug_die_at_step = 0; a->recompute = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->recompute = 0;
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
@@ -172,6 +176,7 @@ static void parse_args(Args* a, int argc, char** argv) {
 #endif
     a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000;
     a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
+    a->comm_timeout = 300.0f; a->straggler_every = 0; a->straggler_factor = 1.5f;
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -219,7 +224,6 @@ static void parse_args(Args* a, int argc, char** argv) {
         else if (!strcmp(name, "--vpp")) a->vpp = parse_int_flag(name, v);
         else if (!strcmp(name, "--trace")) a->trace = v;
         else if (!strcmp(name, "--report-json")) a->report_json = v;
-        else if (!strcmp(name, "--debug-die-at-step")) a->debug_die_at_step = parse_int_flag(name, v);
         else if (!strcmp(name, "--inject")) a->inject = v;
         else if (!strcmp(name, "--spike-zscore")) a->spike_zscore = parse_float_flag(name, v);
         else if (!strcmp(name, "--spike-window")) a->spike_window = parse_int_flag(name, v);
@@ -241,6 +245,9 @@ static void parse_args(Args* a, int argc, char** argv) {
         }
         else if (!strcmp(name, "--loss-scale-init")) a->loss_scale_init = parse_float_flag(name, v);
         else if (!strcmp(name, "--loss-scale-window")) a->loss_scale_window = parse_int_flag(name, v);
+        else if (!strcmp(name, "--comm-timeout")) a->comm_timeout = parse_float_flag(name, v);
+        else if (!strcmp(name, "--straggler-every")) a->straggler_every = parse_int_flag(name, v);
+        else if (!strcmp(name, "--straggler-factor")) a->straggler_factor = parse_float_flag(name, v);
         else if (!strcmp(name, "--sequence-parallel")) {
             a->sequence_parallel = parse_int_flag(name, v);
             if (a->sequence_parallel != 0 && a->sequence_parallel != 1) fatal("--sequence-parallel: expected 0 or 1, found %s", v);
@@ -301,6 +308,9 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->sdc_check_every < 0) fatal("--sdc-check-every: expected a step count >= 0 (0: never), found %d", a->sdc_check_every);
     if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
     if (a->async_checkpoint && a->checkpoint_format == 0) a->checkpoint_format = 1;  // async saves are sharded
+    if (a->comm_timeout < 0 || a->comm_timeout > 86400) fatal("--comm-timeout: expected 0 (off) to 86400 seconds, found %g", a->comm_timeout);
+    if (a->straggler_every < 0) fatal("--straggler-every: expected 0 (off) or a positive number of steps, found %d", a->straggler_every);
+    if (!(a->straggler_factor > 1.0f)) fatal("--straggler-factor: expected a factor above 1, found %g", a->straggler_factor);
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;

@@ -186,6 +186,27 @@ typedef struct {
 
 #define COMM_NUM_EVENTS 64  // completion events recorded on the comm stream, reused round robin
 
+// the communication watchdog's state (llm/watchdog.h)
+struct WdNccl;  // its thread over NCCL's in-flight collectives (NCCL builds)
+#define WD_MSG 6    // a report: type, step, group, seq, collective, unused
+#define WD_POOL 64  // reports in flight
+typedef struct {
+    double timeout_s;                  // --comm-timeout: a wait longer than this ends the job; 0 = off
+    double report_s;                   // a wait longer than this is reported to the other ranks
+    int step;                          // the training step now running (train_gpt.cu sets it; 0 before)
+    long long seq[COMM_NUM_GROUPS];    // collectives called on each group so far (equal on its ranks)
+    const char* site_file;             // the call site of the API call in progress (the macros at the
+    int site_line;                     // end of this file record it)
+#if COMM_MPI
+    MPI_Comm side;                     // the side channel: a duplicate of MPI_COMM_WORLD
+    int* where;                        // (world_size, WD_MSG): the last report of each rank
+    MPI_Request pool_req[WD_POOL];
+    int pool_msg[WD_POOL][WD_MSG];
+    int expired_by;                    // the rank whose watchdog expired (it told us), or -1
+#endif
+    struct WdNccl* nccl;               // NCCL builds: the watchdog thread, NULL when off
+} Watchdog;
+
 typedef struct {
     int world_rank, world_size;
     int dp_rank, dp;
@@ -200,6 +221,7 @@ typedef struct {
     double blocking_ms[COMM_NUM_GROUPS];  // host time inside blocking collectives, per group (CPU build:
                                           // their whole duration; NCCL: the time to enqueue them only)
     long long waits_untimed;  // NCCL: waits whose completion event had been reused (not timed)
+    Watchdog wd;              // --comm-timeout (llm/watchdog.h)
 #if COMM_MPI
     MPI_Comm mpi[COMM_NUM_GROUPS];  // world is a duplicate of MPI_COMM_WORLD
     MPI_Comm node;
@@ -223,6 +245,11 @@ typedef struct {
 // What a non-blocking collective returns; pass it to comm_wait exactly once (more is harmless).
 typedef struct {
     int pending;
+    CommKind kind;     // what was started, where, and its number in its group (the watchdog's line)
+    CommGroup group;
+    long long seq;
+    const char* file;
+    int line;
 #if COMM_NCCL
     cudaEvent_t event;    // recorded on the comm stream after the collective (done_events[slot])
     cudaStream_t stream;  // the compute stream that comm_wait makes wait on it
@@ -265,7 +292,8 @@ static inline const char* comm_transport_name(void) {
 #endif
 }
 
-// the mesh and the ledger
+// the watchdog, the mesh and the ledger
+#include "watchdog.h"
 #include "comm_mesh.h"
 #include "comm_ledger.h"
 
@@ -415,6 +443,12 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     }
     double payload = (double)(kind == COMM_REDUCE_SCATTER ? send_bytes : recv_bytes);
     ledger_add(c, kind, g, payload, kind == COMM_BROADCAST && peer == me);
+    int p2p = kind == COMM_SEND || kind == COMM_RECV;
+    h.kind = kind;
+    h.group = g;
+    h.seq = p2p ? 0 : ++c->wd.seq[g];
+    h.file = c->wd.site_file ? c->wd.site_file : "?";
+    h.line = c->wd.site_line;
 
     // a group of one: local copies (and an average over one rank is the identity)
     if (N == 1) {
@@ -430,15 +464,19 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     ncclRedOp_t nop = op == COMM_AVG ? ncclAvg : (op == COMM_MAX ? ncclMax : ncclSum);
     comm_stream_begin(c, stream);
     double t0 = wall_ms();
+    int wi = wd_nccl_begin(c, name, g, h.seq);
+    ncclResult_t r = ncclSuccess;
     switch (kind) {
-        case COMM_ALL_REDUCE: ncclCheck(ncclAllReduce(send, recv, n, nt, nop, nc, c->stream)); break;
-        case COMM_REDUCE_SCATTER: ncclCheck(ncclReduceScatter(send, recv, n, nt, nop, nc, c->stream)); break;
-        case COMM_ALL_GATHER: ncclCheck(ncclAllGather(send, recv, n, nt, nc, c->stream)); break;
-        case COMM_BROADCAST: ncclCheck(ncclBroadcast(recv, recv, n, nt, peer, nc, c->stream)); break;
-        case COMM_SEND: ncclCheck(ncclSend(send, n, nt, peer, nc, c->stream)); break;
-        case COMM_RECV: ncclCheck(ncclRecv(recv, n, nt, peer, nc, c->stream)); break;
+        case COMM_ALL_REDUCE: r = ncclAllReduce(send, recv, n, nt, nop, nc, c->stream); break;
+        case COMM_REDUCE_SCATTER: r = ncclReduceScatter(send, recv, n, nt, nop, nc, c->stream); break;
+        case COMM_ALL_GATHER: r = ncclAllGather(send, recv, n, nt, nc, c->stream); break;
+        case COMM_BROADCAST: r = ncclBroadcast(recv, recv, n, nt, peer, nc, c->stream); break;
+        case COMM_SEND: r = ncclSend(send, n, nt, peer, nc, c->stream); break;
+        case COMM_RECV: r = ncclRecv(recv, n, nt, peer, nc, c->stream); break;
         default: fatal("comm: unknown collective %d", (int)kind);
     }
+    nccl_settle(c, nc, r, __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
     // emulated streams are synchronous: the collective ran inside the call, the host stalled there
     if (LLM_BUILD_EMU && nonblocking) c->wait_ms += wall_ms() - t0;
     int slot = comm_stream_end(c);
@@ -456,7 +494,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     MPI_Comm mc = c->mpi[g];
     int cnt = comm_mpi_count(n, name);
     MPI_Datatype mt = comm_mpi_type(dt);  // 16-bit: the user ops above reduce them
-    MPI_Request* req = nonblocking ? &h.req : NULL;
+    MPI_Request* req = &h.req;  // blocking forms too: wd_wait bounds the wait (llm/watchdog.h)
     MPI_Op mop = dt != COMM_FLOAT ? comm_mpi_op16(dt, op == COMM_MAX) : (op == COMM_MAX ? MPI_MAX : MPI_SUM);
     if (op == COMM_AVG && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER)) {
         h.scale_buf = recv;
@@ -467,8 +505,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     switch (kind) {
         case COMM_ALL_REDUCE: {
             const void* sb = in_place ? MPI_IN_PLACE : send;
-            if (req) mpiCheck(MPI_Iallreduce(sb, recv, cnt, mt, mop, mc, req));
-            else mpiCheck(MPI_Allreduce(sb, recv, cnt, mt, mop, mc));
+            mpiCheck(MPI_Iallreduce(sb, recv, cnt, mt, mop, mc, req));
             break;
         }
         case COMM_REDUCE_SCATTER: {
@@ -482,31 +519,32 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
                 h.move_src = send;
                 h.move_bytes = n * esz;
             }
-            if (req) mpiCheck(MPI_Ireduce_scatter_block(sb, rb, cnt, mt, mop, mc, req));
-            else mpiCheck(MPI_Reduce_scatter_block(sb, rb, cnt, mt, mop, mc));
+            mpiCheck(MPI_Ireduce_scatter_block(sb, rb, cnt, mt, mop, mc, req));
             break;
         }
         case COMM_ALL_GATHER: {
             const void* sb = in_place ? MPI_IN_PLACE : send;
             if ((size_t)N * n > (size_t)INT_MAX) comm_mpi_count((size_t)N * n, name);
-            if (req) mpiCheck(MPI_Iallgather(sb, cnt, mt, recv, cnt, mt, mc, req));
-            else mpiCheck(MPI_Allgather(sb, cnt, mt, recv, cnt, mt, mc));
+            mpiCheck(MPI_Iallgather(sb, cnt, mt, recv, cnt, mt, mc, req));
             break;
         }
-        case COMM_BROADCAST: mpiCheck(MPI_Bcast(recv, cnt, mt, peer, mc)); break;
-        case COMM_SEND: mpiCheck(MPI_Send(send, cnt, mt, peer, 0, mc)); break;
-        case COMM_RECV: {
-            MPI_Status st;
-            mpiCheck(MPI_Recv(recv, cnt, mt, peer, 0, mc, &st));
+        case COMM_BROADCAST: mpiCheck(MPI_Ibcast(recv, cnt, mt, peer, mc, req)); break;
+        case COMM_SEND: mpiCheck(MPI_Isend(send, cnt, mt, peer, 0, mc, req)); break;
+        case COMM_RECV: mpiCheck(MPI_Irecv(recv, cnt, mt, peer, 0, mc, req)); break;
+        default: fatal("comm: unknown collective %d", (int)kind);
+    }
+    if (!nonblocking) {
+        WdWait w = p2p ? wd_p2p(c, name, g, &peer, 1) : wd_collective(c, name, g, h.seq);
+        MPI_Status st;
+        wd_wait(c, 1, req, &st, &w);
+        if (kind == COMM_RECV) {
             int got = 0;
             mpiCheck(MPI_Get_count(&st, mt, &got));
             if (got != cnt) {
                 fatal("recv: expected %d elements from rank %d of the %s group, got %d", cnt, peer,
                       comm_group_name(g), got);
             }
-            break;
         }
-        default: fatal("comm: unknown collective %d", (int)kind);
     }
     if (nonblocking) h.pending = 1;
     else comm_finish_host(&h);
@@ -551,7 +589,11 @@ static void comm_broadcast(Comm* c, CommGroup g, T* buf, size_t n, int root, cud
 static void comm_barrier(Comm* c, CommGroup g) {
     if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("barrier: invalid group %d", (int)g);
 #if COMM_MPI
-    mpiCheck(MPI_Barrier(c->mpi[g]));
+    if (c->group_size[g] == 1) return;
+    WdWait w = wd_collective(c, "barrier", g, ++c->wd.seq[g]);
+    MPI_Request req;
+    mpiCheck(MPI_Ibarrier(c->mpi[g], &req));
+    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
 #else
     (void)c;  // one process
 #endif
@@ -587,7 +629,12 @@ static void comm_wait(Comm* c, CommHandle* h) {
     h->pending = 0;
 #elif COMM_MPI
     double t0 = wall_ms();
-    mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
+    WdWait w = wd_collective(c, comm_kind_name(h->kind), h->group, h->seq);
+    char started[300];  // the wait's site, and where the collective was started
+    snprintf(started, sizeof(started), "%s:%d (started at %s:%d)", w.file, w.line, h->file, h->line);
+    w.file = started;
+    w.line = 0;
+    wd_wait(c, 1, &h->req, MPI_STATUSES_IGNORE, &w);
     c->wait_ms += wall_ms() - t0;
     comm_finish_host(h);
 #else
@@ -630,3 +677,26 @@ static double comm_take_wait_ms(Comm* c) {
 
 // point to point
 #include "comm_p2p.h"
+
+// The call sites: each API call records its file:line for the watchdog's line (llm/watchdog.h)
+// before the function of the same name runs (a function-like macro does not expand inside itself).
+static inline void comm_site(Comm* c, const char* file, int line) {
+    c->wd.site_file = file;
+    c->wd.site_line = line;
+}
+#define COMM_AT(c) comm_site((c), __FILE__, __LINE__)
+#define comm_all_reduce(c, ...) (COMM_AT(c), comm_all_reduce((c), __VA_ARGS__))
+#define comm_reduce_scatter(c, ...) (COMM_AT(c), comm_reduce_scatter((c), __VA_ARGS__))
+#define comm_all_gather(c, ...) (COMM_AT(c), comm_all_gather((c), __VA_ARGS__))
+#define comm_broadcast(c, ...) (COMM_AT(c), comm_broadcast((c), __VA_ARGS__))
+#define comm_barrier(c, ...) (COMM_AT(c), comm_barrier((c), __VA_ARGS__))
+#define comm_all_reduce_start(c, ...) (COMM_AT(c), comm_all_reduce_start((c), __VA_ARGS__))
+#define comm_reduce_scatter_start(c, ...) (COMM_AT(c), comm_reduce_scatter_start((c), __VA_ARGS__))
+#define comm_all_gather_start(c, ...) (COMM_AT(c), comm_all_gather_start((c), __VA_ARGS__))
+#define comm_wait(c, ...) (COMM_AT(c), comm_wait((c), __VA_ARGS__))
+#define comm_send(c, ...) (COMM_AT(c), comm_send((c), __VA_ARGS__))
+#define comm_recv(c, ...) (COMM_AT(c), comm_recv((c), __VA_ARGS__))
+#define comm_sendrecv(c, ...) (COMM_AT(c), comm_sendrecv((c), __VA_ARGS__))
+#define comm_p2p_batch(c, ...) (COMM_AT(c), comm_p2p_batch((c), __VA_ARGS__))
+#define comm_gather_bytes(c, ...) (COMM_AT(c), comm_gather_bytes((c), __VA_ARGS__))
+#define comm_all_gather_host(c, ...) (COMM_AT(c), comm_all_gather_host((c), __VA_ARGS__))

@@ -161,6 +161,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
         }
     }
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c->node));
+    wd_init(c);  // the watchdog's side channel (off until wd_set_timeout)
     mpiCheck(MPI_Comm_rank(c->node, &c->local_rank));
     mpiCheck(MPI_Comm_size(c->node, &c->local_size));
 #else
@@ -209,7 +210,11 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
         ncclUniqueId id;
         if (c->group_rank[g] == 0) ncclCheck(ncclGetUniqueId(&id));
         mpiCheck(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->mpi[g]));
-        ncclCheck(ncclCommInitRank(&c->nccl[g], c->group_size[g], id, c->group_rank[g]));
+        // non-blocking: no NCCL call can block the host past the watchdog (llm/watchdog.h)
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclResult_t r = ncclCommInitRankConfig(&c->nccl[g], c->group_size[g], id, c->group_rank[g], &config);
+        nccl_settle(c, c->nccl[g], r, __FILE__, __LINE__);
         c->nccl_owned[g] = 1;
     }
 #endif
@@ -217,9 +222,13 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
 
 static void comm_free(Comm* c) {
 #if COMM_NCCL
+    wd_nccl_stop(c);
     cudaCheck(cudaStreamSynchronize(c->stream));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        if (c->nccl_owned[g]) ncclCheck(ncclCommDestroy(c->nccl[g]));
+        if (c->nccl_owned[g]) {
+            nccl_settle(c, c->nccl[g], ncclCommFinalize(c->nccl[g]), __FILE__, __LINE__);  // flushes its work
+            ncclCheck(ncclCommDestroy(c->nccl[g]));
+        }
         c->nccl[g] = NULL;
     }
     for (int i = 0; i < COMM_NUM_EVENTS; i++) {
@@ -230,11 +239,26 @@ static void comm_free(Comm* c) {
     cudaCheck(cudaStreamDestroy(c->stream));
 #endif
 #if COMM_MPI
+    wd_free(c);
     mpiCheck(MPI_Comm_free(&c->node));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) if (c->mpi[g] != MPI_COMM_NULL) mpiCheck(MPI_Comm_free(&c->mpi[g]));
     if (c->owns_mpi) mpiCheck(MPI_Finalize());
 #endif
     c->owns_mpi = 0;
+}
+
+// Host doubles of every rank to every rank: all (world_size values) gets rank r's at r. Plain host
+// data, outside the ledger (the straggler detector, llm/straggler.h).
+static void comm_all_gather_host(Comm* c, double mine, double* all) {
+#if COMM_MPI
+    WdWait w = wd_collective(c, "all_gather", GROUP_WORLD, ++c->wd.seq[GROUP_WORLD]);
+    MPI_Request req;
+    mpiCheck(MPI_Iallgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi[GROUP_WORLD], &req));
+    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
+#else
+    (void)c;
+    all[0] = mine;
+#endif
 }
 
 // Every rank calls it together (same arguments, e.g. after rank 0 printed why): finalize MPI and
@@ -254,7 +278,10 @@ static void comm_free(Comm* c) {
 static void comm_gather_bytes(Comm* c, const void* mine, size_t bytes, void* all) {
     if (bytes > (size_t)INT_MAX) fatal("comm_gather_bytes: %zu bytes exceed MPI's int count", bytes);
 #if COMM_MPI
-    mpiCheck(MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, c->mpi[GROUP_WORLD]));
+    WdWait w = wd_collective(c, "gather", GROUP_WORLD, ++c->wd.seq[GROUP_WORLD]);
+    MPI_Request req;
+    mpiCheck(MPI_Igather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, c->mpi[GROUP_WORLD], &req));
+    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
 #else
     (void)c;
     if (bytes > 0) memcpy(all, mine, bytes);

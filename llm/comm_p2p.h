@@ -39,19 +39,26 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
 #if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
-    ncclCheck(ncclGroupStart());
+    int wi = wd_nccl_begin(c, "sendrecv", g, 0);
+    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
     ncclCheck(ncclSend(send, n_send, nt, dst, c->nccl[g], c->stream));
     ncclCheck(ncclRecv(recv, n_recv, nt, src, c->nccl[g], c->stream));
-    ncclCheck(ncclGroupEnd());
+    nccl_settle(c, c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
     (void)stream;
     MPI_Datatype mt = comm_mpi_type(dt);
-    MPI_Status st;
+    MPI_Status st[2];
+    MPI_Request req[2];
     int nr = comm_mpi_count(n_recv, "sendrecv");
-    mpiCheck(MPI_Sendrecv(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, recv, nr, mt, src, 0, c->mpi[g], &st));
+    mpiCheck(MPI_Irecv(recv, nr, mt, src, 0, c->mpi[g], &req[0]));
+    mpiCheck(MPI_Isend(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, c->mpi[g], &req[1]));
+    int peers[2] = {src, dst};
+    WdWait w = wd_p2p(c, "sendrecv", g, peers, 2);
+    wd_wait(c, 2, req, st, &w);
     int got = 0;
-    mpiCheck(MPI_Get_count(&st, mt, &got));
+    mpiCheck(MPI_Get_count(&st[0], mt, &got));
     if (got != nr) fatal("sendrecv: expected %d elements from rank %d of the %s group, got %d", nr, src, comm_group_name(g), got);
 #else
     (void)stream;
@@ -111,12 +118,14 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
 #if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
-    ncclCheck(ncclGroupStart());
+    int wi = wd_nccl_begin(c, "p2p_batch", g, 0);
+    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
     for (int i = 0; i < n; i++) {
         if (ops[i].send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
         else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
     }
-    ncclCheck(ncclGroupEnd());
+    nccl_settle(c, c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
     (void)stream;
@@ -128,8 +137,12 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
         else if (ops[i].send) mpiCheck(MPI_Isend(ops[i].buf, cnt, comm_mpi_type(dt), ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
         else mpiCheck(MPI_Irecv(ops[i].buf, cnt, comm_mpi_type(dt), ops[i].peer, ops[i].tag, c->mpi[g], &req[i]));
     }
-    mpiCheck(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    int* peers = (int*)mallocCheck((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) peers[i] = ops[i].peer;
+    WdWait w = wd_p2p(c, "p2p_batch", g, peers, n);
+    wd_wait(c, n, req, MPI_STATUSES_IGNORE, &w);
     c->blocking_ms[g] += wall_ms() - t0;
+    free(peers);
     free(req);
 #else
     (void)stream; (void)dt;

@@ -63,6 +63,8 @@ run checkpoint bash test/test_checkpoint.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh
+# dead and hung ranks end the job within --comm-timeout with a line naming the missing rank; stragglers named
+run faults bash test/test_faults.sh
 # Megatron tensor parallelism: tp 2, tp 4, dp 2 x tp 2 with ZeRO-0..3 against one process; memory, traffic, resume
 run tp bash test/test_tp.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator

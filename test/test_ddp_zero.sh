@@ -35,7 +35,7 @@
 #  6b. Activation recompute (selective, full) under DDP and ZeRO-3, CPU and emulated: the same bytes.
 #  6c. The BF16 emulated build: 2-process DDP vs 1 process (BF16 bounds), ZeRO-1/2/3 vs DDP and a
 #      cross-layout resume (the same bytes).
-#  7. A rank that exits at step 2 (--debug-die-at-step) ends the job non-zero well within 60 s.
+#  7. A rank that exits at step 2 (--inject die@step=2,rank=1) ends the job non-zero well within 60 s.
 #  8. Bad layouts (world 4 with --dp 3, --zero 5, --total-batch not a multiple of B*T*dp, --pp 4 over 2 layers):
 #     one line, non-zero exit, no output directory.
 #
@@ -214,10 +214,10 @@ fi
 
 # a rank dies at step 2: mpirun must end the job, non-zero, well within the timeout
 t0=$(date +%s.%N)
-timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --zero 3 --debug-die-at-step 2 --output-dir "$tmp/die" > "$LOG/die.log" 2>&1
+timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --zero 3 --inject die@step=2,rank=1 --output-dir "$tmp/die" > "$LOG/die.log" 2>&1
 rc=$?
 dt=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "exits at step 2 on purpose" "$LOG/die.log"; then
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1 dies at step 2" "$LOG/die.log"; then
     ok "rank 1 exits at step 2: mpirun exited $rc after $dt s"
 else
     bad "rank 1 exits at step 2: mpirun exited $rc after $dt s (124 = hung until the 60 s timeout)"

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# test_faults.sh: dead and hung ranks (the communication watchdog, llm/watchdog.h, --comm-timeout) and
+# stragglers (llm/straggler.h, --straggler-every), caused on purpose with --inject (llm/inject.h).
+#
+#   bash test/test_faults.sh   (needs ./train_gpt_cpu; builds build/train_gpt_emu)
+#
+# Checked, one line each:
+#  1. A rank that dies (die@step=3,rank=1) or hangs (hang@step=3,rank=1) at 2 and 4 processes (dp), at 4
+#     with tp 2 and with pp 2, and at dp 2 x tp 2 x pp 2 (8 processes), with --comm-timeout 4: mpirun
+#     exits non-zero (not killed by the test's own 90 s limit) and the job ends at most 4 + 8 s after the
+#     faulty rank's line (the grace of the side channel and the others' lines take ~2 s; the rest is
+#     slack for this loaded machine); every surviving rank prints exactly one watchdog line, naming step
+#     3, a collective or P2P with its file:line, its group, and "no report from rank 1" (the only rank
+#     that never reported waiting); at least one line names rank 1 as the missing rank of its own group;
+#     the faulty rank prints none. For die, mpirun's own abort on a non-zero exit is turned off
+#     (--mca orte_abort_on_non_zero_status 0) so that the watchdog is what ends the job (the default,
+#     mpirun ending the job itself, is test_ddp_zero.sh's check 7).
+#  2. A straggler (slow@rank=1,ms=300: 300 ms more per step, ~3-5x a step's compute here) at 2 and 4
+#     processes, --straggler-every 2: each check names rank 1 with a ratio above the factor 1.5 in the
+#     console line and log.jsonl, and no other rank; without the injection (4 processes) no rank is
+#     named (a healthy rank's compute time is within ~20% of the others' over 3 steps even here).
+#  3. The emulated CUDA build (comm.h's NCCL path: non-blocking communicators, the watchdog thread),
+#     rank 1 hanging at step 3 of 2 processes: mpirun exits non-zero within 4 + 8 s of the fault, and
+#     rank 0 prints one watchdog line naming step 3, the all_reduce, the dp group and its call site.
+#  4. Bad values of the new flags: one "error: " line naming the flag, a non-zero exit.
+set -u
+cd "$(dirname "$0")/.."
+CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
+LOG=build/faults
+rm -rf "$LOG"; mkdir -p "$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source test/mpi_lib.sh  # MPIRUN, ok, bad
+export OMP_NUM_THREADS=1
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+common=(--model "d2,C=32" --train-data "$D/addition_train.bin" --val-data "" --tokenizer "" -b 2 -t 32
+        --lr 1e-3 --sample-every 0 --val-every 0)
+TIMEOUT=4
+
+# fault NAME KIND NP LAYOUT...: rank 1 dies or hangs at step 3; the checks of 1.
+fault() {
+    local name=$1 kind=$2 np=$3; shift 3
+    local mpi=("${MPIRUN[@]}") i
+    if [ "$kind" = die ]; then  # MPIRUN sets it to 1 (an MCA parameter may be given once)
+        for i in "${!mpi[@]}"; do [ "${mpi[$i]}" = orte_abort_on_non_zero_status ] && mpi[$((i + 1))]=0; done
+    fi
+    local t0 rc t_end t_fault
+    t0=$(date +%s.%N)
+    timeout 90 "${mpi[@]}" -np "$np" "$CPU" "${common[@]}" --steps 6 --comm-timeout $TIMEOUT --inject "$kind@step=3,rank=1" \
+        --output-dir "$tmp/$name" "$@" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done > "$LOG/$name.log"
+    rc=${PIPESTATUS[0]}
+    t_end=$(date +%s.%N)
+    t_fault=$(grep -m1 "inject: rank 1" "$LOG/$name.log" | cut -d' ' -f1)
+    local dt total lines survivors=$((np - 1)) problems=""
+    total=$(printf '%.1f' "$(echo "$t_end - $t0" | bc)")
+    dt=$(printf '%.1f' "$(echo "$t_end - ${t_fault:-$t0}" | bc)")
+    lines=$(grep -c ' watchdog: rank ' "$LOG/$name.log")
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || problems+=" exit $rc;"
+    [ -n "$t_fault" ] || problems+=" no inject line;"
+    [ "$(echo "$dt <= $TIMEOUT + 8" | bc)" = 1 ] || problems+=" ended $dt s after the fault;"
+    [ "$lines" -eq "$survivors" ] || problems+=" $lines watchdog lines for $survivors survivors;"
+    for r in $(seq 0 $((np - 1))); do
+        [ "$r" = 1 ] && continue
+        local l n
+        n=$(grep -c " watchdog: rank $r: " "$LOG/$name.log")
+        l=$(grep -m1 " watchdog: rank $r: " "$LOG/$name.log")
+        [ "$n" -eq 1 ] || { problems+=" rank $r: $n lines;"; continue; }
+        [[ "$l" == *"step 3: "* ]] || problems+=" rank $r: no step 3;"
+        [[ "$l" =~ in\ [a-z_2]+\ (#[0-9]+\ )?of\ the\ [a-z]+\ group ]] || problems+=" rank $r: no collective and group;"
+        [[ "$l" =~ (called|waited)\ at\ llm/[a-z_0-9]+\.h:[0-9]+ ]] || problems+=" rank $r: no file:line;"
+        [[ "$l" == *"; no report from rank 1" ]] || problems+=" rank $r: the silent ranks are not just rank 1;"
+    done
+    grep -q ' watchdog: rank 1:' "$LOG/$name.log" && problems+=" the faulty rank printed a watchdog line;"
+    grep -q 'missing rank 1 (no report: dead or hung)' "$LOG/$name.log" || problems+=" no line names rank 1 missing;"
+    local example
+    example=$(grep -m1 ' watchdog: rank 0: ' "$LOG/$name.log" | cut -d' ' -f2-)
+    if [ -z "$problems" ]; then
+        ok "$name: $kind of rank 1 at step 3, $np processes $*: mpirun exit $rc, $dt s after the fault ($total s in all), $lines survivor lines, e.g. $example"
+    else
+        bad "$name: $kind, $np processes $*:$problems (see $LOG/$name.log)"
+    fi
+}
+
+fault die_dp2 die 2
+fault hang_dp2 hang 2
+fault die_dp4 die 4
+fault hang_dp4 hang 4
+fault die_tp2 die 4 --tp 2
+fault hang_pp2 hang 4 --pp 2 --total-batch 128
+fault die_dp2tp2pp2 die 8 --tp 2 --pp 2 --total-batch 256
+fault hang_dp2tp2pp2 hang 8 --tp 2 --pp 2 --total-batch 256
+
+# straggler NAME NP INJECT...: the checks of 2 (INJECT empty: no straggler may be named)
+straggler() {
+    local name=$1 np=$2; shift 2
+    timeout 120 "${MPIRUN[@]}" -np "$np" "$CPU" "${common[@]}" --steps 6 --straggler-every "$STRAGGLER_EVERY" \
+        --output-dir "$tmp/$name" "$@" > "$LOG/$name.log" 2>&1
+    local rc=$? lines others below json
+    lines=$(grep -c '^straggler: ' "$LOG/$name.log")
+    others=$(grep '^straggler: ' "$LOG/$name.log" | grep -vc ': rank 1 computes')
+    below=$(grep '^straggler: ' "$LOG/$name.log" | sed -E 's/.*, ([0-9.]+) x the median.*/\1/' | awk '$1 <= 1.5' | wc -l)
+    json=$(grep -c '"straggler_rank": 1,' "$tmp/$name/log.jsonl" 2>/dev/null)
+    if [ $# -eq 0 ]; then
+        if [ $rc -eq 0 ] && [ "$lines" -eq 0 ] && ! grep -q straggler "$tmp/$name/log.jsonl"; then
+            ok "$name: no injection, $np processes: no straggler named in $((6 / STRAGGLER_EVERY)) checks"
+        else
+            bad "$name: no injection, $np processes: exit $rc, $lines straggler lines (see $LOG/$name.log)"
+        fi
+        return
+    fi
+    local ratios
+    ratios=$(grep '^straggler: ' "$LOG/$name.log" | sed -E 's/.*, ([0-9.]+) x the median.*/\1/' | tr '\n' ' ')
+    if [ $rc -eq 0 ] && [ "$lines" -eq $((6 / STRAGGLER_EVERY)) ] && [ "$others" -eq 0 ] && [ "$below" -eq 0 ] && [ "$json" -eq "$lines" ]; then
+        ok "$name: $* at $np processes: every check names rank 1 alone, ratios ${ratios}(> 1.5), $json log.jsonl records"
+    else
+        bad "$name: $* at $np processes: exit $rc, $lines lines ($others of other ranks, $below at or below 1.5), $json log.jsonl records; ratios $ratios(see $LOG/$name.log)"
+    fi
+}
+STRAGGLER_EVERY=2
+straggler slow_np2 2 --inject slow@rank=1,ms=300
+straggler slow_np4 4 --inject slow@rank=1,ms=300
+STRAGGLER_EVERY=3
+straggler healthy_np4 4
+
+# the emulated CUDA build: the NCCL path's watchdog thread
+if make -s "$EMU" > "$LOG/emu_build.log" 2>&1; then
+    t0=$(date +%s.%N)
+    EMU_DEVICES=2 timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np 2 "$EMU" "${common[@]}" --steps 6 --comm-timeout $TIMEOUT \
+        --inject hang@step=3,rank=1 --output-dir "$tmp/emu_hang" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done > "$LOG/emu_hang.log"
+    rc=${PIPESTATUS[0]}
+    t_end=$(date +%s.%N)
+    t_fault=$(grep -m1 "inject: rank 1" "$LOG/emu_hang.log" | cut -d' ' -f1)
+    dt=$(printf '%.1f' "$(echo "$t_end - ${t_fault:-$t0}" | bc)")
+    l=$(grep ' watchdog: rank 0: ' "$LOG/emu_hang.log" | cut -d' ' -f2-)
+    n=$(grep -c ' watchdog: rank ' "$LOG/emu_hang.log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$t_fault" ] && [ "$(echo "$dt <= $TIMEOUT + 8" | bc)" = 1 ] && [ "$n" -eq 1 ] &&
+       [[ "$l" == *"step 3: no progress for "*" in all_reduce #"*" of the dp group (world ranks 0,1) called at llm/"*".h:"* ]]; then
+        ok "emu_hang: emulated CUDA build (NCCL path), rank 1 hangs at step 3: mpirun exit $rc, $dt s after the fault: $l"
+    else
+        bad "emu_hang: exit $rc, $dt s after the fault, $n watchdog lines: $l (see $LOG/emu_hang.log)"
+    fi
+else
+    bad "emu_hang: make $EMU failed (see $LOG/emu_build.log)"
+fi
+
+# bad values: one line naming the flag, non-zero exit (one process: every rank would print the same)
+badflag() {  # SUBSTRING ARGS...
+    local sub=$1; shift
+    local out rc n
+    out=$(timeout 30 "$CPU" "${common[@]}" --steps 1 --output-dir "$tmp/badflag" "$@" 2>&1); rc=$?
+    n=$(printf '%s\n' "$out" | grep -c .)
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]]; then
+        ok "bad value $*: exit $rc, one line: $out"
+    else
+        bad "bad value $*: exit $rc, $n lines: $out"
+    fi
+}
+badflag --comm-timeout --comm-timeout -1
+badflag --comm-timeout --comm-timeout 5s
+badflag --straggler-every --straggler-every -2
+badflag --straggler-factor --straggler-factor 1
+badflag --straggler-factor --straggler-factor nan
+badflag --inject --inject die@step=0
+badflag --inject --inject die@step=2,rank=1   # one process: there is no rank 1
+badflag --inject --inject 'slow@rank=0'
+
+echo "test_faults: $pass passed, $fail failed"
