@@ -219,7 +219,7 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
                 s->p[s->values] = master ? master[si] : xval;
                 s->m[s->values] = m[si];
                 s->v[s->values] = v[si];
-                if (has16) s->p16[s->values] = STATE_FLOATX_KIND == 2 ? f32_to_f16_bits(xval) : f32_to_bf16_bits(xval);
+                if (has16) s->p16[s->values] = STATE_FLOATX_KIND == 2 ? fp16_bits_from_float(xval) : bf16_bits_from_float(xval);
                 int64_t* last = s->pieces ? s->index + 3 * (s->pieces - 1) : NULL;
                 if (last && last[0] == u && (size_t)(last[1] + last[2]) == c) {
                     last[2]++;
@@ -613,7 +613,7 @@ static void ckpt_load(const char* dir, const ParamLayout* lay, TrainState* ts, f
                     uint16_t* tmp = (uint16_t*)mallocCheck((size_t)len * sizeof(uint16_t));
                     if (fseek(f, base + (long)(3 * values * sizeof(float) + at * sizeof(uint16_t)), SEEK_SET) != 0) fatal("--resume: %s: seek failed", path);
                     freadCheck(tmp, sizeof(uint16_t), (size_t)len, f, path);
-                    for (int64_t i = 0; i < len; i++) (*params16)[off + i] = kind16 == 2 ? f16_bits_to_f32(tmp[i]) : bf16_bits_to_f32(tmp[i]);
+                    for (int64_t i = 0; i < len; i++) (*params16)[off + i] = kind16 == 2 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
                     free(tmp);
                 }
                 covered += (size_t)len;
