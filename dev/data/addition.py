@@ -124,18 +124,23 @@ def write_atomic(path, data):
     os.replace(tmp, path)
 
 
-def shard_bytes(problems, pad):
+def docs_shard_bytes(docs, who):
+    """a token shard of byte documents (bytes objects), each after an EOT; returns (data, tokens)"""
     toks = array("H")
-    for a, b in problems:
+    for d in docs:
         toks.append(EOT)
-        toks.extend(problem_text(a, b, pad).encode("ascii"))
+        toks.extend(d)
     if len(toks) > 2**31 - 1:
-        sys.exit("error: addition.py: expected at most 2^31-1 tokens per shard, found %d" % len(toks))
+        sys.exit("error: %s: expected at most 2^31-1 tokens per shard, found %d" % (who, len(toks)))
     if sys.byteorder != "little":
         toks.byteswap()
     header = [0] * 256
     header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(toks)
     return struct.pack("<256i", *header) + toks.tobytes(), len(toks)
+
+
+def shard_bytes(problems, pad):
+    return docs_shard_bytes((problem_text(a, b, pad).encode("ascii") for a, b in problems), "addition.py")
 
 
 def tokenizer_bytes():

@@ -18,24 +18,10 @@ Files written into --out (default data/pytext/), llm.c formats (dev/data/README.
 import argparse
 import os
 import platform
-import struct
 import sys
-from array import array
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from addition import EOT, SHARD_MAGIC, SHARD_VERSION, tokenizer_bytes, write_atomic  # noqa: E402 (same tokenizer)
-
-
-def shard_bytes(docs):
-    toks = array("H")
-    for text in docs:
-        toks.append(EOT)
-        toks.extend(text.encode("utf-8"))
-    if sys.byteorder != "little":
-        toks.byteswap()
-    header = [0] * 256
-    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(toks)
-    return struct.pack("<256i", *header) + toks.tobytes(), len(toks)
+from addition import docs_shard_bytes, tokenizer_bytes, write_atomic  # noqa: E402 (same tokenizer and shards)
 
 
 def main():
@@ -54,7 +40,7 @@ def main():
     write_atomic(path, tokenizer_bytes())
     print("pytext.py: Python %s, %d topic pages" % (platform.python_version(), len(names)))
     for split, docs in splits.items():
-        data, ntok = shard_bytes(docs)
+        data, ntok = docs_shard_bytes([d.encode("utf-8") for d in docs], "pytext.py")
         path = os.path.join(args.out, "pytext_%s.bin" % split)
         write_atomic(path, data)
         print("wrote %s: %d documents, %d tokens, %d bytes" % (path, len(docs), ntok, len(data)))
