@@ -74,10 +74,11 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/straggler.h"
 
 // A state file into this run: the model, the AdamW moments and step, the FP8 state, the loss scaler, the
-// sampler's RNG; and the data position when loader is not NULL (a resume; a rollback, llm/health.h,
-// keeps the data where they are). Returns the step the file was saved at.
+// sampler's RNG, the health checks' windows and streak; and the data position when loader is not NULL
+// (a resume; a rollback, llm/health.h, keeps the data where they are). Returns the step the file was
+// saved at.
 static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8State* fp8, LossScaler* scaler,
-                         Rng* sample_rng, DataLoader* loader) {
+                         Rng* sample_rng, DataLoader* loader, Health* health) {
     TrainState ts;
     float *p, *m, *v, *p16;
     struct stat sb;
@@ -90,6 +91,8 @@ static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8S
     fp8_resume(fp8, ts.fp8_recipe, ts.fp8, ts.fp8_n, path);
     free(ts.fp8);
     if (loader != NULL) dataloader_seek(loader, ts.data);
+    health_import(health, ts.health, ts.health_n, ts.bad_streak, ts.bad_skipped);
+    free(ts.health);
     if (ts.loss_scale > 0.0f && scaler->mode != LOSS_SCALE_NONE) {  // the scaler goes on where it was
         scaler->scale = ts.loss_scale;
         scaler->good_steps = ts.loss_scale_good_steps;
@@ -196,6 +199,10 @@ int main(int argc, char** argv) {
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
+    // the health checks (llm/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
+    HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
+    Health health;
+    health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
     Ckpt ck;  // sharded checkpoints (llm/ckpt_shard.h)
     if (args.checkpoint_format > 0) {
         ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.async_checkpoint, args.keep_checkpoints, args.schedule, args.vpp);
@@ -210,7 +217,7 @@ int main(int argc, char** argv) {
         } else {
             snprintf(path, sizeof(path), "%s", args.resume);
         }
-        start_step = restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, &train_loader);
+        start_step = restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, &train_loader, &health);
         if (rank0) printf("resumed from %s at step %d\n", path, start_step);
     } else {
         if (from_descriptor) {
@@ -239,16 +246,12 @@ int main(int argc, char** argv) {
             if (args.trace) make_parent_dirs("--trace", args.trace, create);
         }
         logger_init(&logger, log_path, args.resume != NULL);
-        if (args.resume == NULL) health_good_reset(args.output_dir);  // a fresh run: no good checkpoint yet
+        if (args.resume == NULL) ckpt_good_reset(args.output_dir);  // a fresh run: no good checkpoint yet
         printf("log: %s\n", log_path);
     } else {
         logger_init(&logger, NULL, 0);
     }
     if (rank0) print_memory(&dp, stage);
-    // the health checks (llm/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
-    HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
-    Health health;
-    health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
     if (rank0 && args.sdc_check_every > 0 && args.zero == 3 && comm.dp > 1) {
         printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
     }
@@ -381,9 +384,13 @@ int main(int argc, char** argv) {
         if (ckpt_step) {
             float* fp8_state = (float*)mallocCheck((fp8_state_floats(&fp8) + 1) * sizeof(float));
             fp8_state_export(&fp8, fp8_state);
+            float* health_state = (float*)mallocCheck(2 * (size_t)args.spike_window * sizeof(float));  // (2, window)
+            int health_n = health_export(&health, health_state);
             TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
                              fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
-                             scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped};
+                             scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped,
+                             health_n, health_state, health.bad_streak, health.skipped};
+            int good = health.bad_streak == 0 && sdc_msg[0] == '\0';  // saved after a healthy step: last-known-good
             if (args.checkpoint_format != 1) {
                 // the whole model and optimizer state, gathered from the shards (every rank takes part)
                 size_t n = dp.lay.num_parameters;
@@ -397,25 +404,27 @@ int main(int argc, char** argv) {
                     // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
                     checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
                     printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
-                    if (health.bad_streak == 0 && sdc_msg[0] == '\0') {  // saved after a healthy step: last-known-good
+                    if (good) {
                         char state_path[1100];
                         snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", args.output_dir, step);
-                        health_good_add(args.output_dir, step, state_path);
+                        ckpt_good_add(args.output_dir, step, state_path);
                     }
                 }
                 free(p); free(m); free(v); free(p16);
             }
             // each rank its own part, in the background with --async-checkpoint (llm/ckpt_shard.h)
-            if (args.checkpoint_format > 0) ckpt_save(&ck, &dp, &ts);
+            if (args.checkpoint_format > 0) ckpt_save(&ck, &dp, &ts, good);
             free(fp8_state);
+            free(health_state);
         }
         if (args.checkpoint_format > 0) ckpt_poll(&ck);  // an async save done on every rank gets its manifest
         // the rollback (llm/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
         // newest last-known-good checkpoint; the data go on from where they are
         if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
+            if (args.checkpoint_format > 0) ckpt_finish(&ck);  // the save in flight joins the list first
             char why[500], path[1100];
             int to = health_rollback_target(&health, &comm, args.output_dir, step, sdc_msg, why, sizeof(why), path, sizeof(path));
-            restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, NULL);  // (or the line and exit 3, above)
+            restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, NULL, &health);  // (or the line and exit 3, above)
             DataPosition at = dataloader_position(&train_loader);
             if (rank0) {
                 printf("step %d: rollback: %s: restored %s (step %d); the data go on from epoch %lld sample %lld\n", step, why,

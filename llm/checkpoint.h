@@ -137,10 +137,14 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
 //   19: the FP8 recipe (llm/fp8_linear.h's Fp8Recipe, 0 none), 20..21: its state's floats (lo, hi),
 //   22..24: the loss scaler (llm/loss_scale.h): its scale (float bits; 0: no scaler state, as in files
 //       of runs without one), its run of good steps, the steps it skipped
+//   31..33: the health checks (llm/health.h): H, the values in each spike window (0 in files of runs
+//       before them), the bad steps in a row, the bad steps skipped so far
+//   (25..30: a sharded checkpoint's shard header, llm/ckpt_shard.h; unused here)
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
 // then, if header[18] = 1 (2), num_parameters BF16 (FP16) values (uint16): the parameters the model
 // computes with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax histories and
-// scales), if any. A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
+// scales), if any; then the health windows, 2 * H floats: the last H healthy losses, then gradient norms,
+// oldest first (so that a resumed run takes the same skip decisions as one that never stopped). A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
 // which rounding the master to nearest on resuming would not give back, and resuming must continue
 // the run bit for bit. (A BF16 run resumed from a file without them starts from the master rounded to
 // nearest.) All arrays are in checkpoint order.
@@ -156,6 +160,9 @@ typedef struct {
     int params16_kind; // what params16 holds: 1 BF16, 2 FP16 (header[18]; 0 when there are none)
     float loss_scale;  // the loss scaler's state (0: none saved)
     int loss_scale_good_steps, loss_scale_skipped;
+    int health_n;      // the values in each health window (llm/health.h), 0: none
+    float* health;     // (2, health_n) losses then gradient norms, oldest first; state_load mallocs it
+    int bad_streak, bad_skipped;  // the health checks' bad steps in a row, and skipped so far
 } TrainState;
 
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
@@ -189,6 +196,9 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
     memcpy(&header[22], &ts->loss_scale, sizeof(float));
     header[23] = ts->loss_scale_good_steps;
     header[24] = ts->loss_scale_skipped;
+    header[31] = ts->health_n;
+    header[32] = ts->bad_streak;
+    header[33] = ts->bad_skipped;
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
@@ -208,6 +218,7 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
         free(tmp);
     }
     if (ts->fp8_n > 0) fwriteCheck(ts->fp8, sizeof(float), ts->fp8_n, af.f, path);
+    if (ts->health_n > 0) fwriteCheck(ts->health, sizeof(float), 2 * (size_t)ts->health_n, af.f, path);
     atomic_commit(&af);
 }
 
@@ -248,8 +259,12 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
         fatal("--resume: state file %s: expected an FP8 recipe 0..4 with its state size in header[19..21], found %d and %zu",
               path, header[19], fp8_n);
     }
+    if (header[31] < 0 || header[31] > (1 << 24) || header[32] < 0 || header[33] < 0) {
+        fatal("--resume: state file %s: expected a health window size 0..2^24 and counts >= 0 in header[31..33], found %d %d %d",
+              path, header[31], header[32], header[33]);
+    }
     size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (header[18] ? n * sizeof(uint16_t) : 0) +
-                      fp8_n * sizeof(float);
+                      fp8_n * sizeof(float) + 2 * (size_t)header[31] * sizeof(float);
     if (size < 0 || (size_t)size != expected) fatal("--resume: state file %s: expected %zu bytes, found %ld", path, expected, size);
     fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
     ts->step = header[2];
@@ -281,6 +296,14 @@ static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** 
     if (fp8_n > 0) {
         ts->fp8 = (float*)mallocCheck(fp8_n * sizeof(float));
         freadCheck(ts->fp8, sizeof(float), fp8_n, f, path);
+    }
+    ts->health_n = header[31];
+    ts->bad_streak = header[32];
+    ts->bad_skipped = header[33];
+    ts->health = NULL;
+    if (ts->health_n > 0) {
+        ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
+        freadCheck(ts->health, sizeof(float), 2 * (size_t)ts->health_n, f, path);
     }
     fcloseCheck(f, path);
 }

@@ -20,11 +20,12 @@
 //
 // Shard file: header int32[256] as llm/checkpoint.h's state file (0 magic SHARD_MAGIC, 1 version,
 // 2 step, 3 adam t, 4..9 config, 10..11 Psi, 12..17 data position and sampler RNG, 18 the 16-bit
-// parameters' kind, 19..21 FP8 recipe and state size, 22..24 loss scaler), then 25 rank, 26 world
-// size, 27..28 pieces, 29..30 values (the pieces' total length); then the index, int64 (unit,
-// offset in checkpoint order, length) per piece; then FP32 arrays of `values` each: parameters, m, v;
-// then `values` uint16 (BF16/FP16 bits) if header[18] != 0; then rank 0's shard alone the FP8 state.
-// Only rank 0's training position (step, data, RNG, scaler, FP8) is read back; all ranks write theirs.
+// parameters' kind, 19..21 FP8 recipe and state size, 22..24 loss scaler, 31..33 health checks), then
+// 25 rank, 26 world size, 27..28 pieces, 29..30 values (the pieces' total length); then the index,
+// int64 (unit, offset in checkpoint order, length) per piece; then FP32 arrays of `values` each:
+// parameters, m, v; then `values` uint16 (BF16/FP16 bits) if header[18] != 0; then rank 0's shard
+// alone the FP8 state and the health windows. Only rank 0's training position (step, data, RNG,
+// scaler, FP8, health) is read back; all ranks write theirs.
 //
 // --async-checkpoint: the save copies this rank's part to host memory (the snapshot) and a background
 // thread writes it while training goes on; after every step the ranks agree (one host all-reduce of
@@ -108,6 +109,26 @@ static void ckpt_write(CkptWriter* w, const void* buf, size_t n) {
     }
 }
 
+// opens w on <final_path>.tmp (with the simulated full disk at fail_at bytes and the slow disk)
+static void ckw_open(CkptWriter* w, const char* final_path, long fail_at, int slow_ms) {
+    memset(w, 0, sizeof(*w));
+    snprintf(w->path, sizeof(w->path), "%s.tmp", final_path);
+    w->hash = FNV_START; w->fail_at = fail_at; w->slow_ms = slow_ms;
+    w->f = fopen(w->path, "wb");
+    if (w->f == NULL) ckw_fail(w, "cannot create", errno);
+}
+
+// flushed to the disk, closed and renamed to final_path; after a failure the temporary file goes
+static void ckw_close(CkptWriter* w, const char* final_path) {
+    if (w->f != NULL) {
+        if (!w->failed && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)) ckw_fail(w, "flush failed", errno);
+        if (fclose(w->f) != 0) ckw_fail(w, "close failed", errno);
+        w->f = NULL;
+    }
+    if (!w->failed && rename(w->path, final_path) != 0) ckw_fail(w, "rename failed", errno);
+    if (w->failed) remove(w->path);
+}
+
 // ----------------------------------------------------------------------------
 // what one rank writes: its pieces, copied aside
 
@@ -120,6 +141,9 @@ typedef struct {
     uint16_t* p16;         // (values) or NULL
     float* fp8;            // (fp8_n) rank 0 only
     size_t fp8_n;
+    float* health;         // (2, health_n) rank 0 only: the health windows (llm/health.h)
+    int health_n;
+    int good;              // saved right after a healthy step: last-known-good once complete (llm/health.h)
     char dir[1100];
     long fail_at;
     int slow_ms;
@@ -256,6 +280,13 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
     put64(h, 20, s->fp8_n);
     memcpy(&h[22], &ts->loss_scale, sizeof(float));
     h[23] = ts->loss_scale_good_steps; h[24] = ts->loss_scale_skipped;
+    s->health_n = rank0 ? ts->health_n : 0;
+    s->health = NULL;
+    if (s->health_n > 0) {
+        s->health = (float*)mallocCheck(2 * (size_t)s->health_n * sizeof(float));
+        memcpy(s->health, ts->health, 2 * (size_t)s->health_n * sizeof(float));
+    }
+    h[31] = s->health_n; h[32] = ts->bad_streak; h[33] = ts->bad_skipped;
     h[25] = ck->comm->world_rank; h[26] = ck->comm->world_size;
     put64(h, 27, s->pieces);
     put64(h, 29, s->values);
@@ -268,7 +299,7 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
 }
 
 static void ckpt_snapshot_free(CkptSnapshot* s) {
-    free(s->index); free(s->p); free(s->m); free(s->v); free(s->p16); free(s->fp8);
+    free(s->index); free(s->p); free(s->m); free(s->v); free(s->p16); free(s->fp8); free(s->health);
     memset(s, 0, sizeof(*s));
 }
 
@@ -276,11 +307,7 @@ static void ckpt_snapshot_free(CkptSnapshot* s) {
 static void ckpt_write_shard(const CkptSnapshot* s, int rank, CkptWriter* w) {
     char final_path[1200];
     snprintf(final_path, sizeof(final_path), "%s/shard_%d.bin", s->dir, rank);
-    memset(w, 0, sizeof(*w));
-    snprintf(w->path, sizeof(w->path), "%s.tmp", final_path);
-    w->hash = FNV_START; w->fail_at = s->fail_at; w->slow_ms = s->slow_ms;
-    w->f = fopen(w->path, "wb");
-    if (w->f == NULL) { ckw_fail(w, "cannot create", errno); return; }
+    ckw_open(w, final_path, s->fail_at, s->slow_ms);
     ckpt_write(w, s->header, sizeof(s->header));
     ckpt_write(w, s->index, s->pieces * 3 * sizeof(int64_t));
     ckpt_write(w, s->p, s->values * sizeof(float));
@@ -288,11 +315,8 @@ static void ckpt_write_shard(const CkptSnapshot* s, int rank, CkptWriter* w) {
     ckpt_write(w, s->v, s->values * sizeof(float));
     if (s->p16) ckpt_write(w, s->p16, s->values * sizeof(uint16_t));
     if (s->fp8_n > 0) ckpt_write(w, s->fp8, s->fp8_n * sizeof(float));
-    if (!w->failed && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)) ckw_fail(w, "flush failed", errno);
-    if (fclose(w->f) != 0) ckw_fail(w, "close failed", errno);
-    w->f = NULL;
-    if (!w->failed && rename(w->path, final_path) != 0) ckw_fail(w, "rename failed", errno);
-    if (w->failed) remove(w->path);
+    if (s->health_n > 0) ckpt_write(w, s->health, 2 * (size_t)s->health_n * sizeof(float));
+    ckw_close(w, final_path);
 }
 
 static void* ckpt_thread(void* arg) {
@@ -414,25 +438,109 @@ static int* ckpt_list(const char* out_dir, int* n) {
     return steps;
 }
 
-// rank 0, all shards written: the manifest (through a temporary name), then --keep-checkpoints
-static void ckpt_write_manifest(Ckpt* ck, const uint64_t* info /*(world, 2): bytes, hash*/) {
+// ----------------------------------------------------------------------------
+// the last-known-good list: <dir>/good_checkpoints.txt (llm/health.h's rollback reads it)
+
+static void ckpt_good_path(const char* dir, char* out, size_t cap) { snprintf(out, cap, "%s/good_checkpoints.txt", dir); }
+
+// a fresh run (not resumed) starts its list empty (rank 0)
+static void ckpt_good_reset(const char* dir) {
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    if (remove(path) != 0 && errno != ENOENT) fatal("%s: cannot remove: %s", path, strerror(errno));
+}
+
+// rank 0, once the checkpoint of step `step` (a state file, or a sharded checkpoint's directory) saved
+// right after a healthy step is complete
+static void ckpt_good_add(const char* dir, int step, const char* state_path) {
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    FILE* f = fopen(path, "ab");
+    if (f == NULL) fatal("%s: cannot open for appending: %s", path, strerror(errno));
+    if (fprintf(f, "%d %s\n", step, state_path) < 0) fatal("%s: write failed: %s", path, strerror(errno));
+    fcloseCheck(f, path);
+}
+
+// The newest listed checkpoint at or before step `upto` that is still whole (a state file that exists;
+// a sharded checkpoint whose manifest and shards match, ckpt_check_dir): its step, and its path in
+// out; -1 when there is none. keep_upto >= 0 (rank 0): the list is rewritten without the entries after
+// keep_upto.
+static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap, int keep_upto) {
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    int best = -1;
+    out[0] = '\0';
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return -1;
+    size_t kept_cap = 1 << 12, kept_n = 0;
+    char* kept = (char*)mallocCheck(kept_cap);  // the lines that stay, when rewriting
+    char line[1200];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        int step;
+        char file[1100];
+        if (sscanf(line, "%d %1099s", &step, file) != 2) continue;
+        size_t len = strlen(line);
+        if (keep_upto >= 0 && step <= keep_upto) {
+            if (kept_n + len + 1 > kept_cap) {
+                kept_cap = 2 * (kept_n + len + 1);
+                kept = (char*)realloc(kept, kept_cap);
+                if (kept == NULL) fatal("%s: out of host memory", path);
+            }
+            memcpy(kept + kept_n, line, len);
+            kept_n += len;
+        }
+        if (step > upto || step < best) continue;
+        struct stat st;
+        if (stat(file, &st) != 0) continue;  // removed since (kept checkpoints rotate)
+        if (S_ISDIR(st.st_mode)) {
+            int s_step, world;
+            ShardEntry* e;
+            char why[600];
+            if (!ckpt_check_dir(file, &s_step, &world, &e, why, sizeof(why), 1)) continue;
+            free(e);
+        }
+        best = step;
+        snprintf(out, cap, "%s", file);
+    }
+    fcloseCheck(f, path);
+    if (keep_upto >= 0) {
+        f = fopen(path, "wb");
+        if (f == NULL) fatal("%s: cannot rewrite: %s", path, strerror(errno));
+        if (kept_n > 0) fwriteCheck(kept, 1, kept_n, f, path);
+        fcloseCheck(f, path);
+    }
+    free(kept);
+    return best;
+}
+
+// rank 0, all shards written: the manifest (through a temporary name, with the checked writer: the
+// byte budget of --inject diskfail goes on from the shard's), then the last-known-good list, then
+// --keep-checkpoints. Returns 0 with w->why when the manifest could not be written.
+static int ckpt_write_manifest(Ckpt* ck, const uint64_t* info /*(world, 2): bytes, hash*/, CkptWriter* w) {
     const CkptSnapshot* s = &ck->snap;
     char path[1200];
     snprintf(path, sizeof(path), "%s/manifest.txt", s->dir);
     fsync_dir(s->dir);  // the shards' renames first
-    AtomicFile af;
-    atomic_open(&af, path);
-    fprintf(af.f, "llm-ckpt manifest 1\nstep %d\nlayout %s\nconfig maxT %d V %d L %d NH %d C %d Vp %d\nparameters %llu\nshards %d\n",
+    char* text = NULL;
+    size_t len = 0;
+    FILE* mf = open_memstream(&text, &len);
+    if (mf == NULL) fatal("checkpoint: open_memstream failed: %s", strerror(errno));
+    fprintf(mf, "llm-ckpt manifest 1\nstep %d\nlayout %s\nconfig maxT %d V %d L %d NH %d C %d Vp %d\nparameters %llu\nshards %d\n",
             s->step, ck->layout, s->header[4], s->header[5], s->header[6], s->header[7], s->header[8], s->header[9],
             (unsigned long long)get64(s->header, 10), ck->comm->world_size);
     for (int r = 0; r < ck->comm->world_size; r++) {
-        fprintf(af.f, "shard %d shard_%d.bin %llu %016llx\n", r, r, (unsigned long long)info[2 * r], (unsigned long long)info[2 * r + 1]);
+        fprintf(mf, "shard %d shard_%d.bin %llu %016llx\n", r, r, (unsigned long long)info[2 * r], (unsigned long long)info[2 * r + 1]);
     }
-    fprintf(af.f, "complete\n");
-    if (ferror(af.f)) fatal("checkpoint: %s: write failed: %s", af.tmp_path, strerror(errno));
-    atomic_commit(&af);
+    fprintf(mf, "complete\n");
+    if (fclose(mf) != 0) fatal("checkpoint: open_memstream failed: %s", strerror(errno));
+    ckw_open(w, path, s->fail_at >= 0 ? s->fail_at - (long)ck->w.bytes : -1, 0);
+    ckpt_write(w, text, len);
+    ckw_close(w, path);
+    free(text);
+    if (w->failed) return 0;
     fsync_dir(s->dir);
     printf("saved checkpoint %s (%d shards)\n", s->dir, ck->comm->world_size);
+    if (s->good) ckpt_good_add(ck->out_dir, s->step, s->dir);
     if (ck->keep > 0) {  // the last K complete ones stay; older ones, and older partial ones, go
         int n, complete = 0;
         int* steps = ckpt_list(ck->out_dir, &n);
@@ -449,6 +557,7 @@ static void ckpt_write_manifest(Ckpt* ck, const uint64_t* info /*(world, 2): byt
         }
         free(steps);
     }
+    return 1;
 }
 
 // waits for the save in flight, agrees on how it went, and (all well) has rank 0 write its manifest.
@@ -479,8 +588,16 @@ static void ckpt_finish(Ckpt* ck) {
     uint64_t mine[2] = {ck->w.bytes, ck->w.hash};
     uint64_t* all = c->world_rank == 0 ? (uint64_t*)mallocCheck((size_t)c->world_size * sizeof(mine)) : NULL;
     comm_gather_bytes(c, mine, sizeof(mine), all);
-    if (c->world_rank == 0) ckpt_write_manifest(ck, all);
+    CkptWriter mw;  // rank 0's manifest
+    int manifest_failed = c->world_rank == 0 && !ckpt_write_manifest(ck, all, &mw);
     free(all);
+    if (ckpt_sum_int(c, manifest_failed) > 0) {  // every rank ends; rank 0 says why
+        if (manifest_failed) {
+            fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
+                    ck->snap.step, mw.why);
+        }
+        comm_exit(c, EXIT_FAILURE);
+    }
     ckpt_snapshot_free(&ck->snap);
     ck->pending = 0;
 }
@@ -493,11 +610,13 @@ static void ckpt_poll(Ckpt* ck) {
 }
 
 // a save of the state after ts->step (every rank calls it): waits for the previous one, copies this
-// rank's part aside, and writes it (in the background with --async-checkpoint)
-static void ckpt_save(Ckpt* ck, DataParallel* dp, const TrainState* ts) {
+// rank's part aside, and writes it (in the background with --async-checkpoint). good: saved right after
+// a healthy step, so the last-known-good list gets it once it is complete (llm/health.h).
+static void ckpt_save(Ckpt* ck, DataParallel* dp, const TrainState* ts, int good) {
     ckpt_finish(ck);
     Comm* c = ck->comm;
     ckpt_snapshot(ck, dp, ts, c->world_rank == 0, &ck->snap);
+    ck->snap.good = good;
     // the directory, without a manifest (a stale one from an earlier run of this step goes first)
     if (c->world_rank == 0) {
         make_dirs("--output-dir", ck->snap.dir, 1);
@@ -590,6 +709,8 @@ static void ckpt_load(const char* dir, const ParamLayout* lay, TrainState* ts, f
             memcpy(&ts->loss_scale, &h[22], sizeof(float));
             ts->loss_scale_good_steps = h[23]; ts->loss_scale_skipped = h[24];
             ts->fp8_recipe = h[19]; ts->fp8_n = get64(h, 20); ts->fp8 = NULL;
+            ts->health_n = h[31]; ts->bad_streak = h[32]; ts->bad_skipped = h[33]; ts->health = NULL;
+            if (h[31] < 0 || h[31] > (1 << 24)) fatal("--resume: %s: expected a health window size 0..2^24 in header[31], found %d", path, h[31]);
             if (kind16) { *params16 = (float*)calloc(n, sizeof(float)); if (!*params16) fatal("--resume: out of host memory"); }
         }
         if (kind16 != ts->params16_kind) fatal("--resume: %s: 16-bit parameters of kind %d, rank 0's shard has %d", path, kind16, ts->params16_kind);
@@ -625,6 +746,13 @@ static void ckpt_load(const char* dir, const ParamLayout* lay, TrainState* ts, f
             long fp8_at = base + (long)(3 * values * sizeof(float) + (kind16 ? values * sizeof(uint16_t) : 0));
             if (fseek(f, fp8_at, SEEK_SET) != 0) fatal("--resume: %s: seek failed", path);
             freadCheck(ts->fp8, sizeof(float), ts->fp8_n, f, path);
+        }
+        if (r == 0 && ts->health_n > 0) {  // (right after the FP8 state)
+            long health_at = base + (long)(3 * values * sizeof(float) + (kind16 ? values * sizeof(uint16_t) : 0) +
+                                           ts->fp8_n * sizeof(float));
+            ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
+            if (fseek(f, health_at, SEEK_SET) != 0) fatal("--resume: %s: seek failed", path);
+            freadCheck(ts->health, sizeof(float), 2 * (size_t)ts->health_n, f, path);
         }
         free(index);
         fcloseCheck(f, path);

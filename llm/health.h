@@ -17,18 +17,21 @@
 //   a bad step is skipped: no update (parameters, moments and AdamW's step count stay), the data go on
 //   (its batches are consumed), the log line says "skipped": reason.
 //   after --max-bad-steps K bad steps in a row, or an SDC mismatch: the rollback. The model, the
-//   optimizer, the loss scaler, the FP8 state, the sampler's RNG and the step counter come back from
-//   the newest last-known-good checkpoint (step s0), and the run goes on from step s0 + 1. The data do
+//   optimizer, the loss scaler, the FP8 state, the sampler's RNG, the spike windows and the step
+//   counter come back from the newest last-known-good checkpoint (step s0), and the run goes on from step s0 + 1. The data do
 //   NOT rewind: the next step reads the batch after the last one read (the bad batches and those
 //   between s0 and them are not seen again; what is lost is those steps' updates, not data order).
 //   Without a good checkpoint, or when the newest one is the one the previous rollback went to (the
 //   run made no healthy progress since), every rank stops with one line and exit code 3
 //   (HEALTH_EXIT_CODE).
 //
-// Last-known-good: <output-dir>/good_checkpoints.txt, one line "<step> <state file>" appended by rank 0
-// for each checkpoint saved right after a healthy step (a checkpoint saved inside a bad streak is not
-// listed; with --sdc-check-every, only after the SDC check at that step passed). A fresh run starts the
-// list empty; a resumed one keeps it; a rollback to s0 drops the entries after s0.
+// Last-known-good: <output-dir>/good_checkpoints.txt (llm/ckpt_shard.h), one line "<step> <path>"
+// appended by rank 0 for each checkpoint saved right after a healthy step, once it is complete: a
+// gathered state file when written, a sharded checkpoint's directory when its manifest is (with
+// --async-checkpoint, some steps later; a rollback first waits for the save in flight). A checkpoint
+// saved inside a bad streak is not listed; with --sdc-check-every, only after the SDC check at that step
+// passed. A fresh run starts the list empty; a resumed one keeps it; a rollback to s0 drops the entries
+// after s0.
 //
 // SDC (--sdc-check-every N, and at every checkpoint): per parameter unit (the embedding, each layer,
 // the final LayerNorm: llm/tensors.h), a 64-bit FNV-1a hash of the bytes of the parameters this rank
@@ -43,13 +46,16 @@
 // majority, with 2 both. Then the rollback (same rule and exit code as above). What is hashed is the
 // copy the model computes with: in builds with an FP32 master (BF16) the master is sharded under ZeRO
 // and not hashed, and the next update rewrites the 16-bit copy from it, so a flip there is seen only by
-// a check at its step. Not saved in the state file: the spike windows and the streak (a resumed run
-// fills its window again; a rollback keeps them).
+// a check at its step. The spike windows and the streak are saved with every checkpoint (llm/checkpoint.h,
+// header[31..33]) and come back with it, on a resume and on a rollback alike: a resumed run takes the
+// same decisions as one that never stopped, and a run after a rollback is the run resumed from that
+// checkpoint (but for the data position).
 #pragma once
 #include "common.h"
 #include "device.h"
 #include "comm.h"
 #include "dp.h"
+#include "ckpt_shard.h"  // the checkpoints, and the list of the last-known-good ones
 
 #define HEALTH_EXIT_CODE 3  // a rollback was needed and no checkpoint could serve
 
@@ -96,6 +102,30 @@ static void health_window_push(HealthWindow* w, int cap, float x) {
     if (w->n < cap) w->n++;
 }
 
+// the windows and the streak into a checkpoint: out (2, window) gets the losses then the norms,
+// oldest first; returns how many of each
+static int health_export(const Health* h, float* out) {
+    int W = h->cfg.window, n = h->loss.n;
+    for (int i = 0; i < n; i++) {
+        int k = (h->loss.next - n + i + W) % W;  // (norm.next == loss.next: both are pushed together)
+        out[i] = h->loss.v[k];
+        out[n + i] = h->norm.v[k];
+    }
+    return n;
+}
+
+// and back, on resuming: the newest min(n, window) values of each (vals: (2, n) as health_export wrote)
+static void health_import(Health* h, const float* vals, int n, int bad_streak, int skipped) {
+    h->loss.n = h->loss.next = h->norm.n = h->norm.next = 0;
+    int W = h->cfg.window;
+    for (int i = n > W ? n - W : 0; i < n; i++) {
+        health_window_push(&h->loss, W, vals[i]);
+        health_window_push(&h->norm, W, vals[n + i]);
+    }
+    h->bad_streak = bad_streak;
+    h->skipped = skipped;
+}
+
 // the two spike rules for one value against its window; writes the reason and returns 1 when bad
 static int health_spike(const Health* h, const HealthWindow* w, const char* what, float x, char* why, size_t cap) {
     int W = h->cfg.window;
@@ -140,62 +170,6 @@ static const char* health_verdict(Health* h, float loss, float norm) {
 // 1 when the streak of bad steps calls for the rollback
 static int health_needs_rollback(const Health* h) { return h->cfg.max_bad_steps > 0 && h->bad_streak >= h->cfg.max_bad_steps; }
 
-// ----------------------------------------------------------------------------
-// last-known-good checkpoints: <dir>/good_checkpoints.txt
-
-static void health_good_path(const char* dir, char* out, size_t cap) { snprintf(out, cap, "%s/good_checkpoints.txt", dir); }
-
-// a fresh run (not resumed) starts its list empty (rank 0)
-static void health_good_reset(const char* dir) {
-    char path[1100];
-    health_good_path(dir, path, sizeof(path));
-    if (remove(path) != 0 && errno != ENOENT) fatal("%s: cannot remove: %s", path, strerror(errno));
-}
-
-// rank 0, after saving the checkpoint of step `step` (state file state_path) right after a healthy step
-static void health_good_add(const char* dir, int step, const char* state_path) {
-    char path[1100];
-    health_good_path(dir, path, sizeof(path));
-    FILE* f = fopen(path, "ab");
-    if (f == NULL) fatal("%s: cannot open for appending: %s", path, strerror(errno));
-    if (fprintf(f, "%d %s\n", step, state_path) < 0) fatal("%s: write failed: %s", path, strerror(errno));
-    fcloseCheck(f, path);
-}
-
-// The newest listed checkpoint at or before step `upto` whose state file still exists: its step, and its
-// path in out; -1 when there is none. keep_upto >= 0 (rank 0): the list is rewritten without the
-// entries after keep_upto.
-static int health_good_find(const char* dir, int upto, char* out, size_t cap, int keep_upto) {
-    char path[1100];
-    health_good_path(dir, path, sizeof(path));
-    int best = -1;
-    out[0] = '\0';
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) return -1;
-    char line[1200], kept[64][1200];
-    int nkept = 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        int step;
-        char file[1100];
-        if (sscanf(line, "%d %1099s", &step, file) != 2) continue;
-        if (keep_upto >= 0 && step <= keep_upto && nkept < 64) snprintf(kept[nkept++], sizeof(kept[0]), "%s", line);
-        if (step > upto || step < best) continue;
-        FILE* probe = fopen(file, "rb");
-        if (probe == NULL) continue;  // removed since (kept checkpoints rotate)
-        fclose(probe);
-        best = step;
-        snprintf(out, cap, "%s", file);
-    }
-    fcloseCheck(f, path);
-    if (keep_upto >= 0) {
-        f = fopen(path, "wb");
-        if (f == NULL) fatal("%s: cannot rewrite: %s", path, strerror(errno));
-        for (int i = 0; i < nkept; i++) if (fputs(kept[i], f) < 0) fatal("%s: write failed: %s", path, strerror(errno));
-        fcloseCheck(f, path);
-    }
-    return best;
-}
-
 // The rollback's checkpoint, on every rank (after a streak, or sdc_msg non-empty: an SDC mismatch):
 // writes why into why and the state file into path, and returns its step; rank 0 drops the list's
 // entries after it. Without one, or when it is the one the previous rollback went to, rank 0 prints one
@@ -205,7 +179,7 @@ static int health_rollback_target(Health* h, Comm* c, const char* dir, int step,
     if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
     else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
     comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
-    int to = health_good_find(dir, step, path, path_cap, -1);
+    int to = ckpt_good_find(dir, step, path, path_cap, -1);
     if (to < 0 || to == h->last_rollback) {
         if (c->world_rank == 0) {
             fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
@@ -218,7 +192,7 @@ static int health_rollback_target(Health* h, Comm* c, const char* dir, int step,
     comm_barrier(c, GROUP_WORLD);  // every rank has chosen before rank 0 rewrites the list
     if (c->world_rank == 0) {
         char again[1100];
-        health_good_find(dir, to, again, sizeof(again), to);  // drops the entries after it
+        ckpt_good_find(dir, to, again, sizeof(again), to);  // drops the entries after it
     }
     h->last_rollback = to;
     h->bad_streak = 0;

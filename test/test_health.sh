@@ -17,6 +17,9 @@
 # - bitflip (one bit of one parameter on one rank, after the update): --sdc-check-every names the unit
 #   and the rank(s) (2 replicas: both; 4: the one off the majority; dp2 x tp2: the ranks of that dp
 #   group), then the rollback; ZeRO-3 says that it has nothing to compare;
+# - the health state in the checkpoints: resumed from a gathered or a sharded checkpoint, the spike
+#   windows give the same skip as the run that never stopped; a streak saved in a checkpoint goes on
+#   after the resume; a rollback to a sharded asynchronous checkpoint = the rollback to the state file;
 # - bad flag values: one line naming the flag.
 set -uo pipefail
 CPU=${CPU:-./train_gpt_cpu}
@@ -193,6 +196,41 @@ runok sdc_z3 2 --steps 2 --zero 3 --sdc-check-every 1 && grep -q "sdc check: ZeR
     && ok "ZeRO-3: says there is nothing to compare" || bad "ZeRO-3: no 'nothing to compare' line"
 runok sdc_clean_pp 4 --steps 4 --pp 2 --sdc-check-every 1 && ! grep -q "parameters differ" "$tmp/sdc_clean_pp.out" \
     && ok "dp2 x pp2, SDC check every step, no fault: no mismatch" || bad "dp2 x pp2: a false SDC mismatch"
+
+# --- the health state in the checkpoints: windows and streak survive a resume, sharded rollback ---
+# a window of 6 and a spike at 20: a run resumed from step 16 has seen only 3 healthy steps of its own
+# by then (17..19; the rules wait for a full window), so it skips the spike only with the saved window
+sr=("${sp[@]}" --spike-zscore 4 --inject spike@step=20,rank=1)
+runok resume_spike 2 "${sr[@]}" --checkpoint-every 8 --checkpoint-format both --async-checkpoint 1 && {
+    [ "$(steps "$tmp/resume_spike/log.jsonl" | grep -vc ' None$')" -eq 1 ] && grep -q '"step": 20, .*"skipped": "loss z-score' "$tmp/resume_spike/log.jsonl" \
+        && ok "resume_spike: the spike at 20 skipped, no other step" || bad "resume_spike: $(grep -c skipped "$tmp/resume_spike/log.jsonl") skipped"
+    for from in state_00000016.bin ckpt_00000016; do
+        runok "resume_spike_$from" 2 "${sr[@]}" --checkpoint-every 8 --resume "$tmp/resume_spike/$from" || continue
+        if cmp -s <(steps "$tmp/resume_spike/log.jsonl" | tail -8) <(steps "$tmp/resume_spike_$from/log.jsonl") \
+           && grep -q '"step": 20, .*"skipped": "loss z-score' "$tmp/resume_spike_$from/log.jsonl"; then
+            ok "resumed from $from (window 6): steps 17..24 (losses, norms, the skip of the spike at 20) = the run that never stopped"
+        else bad "resumed from $from: the skip decisions differ:"; diff <(steps "$tmp/resume_spike/log.jsonl" | tail -8) <(steps "$tmp/resume_spike_$from/log.jsonl") | head -4; fi
+    done
+}
+# a checkpoint saved inside a streak (NaN at 5, 6; the save at 6) carries it: resumed from 6, one more
+# NaN at 7 is the third in a row and rolls back to 3, as the run that never stopped did (rollback_dp2)
+runok streak_a 2 --steps 6 --inject nan@step=5,count=2,rank=1 --max-bad-steps 3 --checkpoint-every 3 --zero 1 \
+    && runok streak_b 2 --steps 10 --inject nan@step=7,rank=1 --max-bad-steps 3 --checkpoint-every 3 --zero 1 \
+         --resume "$tmp/streak_a/state_00000006.bin" --output-dir "$tmp/streak_a" --log "$tmp/streak_b.jsonl" && {
+    if grep -q '"step": 7, "rollback_to": 3, "reason": "3 bad steps in a row' "$tmp/streak_b.jsonl" \
+       && cmp -s <(steps "$tmp/rollback_dp2/log.jsonl" | tail -7) <(steps "$tmp/streak_b.jsonl" | tail -7); then
+        ok "streak: 2 bad steps saved at 6, resumed, 1 more at 7: rolled back to 3; steps 4..10 = the uninterrupted rollback_dp2"
+    else bad "streak: $(grep -m1 rollback "$tmp/streak_b.jsonl")"; fi
+}
+# a rollback to a sharded, asynchronous checkpoint (its directory joins good_checkpoints.txt when its
+# manifest is written): the same steps after it as rollback_dp2's to state_00000003.bin
+runok rollback_sharded 2 --steps 10 --inject nan@step=5,count=3,rank=1 --max-bad-steps 3 --checkpoint-every 3 --zero 1 \
+    --checkpoint-format sharded --async-checkpoint 1 && {
+    if grep -q "rollback: 3 bad steps in a row (the last: grad norm nan): restored $tmp/rollback_sharded/ckpt_00000003 (step 3)" "$tmp/rollback_sharded.out" \
+       && cmp -s <(steps "$tmp/rollback_dp2/log.jsonl") <(steps "$tmp/rollback_sharded/log.jsonl"); then
+        ok "rollback_sharded: to ckpt_00000003 (async, sharded); every step's loss and norm = the rollback to state_00000003.bin"
+    else bad "rollback_sharded: $(grep -m1 rollback "$tmp/rollback_sharded.out")"; diff <(steps "$tmp/rollback_dp2/log.jsonl") <(steps "$tmp/rollback_sharded/log.jsonl") | head -4; fi
+}
 
 # --- bad flags: one line, non-zero exit ---
 badflag() {  # SUBSTRING ARGS...
