@@ -82,7 +82,7 @@ static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8S
     TrainState ts;
     float *p, *m, *v, *p16;
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_shard.h)
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(dp->comm, path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_shard.h)
     else state_load(path, cfg, &ts, &p, &m, &v, &p16);
     dp_import_params(dp, p, 1);
     if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(dp, p16);  // the 16-bit parameters exactly
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
         // a state file, or a sharded checkpoint's directory (llm/ckpt_shard.h: the newest complete one)
         char path[1100];
         if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) {
-            int s = ckpt_find_latest(args.output_dir, INT_MAX, rank0);
+            int s = ckpt_find_latest(&comm, args.output_dir, INT_MAX);
             if (s >= 0 && ckpt_latest_state_step(args.output_dir) <= s) ckpt_dir_name(path, sizeof(path), args.output_dir, s);
             else find_latest_state(args.output_dir, path, sizeof(path));
         } else {

@@ -64,6 +64,17 @@ static int ckpt_sum_int(Comm* c, int x) {
 #endif
 }
 
+static int ckpt_min_int(Comm* c, int x) {
+#if COMM_MPI
+    int y = 0;
+    mpiCheck(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MIN, c->mpi[GROUP_WORLD]));
+    return y;
+#else
+    (void)c;
+    return x;
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // the checked writer: counts bytes, checksums them, fails for real or on purpose
 
@@ -334,10 +345,12 @@ static void fsync_dir(const char* dir) {
     if (fd >= 0) { fsync(fd); close(fd); }
 }
 
-// a complete manifest and shards that match it: 1, else 0 with why. shards/step/world out.
+// a complete manifest and shards that match it: 1, else 0 with why. shards/step/world out. Every
+// shard's size is checked; the checksums of shards r with r % hash_parts == hash_part are recomputed
+// (hash_parts 0: none; 1: all).
 typedef struct { char name[64]; uint64_t bytes, hash; } ShardEntry;
 static int ckpt_check_dir(const char* dir, int* step, int* world, ShardEntry** shards, char* why, size_t cap,
-                          int verify_hash) {
+                          int hash_part, int hash_parts) {
     char path[1200];
     snprintf(path, sizeof(path), "%s/manifest.txt", dir);
     *shards = NULL;
@@ -380,7 +393,7 @@ static int ckpt_check_dir(const char* dir, int* step, int* world, ShardEntry** s
                      (unsigned long long)e[r].bytes);
             free(e); return 0;
         }
-        if (verify_hash) {
+        if (hash_parts > 0 && r % hash_parts == hash_part) {
             FILE* sf = fopen(path, "rb");
             if (sf == NULL) { snprintf(why, cap, "%s: %s", e[r].name, strerror(errno)); free(e); return 0; }
             uint64_t h = FNV_START;
@@ -496,7 +509,7 @@ static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap, int 
             int s_step, world;
             ShardEntry* e;
             char why[600];
-            if (!ckpt_check_dir(file, &s_step, &world, &e, why, sizeof(why), 1)) continue;
+            if (!ckpt_check_dir(file, &s_step, &world, &e, why, sizeof(why), 0, 1)) continue;
             free(e);
         }
         best = step;
@@ -573,13 +586,8 @@ static void ckpt_finish(Ckpt* ck) {
     int failed = ck->w.failed;
     int nfailed = ckpt_sum_int(c, failed);
     if (nfailed > 0) {
-        int lower = 0;  // the lowest failing rank speaks
-#if COMM_MPI
-        int mine = failed ? c->world_rank : INT_MAX, low = 0;
-        mpiCheck(MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, c->mpi[GROUP_WORLD]));
-        lower = low != c->world_rank;
-#endif
-        if (failed && !lower) {
+        int lowest = ckpt_min_int(c, failed ? c->world_rank : INT_MAX);  // the lowest failing rank speaks
+        if (failed && lowest == c->world_rank) {
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, ck->w.why);
         }
@@ -641,9 +649,23 @@ static void ckpt_save(Ckpt* ck, DataParallel* dp, const TrainState* ts, int good
 // ----------------------------------------------------------------------------
 // resuming: the newest complete checkpoint, read into this rank's layout
 
-// the newest complete checkpoint of out_dir at or below max_step (every rank sees the same files and
-// reaches the same answer; rank 0 says why each newer one is ignored); its step, or -1
-static int ckpt_find_latest(const char* out_dir, int max_step, int rank0) {
+// Every rank calls it: 1 when dir is a complete checkpoint (a manifest, and shards of its sizes and
+// checksums). Each rank recomputes the checksums of its share of the shards (shard r on rank r mod
+// world), so that the job reads each shard once, not once per rank. On 0, why holds the reason on the
+// lowest rank that found one, "" on the others.
+static int ckpt_verify(Comm* c, const char* dir, char* why, size_t cap) {
+    int step, world;
+    ShardEntry* e;
+    int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, c->world_rank, c->world_size);
+    free(e);
+    if (ckpt_sum_int(c, !ok) == 0) return 1;
+    if (ckpt_min_int(c, ok ? INT_MAX : c->world_rank) != c->world_rank) why[0] = '\0';
+    return 0;
+}
+
+// the newest complete checkpoint of out_dir at or below max_step (every rank calls it and gets the same
+// answer; the rank that saw why a newer one is ignored says so); its step, or -1
+static int ckpt_find_latest(Comm* c, const char* out_dir, int max_step) {
     int n;
     int* steps = ckpt_list(out_dir, &n);
     int found = -1;
@@ -651,24 +673,27 @@ static int ckpt_find_latest(const char* out_dir, int max_step, int rank0) {
         if (steps[i] > max_step) continue;
         char dir[1100], why[600];
         ckpt_dir_name(dir, sizeof(dir), out_dir, steps[i]);
-        int step, world;
-        ShardEntry* e;
-        if (ckpt_check_dir(dir, &step, &world, &e, why, sizeof(why), 1)) { found = steps[i]; free(e); }
-        else if (rank0) printf("resume: %s ignored: %s\n", dir, why);
+        if (ckpt_verify(c, dir, why, sizeof(why))) found = steps[i];
+        else if (why[0] != '\0') printf("resume: %s ignored: %s\n", dir, why);
     }
     free(steps);
     return found;
 }
 
-// reads the checkpoint in dir: the training position into ts (rank 0's shard), and the values of the
-// units this rank's layout holds into params, m, v (and params16 when the shards have them), malloc'd
-// Psi FP32 each, checkpoint order, zero elsewhere
-static void ckpt_load(const char* dir, const ParamLayout* lay, TrainState* ts, float** params, float** m, float** v,
-                      float** params16) {
+// reads the checkpoint in dir (every rank calls it): the training position into ts (rank 0's shard), and
+// the values of the units this rank's layout holds into params, m, v (and params16 when the shards
+// have them), malloc'd Psi FP32 each, checkpoint order, zero elsewhere. An incomplete checkpoint: one
+// line from the rank that saw it, and every rank exits with status 1.
+static void ckpt_load(Comm* c, const char* dir, const ParamLayout* lay, TrainState* ts, float** params, float** m,
+                      float** v, float** params16) {
     int step, world;
     ShardEntry* e;
     char why[600];
-    if (!ckpt_check_dir(dir, &step, &world, &e, why, sizeof(why), 1)) fatal("--resume: %s is not a complete checkpoint: %s", dir, why);
+    if (!ckpt_verify(c, dir, why, sizeof(why))) {
+        if (why[0] != '\0') fprintf(stderr, "error: --resume: %s is not a complete checkpoint: %s\n", dir, why);
+        comm_exit(c, EXIT_FAILURE);
+    }
+    if (!ckpt_check_dir(dir, &step, &world, &e, why, sizeof(why), 0, 0)) fatal("--resume: %s changed while being read: %s", dir, why);
     size_t n = lay->num_parameters;
     GPTConfig cfg = lay->cfg;
     *params = (float*)calloc(n, sizeof(float));

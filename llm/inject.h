@@ -14,7 +14,8 @@
 //                                            step 5's update (silent data corruption)
 //   --inject 'diskfail@step=4,rank=1,bytes=1000'
 //                                            rank 1's checkpoint write of step 4 fails after 1000 bytes
-//                                            (ENOSPC, as a full disk; llm/ckpt_shard.h's writer)
+//                                            (ENOSPC, as a full disk; llm/ckpt_shard.h's writer; on
+//                                            rank 0 the count goes on into the manifest)
 //   --inject 'slowdisk@rank=0,ms=20'         rank 0's checkpoint writes sleep 20 ms per 4 KiB (a slow
 //                                            disk: the kill -9 test lands in the middle of saves)
 //

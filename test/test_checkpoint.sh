@@ -23,8 +23,9 @@
 #  4. --keep-checkpoints 3 leaves exactly the last 3; --async-checkpoint with a slowed save (>= 300 ms):
 #     steps 5 and 6 run before step 4's save is reported done.
 #  5. Disk errors: --inject diskfail (rank 1's write fails after 5000 bytes at step 4) and a real full
-#     disk (a 700 KiB tmpfs, when mount is allowed, as root; else a note saying so): exit status 1, one
-#     "error:" line naming the shard file and the error, the earlier checkpoint intact (checksums), and
+#     disk (a 700 KiB tmpfs, when mount is allowed, as root; else a note saying so), and a failure in
+#     rank 0's manifest (diskfail with a budget past its shard): exit status 1 on every rank, one
+#     "error:" line naming the file and the error, the earlier checkpoint intact (checksums), and
 #     a resume from it continues bit-identically; an explicit --resume of the failed save's directory
 #     ends with one line saying it has no manifest.
 # PARTS="matrix model bf16 kill disk" (the default: all) runs some of them (checking a mutation by hand).
@@ -234,7 +235,7 @@ disk_case() {  # NAME DIR FAILED_STEP GOOD_STEP ERROR_SUBSTRING FLAGS...
     local name=$1 d=$2 fstep=$3 gstep=$4 sub=$5; shift 5
     run "$name" 2 "${dflags[@]}" --output-dir "$d" "$@"; local rc=$?
     local errs; errs=$(grep -a "^error" "$LOG/$name.log")
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$errs" | wc -l)" -eq 1 ] && [[ "$errs" == *"shard_"*"$sub"* ]]; then
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$errs" | wc -l)" -eq 1 ] && [[ "$errs" == *$sub* ]]; then  # (sub: a glob)
         ok "$name: exit $rc with one line: $errs"
     else bad "$name: exit $rc, error lines: $errs"; fi
     local v; v=$(verify_dirs "$d")
@@ -242,7 +243,12 @@ disk_case() {  # NAME DIR FAILED_STEP GOOD_STEP ERROR_SUBSTRING FLAGS...
         ok "$name: ckpt_$(printf %08d "$gstep") intact (sizes and checksums), step $fstep's has no manifest"
     else bad "$name: checkpoints after the failure: $v"; fi
 }
-disk_case diskfail "$tmp/diskfail" 4 2 "No space left on device" --inject "diskfail@step=4,rank=1,bytes=5000"
+disk_case diskfail "$tmp/diskfail" 4 2 "ckpt_00000004/shard_1.bin.tmp: write failed (--inject diskfail): No space left on device" \
+    --inject "diskfail@step=4,rank=1,bytes=5000"
+# the same in rank 0's manifest, written once every shard is: its byte budget goes on from its shard's
+s0=$(stat -c %s "$tmp/diskref/ckpt_00000004/shard_0.bin")
+disk_case manifestfail "$tmp/manifestfail" 4 2 "ckpt_00000004/manifest.txt.tmp: write failed (--inject diskfail): No space left on device" \
+    --inject "diskfail@step=4,rank=0,bytes=$((s0 + 40))"
 # an explicit --resume of a directory without a manifest: one line, exit 1
 run resume_partial 2 "${dflags[@]}" --output-dir "$tmp/partial_out" --resume "$tmp/diskfail/ckpt_00000004"; rc=$?
 e=$(cat "$LOG/resume_partial.log")
@@ -255,10 +261,23 @@ if grep -q "ckpt_00000004 ignored: no manifest" "$LOG/diskfail_resume.log" && gr
    && [ "$(fields "$tmp/diskfail/log2.jsonl")" = "$(fields "$tmp/diskref/log.jsonl" | tail -4)" ]; then
     ok "diskfail: resume ignores ckpt_00000004 (one line: why), takes ckpt_00000002, steps 3-6 bit-identical"
 else bad "diskfail: resume ($LOG/diskfail_resume.log)"; fi
+# a shard flipped in one byte (its size unchanged): the checksums are split over the ranks (shard r on
+# rank r mod world, each shard read once), and whichever rank holds shard 1's names it; the resume
+# takes the checkpoint before
+for np_ in 1 2 4; do
+    d=$tmp/corrupt_$np_
+    mkdir -p "$d" && cp -r "$tmp/diskref/ckpt_00000004" "$tmp/diskref/ckpt_00000006" "$d/"
+    python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(2000); b = f.read(1); f.seek(2000); f.write(bytes([b[0] ^ 4]))' "$d/ckpt_00000006/shard_1.bin"
+    run "corrupt_$np_" "$np_" "${dflags[@]}" --output-dir "$d" --resume latest || { bad "corrupt shard, $np_ processes: exit $?"; continue; }
+    if grep -q "resume: $d/ckpt_00000006 ignored: shard_1.bin: checksum [0-9a-f]*, the manifest says [0-9a-f]*" "$LOG/corrupt_$np_.log" \
+       && grep -q "resumed from $d/ckpt_00000004 at step 4" "$LOG/corrupt_$np_.log" && [ "$(grep -c 'ignored' "$LOG/corrupt_$np_.log")" -eq 1 ]; then
+        ok "corrupt shard_1 (one byte), resumed with $np_ processes: one line names it, ckpt_00000004 taken"
+    else bad "corrupt shard_1, $np_ processes: $(grep -E 'ignored|resumed' "$LOG/corrupt_$np_.log" | tr '\n' ' ')"; fi
+done
 mkdir -p "$tmp/small"
 if mount -t tmpfs -o size=700k tmpfs "$tmp/small" 2> "$tmp/mount.err"; then
     mnt=$tmp/small
-    disk_case fulldisk "$tmp/small/o" 4 2 "No space left on device"
+    disk_case fulldisk "$tmp/small/o" 4 2 "shard_*No space left on device"
     umount "$tmp/small"; mnt=""
 else
     # (not a check: the injected failure above covers the same path; said so, not counted)
