@@ -78,6 +78,7 @@
 #include "common.h"
 #include "device.h"
 #include <limits.h>
+#include <pthread.h>
 
 // which transport: MPI unless -DLLM_NO_MPI; NCCL over it in the builds with kernels
 #ifdef LLM_NO_MPI
@@ -203,6 +204,10 @@ typedef struct {
     MPI_Request pool_req[WD_POOL];
     int pool_msg[WD_POOL][WD_MSG];
     int expired_by;                    // the rank whose watchdog expired (it told us), or -1
+    pthread_mutex_t side_mu;           // the side channel and where[]: the main thread and the NCCL
+                                       // watchdog thread both use them
+    int thread_multiple;               // MPI gave MPI_THREAD_MULTIPLE: the NCCL watchdog thread may
+                                       // use the side channel
 #endif
     struct WdNccl* nccl;               // NCCL builds: the watchdog thread, NULL when off
 } Watchdog;

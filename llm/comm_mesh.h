@@ -75,8 +75,9 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
     if (!inited) {
         double t0 = wall_ms();
         int provided = 0;
-        // funneled: only the main thread calls MPI (OpenMP threads never do)
-        mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+        // funneled: only the main thread calls MPI (OpenMP threads never do); NCCL builds ask for
+        // multiple, so that the watchdog thread can use its side channel (llm/watchdog.h)
+        mpiCheck(MPI_Init_thread(argc, argv, COMM_NCCL ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided));
         c->init_ms = wall_ms() - t0;
         c->owns_mpi = 1;
     }

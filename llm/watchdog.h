@@ -21,10 +21,12 @@
 // Over real NCCL (the CUDA build) the host does not block in a collective but later, in a stream or
 // event synchronize; there comm.h creates non-blocking communicators (ncclConfig_t.blocking = 0),
 // settles each call's ncclInProgress by polling ncclCommGetAsyncError with the same deadline, and a
-// watchdog thread (wd_nccl_*) watches the oldest collective still in flight: past the deadline, or
-// on an asynchronous NCCL error, it prints the line (step, collective, group, call site) and
-// ncclCommAbort's every communicator, then exits non-zero (mpirun ends the job). It cannot use the
-// side channel (MPI is funneled through the main thread), so it does not name the missing rank.
+// watchdog thread (wd_nccl_*) watches the oldest collective still in flight: past report_s it reports
+// it on the side channel as wd_wait does (NCCL builds ask MPI for MPI_THREAD_MULTIPLE, so that this
+// thread may call MPI beside the main thread; the side channel's state is under a mutex); past the
+// deadline, or on an asynchronous NCCL error, it prints the line (step, collective, group, call site,
+// and the missing ranks from the reports), tells the others, ncclCommAbort's every communicator and
+// exits non-zero (mpirun ends the job). Without MPI_THREAD_MULTIPLE the line says it cannot name them.
 //
 // Part of llm/comm.h, which includes it after the types (Comm, Watchdog), before the mesh.
 #pragma once
@@ -45,6 +47,7 @@ typedef struct {
     int line;
     int npeers;        // P2P: the world ranks it waits on
     int peers[8];
+    int step;          // the training step it was called in
 } WdWait;
 
 // the world rank of (dp_rank, pp_rank, tp_rank): llm/comm_mesh.h's order, tp innermost
@@ -88,6 +91,7 @@ static WdWait wd_collective(Comm* c, const char* name, CommGroup g, long long se
     w.seq = seq;
     w.file = c->wd.site_file ? c->wd.site_file : "?";
     w.line = c->wd.site_line;
+    w.step = c->wd.step;
     return w;
 }
 static WdWait wd_p2p(Comm* c, const char* name, CommGroup g, const int* group_peers, int n) {
@@ -111,15 +115,21 @@ static void wd_init(Comm* c) {
     memset(c->wd.where, 0, (size_t)c->world_size * WD_MSG * sizeof(int));
     for (int i = 0; i < WD_POOL; i++) c->wd.pool_req[i] = MPI_REQUEST_NULL;
     c->wd.expired_by = -1;
+    int level = 0;
+    mpiCheck(MPI_Query_thread(&level));
+    c->wd.thread_multiple = level >= MPI_THREAD_MULTIPLE;
+    int rc = pthread_mutex_init(&c->wd.side_mu, NULL);
+    if (rc != 0) fatal("pthread_mutex_init: %s", strerror(rc));
 }
 
 // receives every report that has arrived: where[src] is the last one of rank src
 static void wd_drain(Comm* c) {
+    pthread_mutex_lock(&c->wd.side_mu);
     for (;;) {
         int flag = 0;
         MPI_Status st;
         mpiCheck(MPI_Iprobe(MPI_ANY_SOURCE, WD_TAG, c->wd.side, &flag, &st));
-        if (!flag) return;
+        if (!flag) break;
         int msg[WD_MSG];
         mpiCheck(MPI_Recv(msg, WD_MSG, MPI_INT, st.MPI_SOURCE, WD_TAG, c->wd.side, MPI_STATUS_IGNORE));
         if (msg[0] == WD_EXPIRED) {  // it expired waiting there: still a report of where it waits
@@ -128,12 +138,14 @@ static void wd_drain(Comm* c) {
         }
         memcpy(c->wd.where + (size_t)st.MPI_SOURCE * WD_MSG, msg, sizeof(msg));
     }
+    pthread_mutex_unlock(&c->wd.side_mu);
 }
 
 // tells every other rank (type, step, group, seq, collective); never blocks: a report that finds no
 // free send slot is dropped (the slots are freed as the small eager sends complete)
 static void wd_tell(Comm* c, int type, const WdWait* w) {
-    int msg[WD_MSG] = {type, c->wd.step, (int)w->g, (int)w->seq, w->collective, 0};
+    int msg[WD_MSG] = {type, w->step, (int)w->g, (int)w->seq, w->collective, 0};
+    pthread_mutex_lock(&c->wd.side_mu);
     for (int r = 0; r < c->world_size; r++) {
         if (r == c->world_rank) continue;
         int slot = -1;
@@ -142,10 +154,11 @@ static void wd_tell(Comm* c, int type, const WdWait* w) {
             if (c->wd.pool_req[i] != MPI_REQUEST_NULL) mpiCheck(MPI_Test(&c->wd.pool_req[i], &done, MPI_STATUS_IGNORE));
             if (done) slot = i;
         }
-        if (slot < 0) return;
+        if (slot < 0) break;
         memcpy(c->wd.pool_msg[slot], msg, sizeof(msg));
         mpiCheck(MPI_Isend(c->wd.pool_msg[slot], WD_MSG, MPI_INT, r, WD_TAG, c->wd.side, &c->wd.pool_req[slot]));
     }
+    pthread_mutex_unlock(&c->wd.side_mu);
 }
 
 // appends to buf (of cap) with printf's format
@@ -163,18 +176,54 @@ static void wd_cat(char* buf, size_t cap, const char* fmt, ...) {
 static int wd_at_same_point(const Comm* c, int m, const WdWait* w) {
     const int* rep = c->wd.where + (size_t)m * WD_MSG;
     if (rep[0] != WD_WAITING || rep[2] != (int)w->g || rep[4] != w->collective) return 0;
-    return w->collective ? rep[3] == (int)w->seq : rep[1] == c->wd.step;
+    return w->collective ? rep[3] == (int)w->seq : rep[1] == w->step;
+}
+
+// appends to line: the missing ranks of w (members of a collective, peers of a P2P, not reported
+// waiting at the same point), each with where it waits if it said so, then every rank with no report
+// at all (where a chain of waits ends)
+static void wd_cat_missing(Comm* c, const WdWait* w, char* line, size_t cap) {
+    int* m = (int*)mallocCheck((size_t)c->world_size * sizeof(int));
+    int n = wd_members(c, w->g, m);
+    pthread_mutex_lock(&c->wd.side_mu);  // (where[]: the other thread may be draining)
+    const int* who = w->collective ? m : w->peers;
+    int nwho = w->collective ? n : w->npeers, missing = 0;
+    for (int i = 0; i < nwho; i++) {
+        int r = who[i];
+        if (r == c->world_rank || wd_at_same_point(c, r, w)) continue;
+        const int* rep = c->wd.where + (size_t)r * WD_MSG;
+        wd_cat(line, cap, "%s%d", missing ? ", rank " : ": missing rank ", r);
+        if (rep[0] == WD_WAITING) {
+            if (rep[4]) wd_cat(line, cap, " (waiting in collective #%d of the %s group at step %d)", rep[3], comm_group_name(rep[2]), rep[1]);
+            else wd_cat(line, cap, " (waiting in a P2P of the %s group at step %d)", comm_group_name(rep[2]), rep[1]);
+        } else {
+            wd_cat(line, cap, " (no report: dead or hung)");
+        }
+        missing++;
+    }
+    if (!missing && nwho > 0) wd_cat(line, cap, ": every rank of it reported waiting here");
+    int silent = 0;
+    for (int r = 0; r < c->world_size; r++) {
+        if (r == c->world_rank || c->wd.where[(size_t)r * WD_MSG] == WD_WAITING) continue;
+        wd_cat(line, cap, "%s%d", silent ? "," : "; no report from rank ", r);
+        silent++;
+    }
+    pthread_mutex_unlock(&c->wd.side_mu);
+    free(m);
+}
+
+// before the line: the reports of ranks that began to wait just before, a short grace to read them
+// (unless another rank's watchdog expired first: then at once). Returns 1 when one did.
+static int wd_grace(Comm* c) {
+    double t0 = wall_ms();
+    while (wall_ms() - t0 < (c->wd.report_s + 0.2) * 1e3 && c->wd.expired_by < 0) { wd_drain(c); usleep(10000); }
+    wd_drain(c);
+    return c->wd.expired_by >= 0;
 }
 
 // the one line, then the end of the whole job. by_peer: another rank's watchdog expired first.
 [[noreturn]] static void wd_expire(Comm* c, const WdWait* w, double waited_s) {
-    int by_peer = c->wd.expired_by >= 0;
-    if (!by_peer) {  // reports of ranks that began to wait just before: a short grace to read them
-        double t0 = wall_ms();
-        while (wall_ms() - t0 < (c->wd.report_s + 0.2) * 1e3 && c->wd.expired_by < 0) { wd_drain(c); usleep(10000); }
-        by_peer = c->wd.expired_by >= 0;
-    }
-    wd_drain(c);
+    int by_peer = wd_grace(c);
     char line[2048] = "";
     wd_cat(line, sizeof(line), "watchdog: rank %d: step %d: ", c->world_rank, c->wd.step);
     if (by_peer) wd_cat(line, sizeof(line), "rank %d's watchdog expired after %.1f s of waiting here ", c->wd.expired_by, waited_s);
@@ -187,30 +236,7 @@ static int wd_at_same_point(const Comm* c, int m, const WdWait* w) {
     for (int i = 0; i < n; i++) wd_cat(line, sizeof(line), "%s%d", i ? "," : " ", m[i]);
     if (w->line > 0) wd_cat(line, sizeof(line), ") called at %s:%d", w->file, w->line);
     else wd_cat(line, sizeof(line), ") waited at %s", w->file);
-    // the missing ones: members (collective) or peers (P2P) not waiting at the same point
-    const int* who = w->collective ? m : w->peers;
-    int nwho = w->collective ? n : w->npeers, missing = 0;
-    for (int i = 0; i < nwho; i++) {
-        int r = who[i];
-        if (r == c->world_rank || wd_at_same_point(c, r, w)) continue;
-        const int* rep = c->wd.where + (size_t)r * WD_MSG;
-        wd_cat(line, sizeof(line), "%s%d", missing ? ", rank " : ": missing rank ", r);
-        if (rep[0] == WD_WAITING) {
-            if (rep[4]) wd_cat(line, sizeof(line), " (waiting in collective #%d of the %s group at step %d)", rep[3], comm_group_name(rep[2]), rep[1]);
-            else wd_cat(line, sizeof(line), " (waiting in a P2P of the %s group at step %d)", comm_group_name(rep[2]), rep[1]);
-        } else {
-            wd_cat(line, sizeof(line), " (no report: dead or hung)");
-        }
-        missing++;
-    }
-    if (!missing) wd_cat(line, sizeof(line), ": every rank of it reported waiting here");
-    // every rank that has not reported waiting anywhere: where a chain of waits ends
-    int silent = 0;
-    for (int r = 0; r < c->world_size; r++) {
-        if (r == c->world_rank || c->wd.where[(size_t)r * WD_MSG] == WD_WAITING) continue;
-        wd_cat(line, sizeof(line), "%s%d", silent ? "," : "; no report from rank ", r);
-        silent++;
-    }
+    wd_cat_missing(c, w, line, sizeof(line));
     free(m);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
@@ -306,13 +332,32 @@ struct WdNccl {
     long long head, tail;  // entries [tail, head) are in flight, in issue order (one comm stream)
 };
 
+// what the reports and the line say of an entry (a P2P has no sequence number, and no peers here)
+static WdWait wd_entry_wait(const WdEntry* e) {
+    WdWait w;
+    memset(&w, 0, sizeof(w));
+    w.name = e->name; w.g = (CommGroup)e->g; w.collective = e->seq > 0; w.seq = e->seq;
+    w.file = e->file; w.line = e->line; w.step = e->step;
+    return w;
+}
+
 // the line, then the communicators aborted (real NCCL: their kernels return) and the process ends;
-// mpirun then ends the job. From the watchdog thread: no MPI here (funneled through the main thread).
+// mpirun then ends the job. When MPI lets this thread call it (MPI_THREAD_MULTIPLE), the missing ranks
+// are named from the side channel's reports as in the MPI path, and the others are told.
 [[noreturn]] static void wd_nccl_expire(WdNccl* w, const WdEntry* e, double waited_s, const char* nccl_error) {
     Comm* c = w->c;
-    char line[1024] = "";
+    WdWait ww = wd_entry_wait(e);
+    int side = 0, by_peer = 0;
+#if COMM_MPI
+    side = c->wd.thread_multiple;
+    if (side) by_peer = wd_grace(c);
+#endif
+    char line[2048] = "";
     wd_cat(line, sizeof(line), "watchdog: rank %d: step %d: ", c->world_rank, e->step);
     if (nccl_error) wd_cat(line, sizeof(line), "NCCL error '%s' ", nccl_error);
+#if COMM_MPI
+    else if (by_peer) wd_cat(line, sizeof(line), "rank %d's watchdog expired after %.1f s of waiting here ", c->wd.expired_by, waited_s);
+#endif
     else wd_cat(line, sizeof(line), "no progress for %.1f s (--comm-timeout %g) ", waited_s, c->wd.timeout_s);
     wd_cat(line, sizeof(line), "in %s", e->name);
     if (e->seq > 0) wd_cat(line, sizeof(line), " #%lld", e->seq);
@@ -320,12 +365,21 @@ struct WdNccl {
     int n = c->world_size <= 4096 ? wd_members(c, (CommGroup)e->g, m) : 0;
     wd_cat(line, sizeof(line), " of the %s group (world ranks", comm_group_name(e->g));
     for (int i = 0; i < n; i++) wd_cat(line, sizeof(line), "%s%d", i ? "," : " ", m[i]);
-    wd_cat(line, sizeof(line), ") called at %s:%d, %s: %s (the missing rank is named by the MPI transport's side "
-           "channel only)", e->file, e->line, e->state == 1 ? "inside the NCCL call" : "not completed on the GPU",
-           LLM_BUILD_CUDA ? "NCCL communicators aborted (ncclCommAbort), the process exits"
-                          : "the process exits (the emulated NCCL cannot abort a call in progress)");
+    wd_cat(line, sizeof(line), ") called at %s:%d, %s", e->file, e->line, e->state == 1 ? "inside the NCCL call" : "not completed on the GPU");
+#if COMM_MPI
+    if (side) wd_cat_missing(c, &ww, line, sizeof(line));
+#endif
+    if (!side) wd_cat(line, sizeof(line), ": the missing rank is not named (MPI gave this thread no MPI_THREAD_MULTIPLE for the side channel)");
+    wd_cat(line, sizeof(line), "; %s", LLM_BUILD_CUDA ? "NCCL communicators aborted (ncclCommAbort), the process exits"
+                                                      : "the process exits (the emulated NCCL cannot abort a call in progress)");
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
+#if COMM_MPI
+    if (side && !by_peer) {
+        wd_tell(c, WD_EXPIRED, &ww);
+        usleep(1000000);  // the others print their line
+    }
+#endif
 #if LLM_BUILD_CUDA  // (the emulated NCCL's abort is not safe beside a call in progress: just exit)
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         if (c->nccl_owned[g] && c->nccl[g] != NULL) ncclCommAbort(c->nccl[g]);
@@ -334,34 +388,54 @@ struct WdNccl {
     _exit(EXIT_FAILURE);
 }
 
-// the thread: every 20 ms, retire the completed entries and check the oldest one in flight
+// the thread: every 20 ms, retire the completed entries and check the oldest one in flight; past
+// report_s it tells the other ranks where it waits (and "done" once it no longer does), as wd_wait does
 static void wd_nccl_loop(WdNccl* w) {
+    Comm* c = w->c;
 #if LLM_BUILD_CUDA
-    cudaSetDevice(w->c->device);
+    cudaSetDevice(c->device);
 #endif
+    long long reported = -1;  // the entry (its number) this rank reported waiting in
+    WdWait rep_w;
+    memset(&rep_w, 0, sizeof(rep_w));
     while (!w->stop.load()) {
         usleep(20000);
-        std::unique_lock<std::mutex> lock(w->mu);
-        while (w->tail < w->head) {
-            WdEntry* e = &w->e[w->tail % WD_RING];
+        WdEntry e;
+        memset(&e, 0, sizeof(e));
+        long long oldest = -1;
+        {
+            std::lock_guard<std::mutex> lock(w->mu);
+            while (w->tail < w->head) {
+                WdEntry* t = &w->e[w->tail % WD_RING];
 #if LLM_BUILD_CUDA
-            if (e->state == 2 && cudaEventQuery(w->ev[w->tail % WD_RING]) == cudaSuccess) e->state = 0;
+                if (t->state == 2 && cudaEventQuery(w->ev[w->tail % WD_RING]) == cudaSuccess) t->state = 0;
 #endif
-            if (e->state != 0) break;
-            w->tail++;
+                if (t->state != 0) break;
+                w->tail++;
+            }
+            if (w->tail < w->head) { e = w->e[w->tail % WD_RING]; oldest = w->tail; }
         }
-        if (w->tail < w->head) {
-            WdEntry e = w->e[w->tail % WD_RING];
-            double waited = (wall_ms() - e.t_ms) / 1e3;
-            if (waited > w->c->wd.timeout_s) wd_nccl_expire(w, &e, waited, NULL);
+        double waited = oldest >= 0 ? (wall_ms() - e.t_ms) / 1e3 : 0.0;
+#if COMM_MPI
+        if (c->wd.thread_multiple) {  // the side channel
+            if (reported >= 0 && reported != oldest) { wd_tell(c, WD_DONE, &rep_w); reported = -1; }
+            if (oldest >= 0 && reported < 0 && waited > c->wd.report_s) {
+                rep_w = wd_entry_wait(&e);
+                wd_tell(c, WD_WAITING, &rep_w);
+                reported = oldest;
+            }
+            wd_drain(c);
+            if (oldest >= 0 && c->wd.expired_by >= 0) wd_nccl_expire(w, &e, waited, NULL);
         }
+#endif
+        if (oldest >= 0 && waited > c->wd.timeout_s) wd_nccl_expire(w, &e, waited, NULL);
 #if LLM_BUILD_CUDA  // an asynchronous error of a communicator (a peer lost, a network error)
         for (int g = 0; g < COMM_NUM_GROUPS; g++) {
             ncclResult_t state = ncclSuccess;
-            if (!w->c->nccl_owned[g] || ncclCommGetAsyncError(w->c->nccl[g], &state) != ncclSuccess) continue;
+            if (!c->nccl_owned[g] || ncclCommGetAsyncError(c->nccl[g], &state) != ncclSuccess) continue;
             if (state != ncclSuccess && state != ncclInProgress) {
-                WdEntry e = w->tail < w->head ? w->e[w->tail % WD_RING] : WdEntry{wall_ms(), "(no collective)", g, w->c->wd.step, 0, 0, "?", 0};
-                wd_nccl_expire(w, &e, 0.0, ncclGetErrorString(state));
+                WdEntry x = oldest >= 0 ? e : WdEntry{wall_ms(), "(no collective)", g, c->wd.step, 0, 0, "?", 0};
+                wd_nccl_expire(w, &x, 0.0, ncclGetErrorString(state));
             }
         }
 #endif

@@ -19,9 +19,13 @@
 #     processes, --straggler-every 2: each check names rank 1 with a ratio above the factor 1.5 in the
 #     console line and log.jsonl, and no other rank; without the injection (4 processes) no rank is
 #     named (a healthy rank's compute time is within ~20% of the others' over 3 steps even here).
-#  3. The emulated CUDA build (comm.h's NCCL path: non-blocking communicators, the watchdog thread),
-#     rank 1 hanging at step 3 of 2 processes: mpirun exits non-zero within 4 + 8 s of the fault, and
-#     rank 0 prints one watchdog line naming step 3, the all_reduce, the dp group and its call site.
+#  3. The emulated CUDA build (comm.h's NCCL path: non-blocking communicators, the watchdog thread,
+#     which reports on the side channel from its own thread under MPI_THREAD_MULTIPLE): rank 1 hanging
+#     at step 3 of 2 processes: mpirun exits non-zero within 4 + 8 s of the fault, and rank 0 prints one
+#     watchdog line naming step 3, the all_reduce, the dp group, its call site and "missing rank 1 (no
+#     report: dead or hung)"; rank 2 of dp 2 x tp 2 hanging: its tp partner (rank 3) names it missing
+#     from the tp group's all_reduce, the other two ranks wait in the dp group and each of the 3 lines
+#     says "no report from rank 2" (rank 1's names rank 3 waiting in the tp group: the chain of waits).
 #  4. Bad values of the new flags: one "error: " line naming the flag, a non-zero exit.
 set -u
 cd "$(dirname "$0")/.."
@@ -126,22 +130,33 @@ STRAGGLER_EVERY=3
 straggler healthy_np4 4
 
 # the emulated CUDA build: the NCCL path's watchdog thread
-if make -s "$EMU" > "$LOG/emu_build.log" 2>&1; then
+emu_hang() {  # NAME NP LINES EXPECT FLAGS...: rank R hangs at step 3; LINES watchdog lines, one matching EXPECT (a glob)
+    local name=$1 np=$2 lines=$3 expect=$4; shift 4
+    local t0 rc t_end t_fault dt l n
     t0=$(date +%s.%N)
-    EMU_DEVICES=2 timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np 2 "$EMU" "${common[@]}" --steps 6 --comm-timeout $TIMEOUT \
-        --inject hang@step=3,rank=1 --output-dir "$tmp/emu_hang" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done > "$LOG/emu_hang.log"
+    EMU_DEVICES=$np timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$EMU" "${common[@]}" --steps 6 --comm-timeout $TIMEOUT \
+        --output-dir "$tmp/$name" "$@" 2>&1 | while IFS= read -r l; do printf '%s %s\n' "$(date +%s.%N)" "$l"; done > "$LOG/$name.log"
     rc=${PIPESTATUS[0]}
     t_end=$(date +%s.%N)
-    t_fault=$(grep -m1 "inject: rank 1" "$LOG/emu_hang.log" | cut -d' ' -f1)
+    t_fault=$(grep -m1 "inject: rank" "$LOG/$name.log" | cut -d' ' -f1)
     dt=$(printf '%.1f' "$(echo "$t_end - ${t_fault:-$t0}" | bc)")
-    l=$(grep ' watchdog: rank 0: ' "$LOG/emu_hang.log" | cut -d' ' -f2-)
-    n=$(grep -c ' watchdog: rank ' "$LOG/emu_hang.log")
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$t_fault" ] && [ "$(echo "$dt <= $TIMEOUT + 8" | bc)" = 1 ] && [ "$n" -eq 1 ] &&
-       [[ "$l" == *"step 3: no progress for "*" in all_reduce #"*" of the dp group (world ranks 0,1) called at llm/"*".h:"* ]]; then
-        ok "emu_hang: emulated CUDA build (NCCL path), rank 1 hangs at step 3: mpirun exit $rc, $dt s after the fault: $l"
+    n=$(grep -c ' watchdog: rank ' "$LOG/$name.log")
+    l=$(grep ' watchdog: rank ' "$LOG/$name.log" | cut -d' ' -f2- | while IFS= read -r x; do [[ "$x" == $expect ]] && echo "$x"; done | head -1)
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -n "$t_fault" ] && [ "$(echo "$dt <= $TIMEOUT + 8" | bc)" = 1 ] && [ "$n" -eq "$lines" ] && [ -n "$l" ]; then
+        ok "$name: emulated CUDA build (NCCL path), mpirun exit $rc, $dt s after the fault, $n watchdog lines: $l"
     else
-        bad "emu_hang: exit $rc, $dt s after the fault, $n watchdog lines: $l (see $LOG/emu_hang.log)"
+        bad "$name: exit $rc, $dt s after the fault, $n watchdog lines, none matching '$expect' (see $LOG/$name.log)"
     fi
+}
+if make -s "$EMU" > "$LOG/emu_build.log" 2>&1; then
+    emu_hang emu_hang 2 1 "watchdog: rank 0: step 3: no progress for * in all_reduce #* of the dp group (world ranks 0,1) called at llm/*.h:*: missing rank 1 (no report: dead or hung); no report from rank 1; *" \
+        --inject hang@step=3,rank=1
+    emu_hang emu_hang_tp 4 3 "watchdog: rank 3: step 3: no progress for * in all_reduce #* of the tp group (world ranks 2,3) called at llm/*.h:*: missing rank 2 (no report: dead or hung); no report from rank 2; *" \
+        --inject hang@step=3,rank=2 --tp 2
+    [ "$(grep ' watchdog: rank ' "$LOG/emu_hang_tp.log" | grep -c '; no report from rank 2; ')" -eq 3 ] \
+       && grep -q ' watchdog: rank 1: .*of the dp group (world ranks 1,3) .*: missing rank 3 (waiting in collective #[0-9]* of the tp group at step 3)' "$LOG/emu_hang_tp.log" \
+        && ok "emu_hang_tp: every line says no report from rank 2; rank 1's names rank 3 waiting in the tp group (the chain)" \
+        || bad "emu_hang_tp: the lines do not trace the chain to rank 2 (see $LOG/emu_hang_tp.log)"
 else
     bad "emu_hang: make $EMU failed (see $LOG/emu_build.log)"
 fi
