@@ -67,6 +67,7 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/checkpoint.h"
 #include "llm/inject.h"
 #include "llm/ckpt_shard.h"
+#include "llm/ckpt_resume.h"
 #include "llm/sampler.h"
 #include "llm/eval.h"
 #include "llm/report.h"
@@ -82,7 +83,7 @@ static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8S
     TrainState ts;
     float *p, *m, *v, *p16;
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(dp->comm, path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_shard.h)
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(dp->comm, path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_resume.h)
     else state_load(path, cfg, &ts, &p, &m, &v, &p16);
     dp_import_params(dp, p, 1);
     if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(dp, p16);  // the 16-bit parameters exactly

@@ -55,7 +55,7 @@
 #include "device.h"
 #include "comm.h"
 #include "dp.h"
-#include "ckpt_shard.h"  // the checkpoints, and the list of the last-known-good ones
+#include "ckpt_dir.h"  // the checkpoints, and the list of the last-known-good ones
 
 #define HEALTH_EXIT_CODE 3  // a rollback was needed and no checkpoint could serve
 

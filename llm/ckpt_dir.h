@@ -1,0 +1,254 @@
+// ckpt_dir.h: what saving and resuming sharded checkpoints share (llm/ckpt_shard.h has the format):
+// the directory names, the check of a checkpoint against its manifest (sizes, FNV-1a checksums), the
+// listing of a run's checkpoints, the list of last-known-good ones (good_checkpoints.txt, which the
+// rollback of llm/health.h reads), and two host-side agreements among the ranks.
+#pragma once
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include "common.h"
+#include "comm.h"
+
+#define SHARD_MAGIC 20261123
+#define SHARD_VERSION 1
+
+// ----------------------------------------------------------------------------
+// host-side agreement among the world's ranks (plain MPI on host ints, outside the comm ledger)
+
+static int ckpt_sum_int(Comm* c, int x) {
+#if COMM_MPI
+    int y = 0;
+    mpiCheck(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, c->mpi[GROUP_WORLD]));
+    return y;
+#else
+    (void)c;
+    return x;
+#endif
+}
+
+static int ckpt_min_int(Comm* c, int x) {
+#if COMM_MPI
+    int y = 0;
+    mpiCheck(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MIN, c->mpi[GROUP_WORLD]));
+    return y;
+#else
+    (void)c;
+    return x;
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// names and checksums
+
+static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    return h;
+}
+#define FNV_START 14695981039346656037ull
+
+static void ckpt_dir_name(char* out, size_t cap, const char* out_dir, int step) { snprintf(out, cap, "%s/ckpt_%08d", out_dir, step); }
+
+// ----------------------------------------------------------------------------
+// the manifest and the shards it lists, checked
+
+static void fsync_dir(const char* dir) {
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+// a complete manifest and shards that match it: 1, else 0 with why. shards/step/world out. Every
+// shard's size is checked; the checksums of shards r with r % hash_parts == hash_part are recomputed
+// (hash_parts 0: none; 1: all).
+typedef struct { char name[64]; uint64_t bytes, hash; } ShardEntry;
+static int ckpt_check_dir(const char* dir, int* step, int* world, ShardEntry** shards, char* why, size_t cap,
+                          int hash_part, int hash_parts) {
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/manifest.txt", dir);
+    *shards = NULL;
+    FILE* f = fopen(path, "r");
+    if (f == NULL) { snprintf(why, cap, "no manifest (manifest.txt: %s): the save did not finish", strerror(errno)); return 0; }
+    char line[512];
+    int ok = 0, nshards = -1, got = 0;
+    *step = -1;
+    ShardEntry* e = NULL;
+    if (!fgets(line, sizeof(line), f) || strcmp(line, "llm-ckpt manifest 1\n") != 0) { snprintf(why, cap, "manifest.txt: bad first line"); fclose(f); return 0; }
+    while (fgets(line, sizeof(line), f)) {
+        int r; char name[64]; unsigned long long b, hsh;
+        if (sscanf(line, "step %d", step) == 1) continue;
+        if (sscanf(line, "shards %d", &nshards) == 1) {
+            if (nshards <= 0 || nshards > (1 << 20) || e) break;
+            e = (ShardEntry*)calloc((size_t)nshards, sizeof(ShardEntry));
+            continue;
+        }
+        if (sscanf(line, "shard %d %63s %llu %llx", &r, name, &b, &hsh) == 4) {
+            if (!e || r != got || r >= nshards) break;
+            snprintf(e[r].name, sizeof(e[r].name), "%s", name);
+            e[r].bytes = b; e[r].hash = hsh;
+            got++;
+            continue;
+        }
+        if (!strcmp(line, "complete\n")) { ok = 1; break; }
+    }
+    fclose(f);
+    if (!ok || !e || got != nshards || *step < 0) {
+        snprintf(why, cap, "manifest.txt incomplete (no \"complete\" line after %d of %d shards)", got, nshards);
+        free(e);
+        return 0;
+    }
+    for (int r = 0; r < nshards; r++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, e[r].name);
+        struct stat st;
+        if (stat(path, &st) != 0) { snprintf(why, cap, "%s: %s", e[r].name, strerror(errno)); free(e); return 0; }
+        if ((uint64_t)st.st_size != e[r].bytes) {
+            snprintf(why, cap, "%s: %llu bytes, the manifest says %llu", e[r].name, (unsigned long long)st.st_size,
+                     (unsigned long long)e[r].bytes);
+            free(e); return 0;
+        }
+        if (hash_parts > 0 && r % hash_parts == hash_part) {
+            FILE* sf = fopen(path, "rb");
+            if (sf == NULL) { snprintf(why, cap, "%s: %s", e[r].name, strerror(errno)); free(e); return 0; }
+            uint64_t h = FNV_START;
+            char buf[1 << 16];
+            size_t k;
+            while ((k = fread(buf, 1, sizeof(buf), sf)) > 0) h = fnv1a(h, buf, k);
+            fclose(sf);
+            if (h != e[r].hash) {
+                snprintf(why, cap, "%s: checksum %016llx, the manifest says %016llx", e[r].name, (unsigned long long)h,
+                         (unsigned long long)e[r].hash);
+                free(e); return 0;
+            }
+        }
+    }
+    *world = nshards;
+    *shards = e;
+    return 1;
+}
+
+// removes a checkpoint directory: the manifest first (it stops being a checkpoint), then the rest
+static void ckpt_remove_dir(const char* dir) {
+    char path[1400];
+    snprintf(path, sizeof(path), "%s/manifest.txt", dir);
+    remove(path);
+    DIR* d = opendir(dir);
+    if (d == NULL) return;
+    struct dirent* de;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        remove(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+// the steps of out_dir's ckpt_<step> directories, newest first (malloc'd; n out)
+static int* ckpt_list(const char* out_dir, int* n) {
+    *n = 0;
+    DIR* d = opendir(out_dir);
+    if (d == NULL) return NULL;
+    int cap = 16, *steps = (int*)mallocCheck(cap * sizeof(int));
+    struct dirent* de;
+    while ((de = readdir(d)) != NULL) {
+        int step, used = 0;
+        if (sscanf(de->d_name, "ckpt_%d%n", &step, &used) == 1 && de->d_name[used] == '\0' && used == 13) {
+            if (*n == cap) { cap *= 2; steps = (int*)realloc(steps, cap * sizeof(int)); if (!steps) fatal("out of memory"); }
+            steps[(*n)++] = step;
+        }
+    }
+    closedir(d);
+    for (int i = 0; i < *n; i++)
+        for (int j = i + 1; j < *n; j++)
+            if (steps[j] > steps[i]) { int t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
+    return steps;
+}
+
+// ----------------------------------------------------------------------------
+// the last-known-good list: <dir>/good_checkpoints.txt (llm/health.h's rollback reads it)
+
+static void ckpt_good_path(const char* dir, char* out, size_t cap) { snprintf(out, cap, "%s/good_checkpoints.txt", dir); }
+
+// a fresh run (not resumed) starts its list empty (rank 0)
+static void ckpt_good_reset(const char* dir) {
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    if (remove(path) != 0 && errno != ENOENT) fatal("%s: cannot remove: %s", path, strerror(errno));
+}
+
+// rank 0, once the checkpoint of step `step` (a state file, or a sharded checkpoint's directory) saved
+// right after a healthy step is complete
+static void ckpt_good_add(const char* dir, int step, const char* state_path) {
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    FILE* f = fopen(path, "ab");
+    if (f == NULL) fatal("%s: cannot open for appending: %s", path, strerror(errno));
+    if (fprintf(f, "%d %s\n", step, state_path) < 0) fatal("%s: write failed: %s", path, strerror(errno));
+    fcloseCheck(f, path);
+}
+
+// The newest listed checkpoint at or before step `upto` that is still whole (a state file that exists;
+// a sharded checkpoint whose manifest and shards match, ckpt_check_dir): its step, and its path in
+// out; -1 when there is none. keep_upto >= 0 (rank 0): the list is rewritten without the entries after
+// keep_upto.
+static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap, int keep_upto) {
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    int best = -1;
+    out[0] = '\0';
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return -1;
+    size_t kept_cap = 1 << 12, kept_n = 0;
+    char* kept = (char*)mallocCheck(kept_cap);  // the lines that stay, when rewriting
+    char line[1200];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        int step;
+        char file[1100];
+        if (sscanf(line, "%d %1099s", &step, file) != 2) continue;
+        size_t len = strlen(line);
+        if (keep_upto >= 0 && step <= keep_upto) {
+            if (kept_n + len + 1 > kept_cap) {
+                kept_cap = 2 * (kept_n + len + 1);
+                kept = (char*)realloc(kept, kept_cap);
+                if (kept == NULL) fatal("%s: out of host memory", path);
+            }
+            memcpy(kept + kept_n, line, len);
+            kept_n += len;
+        }
+        if (step > upto || step < best) continue;
+        struct stat st;
+        if (stat(file, &st) != 0) continue;  // removed since (kept checkpoints rotate)
+        if (S_ISDIR(st.st_mode)) {
+            int s_step, world;
+            ShardEntry* e;
+            char why[600];
+            if (!ckpt_check_dir(file, &s_step, &world, &e, why, sizeof(why), 0, 1)) continue;
+            free(e);
+        }
+        best = step;
+        snprintf(out, cap, "%s", file);
+    }
+    fcloseCheck(f, path);
+    if (keep_upto >= 0) {
+        f = fopen(path, "wb");
+        if (f == NULL) fatal("%s: cannot rewrite: %s", path, strerror(errno));
+        if (kept_n > 0) fwriteCheck(kept, 1, kept_n, f, path);
+        fcloseCheck(f, path);
+    }
+    free(kept);
+    return best;
+}
+
+// the step of the newest state_<step>.bin (a gathered checkpoint) in out_dir, or -1
+static int ckpt_latest_state_step(const char* out_dir) {
+    DIR* d = opendir(out_dir);
+    if (d == NULL) return -1;
+    int best = -1;
+    struct dirent* de;
+    while ((de = readdir(d)) != NULL) {
+        int step;
+        char tail[8];
+        if (sscanf(de->d_name, "state_%d%7s", &step, tail) == 2 && !strcmp(tail, ".bin") && step > best) best = step;
+    }
+    closedir(d);
+    return best;
+}
