@@ -5,7 +5,7 @@
 # test_faults.sh and test_checkpoint.sh check the same faults in depth in FP32; this checks that the
 # 16-bit builds handle each of them the same way (what differs is FP16's dynamic loss scaler).
 #
-#   bash test/test_faults_precision.sh   (needs the three binaries; ~100 s on 2 cores, most of it the
+#   bash test/test_faults_precision.sh   (needs the three binaries; ~95 s on 2 cores, ~45 of it the
 #                                         six die/hang runs waiting for the watchdog)
 #   PRECISIONS="bf16 fp16" bash test/test_faults_precision.sh   some of them (checking a mutation by hand)
 #
