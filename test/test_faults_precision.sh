@@ -94,7 +94,7 @@ sys.exit(0 if len(sk) == 1 and sk[0][0] == k and re.fullmatch(why, sk[0][1]) and
 PY
     then
         if grep -qE "^step +$k/[0-9]+ \| .* \| skipped \($why\)$" "$LOG/$name.out" && [ "$(grep -c 'skipped (' "$LOG/$name.out")" -eq 1 ]; then
-            ok "$name: step $k alone skipped ($(grep -oE "skipped \($why\)" "$LOG/$name.out")) in log.jsonl and on stdout; every other loss and norm finite"
+            ok "$name: step $k alone $(grep -oE "skipped \($why\)" "$LOG/$name.out") in log.jsonl and on stdout; every other loss and norm finite"
         else bad "$name: log.jsonl right but stdout has no single 'step $k ... skipped ($why)' line"; fi
     else bad "$name: expected step $k alone skipped for '$why' and finite losses: $(grep -m2 -E 'skipped|null' "$d/log.jsonl" | tr '\n' ' ')"; fi
     if cmp -s "$(printf '%s/model_%08d.bin' "$d" "$k")" "$(printf '%s/model_%08d.bin' "$d" $((k - 1)))" && python3 - \
