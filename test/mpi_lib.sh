@@ -1,7 +1,9 @@
-# mpi_lib.sh: what the mpirun tests share (sourced by test/test_ddp_zero.sh, test/test_tp.sh, test/test_pp.sh): the
-# mpirun flags, the check counters, the bad-layout check, a training run and the comparison of its
-# samples, a self-checking test program under tp. The sourcing script sets CPU, CHECK, LOG, tmp and the
-# array common (the flags every run takes) before it calls them (test_ddp_zero.sh defines its own train).
+# mpi_lib.sh: what the tests that run the trainer share (sourced by the test/test_*.sh scripts that run it;
+# test_resume.sh takes only the counters): the mpirun flags, the check counters, the bad-layout check, a
+# training run and the comparison of its samples, a self-checking test program under tp. The sourcing
+# script sets CPU, CHECK, LOG, tmp and the array common (the flags every run takes) before it calls them
+# (test_ddp_zero.sh defines its own train; test_health.sh, test_loss_scale.sh and
+# test_faults_precision.sh their own run).
 
 # the mpirun flags of test/test_comm.sh (why each: see there), one OpenMP thread per rank
 MPIRUN=(mpirun -q --oversubscribe --mca orte_abort_on_non_zero_status 1 --mca orte_allowed_exit_without_sync 0 -x OMP_NUM_THREADS)

@@ -65,6 +65,9 @@ run comm bash test/test_comm.sh
 run ddp_zero bash test/test_ddp_zero.sh
 # dead and hung ranks end the job within --comm-timeout with a line naming the missing rank; stragglers named
 run faults bash test/test_faults.sh
+# every --inject fault in the three CPU precisions (FP32, BF16, FP16): NaN and spike skips, streak rollbacks (FP16's
+# dynamic scaler: overflows do not count), SDC, die/hang, a failing disk; the run after a rollback or resume bit for bit
+run faults_precision bash test/test_faults_precision.sh
 # Megatron tensor parallelism: tp 2, tp 4, dp 2 x tp 2 with ZeRO-0..3 against one process; memory, traffic, resume
 run tp bash test/test_tp.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator

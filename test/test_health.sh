@@ -25,12 +25,8 @@ set -uo pipefail
 CPU=${CPU:-./train_gpt_cpu}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-MPIRUN=(mpirun -q --oversubscribe -x OMP_NUM_THREADS)
-[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
+source test/mpi_lib.sh  # MPIRUN, pass, fail, ok, bad
 export OMP_NUM_THREADS=1
-pass=0; fail=0
-ok() { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 common=(--model d2,C=32,NH=4,maxT=64,V=257 --train-data "$tmp/data/addition_train.bin" --val-data "" --tokenizer ""

@@ -20,13 +20,10 @@ CPU=${CPU:-./train_gpt_cpu}
 FP16=${FP16:-./build/train_gpt_emu_fp16}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-MPIRUN=(mpirun -q --oversubscribe -x OMP_NUM_THREADS -x EMU_DEVICES)
+source test/mpi_lib.sh  # MPIRUN, pass, fail, ok, bad
+MPIRUN+=(-x EMU_DEVICES)
 export EMU_DEVICES=${EMU_DEVICES:-8}  # the emulated build's devices: one per process
-[ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
-pass=0; fail=0
-ok() { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 common=(--model d2,C=32,NH=4,maxT=64,V=257 --train-data "$tmp/data/addition_train.bin"

@@ -6,9 +6,7 @@ set -euo pipefail
 BIN=${BIN:-./train_gpt_cpu}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
+source test/mpi_lib.sh  # pass, fail, ok, bad (no mpirun here)
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 common=(--model d2,C=32,NH=4,maxT=64,V=257 --train-data "$tmp/data/addition_train.bin"
