@@ -464,6 +464,19 @@ __global__ void fp8_quantize_transpose_1x128_kernel(uint8_t* qt,      // (cols, 
     }
 }
 
+// the first pass of both 128x128 quantizers: the amax of the 128x128 block of x (rows, cols) whose
+// top-left element is (r0, c0), elements past the edges left out; the whole thread block calls it
+// (block_reduce) and every thread gets the result
+template <typename Tin>
+__device__ float fp8_amax_128x128(const Tin* x /*(rows, cols)*/, int rows, int cols, int r0, int c0) {
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
+        int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
+        if (r < rows && c < cols) m = fp8_nanmax(m, fabsf((float)x[(size_t)r * cols + c]));
+    }
+    return block_reduce(m, Fp8NanMax());
+}
+
 // 128x128: one block of 256 threads per block of x, two passes over it (amax, then encode).
 // Grid (ceil(cols/128), ceil(rows/128)).
 template <typename Tin>
@@ -472,12 +485,7 @@ __global__ void fp8_quantize_128x128_kernel(uint8_t* q,        // (rows, cols)
                                             const Tin* x,      // (rows, cols)
                                             int rows, int cols, int fmt) {
     int r0 = blockIdx.y * FP8_BLOCK, c0 = blockIdx.x * FP8_BLOCK;
-    float m = 0.0f;
-    for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
-        int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
-        if (r < rows && c < cols) m = fp8_nanmax(m, fabsf((float)x[(size_t)r * cols + c]));
-    }
-    float s = fp8_tile_scale(block_reduce(m, Fp8NanMax()), fmt);
+    float s = fp8_tile_scale(fp8_amax_128x128(x, rows, cols, r0, c0), fmt);
     if (threadIdx.x == 0) scales[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = s;
     for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
         int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
@@ -494,12 +502,7 @@ __global__ void fp8_quantize_transpose_128x128_kernel(uint8_t* qt,      // (cols
                                                       const Tin* x,     // (rows, cols)
                                                       int rows, int cols, int fmt) {
     int r0 = blockIdx.y * FP8_BLOCK, c0 = blockIdx.x * FP8_BLOCK;
-    float m = 0.0f;
-    for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
-        int r = r0 + i / FP8_BLOCK, c = c0 + i % FP8_BLOCK;
-        if (r < rows && c < cols) m = fp8_nanmax(m, fabsf((float)x[(size_t)r * cols + c]));
-    }
-    float s = fp8_tile_scale(block_reduce(m, Fp8NanMax()), fmt);
+    float s = fp8_tile_scale(fp8_amax_128x128(x, rows, cols, r0, c0), fmt);
     if (threadIdx.x == 0) scales[(size_t)blockIdx.x * gridDim.y + blockIdx.y] = s;
     for (int i = threadIdx.x; i < FP8_BLOCK * FP8_BLOCK; i += blockDim.x) {
         int c = c0 + i / FP8_BLOCK, r = r0 + i % FP8_BLOCK;  // consecutive threads write consecutive qt

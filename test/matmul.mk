@@ -7,7 +7,11 @@
 #   build/test_matmul_emu [seed]      emulated CUDA build, floatX per PRECISION (BF16 by default)
 #   build/test_matmul_emu_fp32 [seed] emulated CUDA build, FP32
 
-MATMUL_TEST_DEPS := llm/matmul.cuh llm/common.h llm/device.h test/test_common.h
+# matmul.cuh and its parts (matmul_cpu.h, matmul_kernels.cuh, matmul_cublaslt.cuh), and every header they
+# include, so that a change in any of them rebuilds the tests
+MATMUL_TEST_DEPS := llm/matmul.cuh llm/matmul_cpu.h llm/matmul_kernels.cuh llm/matmul_cublaslt.cuh \
+                    llm/common.h llm/context.h llm/gelu.cuh llm/cuda_utils.cuh llm/half_cpu.h llm/device.h \
+                    test/test_common.h
 MATMUL_EMU_DEPS := $(MATMUL_TEST_DEPS) $(wildcard dev/emu/*.h)
 
 build/test_cublaslt: test/test_cublaslt.cu dev/emu/cublaslt_emu.h
