@@ -22,7 +22,8 @@
 #     of those, saying why each newer one was ignored. At least 4 of the 20 kills must land in a save.
 #  4. --keep-checkpoints 3 leaves exactly the last 3; --async-checkpoint with a slowed save (>= 300 ms):
 #     steps 5 and 6 run before step 4's save is reported done.
-#  5. Disk errors: --inject diskfail (rank 1's write fails after 5000 bytes at step 4) and a real full
+#  5. Disk errors: --inject diskfail (rank 1's write fails after 5000 bytes at step 4; at 4 and 8 processes
+#     rank 3's and rank 6's) and a real full
 #     disk (a 700 KiB tmpfs, when mount is allowed, as root; else a note saying so), and a failure in
 #     rank 0's manifest (diskfail with a budget past its shard): exit status 1 on every rank, one
 #     "error:" line naming the file and the error, the earlier checkpoint intact (checksums), and
@@ -233,7 +234,7 @@ dflags=(--steps 6 --checkpoint-every 2 --async-checkpoint 1 --zero 1)
 run diskref 2 "${dflags[@]}" --output-dir "$tmp/diskref" || bad "disk reference run: exit status $?"
 disk_case() {  # NAME DIR FAILED_STEP GOOD_STEP ERROR_SUBSTRING FLAGS...
     local name=$1 d=$2 fstep=$3 gstep=$4 sub=$5; shift 5
-    run "$name" 2 "${dflags[@]}" --output-dir "$d" "$@"; local rc=$?
+    run "$name" "${NP:-2}" "${dflags[@]}" --output-dir "$d" "$@"; local rc=$?
     local errs; errs=$(grep -a "^error" "$LOG/$name.log")
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$errs" | wc -l)" -eq 1 ] && [[ "$errs" == *$sub* ]]; then  # (sub: a glob)
         ok "$name: exit $rc with one line: $errs"
@@ -245,6 +246,11 @@ disk_case() {  # NAME DIR FAILED_STEP GOOD_STEP ERROR_SUBSTRING FLAGS...
 }
 disk_case diskfail "$tmp/diskfail" 4 2 "ckpt_00000004/shard_1.bin.tmp: write failed (--inject diskfail): No space left on device" \
     --inject "diskfail@step=4,rank=1,bytes=5000"
+# the same at 4 (dp 2 x tp 2) and 8 processes (dp 2 x tp 2 x pp 2), the write of rank 3 / rank 6 failing
+NP=4 disk_case diskfail_4 "$tmp/diskfail_4" 4 2 "ckpt_00000004/shard_3.bin.tmp: write failed (--inject diskfail): No space left on device" \
+    --inject "diskfail@step=4,rank=3,bytes=3000" --tp 2
+NP=8 disk_case diskfail_8 "$tmp/diskfail_8" 4 2 "ckpt_00000004/shard_6.bin.tmp: write failed (--inject diskfail): No space left on device" \
+    --inject "diskfail@step=4,rank=6,bytes=3000" --tp 2 --pp 2
 # the same in rank 0's manifest, written once every shard is: its byte budget goes on from its shard's
 s0=$(stat -c %s "$tmp/diskref/ckpt_00000004/shard_0.bin")
 disk_case manifestfail "$tmp/manifestfail" 4 2 "ckpt_00000004/manifest.txt.tmp: write failed (--inject diskfail): No space left on device" \

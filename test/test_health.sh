@@ -9,7 +9,7 @@
 # - spike (one rank's targets replaced by random tokens: the dp-averaged loss jumps ~2.5 -> ~7): skipped
 #   by the z-score rule (dp 4, dp 2 x tp 2) and, alone, by the "K x recent max" rule; a clean run with both rules and the SDC
 #   check on every step skips nothing (no false positive);
-# - --max-bad-steps K: K NaN steps in a row roll back to the last-known-good checkpoint, not to a newer
+# - --max-bad-steps K (1, 2, 4 and 8 processes): K NaN steps in a row roll back to the last-known-good checkpoint, not to a newer
 #   one saved inside the streak; after the rollback the losses, norms and the final model and state are
 #   bit-identical to a run resumed from that checkpoint with the data position the rollback printed (the
 #   data go on; the state file's position is patched here); a second rollback to the same checkpoint, or
@@ -136,6 +136,8 @@ PY
 }
 rollback_check rollback_1 0
 rollback_check rollback_dp2 2 --zero 1
+rollback_check rollback_dp2tp2 4 --zero 1 --tp 2
+rollback_check rollback_dp2tp2pp2 8 --zero 1 --tp 2 --pp 2
 # the good list holds no checkpoint of a bad step
 grep -q "^6 " "$tmp/rollback_1/good_checkpoints.txt" && [ "$(grep -c '^6 ' "$tmp/rollback_1/good_checkpoints.txt")" -eq 1 ] \
     && ok "rollback_1: good_checkpoints.txt lists step 6 once (its second save, after healthy steps)" || bad "rollback_1: good_checkpoints.txt: $(tr '\n' ' ' < "$tmp/rollback_1/good_checkpoints.txt")"
