@@ -7,7 +7,7 @@
 #   step after it updates again; a NaN on rank 0 and one on rank 1 give the same log and final model
 #   (the decision is on reduced values: which rank saw the fault does not matter);
 # - spike (one rank's targets replaced by random tokens: the dp-averaged loss jumps ~2.5 -> ~7): skipped
-#   by the z-score rule (dp 4, dp 2 x tp 2) and, alone, by the "K x recent max" rule; a clean run with both rules and the SDC
+#   by the z-score rule (dp 4, dp 2 x tp 2, dp 2 x tp 2 x pp 2) and, alone, by the "K x recent max" rule; a clean run with both rules and the SDC
 #   check on every step skips nothing (no false positive);
 # - --max-bad-steps K (1, 2, 4 and 8 processes): K NaN steps in a row roll back to the last-known-good checkpoint, not to a newer
 #   one saved inside the streak; after the rollback the losses, norms and the final model and state are
@@ -95,6 +95,9 @@ runok spike_z 4 "${sp[@]}" --total-batch 512 --inject spike@step=20,rank=2 --spi
 # dp 2 x tp 2: a spike on rank 1 (tp rank 1) is the bad batch of its dp slice, ranks 0 and 1
 runok spike_tp 4 "${sp[@]}" --tp 2 --inject spike@step=20,rank=1 --spike-zscore 4 --checkpoint-every 1 \
     && check_skip spike_tp 20 "loss z-score"
+# dp 2 x tp 2 x pp 2: a spike on rank 5 (dp rank 1's slice; its 4 tp x pp ranks read the random batch)
+runok spike_8 8 "${sp[@]}" --total-batch 512 --tp 2 --pp 2 --inject spike@step=20,rank=5 --spike-zscore 4 --checkpoint-every 1 \
+    && check_skip spike_8 20 "loss z-score"
 runok spike_k 2 "${sp[@]}" --inject spike@step=20,rank=1 --spike-factor 1.8 --checkpoint-every 1 \
     && check_skip spike_k 20 "loss"
 grep -q '"skipped": "loss [0-9.]* > 1.8 x recent max' "$tmp/spike_k/log.jsonl" && ok "spike_k: the reason is the K x recent max rule" \
