@@ -248,6 +248,7 @@ int main(int argc, char** argv) {
         }
         logger_init(&logger, log_path, args.resume != NULL);
         if (args.resume == NULL) ckpt_good_reset(args.output_dir);  // a fresh run: no good checkpoint yet
+        else ckpt_good_drop_after(args.output_dir, start_step);     // resumed: none from after its start
         printf("log: %s\n", log_path);
     } else {
         logger_init(&logger, NULL, 0);

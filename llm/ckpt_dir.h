@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include "common.h"
 #include "comm.h"
+#include "checkpoint.h"  // AtomicFile
 
 #define SHARD_MAGIC 20261123
 #define SHARD_VERSION 1
@@ -186,56 +187,71 @@ static void ckpt_good_add(const char* dir, int step, const char* state_path) {
     fcloseCheck(f, path);
 }
 
-// The newest listed checkpoint at or before step `upto` that is still whole (a state file that exists;
-// a sharded checkpoint whose manifest and shards match, ckpt_check_dir): its step, and its path in
-// out; -1 when there is none. keep_upto >= 0 (rank 0): the list is rewritten without the entries after
-// keep_upto.
-static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap, int keep_upto) {
+// the list's entries, in the order written (malloc'd; n out; NULL when there is no list)
+typedef struct { int step; char path[1100]; } GoodEntry;
+static GoodEntry* ckpt_good_read(const char* dir, int* n) {
     char path[1100];
     ckpt_good_path(dir, path, sizeof(path));
-    int best = -1;
-    out[0] = '\0';
+    *n = 0;
     FILE* f = fopen(path, "rb");
-    if (f == NULL) return -1;
-    size_t kept_cap = 1 << 12, kept_n = 0;
-    char* kept = (char*)mallocCheck(kept_cap);  // the lines that stay, when rewriting
+    if (f == NULL) return NULL;
+    int cap = 16;
+    GoodEntry* e = (GoodEntry*)mallocCheck(cap * sizeof(GoodEntry));
     char line[1200];
     while (fgets(line, sizeof(line), f) != NULL) {
-        int step;
-        char file[1100];
-        if (sscanf(line, "%d %1099s", &step, file) != 2) continue;
-        size_t len = strlen(line);
-        if (keep_upto >= 0 && step <= keep_upto) {
-            if (kept_n + len + 1 > kept_cap) {
-                kept_cap = 2 * (kept_n + len + 1);
-                kept = (char*)realloc(kept, kept_cap);
-                if (kept == NULL) fatal("%s: out of host memory", path);
-            }
-            memcpy(kept + kept_n, line, len);
-            kept_n += len;
+        if (*n == cap) {
+            cap *= 2;
+            e = (GoodEntry*)realloc(e, cap * sizeof(GoodEntry));
+            if (e == NULL) fatal("%s: out of host memory", path);
         }
-        if (step > upto || step < best) continue;
-        struct stat st;
-        if (stat(file, &st) != 0) continue;  // removed since (kept checkpoints rotate)
-        if (S_ISDIR(st.st_mode)) {
-            int s_step, world;
-            ShardEntry* e;
-            char why[600];
-            if (!ckpt_check_dir(file, &s_step, &world, &e, why, sizeof(why), 0, 1)) continue;
-            free(e);
-        }
-        best = step;
-        snprintf(out, cap, "%s", file);
+        if (sscanf(line, "%d %1099s", &e[*n].step, e[*n].path) == 2) (*n)++;
     }
     fcloseCheck(f, path);
-    if (keep_upto >= 0) {
-        f = fopen(path, "wb");
-        if (f == NULL) fatal("%s: cannot rewrite: %s", path, strerror(errno));
-        if (kept_n > 0) fwriteCheck(kept, 1, kept_n, f, path);
-        fcloseCheck(f, path);
+    return e;
+}
+
+// The newest listed checkpoint at or before step `upto` that is still whole (a state file that exists;
+// a sharded checkpoint whose manifest and shards match, ckpt_check_dir): its step, and its path in
+// out; -1 when there is none. Candidates are tried newest first (of one step, the one listed last).
+static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap) {
+    int n;
+    GoodEntry* e = ckpt_good_read(dir, &n);
+    out[0] = '\0';
+    int found = -1;
+    while (found < 0) {
+        int pick = -1;  // the newest untried entry at or before upto
+        for (int i = 0; i < n; i++) if (e[i].step <= upto && e[i].step >= 0 && (pick < 0 || e[i].step >= e[pick].step)) pick = i;
+        if (pick < 0) break;
+        struct stat st;
+        int whole = stat(e[pick].path, &st) == 0;  // (removed since: kept checkpoints rotate)
+        if (whole && S_ISDIR(st.st_mode)) {
+            int s_step, world;
+            ShardEntry* se;
+            char why[600];
+            whole = ckpt_check_dir(e[pick].path, &s_step, &world, &se, why, sizeof(why), 0, 1);
+            if (whole) free(se);
+        }
+        if (whole) { found = e[pick].step; snprintf(out, cap, "%s", e[pick].path); }
+        e[pick].step = -1;  // tried
     }
-    free(kept);
-    return best;
+    free(e);
+    return found;
+}
+
+// rank 0: the list without its entries after step (after a rollback to step, or a resume from it:
+// those checkpoints belong to a course the run no longer takes)
+static void ckpt_good_drop_after(const char* dir, int step) {
+    int n;
+    GoodEntry* e = ckpt_good_read(dir, &n);
+    if (e == NULL) return;
+    char path[1100];
+    ckpt_good_path(dir, path, sizeof(path));
+    AtomicFile af;
+    atomic_open(&af, path);
+    for (int i = 0; i < n; i++) if (e[i].step <= step) fprintf(af.f, "%d %s\n", e[i].step, e[i].path);
+    if (ferror(af.f)) fatal("%s: write failed: %s", af.tmp_path, strerror(errno));
+    atomic_commit(&af);
+    free(e);
 }
 
 // the step of the newest state_<step>.bin (a gathered checkpoint) in out_dir, or -1

@@ -30,8 +30,8 @@
 // gathered state file when written, a sharded checkpoint's directory when its manifest is (with
 // --async-checkpoint, some steps later; a rollback first waits for the save in flight). A checkpoint
 // saved inside a bad streak is not listed; with --sdc-check-every, only after the SDC check at that step
-// passed. A fresh run starts the list empty; a resumed one keeps it; a rollback to s0 drops the entries
-// after s0.
+// passed. A fresh run starts the list empty; a run resumed from step s0, or rolled back to it, drops
+// the entries after s0.
 //
 // SDC (--sdc-check-every N, and at every checkpoint): per parameter unit (the embedding, each layer,
 // the final LayerNorm: llm/tensors.h), a 64-bit FNV-1a hash of the bytes of the parameters this rank
@@ -179,7 +179,7 @@ static int health_rollback_target(Health* h, Comm* c, const char* dir, int step,
     if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
     else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
     comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
-    int to = ckpt_good_find(dir, step, path, path_cap, -1);
+    int to = ckpt_good_find(dir, step, path, path_cap);
     if (to < 0 || to == h->last_rollback) {
         if (c->world_rank == 0) {
             fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
@@ -190,10 +190,7 @@ static int health_rollback_target(Health* h, Comm* c, const char* dir, int step,
         comm_exit(c, HEALTH_EXIT_CODE);
     }
     comm_barrier(c, GROUP_WORLD);  // every rank has chosen before rank 0 rewrites the list
-    if (c->world_rank == 0) {
-        char again[1100];
-        ckpt_good_find(dir, to, again, sizeof(again), to);  // drops the entries after it
-    }
+    if (c->world_rank == 0) ckpt_good_drop_after(dir, to);
     h->last_rollback = to;
     h->bad_streak = 0;
     return to;

@@ -223,6 +223,15 @@ runok streak_a 2 --steps 6 --inject nan@step=5,count=2,rank=1 --max-bad-steps 3 
         ok "streak: 2 bad steps saved at 6, resumed, 1 more at 7: rolled back to 3; steps 4..10 = the uninterrupted rollback_dp2"
     else bad "streak: $(grep -m1 rollback "$tmp/streak_b.jsonl")"; fi
 }
+# a run resumed from step 3 drops the list's entries after 3 (the old run's 6 and 9 are another course):
+# checkpoints at 5 (its own), NaN at 7, 8: back to its own 5, not to the old run's state_00000006.bin
+runok relist_a 2 --steps 10 --checkpoint-every 3 --zero 1 \
+    && runok relist_b 2 --steps 10 --checkpoint-every 5 --zero 1 --inject nan@step=7,count=2,rank=1 --max-bad-steps 2 \
+         --resume "$tmp/relist_a/state_00000003.bin" --output-dir "$tmp/relist_a" --log "$tmp/relist_b.jsonl" && {
+    if grep -q '"step": 8, "rollback_to": 5' "$tmp/relist_b.jsonl" && [ "$(cut -d' ' -f1 "$tmp/relist_a/good_checkpoints.txt" | tr '\n' ' ')" = "3 5 10 " ]; then
+        ok "resumed from 3 into a directory listing 3 6 9 10: its rollback goes to its own 5; the list ends 3 5 10"
+    else bad "resumed list: $(grep -m1 rollback "$tmp/relist_b.jsonl"); list: $(tr '\n' ' ' < "$tmp/relist_a/good_checkpoints.txt")"; fi
+}
 # a rollback to a sharded, asynchronous checkpoint (its directory joins good_checkpoints.txt when its
 # manifest is written): the same steps after it as rollback_dp2's to state_00000003.bin
 runok rollback_sharded 2 --steps 10 --inject nan@step=5,count=3,rank=1 --max-bad-steps 3 --checkpoint-every 3 --zero 1 \
