@@ -1,7 +1,7 @@
 // comm_p2p.h: point to point within a group (pipeline stages): a blocking send and receive, an
 // exchange (sendrecv), and batches of sends and receives posted together (comm_p2p_batch), whose
 // sends may start early (comm_p2p_post_send). Part of llm/comm.h, which includes it after the
-// collectives' engine (comm_run, the stream ordering, the ledger).
+// collectives' engine (llm/comm_engine.h: comm_run, the stream ordering, the ledger).
 #pragma once
 
 // point to point; dst / src are ranks within the group. A matching recv must be posted by the peer

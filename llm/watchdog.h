@@ -28,7 +28,8 @@
 // and the missing ranks from the reports), tells the others, ncclCommAbort's every communicator and
 // exits non-zero (mpirun ends the job). Without MPI_THREAD_MULTIPLE the line says it cannot name them.
 //
-// Part of llm/comm.h, which includes it after the types (Comm, Watchdog), before the mesh.
+// Part of llm/comm.h, which includes it after the types (Comm, Watchdog: llm/comm_types.h), before the
+// mesh.
 #pragma once
 #include <stdarg.h>
 
@@ -43,7 +44,7 @@ typedef struct {
     CommGroup g;
     int collective;    // 1: every rank of g takes part (matched by seq); 0: P2P with peers[] only
     long long seq;     // the collective's number in its group (c->wd.seq[g] when it was called)
-    const char* file;  // the call site (llm/comm.h's macros record it)
+    const char* file;  // the call site (llm/comm_sites.h's macros record it)
     int line;
     int npeers;        // P2P: the world ranks it waits on
     int peers[8];

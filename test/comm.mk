@@ -13,7 +13,7 @@
 ifndef COMM_MK_INCLUDED
 COMM_MK_INCLUDED := 1
 
-COMM_TEST_DEPS := test/test_comm.cu $(wildcard llm/comm*.h) llm/half_cpu.h llm/common.h llm/device.h
+COMM_TEST_DEPS := test/test_comm.cu $(wildcard llm/comm*.h) llm/watchdog.h llm/half_cpu.h llm/common.h llm/device.h
 
 build/test_comm_cpu: $(COMM_TEST_DEPS)
 	@mkdir -p build

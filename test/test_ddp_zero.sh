@@ -181,7 +181,7 @@ else
 fi
 
 # The CPU build in BF16 (llm/half_cpu.h; make build/train_gpt_cpu_bf16): BF16 parameters and gradients,
-# FP32 master weights and moments, BF16 gradient averages over MPI (comm.h's comm_mpi_sum16). The
+# FP32 master weights and moments, BF16 gradient averages over MPI (the user ops of llm/comm_mpi16.h). The
 # memory the tagged allocator counted against ZeRO's Table 1 with 2 + 2 + 12 bytes per parameter
 # (16 under DDP, 2 + 2 + 12/2 = 10 under ZeRO-1, 2 + 14/2 = 9 under ZeRO-2, 16/2 = 8 under ZeRO-3,
 # within the padding); the activations per layer measured == the formula (llm/report.h, 2 bytes a

@@ -95,7 +95,7 @@ if compare "emulated CUDA (BF16) vs CPU build, 5 steps" "$tmp/emu16" 2e-2 1e-2 2
 if ref=cpu16 compare "emulated CUDA (BF16) vs CPU build in BF16, 5 steps" "$tmp/emu16" 2e-3 2e-3 1e-3 0.005 0.0078125; then pass=$((pass+1)); else fail=$((fail+1)); fi
 # The same under ZeRO-1 over 2 processes: the optimizer state is sharded, so each rank updates pieces
 # of tensors and must draw the stochastic-rounding bits of an element's place in the whole tensor
-# (adamw_update's index0), and the BF16 gradients are averaged over MPI (comm.h's comm_mpi_sum16) on
+# (adamw_update's index0), and the BF16 gradients are averaged over MPI (the user ops of llm/comm_mpi16.h) on
 # the CPU and over emulated NCCL on the other side. Observed: relative L2 1.7e-4, max|diff| 2.7e-5,
 # losses within 1e-5 (deterministic: same seed, data and code give the same numbers each run).
 # Bound: 1e-3 in relative L2, 6x the observed; bits drawn from the index in the piece instead (index0
