@@ -16,9 +16,11 @@
 #     (--mca orte_abort_on_non_zero_status 0) so that the watchdog is what ends the job (the default,
 #     mpirun ending the job itself, is test_ddp_zero.sh's check 7).
 #  2. A straggler (slow@rank=1,ms=300: 300 ms more per step, ~3-5x a step's compute here) at 2 and 4
-#     processes, --straggler-every 2: each check names rank 1 with a ratio above the factor 1.5 in the
-#     console line and log.jsonl, and no other rank; without the injection (4 processes) no rank is
-#     named (a healthy rank's compute time is within ~20% of the others' over 3 steps even here).
+#     processes, --straggler-every 2 --straggler-factor 2.5: each check names rank 1 with a ratio above
+#     2.5 in the console line and log.jsonl (measured 3.3-11), and no other rank; without the injection
+#     (4 processes) no rank is named. The factor is 2.5, not the default 1.5, because a healthy rank
+#     measured 1.52 x the median here once while another heavy process shared the 2 cores (the
+#     no-false-positive check is timing-based; 2.5 keeps a margin on both sides).
 #  3. The emulated CUDA build (comm.h's NCCL path: non-blocking communicators, the watchdog thread,
 #     which reports on the side channel from its own thread under MPI_THREAD_MULTIPLE): rank 1 hanging
 #     at step 3 of 2 processes: mpirun exits non-zero within 4 + 8 s of the fault, and rank 0 prints one
@@ -100,12 +102,12 @@ fault hang_dp2tp2pp2 hang 8 --tp 2 --pp 2 --total-batch 256
 # straggler NAME NP INJECT...: the checks of 2 (INJECT empty: no straggler may be named)
 straggler() {
     local name=$1 np=$2; shift 2
-    timeout 120 "${MPIRUN[@]}" -np "$np" "$CPU" "${common[@]}" --steps 6 --straggler-every "$STRAGGLER_EVERY" \
+    timeout 120 "${MPIRUN[@]}" -np "$np" "$CPU" "${common[@]}" --steps 6 --straggler-every "$STRAGGLER_EVERY" --straggler-factor 2.5 \
         --output-dir "$tmp/$name" "$@" > "$LOG/$name.log" 2>&1
     local rc=$? lines others below json
     lines=$(grep -c '^straggler: ' "$LOG/$name.log")
     others=$(grep '^straggler: ' "$LOG/$name.log" | grep -vc ': rank 1 computes')
-    below=$(grep '^straggler: ' "$LOG/$name.log" | sed -E 's/.*, ([0-9.]+) x the median.*/\1/' | awk '$1 <= 1.5' | wc -l)
+    below=$(grep '^straggler: ' "$LOG/$name.log" | sed -E 's/.*, ([0-9.]+) x the median.*/\1/' | awk '$1 <= 2.5' | wc -l)
     json=$(grep -c '"straggler_rank": 1,' "$tmp/$name/log.jsonl" 2>/dev/null)
     if [ $# -eq 0 ]; then
         if [ $rc -eq 0 ] && [ "$lines" -eq 0 ] && ! grep -q straggler "$tmp/$name/log.jsonl"; then
@@ -118,9 +120,9 @@ straggler() {
     local ratios
     ratios=$(grep '^straggler: ' "$LOG/$name.log" | sed -E 's/.*, ([0-9.]+) x the median.*/\1/' | tr '\n' ' ')
     if [ $rc -eq 0 ] && [ "$lines" -eq $((6 / STRAGGLER_EVERY)) ] && [ "$others" -eq 0 ] && [ "$below" -eq 0 ] && [ "$json" -eq "$lines" ]; then
-        ok "$name: $* at $np processes: every check names rank 1 alone, ratios ${ratios}(> 1.5), $json log.jsonl records"
+        ok "$name: $* at $np processes: every check names rank 1 alone, ratios ${ratios}(> 2.5), $json log.jsonl records"
     else
-        bad "$name: $* at $np processes: exit $rc, $lines lines ($others of other ranks, $below at or below 1.5), $json log.jsonl records; ratios $ratios(see $LOG/$name.log)"
+        bad "$name: $* at $np processes: exit $rc, $lines lines ($others of other ranks, $below at or below 2.5), $json log.jsonl records; ratios $ratios(see $LOG/$name.log)"
     fi
 }
 STRAGGLER_EVERY=2

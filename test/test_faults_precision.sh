@@ -144,10 +144,11 @@ b = bytearray(open(sys.argv[1], "rb").read())
 struct.pack_into("<qq", b, 48, int(sys.argv[3]), int(sys.argv[4]))  # header[12..15]: the data position
 open(sys.argv[2], "wb").write(b)
 PY
-    # the reference needs no fault and no health flag: it must not skip a step (checked by the comparison)
+    # the reference needs no fault and no spike rule: it must not skip a step (checked by the comparison);
+    # it keeps --spike-window, whose last values the state files hold (llm/health.h)
     local keep=() i args=("$@")
     for ((i = 0; i < ${#args[@]}; i++)); do
-        case "${args[$i]}" in --zero|--tp|--loss-scale|--lr) keep+=("${args[$i]}" "${args[$((i + 1))]}"); i=$((i + 1));; esac
+        case "${args[$i]}" in --zero|--tp|--loss-scale|--lr|--spike-window) keep+=("${args[$i]}" "${args[$((i + 1))]}"); i=$((i + 1));; esac
     done
     runok "${name}_ref" "$np" --steps "$steps" --checkpoint-every "$steps" --resume "$tmp/${name}_ref/start.bin" "${keep[@]}" || return
     after=$((steps - s0))
