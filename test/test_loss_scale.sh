@@ -134,7 +134,8 @@ import struct, sys, math
 def fp8(path):  # [pos, recorded, then per entry: scale, history (4)]
     b = open(path, "rb").read()
     n = struct.unpack_from("<Q", b, 80)[0]
-    f = struct.unpack_from("<%df" % n, b, len(b) - 4 * n)
+    h = struct.unpack_from("<i", b, 124)[0]  # header[31]: the health windows after it, 2 x h floats
+    f = struct.unpack_from("<%df" % n, b, len(b) - 4 * n - 8 * h)
     ents = [f[2 + i * 5: 2 + (i + 1) * 5] for i in range((n - 2) // 5)]
     return f[0], f[1], [e[1:] for e in ents]
 a, b, c = fp8(sys.argv[1]), fp8(sys.argv[2]), fp8(sys.argv[3])
