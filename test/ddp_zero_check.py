@@ -19,6 +19,9 @@
                                               (llm/ddp.h's trace): what the numbers cannot show
   tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
                                               Megatron-LM's count (test/test_tp.sh)
+  fp8 NAME RUN REF TOL                        the FP8 per-tensor state of the step-1 state files
+                                              (test/test_fp8_train.sh): every W entry's scale and amax
+                                              history identical, the x and dy entries' within TOL relative
 """
 import glob, json, os, struct, sys
 
@@ -137,6 +140,44 @@ def update(name, run, ref, start, ltol, rtol):
     good = dl <= ltol and err <= rtol
     return good, ("%s: %d steps, max rel diff loss %.2g (tol %g); the update of %d parameters: |run - ref| / |ref| = %.3g "
                   "in L2 (tol %g; 1 for a missing update)" % (name, len(common), dl, ltol, len(pa), err, rtol))
+
+
+def fp8_state(path):  # (recipe, layers, the FP8 floats: [pos, recorded, per entry: scale, history (H)])
+    raw = open(path, "rb").read()
+    h = struct.unpack("<256i", raw[:1024])
+    k = (h[20] & 0xffffffff) | (h[21] << 32)
+    end = len(raw) - 8 * max(h[31], 0)  # header[31]: the health windows (2 x h[31] floats) follow the FP8 state
+    return h[19], h[6], struct.unpack("<%df" % k, raw[end - 4 * k:end]) if k else ()
+
+
+def fp8(name, run, ref, tol):
+    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/fp8_linear.h); 1 delayed, 2 current
+    fa, fb = os.path.join(run, "state_00000001.bin"), os.path.join(ref, "state_00000001.bin")
+    if not (os.path.exists(fa) and os.path.exists(fb)):
+        return False, "%s: no state_00000001.bin in %s or %s" % (name, run, ref)
+    (ra, L, a), (rb, Lb, b) = fp8_state(fa), fp8_state(fb)
+    n = L * 4 * 3
+    if ra != rb or ra not in (1, 2) or L != Lb or len(a) != len(b) or (len(a) - 2) % n:
+        return False, "%s: FP8 state of recipe %d, %d floats vs recipe %d, %d floats" % (name, ra, len(a), rb, len(b))
+    per = (len(a) - 2) // n  # 1 + H
+    if a[:2] != b[:2]:
+        return False, "%s: FP8 pos, recorded %s vs %s" % (name, a[:2], b[:2])
+    w_diff, worst, where = 0, 0.0, None
+    for i in range(n):
+        for j in range(per):
+            x, y = a[2 + i * per + j], b[2 + i * per + j]
+            if i % 3 == 1:
+                w_diff += x != y
+                continue
+            d = 0.0 if x == y else abs(x - y) / max(abs(y), 1e-30)
+            if d > worst:
+                worst, where = d, (i, j)
+    what = "" if where is None else " (layer %d %s %s %s)" % (
+        where[0] // 12, ("qkv", "attproj", "fc", "fcproj")[where[0] // 3 % 4], "x" if where[0] % 3 == 0 else "dy",
+        "scale" if where[1] == 0 else "amax")
+    good = w_diff == 0 and worst <= tol
+    return good, ("%s: step 1 FP8 state (%s, %d entries): W's scales and amaxes %d differ (expected 0); x and dy max rel "
+                  "diff %.2g%s (tol %g)" % (name, "delayed" if ra == 1 else "current", n, w_diff, worst, what, tol))
 
 
 def memory(name, report):
@@ -324,6 +365,8 @@ if __name__ == "__main__":
         good, msg = same(*args)
     elif cmd == "update":
         good, msg = update(args[0], args[1], args[2], args[3], float(args[4]), float(args[5]))
+    elif cmd == "fp8":
+        good, msg = fp8(args[0], args[1], args[2], float(args[3]))
     elif cmd == "memory":
         good, msg = memory(*args)
     elif cmd == "ledger":
