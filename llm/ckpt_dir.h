@@ -14,28 +14,17 @@
 #define SHARD_VERSION 1
 
 // ----------------------------------------------------------------------------
-// host-side agreement among the world's ranks (plain MPI on host ints, outside the comm ledger)
+// host-side agreement among the world's ranks (one MPI_Allreduce of an int, outside the comm ledger):
+// the lowest world rank on which bad is true, or -1 when it is false on every rank
 
-static int ckpt_sum_int(Comm* c, int x) {
+static int ckpt_first_bad(Comm* c, int bad) {
+    int x = bad ? c->world_rank : INT_MAX, y = x;
 #if COMM_MPI
-    int y = 0;
-    mpiCheck(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, c->mpi[GROUP_WORLD]));
-    return y;
-#else
-    (void)c;
-    return x;
-#endif
-}
-
-static int ckpt_min_int(Comm* c, int x) {
-#if COMM_MPI
-    int y = 0;
     mpiCheck(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MIN, c->mpi[GROUP_WORLD]));
-    return y;
 #else
     (void)c;
-    return x;
 #endif
+    return y == INT_MAX ? -1 : y;
 }
 
 // ----------------------------------------------------------------------------

@@ -19,8 +19,9 @@ static int ckpt_verify(Comm* c, const char* dir, char* why, size_t cap) {
     ShardEntry* e;
     int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, c->world_rank, c->world_size);
     free(e);
-    if (ckpt_sum_int(c, !ok) == 0) return 1;
-    if (ckpt_min_int(c, ok ? INT_MAX : c->world_rank) != c->world_rank) why[0] = '\0';
+    int first = ckpt_first_bad(c, !ok);
+    if (first < 0) return 1;
+    if (first != c->world_rank) why[0] = '\0';
     return 0;
 }
 

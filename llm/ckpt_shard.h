@@ -362,10 +362,9 @@ static void ckpt_finish(Ckpt* ck) {
     }
     Comm* c = ck->comm;
     int failed = ck->w.failed;
-    int nfailed = ckpt_sum_int(c, failed);
-    if (nfailed > 0) {
-        int lowest = ckpt_min_int(c, failed ? c->world_rank : INT_MAX);  // the lowest failing rank speaks
-        if (failed && lowest == c->world_rank) {
+    int first = ckpt_first_bad(c, failed);
+    if (first >= 0) {
+        if (first == c->world_rank) {  // the lowest failing rank speaks
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, ck->w.why);
         }
@@ -377,7 +376,7 @@ static void ckpt_finish(Ckpt* ck) {
     CkptWriter mw;  // rank 0's manifest
     int manifest_failed = c->world_rank == 0 && !ckpt_write_manifest(ck, all, &mw);
     free(all);
-    if (ckpt_sum_int(c, manifest_failed) > 0) {  // every rank ends; rank 0 says why
+    if (ckpt_first_bad(c, manifest_failed) >= 0) {  // every rank ends; rank 0 says why
         if (manifest_failed) {
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, mw.why);
@@ -392,7 +391,7 @@ static void ckpt_finish(Ckpt* ck) {
 static void ckpt_poll(Ckpt* ck) {
     if (!ck->pending) return;
     int done = __atomic_load_n(&ck->done, __ATOMIC_ACQUIRE);
-    if (ckpt_sum_int(ck->comm, done) == ck->comm->world_size) ckpt_finish(ck);
+    if (ckpt_first_bad(ck->comm, !done) < 0) ckpt_finish(ck);
 }
 
 // a save of the state after ts->step (every rank calls it): waits for the previous one, copies this

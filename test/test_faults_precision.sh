@@ -191,26 +191,7 @@ fault() {
 
 # verify_dirs DIR: test_checkpoint.sh's check of every ckpt_* directory with a manifest (sizes and FNV-1a
 # 64 checksums of its shards); prints "ok" or what is wrong, then the complete directories
-verify_dirs() { python3 - "$1" <<'PY'
-import os, sys
-root = sys.argv[1]
-bad, complete = [], []
-for d in sorted(x for x in os.listdir(root) if x.startswith("ckpt_")):
-    m = os.path.join(root, d, "manifest.txt")
-    if not os.path.exists(m): continue
-    lines = open(m).read().split("\n")
-    if lines[0] != "llm-ckpt manifest 1" or "complete" not in lines: bad.append(d + ": manifest incomplete"); continue
-    for l in lines:
-        if not l.startswith("shard "): continue
-        _, r, name, size, h = l.split()
-        data = open(os.path.join(root, d, name), "rb").read()
-        x = 14695981039346656037
-        for b in data: x = ((x ^ b) * 1099511628211) & 0xffffffffffffffff
-        if len(data) != int(size) or x != int(h, 16): bad.append("%s/%s: %d bytes %016x, manifest %s %s" % (d, name, len(data), x, size, h))
-    complete.append(d)
-print("ok" if not bad else "; ".join(bad), " ".join(complete))
-PY
-}
+verify_dirs() { python3 test/ckpt_verify.py "$1"; }
 
 for P in ${PRECISIONS:-fp32 bf16 fp16}; do
     case $P in fp32) BIN=$FP32;; bf16) BIN=$BF16;; fp16) BIN=$FP16;; esac
