@@ -222,23 +222,31 @@ static int wd_grace(Comm* c) {
     return c->wd.expired_by >= 0;
 }
 
+// the line's beginning, the same in both paths: the rank, the step, why (error: an NCCL error; by_peer:
+// another rank's watchdog expired first; else the timeout), the call it waits in, its group's world
+// ranks and its call site
+static void wd_cat_call(Comm* c, const WdWait* w, int by_peer, double waited_s, const char* error, char* line, size_t cap) {
+    wd_cat(line, cap, "watchdog: rank %d: step %d: ", c->world_rank, w->step);
+    if (error) wd_cat(line, cap, "NCCL error '%s' ", error);
+    else if (by_peer) wd_cat(line, cap, "rank %d's watchdog expired after %.1f s of waiting here ", c->wd.expired_by, waited_s);
+    else wd_cat(line, cap, "no progress for %.1f s (--comm-timeout %g) ", waited_s, c->wd.timeout_s);
+    if (w->collective) wd_cat(line, cap, "in %s #%lld of the %s group", w->name, w->seq, comm_group_name(w->g));
+    else wd_cat(line, cap, "in %s of the %s group", w->name, comm_group_name(w->g));
+    int* m = (int*)mallocCheck((size_t)c->world_size * sizeof(int));
+    int n = wd_members(c, w->g, m);
+    wd_cat(line, cap, " (world ranks");
+    for (int i = 0; i < n; i++) wd_cat(line, cap, "%s%d", i ? "," : " ", m[i]);
+    if (w->line > 0) wd_cat(line, cap, ") called at %s:%d", w->file, w->line);
+    else wd_cat(line, cap, ") waited at %s", w->file);
+    free(m);
+}
+
 // the one line, then the end of the whole job. by_peer: another rank's watchdog expired first.
 [[noreturn]] static void wd_expire(Comm* c, const WdWait* w, double waited_s) {
     int by_peer = wd_grace(c);
     char line[2048] = "";
-    wd_cat(line, sizeof(line), "watchdog: rank %d: step %d: ", c->world_rank, c->wd.step);
-    if (by_peer) wd_cat(line, sizeof(line), "rank %d's watchdog expired after %.1f s of waiting here ", c->wd.expired_by, waited_s);
-    else wd_cat(line, sizeof(line), "no progress for %.1f s (--comm-timeout %g) ", waited_s, c->wd.timeout_s);
-    if (w->collective) wd_cat(line, sizeof(line), "in %s #%lld of the %s group", w->name, w->seq, comm_group_name(w->g));
-    else wd_cat(line, sizeof(line), "in %s of the %s group", w->name, comm_group_name(w->g));
-    int* m = (int*)mallocCheck((size_t)c->world_size * sizeof(int));
-    int n = wd_members(c, w->g, m);
-    wd_cat(line, sizeof(line), " (world ranks");
-    for (int i = 0; i < n; i++) wd_cat(line, sizeof(line), "%s%d", i ? "," : " ", m[i]);
-    if (w->line > 0) wd_cat(line, sizeof(line), ") called at %s:%d", w->file, w->line);
-    else wd_cat(line, sizeof(line), ") waited at %s", w->file);
+    wd_cat_call(c, w, by_peer, waited_s, NULL, line, sizeof(line));
     wd_cat_missing(c, w, line, sizeof(line));
-    free(m);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
     if (!by_peer) {
@@ -288,7 +296,7 @@ static void wd_free(Comm* c) {
 }
 #endif
 
-#if COMM_NCCL
+#if COMM_NCCL  // (NCCL runs over MPI: COMM_NCCL implies COMM_MPI, the side channel is there)
 // ----------------------------------------------------------------------------
 // NCCL: non-blocking communicators and the watchdog thread
 
@@ -348,39 +356,20 @@ static WdWait wd_entry_wait(const WdEntry* e) {
 [[noreturn]] static void wd_nccl_expire(WdNccl* w, const WdEntry* e, double waited_s, const char* nccl_error) {
     Comm* c = w->c;
     WdWait ww = wd_entry_wait(e);
-    int side = 0, by_peer = 0;
-#if COMM_MPI
-    side = c->wd.thread_multiple;
-    if (side) by_peer = wd_grace(c);
-#endif
+    int side = c->wd.thread_multiple, by_peer = side ? wd_grace(c) : 0;
     char line[2048] = "";
-    wd_cat(line, sizeof(line), "watchdog: rank %d: step %d: ", c->world_rank, e->step);
-    if (nccl_error) wd_cat(line, sizeof(line), "NCCL error '%s' ", nccl_error);
-#if COMM_MPI
-    else if (by_peer) wd_cat(line, sizeof(line), "rank %d's watchdog expired after %.1f s of waiting here ", c->wd.expired_by, waited_s);
-#endif
-    else wd_cat(line, sizeof(line), "no progress for %.1f s (--comm-timeout %g) ", waited_s, c->wd.timeout_s);
-    wd_cat(line, sizeof(line), "in %s", e->name);
-    if (e->seq > 0) wd_cat(line, sizeof(line), " #%lld", e->seq);
-    int m[4096];
-    int n = c->world_size <= 4096 ? wd_members(c, (CommGroup)e->g, m) : 0;
-    wd_cat(line, sizeof(line), " of the %s group (world ranks", comm_group_name(e->g));
-    for (int i = 0; i < n; i++) wd_cat(line, sizeof(line), "%s%d", i ? "," : " ", m[i]);
-    wd_cat(line, sizeof(line), ") called at %s:%d, %s", e->file, e->line, e->state == 1 ? "inside the NCCL call" : "not completed on the GPU");
-#if COMM_MPI
+    wd_cat_call(c, &ww, by_peer, waited_s, nccl_error, line, sizeof(line));
+    wd_cat(line, sizeof(line), ", %s", e->state == 1 ? "inside the NCCL call" : "not completed on the GPU");
     if (side) wd_cat_missing(c, &ww, line, sizeof(line));
-#endif
-    if (!side) wd_cat(line, sizeof(line), ": the missing rank is not named (MPI gave this thread no MPI_THREAD_MULTIPLE for the side channel)");
+    else wd_cat(line, sizeof(line), ": the missing rank is not named (MPI gave this thread no MPI_THREAD_MULTIPLE for the side channel)");
     wd_cat(line, sizeof(line), "; %s", LLM_BUILD_CUDA ? "NCCL communicators aborted (ncclCommAbort), the process exits"
                                                       : "the process exits (the emulated NCCL cannot abort a call in progress)");
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
-#if COMM_MPI
     if (side && !by_peer) {
         wd_tell(c, WD_EXPIRED, &ww);
         usleep(1000000);  // the others print their line
     }
-#endif
 #if LLM_BUILD_CUDA  // (the emulated NCCL's abort is not safe beside a call in progress: just exit)
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         if (c->nccl_owned[g] && c->nccl[g] != NULL) ncclCommAbort(c->nccl[g]);
@@ -417,7 +406,6 @@ static void wd_nccl_loop(WdNccl* w) {
             if (w->tail < w->head) { e = w->e[w->tail % WD_RING]; oldest = w->tail; }
         }
         double waited = oldest >= 0 ? (wall_ms() - e.t_ms) / 1e3 : 0.0;
-#if COMM_MPI
         if (c->wd.thread_multiple) {  // the side channel
             if (reported >= 0 && reported != oldest) { wd_tell(c, WD_DONE, &rep_w); reported = -1; }
             if (oldest >= 0 && reported < 0 && waited > c->wd.report_s) {
@@ -428,7 +416,6 @@ static void wd_nccl_loop(WdNccl* w) {
             wd_drain(c);
             if (oldest >= 0 && c->wd.expired_by >= 0) wd_nccl_expire(w, &e, waited, NULL);
         }
-#endif
         if (oldest >= 0 && waited > c->wd.timeout_s) wd_nccl_expire(w, &e, waited, NULL);
 #if LLM_BUILD_CUDA  // an asynchronous error of a communicator (a peer lost, a network error)
         for (int g = 0; g < COMM_NUM_GROUPS; g++) {
