@@ -83,7 +83,7 @@ static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8S
     TrainState ts;
     float *p, *m, *v, *p16;
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(dp->comm, path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_resume.h)
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_resume.h)
     else state_load(path, cfg, &ts, &p, &m, &v, &p16);
     dp_import_params(dp, p, 1);
     if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(dp, p16);  // the 16-bit parameters exactly
@@ -217,6 +217,7 @@ int main(int argc, char** argv) {
             else find_latest_state(args.output_dir, path, sizeof(path));
         } else {
             snprintf(path, sizeof(path), "%s", args.resume);
+            ckpt_require(&comm, path);  // a checkpoint directory: complete (checked once over the ranks)
         }
         start_step = restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, &train_loader, &health);
         if (rank0) printf("resumed from %s at step %d\n", path, start_step);

@@ -1,7 +1,8 @@
 // ckpt_dir.h: what saving and resuming sharded checkpoints share (llm/ckpt_shard.h has the format):
-// the directory names, the check of a checkpoint against its manifest (sizes, FNV-1a checksums), the
-// listing of a run's checkpoints, the list of last-known-good ones (good_checkpoints.txt, which the
-// rollback of llm/health.h reads), and two host-side agreements among the ranks.
+// the directory names, the check of a checkpoint against its manifest (sizes, FNV-1a checksums; over
+// the ranks, each shard's checksum recomputed by one of them), the listing of a run's checkpoints, the
+// list of last-known-good ones (good_checkpoints.txt, which the rollback of llm/health.h reads), and
+// the host-side agreement among the ranks.
 #pragma once
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -115,6 +116,21 @@ static int ckpt_check_dir(const char* dir, int* step, int* world, ShardEntry** s
     return 1;
 }
 
+// Every rank calls it: 1 when dir is a complete checkpoint (a manifest, and shards of its sizes and
+// checksums). Each rank recomputes the checksums of its share of the shards (shard r on rank r mod
+// world), so that the job reads each shard once, not once per rank. On 0, why holds the reason on the
+// lowest rank that found one, "" on the others.
+static int ckpt_verify(Comm* c, const char* dir, char* why, size_t cap) {
+    int step, world;
+    ShardEntry* e;
+    int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, c->world_rank, c->world_size);
+    free(e);
+    int first = ckpt_first_bad(c, !ok);
+    if (first < 0) return 1;
+    if (first != c->world_rank) why[0] = '\0';
+    return 0;
+}
+
 // removes a checkpoint directory: the manifest first (it stops being a checkpoint), then the rest
 static void ckpt_remove_dir(const char* dir) {
     char path[1400];
@@ -200,9 +216,10 @@ static GoodEntry* ckpt_good_read(const char* dir, int* n) {
 }
 
 // The newest listed checkpoint at or before step `upto` that is still whole (a state file that exists;
-// a sharded checkpoint whose manifest and shards match, ckpt_check_dir): its step, and its path in
-// out; -1 when there is none. Candidates are tried newest first (of one step, the one listed last).
-static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap) {
+// a sharded checkpoint whose manifest and shards match, ckpt_verify): its step, and its path in out;
+// -1 when there is none. Candidates are tried newest first (of one step, the one listed last). Every
+// rank calls it (ckpt_verify is collective) and reaches the same answer.
+static int ckpt_good_find(Comm* c, const char* dir, int upto, char* out, size_t cap) {
     int n;
     GoodEntry* e = ckpt_good_read(dir, &n);
     out[0] = '\0';
@@ -213,13 +230,8 @@ static int ckpt_good_find(const char* dir, int upto, char* out, size_t cap) {
         if (pick < 0) break;
         struct stat st;
         int whole = stat(e[pick].path, &st) == 0;  // (removed since: kept checkpoints rotate)
-        if (whole && S_ISDIR(st.st_mode)) {
-            int s_step, world;
-            ShardEntry* se;
-            char why[600];
-            whole = ckpt_check_dir(e[pick].path, &s_step, &world, &se, why, sizeof(why), 0, 1);
-            if (whole) free(se);
-        }
+        char why[600];
+        if (whole && S_ISDIR(st.st_mode)) whole = ckpt_verify(c, e[pick].path, why, sizeof(why));
         if (whole) { found = e[pick].step; snprintf(out, cap, "%s", e[pick].path); }
         e[pick].step = -1;  // tried
     }

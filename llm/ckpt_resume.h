@@ -10,21 +10,6 @@
 // ----------------------------------------------------------------------------
 // resuming: the newest complete checkpoint, read into this rank's layout
 
-// Every rank calls it: 1 when dir is a complete checkpoint (a manifest, and shards of its sizes and
-// checksums). Each rank recomputes the checksums of its share of the shards (shard r on rank r mod
-// world), so that the job reads each shard once, not once per rank. On 0, why holds the reason on the
-// lowest rank that found one, "" on the others.
-static int ckpt_verify(Comm* c, const char* dir, char* why, size_t cap) {
-    int step, world;
-    ShardEntry* e;
-    int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, c->world_rank, c->world_size);
-    free(e);
-    int first = ckpt_first_bad(c, !ok);
-    if (first < 0) return 1;
-    if (first != c->world_rank) why[0] = '\0';
-    return 0;
-}
-
 // the newest complete checkpoint of out_dir at or below max_step (every rank calls it and gets the same
 // answer; the rank that saw why a newer one is ignored says so); its step, or -1
 static int ckpt_find_latest(Comm* c, const char* out_dir, int max_step) {
@@ -42,20 +27,26 @@ static int ckpt_find_latest(Comm* c, const char* out_dir, int max_step) {
     return found;
 }
 
-// reads the checkpoint in dir (every rank calls it): the training position into ts (rank 0's shard), and
-// the values of the units this rank's layout holds into params, m, v (and params16 when the shards
-// have them), malloc'd Psi FP32 each, checkpoint order, zero elsewhere. An incomplete checkpoint: one
-// line from the rank that saw it, and every rank exits with status 1.
-static void ckpt_load(Comm* c, const char* dir, const ParamLayout* lay, TrainState* ts, float** params, float** m,
-                      float** v, float** params16) {
+// an explicit --resume PATH (every rank): when PATH is a checkpoint directory, it must be complete
+// (ckpt_verify); if not, one line from the rank that saw why, and every rank exits with status 1
+static void ckpt_require(Comm* c, const char* path) {
+    struct stat st;
+    char why[600];
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || ckpt_verify(c, path, why, sizeof(why))) return;
+    if (why[0] != '\0') fprintf(stderr, "error: --resume: %s is not a complete checkpoint: %s\n", path, why);
+    comm_exit(c, EXIT_FAILURE);
+}
+
+// reads the checkpoint in dir: the training position into ts (rank 0's shard), and the values of the
+// units this rank's layout holds into params, m, v (and params16 when the shards have them), malloc'd
+// Psi FP32 each, checkpoint order, zero elsewhere. Its checksums were recomputed by whoever chose it
+// (ckpt_find_latest, ckpt_require, ckpt_good_find); here the manifest and the sizes are read again.
+static void ckpt_load(const char* dir, const ParamLayout* lay, TrainState* ts, float** params, float** m, float** v,
+                      float** params16) {
     int step, world;
     ShardEntry* e;
     char why[600];
-    if (!ckpt_verify(c, dir, why, sizeof(why))) {
-        if (why[0] != '\0') fprintf(stderr, "error: --resume: %s is not a complete checkpoint: %s\n", dir, why);
-        comm_exit(c, EXIT_FAILURE);
-    }
-    if (!ckpt_check_dir(dir, &step, &world, &e, why, sizeof(why), 0, 0)) fatal("--resume: %s changed while being read: %s", dir, why);
+    if (!ckpt_check_dir(dir, &step, &world, &e, why, sizeof(why), 0, 0)) fatal("--resume: %s is not a complete checkpoint: %s", dir, why);
     size_t n = lay->num_parameters;
     GPTConfig cfg = lay->cfg;
     *params = (float*)calloc(n, sizeof(float));

@@ -179,7 +179,7 @@ static int health_rollback_target(Health* h, Comm* c, const char* dir, int step,
     if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
     else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
     comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
-    int to = ckpt_good_find(dir, step, path, path_cap);
+    int to = ckpt_good_find(c, dir, step, path, path_cap);
     if (to < 0 || to == h->last_rollback) {
         if (c->world_rank == 0) {
             fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,

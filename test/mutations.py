@@ -596,7 +596,7 @@ MUTATIONS = [
       "            if (lay->tp_rank > 0 && TENSORS[t].tp == TP_REPLICATED) continue;",
       "sharded save: the LayerNorm tensors (replicated over tp) written by every tp rank, not by tp rank 0 alone",
       "checkpoint"),
-    M("c-verify-one-share", "checkpoint", "llm/ckpt_resume.h",
+    M("c-verify-one-share", "checkpoint", "llm/ckpt_dir.h",
       "    int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, c->world_rank, c->world_size);",
       "    int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, 0, c->world_size);",
       "resume: every rank checks the checksums of rank 0's share of the shards only (a corrupt shard 1 is taken)",
