@@ -1,8 +1,8 @@
 # mpi_lib.sh: what the tests that run the trainer share (sourced by the test/test_*.sh scripts that run it;
-# test_resume.sh takes only the counters): the mpirun flags, the check counters, the bad-layout check, a
-# training run and the comparison of its samples, a self-checking test program under tp. The sourcing
-# script sets CPU, CHECK, LOG, tmp and the array common (the flags every run takes) before it calls them
-# (test_ddp_zero.sh defines its own train; test_health.sh, test_loss_scale.sh and
+# test_resume.sh takes only the counters): the mpirun flags, the check counters, the bad-layout and
+# bad-flag checks, a training run and the comparison of its samples, a self-checking test program under
+# tp. The sourcing script sets CPU, CHECK, LOG, tmp and the array common (the flags every run takes)
+# before it calls them (test_ddp_zero.sh defines its own train; test_health.sh, test_loss_scale.sh and
 # test_faults_precision.sh their own run).
 
 # the mpirun flags of test/test_comm.sh (why each: see there), one OpenMP thread per rank
@@ -26,6 +26,18 @@ badlayout() {  # NAME NP SUBSTRING ARGS...
     else
         bad "bad layout $name: exit $rc, $lines lines, output dir $( [ -e "$tmp/bad_$name" ] && echo created || echo absent): $out"
     fi
+}
+
+# a bad flag value, one process: one line starting "error: " and naming SUBSTRING, a non-zero exit (not a
+# time-out), no output directory
+badflag() {  # SUBSTRING ARGS...
+    local sub=$1; shift
+    local out rc lines
+    out=$(timeout 60 "$CPU" "${common[@]}" --output-dir "$tmp/badflag" "$@" 2>&1); rc=$?
+    lines=$(printf '%s\n' "$out" | grep -c .)
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]] && [ ! -e "$tmp/badflag" ]; then
+        ok "bad flag $*: one line: $out"
+    else bad "bad flag $*: exit $rc, $lines lines: $out"; fi
 }
 
 # train NAME NP BIN ARGS...: a training run into $tmp/NAME with the flags of common (NP 0: one process

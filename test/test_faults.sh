@@ -164,17 +164,6 @@ else
 fi
 
 # bad values: one line naming the flag, non-zero exit (one process: every rank would print the same)
-badflag() {  # SUBSTRING ARGS...
-    local sub=$1; shift
-    local out rc n
-    out=$(timeout 30 "$CPU" "${common[@]}" --steps 1 --output-dir "$tmp/badflag" "$@" 2>&1); rc=$?
-    n=$(printf '%s\n' "$out" | grep -c .)
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]]; then
-        ok "bad value $*: exit $rc, one line: $out"
-    else
-        bad "bad value $*: exit $rc, $n lines: $out"
-    fi
-}
 badflag --comm-timeout --comm-timeout -1
 badflag --comm-timeout --comm-timeout 5s
 badflag --straggler-every --straggler-every -2

@@ -243,15 +243,6 @@ runok rollback_sharded 2 --steps 10 --inject nan@step=5,count=3,rank=1 --max-bad
 }
 
 # --- bad flags: one line, non-zero exit ---
-badflag() {  # SUBSTRING ARGS...
-    local sub=$1; shift
-    local out rc lines
-    out=$(timeout 60 "$CPU" "${common[@]}" --output-dir "$tmp/badflag" "$@" 2>&1); rc=$?
-    lines=$(printf '%s\n' "$out" | grep -c .)
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]] && [ ! -e "$tmp/badflag" ]; then
-        ok "bad flag $*: one line: $out"
-    else bad "bad flag $*: exit $rc, $lines lines: $out"; fi
-}
 badflag "--spike-zscore: expected a number >= 0" --spike-zscore -1
 badflag "--spike-window: expected 2 to 1000000" --spike-window 1
 badflag "--spike-factor: expected a number > 1" --spike-factor 0.5

@@ -217,17 +217,6 @@ else
 fi
 
 # --- bad flags: one line, non-zero exit ---
-badflag() {  # SUBSTRING ARGS...
-    local sub=$1; shift
-    local out rc lines
-    out=$(timeout 60 "$CPU" "${common[@]}" --output-dir "$tmp/badflag" "$@" 2>&1); rc=$?
-    lines=$(printf '%s\n' "$out" | grep -c .)
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && [[ "$out" == "error: "*"$sub"* ]] && [ ! -e "$tmp/badflag" ]; then
-        ok "bad flag $*: one line: $out"
-    else
-        bad "bad flag $*: exit $rc, $lines lines: $out"
-    fi
-}
 badflag "--loss-scale: expected dynamic, none or a positive number, found 'big'" --loss-scale big
 badflag "--loss-scale: expected" --loss-scale -8
 badflag "--loss-scale: expected" --loss-scale 0
