@@ -55,54 +55,17 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/pipeline_report.h"
 #include "llm/optimizer.h"
 #include "llm/loss_scale.h"
-// the 16-bit parameters the resumable state carries (llm/checkpoint.h header[18]): 1 BF16, 2 FP16, 0 none
-#if defined(ENABLE_FP16)
-#define STATE_FLOATX_KIND 2
-#else
-#define STATE_FLOATX_KIND (ADAMW_HAS_MASTER ? 1 : 0)
-#endif
 #include "llm/dataloader.h"
 #include "llm/tokenizer.h"
 #include "llm/logger.h"
-#include "llm/checkpoint.h"
 #include "llm/inject.h"
-#include "llm/ckpt_shard.h"
-#include "llm/ckpt_resume.h"
+#include "llm/ckpt_run.h"
 #include "llm/sampler.h"
 #include "llm/eval.h"
 #include "llm/report.h"
 #include "llm/health.h"
 #include "llm/straggler.h"
-
-// A state file into this run: the model, the AdamW moments and step, the FP8 state, the loss scaler, the
-// sampler's RNG, the health checks' windows and streak; and the data position when loader is not NULL
-// (a resume; a rollback, llm/health.h, keeps the data where they are). Returns the step the file was
-// saved at.
-static int restore_state(const char* path, GPTConfig cfg, DataParallel* dp, Fp8State* fp8, LossScaler* scaler,
-                         Rng* sample_rng, DataLoader* loader, Health* health) {
-    TrainState ts;
-    float *p, *m, *v, *p16;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ckpt_load(path, &dp->lay, &ts, &p, &m, &v, &p16);  // sharded (llm/ckpt_resume.h)
-    else state_load(path, cfg, &ts, &p, &m, &v, &p16);
-    dp_import_params(dp, p, 1);
-    if (p16 != NULL && ADAMW_HAS_MASTER && ts.params16_kind == STATE_FLOATX_KIND) dp_import_floatx(dp, p16);  // the 16-bit parameters exactly
-    dp_import_moments(dp, m, v);
-    dp->opt.t = ts.adam_t;
-    fp8_resume(fp8, ts.fp8_recipe, ts.fp8, ts.fp8_n, path);
-    free(ts.fp8);
-    if (loader != NULL) dataloader_seek(loader, ts.data);
-    health_import(health, ts.health, ts.health_n, ts.bad_streak, ts.bad_skipped);
-    free(ts.health);
-    if (ts.loss_scale > 0.0f && scaler->mode != LOSS_SCALE_NONE) {  // the scaler goes on where it was
-        scaler->scale = ts.loss_scale;
-        scaler->good_steps = ts.loss_scale_good_steps;
-        scaler->skipped = ts.loss_scale_skipped;
-    }
-    sample_rng->state = ts.rng;
-    free(p); free(m); free(v); free(p16);
-    return ts.step;
-}
+#include "llm/preempt.h"
 
 int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
@@ -204,23 +167,15 @@ int main(int argc, char** argv) {
     HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
     Health health;
     health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
-    Ckpt ck;  // sharded checkpoints (llm/ckpt_shard.h)
-    if (args.checkpoint_format > 0) {
-        ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.async_checkpoint, args.keep_checkpoints, args.schedule, args.vpp);
-    }
+    // the checkpoints (llm/ckpt_run.h): what they hold, where the run keeps it, and how they are written
+    RunState run = {&dp, &fp8, &scaler, &sample_rng, &health, &train_loader};
+    RunCkpt ck;
+    run_ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.checkpoint_format, args.async_checkpoint,
+                  args.keep_checkpoints, args.schedule, args.vpp);
+    char resumed_from[1100] = "";
     if (args.resume) {
-        // a state file, or a sharded checkpoint's directory (llm/ckpt_shard.h: the newest complete one)
-        char path[1100];
-        if (!strcmp(args.resume, "1") || !strcmp(args.resume, "latest")) {
-            int s = ckpt_find_latest(&comm, args.output_dir, INT_MAX);
-            if (s >= 0 && ckpt_latest_state_step(args.output_dir) <= s) ckpt_dir_name(path, sizeof(path), args.output_dir, s);
-            else find_latest_state(args.output_dir, path, sizeof(path));
-        } else {
-            snprintf(path, sizeof(path), "%s", args.resume);
-            ckpt_require(&comm, path);  // a checkpoint directory: complete (checked once over the ranks)
-        }
-        start_step = restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, &train_loader, &health);
-        if (rank0) printf("resumed from %s at step %d\n", path, start_step);
+        // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt_resume.h)
+        start_step = run_resume(&comm, args.resume, args.output_dir, &run, resumed_from, sizeof(resumed_from));
     } else {
         if (from_descriptor) {
             init_params = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
@@ -250,6 +205,7 @@ int main(int argc, char** argv) {
         logger_init(&logger, log_path, args.resume != NULL);
         if (args.resume == NULL) ckpt_good_reset(args.output_dir);  // a fresh run: no good checkpoint yet
         else ckpt_good_drop_after(args.output_dir, start_step);     // resumed: none from after its start
+        if (args.resume != NULL) logger_log_resume(&logger, start_step, resumed_from);  // (the steps after it start over)
         printf("log: %s\n", log_path);
     } else {
         logger_init(&logger, NULL, 0);
@@ -278,6 +234,7 @@ int main(int argc, char** argv) {
         logger_log_eval(&logger, start_step, "val_loss", vloss);
     }
     int reached = start_step;  // the highest step begun: a step repeated after a rollback is not new
+    preempt_install(args.save_on_signal);  // from now on SIGTERM / SIGINT save the step in flight (llm/preempt.h)
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
         comm.wd.step = step;  // the watchdog's line names it
@@ -351,7 +308,9 @@ int main(int argc, char** argv) {
         }
         straggler_step_end(&straggler, &comm, &logger, step, ms, wait);
         float tok_s = (float)(args.total_batch / (ms / 1e3));
-        int ckpt_step = args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last);
+        // a SIGTERM or SIGINT on any rank (llm/preempt.h): this step is saved, then the run ends
+        int sig_rank = -1, sig = args.save_on_signal ? preempt_agree(&comm, &sig_rank) : 0;
+        int ckpt_step = sig || (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last));
         // silent data corruption: the replicas' parameter hashes, every N steps and before a checkpoint
         char sdc_msg[400] = "";
         if (args.sdc_check_every > 0 && (step % args.sdc_check_every == 0 || ckpt_step) && sdc_check(&dp, sdc_msg, sizeof(sdc_msg))) {
@@ -360,7 +319,7 @@ int main(int argc, char** argv) {
 
         // val loss, log line, sample and checkpoint of the model after this step
         float vloss = NAN;
-        if (args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
+        if (!sig && args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
             vloss = val_loss(&pipe, &val_loader, args.val_steps);
         }
         int data_parallel = comm.dp > 1 || args.zero > 0;
@@ -375,7 +334,7 @@ int main(int argc, char** argv) {
         }
         logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)wait : NAN,
                         scaler.mode != LOSS_SCALE_NONE ? step_scale : NAN, skipped);
-        if (args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
+        if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             gen[0] = eot;
             int len = sampler_generate(&sampler, gen, 1, args.sample_len, -1, &sample_rng);
             if (rank0) {
@@ -384,50 +343,30 @@ int main(int argc, char** argv) {
                 printf("\n");
             }
         }
+        // the checkpoint of the model after this step, with the health checks' verdict on it (llm/ckpt_run.h)
         if (ckpt_step) {
-            float* fp8_state = (float*)mallocCheck((fp8_state_floats(&fp8) + 1) * sizeof(float));
-            fp8_state_export(&fp8, fp8_state);
-            float* health_state = (float*)mallocCheck(2 * (size_t)args.spike_window * sizeof(float));  // (2, window)
-            int health_n = health_export(&health, health_state);
-            TrainState ts = {step, dp.opt.t, dataloader_position(&train_loader), sample_rng.state, (int)fp8.cfg.recipe,
-                             fp8_state_floats(&fp8), fp8_state, STATE_FLOATX_KIND,
-                             scaler.mode != LOSS_SCALE_NONE ? scaler.scale : 0.0f, scaler.good_steps, scaler.skipped,
-                             health_n, health_state, health.bad_streak, health.skipped};
-            int good = health.bad_streak == 0 && sdc_msg[0] == '\0';  // saved after a healthy step: last-known-good
-            if (args.checkpoint_format != 1) {
-                // the whole model and optimizer state, gathered from the shards (every rank takes part)
-                size_t n = dp.lay.num_parameters;
-                float* p = (float*)mallocCheck(n * sizeof(float));
-                float* m = (float*)mallocCheck(n * sizeof(float));
-                float* v = (float*)mallocCheck(n * sizeof(float));
-                float* p16 = ADAMW_HAS_MASTER ? (float*)mallocCheck(n * sizeof(float)) : NULL;  // the BF16 parameters
-                dp_export(&dp, p, m, v);
-                if (p16) dp_export_floatx(&dp, p16);
-                if (rank0) {
-                    // llm.c's version 5 is BF16; an FP16 run writes its model as version 3 (FP32)
-                    checkpoint_save_run(args.output_dir, cfg, &ts, p, m, v, p16, STATE_FLOATX_KIND == 1 ? 5 : 3);
-                    printf("saved %s/model_%08d.bin and state_%08d.bin\n", args.output_dir, step, step);
-                    if (good) {
-                        char state_path[1100];
-                        snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", args.output_dir, step);
-                        ckpt_good_add(args.output_dir, step, state_path);
-                    }
-                }
-                free(p); free(m); free(v); free(p16);
-            }
-            // each rank its own part, in the background with --async-checkpoint (llm/ckpt_shard.h)
-            if (args.checkpoint_format > 0) ckpt_save(&ck, &dp, &ts, good);
-            free(fp8_state);
-            free(health_state);
+            int verdict = sdc_msg[0] != '\0' ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY;
+            run_ckpt_save(&ck, &run, step, verdict);
         }
-        if (args.checkpoint_format > 0) ckpt_poll(&ck);  // an async save done on every rank gets its manifest
+        run_ckpt_poll(&ck);  // an async save done on every rank gets its manifest
+        if (sig) {  // preempted: the save finished, one line, and every rank ends
+            run_ckpt_finish(&ck);
+            if (rank0) {
+                printf("step %d: %s on rank %d: the state after step %d is saved in %s; exiting with status %d (128 + %s); "
+                       "--resume latest goes on from here\n", step, preempt_signal_name(sig), sig_rank, step, args.output_dir,
+                       128 + sig, preempt_signal_name(sig));
+            }
+            comm_exit(&comm, 128 + sig);
+        }
         // the rollback (llm/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
         // newest last-known-good checkpoint; the data go on from where they are
         if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
-            if (args.checkpoint_format > 0) ckpt_finish(&ck);  // the save in flight joins the list first
+            run_ckpt_finish(&ck);  // the save in flight completes first
             char why[500], path[1100];
-            int to = health_rollback_target(&health, &comm, args.output_dir, step, sdc_msg, why, sizeof(why), path, sizeof(path));
-            restore_state(path, cfg, &dp, &fp8, &scaler, &sample_rng, NULL, &health);  // (or the line and exit 3, above)
+            LoadedState st;
+            int to = health_rollback(&health, &comm, args.output_dir, step, sdc_msg, &dp.lay, &st, why, sizeof(why), path, sizeof(path));
+            run_state_import(&run, &st, 0, path);  // (or the line and exit 3, above); the data stay where they are
+            loaded_state_free(&st);
             DataPosition at = dataloader_position(&train_loader);
             if (rank0) {
                 printf("step %d: rollback: %s: restored %s (step %d); the data go on from epoch %lld sample %lld\n", step, why,
@@ -438,7 +377,7 @@ int main(int argc, char** argv) {
             continue;
         }
     }
-    if (args.checkpoint_format > 0) ckpt_finish(&ck);  // the last save, waited for
+    run_ckpt_finish(&ck);  // the last save, waited for
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
         if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
@@ -494,7 +433,7 @@ int main(int argc, char** argv) {
     sampler_free(&sampler);
     pipeline_free(&pipe);
     fp8_free(&fp8);
-    if (args.checkpoint_format > 0) ckpt_free(&ck);
+    run_ckpt_free(&ck);
     dp_free(&dp);
     context_free();
     comm_free(&comm);

@@ -1,8 +1,10 @@
-// args.h: the trainer's flags: their table (long name, llm.c's short alias, help), the parser, and
-// the checks of the layout that need the process count (run once the processes are known, before
-// anything is allocated). Bad values end the program with one line naming the flag, what was
-// expected and what was found.
+// args.h: the trainer's flags: their table (long name, llm.c's short alias, where the value goes, its
+// valid range, help), the one parser, and the checks of the layout that need the process count (run
+// once the processes are known, before anything is allocated). Bad values end the program with one
+// line naming the flag, what was expected (the range) and what was found.
 #pragma once
+#include <stddef.h>
+#include <ctype.h>
 #include "common.h"
 #include "comm.h"
 
@@ -25,7 +27,8 @@ typedef struct {
     int val_every, val_steps, sample_every, sample_len, checkpoint_every;
     int checkpoint_format;      // 0 gathered (model_/state_ files), 1 sharded (ckpt_<step>/, llm/ckpt_shard.h), 2 both
     int async_checkpoint;       // 1: sharded saves written by a background thread while training goes on
-    int keep_checkpoints;       // sharded: keep the last K complete checkpoints (0: all)
+    int keep_checkpoints;       // sharded: keep the K newest good checkpoints and the K newest of any kind (0: all)
+    int save_on_signal;         // 1: SIGTERM/SIGINT save the step in flight and exit 128 + signal (llm/preempt.h)
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
     int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
     const char* report_json;    // memory and communication report, or NULL
@@ -51,103 +54,168 @@ typedef struct {
     float straggler_factor;     // a rank slower than the median by more than this is named
 } Args;
 
+// One row per flag: its names, what it stores where in Args, its valid range (numbers: inclusive bounds;
+// choices: the words, stored as their index), and its help. One parser reads them all: a number must be
+// the whole value (no spaces, no unit), an integer has no decimal point, and anything outside the row's
+// range ends the program with one line naming the flag, the range and the value.
+typedef enum { FLAG_STRING, FLAG_INT, FLAG_LONG, FLAG_FLOAT, FLAG_CHOICE, FLAG_LOSS_SCALE } FlagKind;
+
 typedef struct {
     const char* long_name;
-    char short_name;  // llm.c's flag with the same meaning, 0 if none
+    char short_name;        // llm.c's flag with the same meaning, 0 if none
+    FlagKind kind;
+    size_t offset;          // of the field in Args
+    double lo, hi;          // FLAG_INT, FLAG_LONG, FLAG_FLOAT: the valid range, inclusive
+    const char* choices;    // FLAG_CHOICE: "none|selective|full" (stored: the index)
     const char* help;
 } FlagDoc;
 
+#define A_(field) offsetof(Args, field)
+#define BIG 1e9             // "any sensible count"
 static const FlagDoc FLAGS[] = {
-    {"--model", 'e', "llm.c checkpoint path, or a fresh model: dN[,C=..][,NH=..][,maxT=..][,V=..] (default d12)"},
-    {"--train-data", 'i', "glob of train token shards"},
-    {"--val-data", 'j', "glob of val token shards (empty: no validation)"},
-    {"--tokenizer", 0, "llm.c tokenizer file for decoding samples (empty: print token ids)"},
-    {"--batch", 'b', "micro-batch size B per process (default 4)"},
-    {"--seq-len", 't', "sequence length T (default 1024, at most the model's maxT)"},
-    {"--total-batch", 'd', "tokens per optimizer step; a multiple of B*T*dp (default B*T*dp): gradient accumulation"},
-    {"--steps", 'x', "optimizer steps (default -1: one epoch of the train data)"},
-    {"--lr", 'l', "peak learning rate (default 3e-4)"},
-    {"--warmup", 'u', "linear warm-up steps (default 0)"},
-    {"--lr-final", 'q', "final learning rate as a fraction of --lr, the end of the cosine decay (default 1.0)"},
-    {"--weight-decay", 'c', "AdamW decoupled weight decay of the 2-D tensors (default 0.0)"},
-    {"--grad-clip", 0, "clip the global gradient norm to this, 0 = off (default 1.0)"},
-    {"--seed", 0, "seed of initialisation, data order and sampling (default 1337)"},
-    {"--shuffle", 0, "1: shuffle shards and samples each epoch, from the seed; 0: in order (default 1)"},
-    {"--val-every", 'v', "val loss every N steps, 0 = never (default 20)"},
-    {"--val-steps", 'm', "batches per val loss (default 20)"},
-    {"--sample-every", 's', "print a sample every N steps, 0 = never (default 20)"},
-    {"--sample-len", 'g', "tokens per sample (default 64)"},
-    {"--checkpoint-every", 'n', "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
-    {"--checkpoint-format", 0, "gathered (model_<step>.bin + state_<step>.bin), sharded (ckpt_<step>/: a shard per rank + manifest) or both (default gathered)"},
-    {"--async-checkpoint", 0, "1: sharded checkpoints copied aside and written by a background thread while training goes on (default 0)"},
-    {"--keep-checkpoints", 0, "sharded checkpoints: keep the last K complete ones, 0 = all (default 0)"},
-    {"--output-dir", 'o', "directory for the log and checkpoints (default out)"},
-    {"--resume", 'y', "resume from a state file, or 1/latest = the newest in --output-dir (default 0)"},
-    {"--log", 0, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
-    {"--eval-file", 0, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
-    {"--dp", 0, "data-parallel ranks (default: the world size / (tp*pp)); world size = dp*tp*pp"},
-    {"--tp", 0, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/tensor_parallel.h)"},
-    {"--sequence-parallel", 0, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
-    {"--pp", 0, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/pipeline.h)"},
-    {"--schedule", 0, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
-    {"--vpp", 0, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
-    {"--trace", 0, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
-    {"--zero", 0, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
-    {"--report-json", 0, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
-    {"--recompute", 0, "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
-    {"--fp8", 0, "FP8 block linears (llm/fp8_linear.h): none, delayed, current, block (DeepSeek-V3 tiles) or mx (default none)"},
-    {"--fp8-format", 0, "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (E4M3 everywhere) (default hybrid)"},
-    {"--fp8-history", 0, "delayed scaling: amax history length in steps (default 16)"},
-    {"--fp8-amax-reduce", 0, "delayed scaling: the history's reduction, max or most_recent (default max)"},
-    {"--fp8-margin", 0, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
-    {"--loss-scale", 0, "loss scaling (llm/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
-    {"--loss-scale-init", 0, "dynamic loss scaling: the first scale (default 65536)"},
-    {"--loss-scale-window", 0, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
-    {"--inject", 0, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
+    {"--model", 'e', FLAG_STRING, A_(model), 0, 0, NULL, "llm.c checkpoint path, or a fresh model: dN[,C=..][,NH=..][,maxT=..][,V=..] (default d12)"},
+    {"--train-data", 'i', FLAG_STRING, A_(train_data), 0, 0, NULL, "glob of train token shards"},
+    {"--val-data", 'j', FLAG_STRING, A_(val_data), 0, 0, NULL, "glob of val token shards (empty: no validation)"},
+    {"--tokenizer", 0, FLAG_STRING, A_(tokenizer), 0, 0, NULL, "llm.c tokenizer file for decoding samples (empty: print token ids)"},
+    {"--batch", 'b', FLAG_INT, A_(B), 1, 1 << 20, NULL, "micro-batch size B per process (default 4)"},
+    {"--seq-len", 't', FLAG_INT, A_(T), 1, 1 << 24, NULL, "sequence length T (default 1024, at most the model's maxT)"},
+    {"--total-batch", 'd', FLAG_LONG, A_(total_batch), 1, 1e15, NULL, "tokens per optimizer step; a multiple of B*T*dp (default B*T*dp): gradient accumulation"},
+    {"--steps", 'x', FLAG_INT, A_(steps), -1, BIG, NULL, "optimizer steps (default -1: one epoch of the train data)"},
+    {"--lr", 'l', FLAG_FLOAT, A_(lr), 0, 1, NULL, "peak learning rate (default 3e-4)"},
+    {"--warmup", 'u', FLAG_INT, A_(warmup), 0, BIG, NULL, "linear warm-up steps (default 0)"},
+    {"--lr-final", 'q', FLAG_FLOAT, A_(lr_final), 0, 1, NULL, "final learning rate as a fraction of --lr, the end of the cosine decay (default 1.0)"},
+    {"--weight-decay", 'c', FLAG_FLOAT, A_(weight_decay), 0, 1, NULL, "AdamW decoupled weight decay of the 2-D tensors (default 0.0)"},
+    {"--grad-clip", 0, FLAG_FLOAT, A_(grad_clip), 0, 1e6, NULL, "clip the global gradient norm to this, 0 = off (default 1.0)"},
+    {"--seed", 0, FLAG_INT, A_(seed), 0, 2147483647.0, NULL, "seed of initialisation, data order and sampling (default 1337)"},
+    {"--shuffle", 0, FLAG_INT, A_(shuffle), 0, 1, NULL, "1: shuffle shards and samples each epoch, from the seed; 0: in order (default 1)"},
+    {"--val-every", 'v', FLAG_INT, A_(val_every), 0, BIG, NULL, "val loss every N steps, 0 = never (default 20)"},
+    {"--val-steps", 'm', FLAG_INT, A_(val_steps), 1, BIG, NULL, "batches per val loss (default 20)"},
+    {"--sample-every", 's', FLAG_INT, A_(sample_every), 0, BIG, NULL, "print a sample every N steps, 0 = never (default 20)"},
+    {"--sample-len", 'g', FLAG_INT, A_(sample_len), 1, 1 << 24, NULL, "tokens per sample (default 64)"},
+    {"--checkpoint-every", 'n', FLAG_INT, A_(checkpoint_every), 0, BIG, NULL, "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
+    {"--checkpoint-format", 0, FLAG_CHOICE, A_(checkpoint_format), 0, 0, "gathered|sharded|both",
+     "gathered (model_<step>.bin + state_<step>.bin), sharded (ckpt_<step>/: a shard per rank + manifest) or both (default gathered)"},
+    {"--async-checkpoint", 0, FLAG_INT, A_(async_checkpoint), 0, 1, NULL, "1: sharded checkpoints copied aside and written by a background thread while training goes on (default 0)"},
+    {"--keep-checkpoints", 0, FLAG_INT, A_(keep_checkpoints), 0, 1e6, NULL, "sharded checkpoints: keep the K newest good ones and the K newest of any kind, 0 = all (default 0)"},
+    {"--save-on-signal", 0, FLAG_INT, A_(save_on_signal), 0, 1, NULL, "1: SIGTERM / SIGINT finish the step, save it, and exit with 128 + the signal; 0: end at once (default 1)"},
+    {"--output-dir", 'o', FLAG_STRING, A_(output_dir), 0, 0, NULL, "directory for the log and checkpoints (default out)"},
+    {"--resume", 'y', FLAG_STRING, A_(resume), 0, 0, NULL, "resume from a state file or checkpoint directory, or 1/latest = the newest good one in --output-dir (default 0)"},
+    {"--log", 0, FLAG_STRING, A_(log_path), 0, 0, NULL, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
+    {"--eval-file", 0, FLAG_STRING, A_(eval_file), 0, 0, NULL, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
+    {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp)); world size = dp*tp*pp"},
+    {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/tensor_parallel.h)"},
+    {"--sequence-parallel", 0, FLAG_INT, A_(sequence_parallel), 0, 1, NULL, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
+    {"--pp", 0, FLAG_INT, A_(pp), 1, 1 << 16, NULL, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/pipeline.h)"},
+    {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
+    {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
+    {"--trace", 0, FLAG_STRING, A_(trace), 0, 0, NULL, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
+    {"--zero", 0, FLAG_INT, A_(zero), 0, 3, NULL, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
+    {"--report-json", 0, FLAG_STRING, A_(report_json), 0, 0, NULL, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
+    {"--recompute", 0, FLAG_CHOICE, A_(recompute), 0, 0, "none|selective|full", "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
+    {"--fp8", 0, FLAG_CHOICE, A_(fp8), 0, 0, "none|delayed|current|block|mx", "FP8 block linears (llm/fp8_linear.h): none, delayed, current, block (DeepSeek-V3 tiles) or mx (default none)"},
+    {"--fp8-format", 0, FLAG_CHOICE, A_(fp8_e4m3), 0, 0, "hybrid|e4m3", "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (E4M3 everywhere) (default hybrid)"},
+    {"--fp8-history", 0, FLAG_INT, A_(fp8_history), 1, 4096, NULL, "delayed scaling: amax history length in steps (default 16)"},
+    {"--fp8-amax-reduce", 0, FLAG_CHOICE, A_(fp8_reduce), 0, 0, "max|most_recent", "delayed scaling: the history's reduction, max or most_recent (default max)"},
+    {"--fp8-margin", 0, FLAG_INT, A_(fp8_margin), 0, 32, NULL, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
+    {"--loss-scale", 0, FLAG_LOSS_SCALE, A_(loss_scale), 0x1p-24, 0x1p64, NULL, "loss scaling (llm/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
+    {"--loss-scale-init", 0, FLAG_FLOAT, A_(loss_scale_init), 0x1p-24, 0x1p64, NULL, "dynamic loss scaling: the first scale (default 65536)"},
+    {"--loss-scale-window", 0, FLAG_INT, A_(loss_scale_window), 1, BIG, NULL, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
+    {"--inject", 0, FLAG_STRING, A_(inject), 0, 0, NULL, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
                     "slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]  diskfail@step=N,rank=R,bytes=B  slowdisk@rank=R,ms=M"},
-    {"--spike-zscore", 0, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
-    {"--spike-window", 0, "the healthy steps the spike rules look back over (default 100)"},
-    {"--spike-factor", 0, "a step whose loss or grad norm is more than K times the window's max is skipped, 0 = off (default 0)"},
-    {"--max-bad-steps", 0, "this many skipped steps in a row roll back to the last good checkpoint, or stop with exit 3; 0 = never (default 5)"},
-    {"--sdc-check-every", 0, "compare parameter hashes over the dp replicas every N steps (and at checkpoints), 0 = never (default 0)"},
-    {"--comm-timeout", 0, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
-    {"--straggler-every", 0, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
-    {"--straggler-factor", 0, "a rank whose compute time exceeds the median's by more than this factor is a straggler (default 1.5)"},
+    {"--spike-zscore", 0, FLAG_FLOAT, A_(spike_zscore), 0, 1e6, NULL, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
+    {"--spike-window", 0, FLAG_INT, A_(spike_window), 2, 1000000, NULL, "the healthy steps the spike rules look back over (default 100)"},
+    {"--spike-factor", 0, FLAG_FLOAT, A_(spike_factor), 0, 1e6, NULL, "a step whose loss or grad norm is more than K (> 1) times the window's max is skipped, 0 = off (default 0)"},
+    {"--max-bad-steps", 0, FLAG_INT, A_(max_bad_steps), 0, BIG, NULL, "this many skipped steps in a row roll back to the last good checkpoint, or stop with exit 3; 0 = never (default 5)"},
+    {"--sdc-check-every", 0, FLAG_INT, A_(sdc_check_every), 0, BIG, NULL, "compare parameter hashes over the dp replicas every N steps (and at checkpoints), 0 = never (default 0)"},
+    {"--comm-timeout", 0, FLAG_FLOAT, A_(comm_timeout), 0, 86400, NULL, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
+    {"--straggler-every", 0, FLAG_INT, A_(straggler_every), 0, BIG, NULL, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
+    {"--straggler-factor", 0, FLAG_FLOAT, A_(straggler_factor), 1.000001, 1000, NULL, "a rank whose compute time exceeds the median's by more than this factor (> 1) is a straggler (default 1.5)"},
 };
+#undef A_
+#undef BIG
 #define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
+
+// the row's valid values as text: "an integer in [1, 4096]", "0 or 1", "none, delayed, ... or mx"
+static void flag_range_text(const FlagDoc* f, char* out, size_t cap) {
+    if (f->kind == FLAG_CHOICE) {
+        size_t k = 0;
+        out[0] = '\0';
+        for (const char* p = f->choices; *p && k + 8 < cap;) {
+            const char* bar = strchr(p, '|');
+            size_t n = bar ? (size_t)(bar - p) : strlen(p);
+            k += snprintf(out + k, cap - k, "%s%.*s", p == f->choices ? "" : (bar ? ", " : " or "), (int)n, p);
+            p += n + (bar ? 1 : 0);
+        }
+    } else if (f->kind == FLAG_LOSS_SCALE) {
+        snprintf(out, cap, "dynamic, none or a positive number in [%g, %g]", f->lo, f->hi);
+    } else if ((f->kind == FLAG_INT || f->kind == FLAG_LONG) && f->lo == 0 && f->hi == 1) {
+        snprintf(out, cap, "0 or 1");
+    } else {
+        snprintf(out, cap, "%s in [%.10g, %.10g]", f->kind == FLAG_FLOAT ? "a number" : "an integer", f->lo, f->hi);
+    }
+}
 
 static void print_usage(void) {
     printf("usage: train_gpt [flags]   (%s build, %s)\n", LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
     for (int i = 0; i < NUM_FLAGS; i++) {
-        char shortf[8] = "";
+        char shortf[8] = "", range[200] = "";
         if (FLAGS[i].short_name) snprintf(shortf, sizeof(shortf), "-%c", FLAGS[i].short_name);
-        printf("  %-20s %-3s %s\n", FLAGS[i].long_name, shortf, FLAGS[i].help);
+        if (FLAGS[i].kind != FLAG_STRING && FLAGS[i].kind != FLAG_CHOICE) flag_range_text(&FLAGS[i], range, sizeof(range));
+        printf("  %-20s %-3s %s%s%s\n", FLAGS[i].long_name, shortf, FLAGS[i].help, range[0] ? "; " : "", range);
     }
     printf("  --help                   this text\n");
 }
 
-static int parse_int_flag(const char* flag, const char* v) {
-    char* end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno != 0 || *end != '\0' || x < -2147483647L || x > 2147483647L) fatal("%s: expected an integer, found '%s'", flag, v);
-    return (int)x;
+// a value out of its row's range, or not a number: one line naming the flag, the range and the value
+[[noreturn]] static void flag_bad(const FlagDoc* f, const char* v) {
+    char range[300];
+    flag_range_text(f, range, sizeof(range));
+    fatal("%s: expected %s, found '%s'", f->long_name, range, v);
 }
 
-static long parse_long_flag(const char* flag, const char* v) {
+// v as a number of the row's kind within its range, or flag_bad: the whole value, no spaces
+static double flag_number(const FlagDoc* f, const char* v) {
+    if (v[0] == '\0' || isspace((unsigned char)v[0])) flag_bad(f, v);
     char* end;
     errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno != 0 || *end != '\0') fatal("%s: expected an integer, found '%s'", flag, v);
+    double x;
+    if (f->kind == FLAG_FLOAT || f->kind == FLAG_LOSS_SCALE) {
+        x = strtod(v, &end);
+        if (!isfinite(x)) flag_bad(f, v);
+    } else {
+        long long i = strtoll(v, &end, 10);
+        x = (double)i;
+    }
+    if (errno != 0 || *end != '\0' || x < f->lo || x > f->hi) flag_bad(f, v);
     return x;
 }
 
-static float parse_float_flag(const char* flag, const char* v) {
-    char* end;
-    errno = 0;
-    float x = strtof(v, &end);
-    if (errno != 0 || *end != '\0' || !isfinite(x)) fatal("%s: expected a number, found '%s'", flag, v);
-    return x;
+// the value v of flag row f into a
+static void flag_set(Args* a, const FlagDoc* f, const char* v, float* fixed_scale) {
+    char* field = (char*)a + f->offset;
+    switch (f->kind) {
+        case FLAG_STRING: *(const char**)field = v; break;
+        case FLAG_INT: *(int*)field = (int)flag_number(f, v); break;
+        case FLAG_LONG: *(long*)field = (long)flag_number(f, v); break;
+        case FLAG_FLOAT: *(float*)field = (float)flag_number(f, v); break;
+        case FLAG_CHOICE: {
+            int k = 0, found = -1;
+            for (const char* p = f->choices; *p; k++) {
+                const char* bar = strchr(p, '|');
+                size_t n = bar ? (size_t)(bar - p) : strlen(p);
+                if (strlen(v) == n && !strncmp(v, p, n)) found = k;
+                p += n + (bar ? 1 : 0);
+            }
+            if (found < 0) flag_bad(f, v);
+            *(int*)field = found;
+            break;
+        }
+        case FLAG_LOSS_SCALE:  // dynamic, none, or a fixed scale
+            if (!strcmp(v, "none")) *(int*)field = 0;
+            else if (!strcmp(v, "dynamic")) *(int*)field = 2;
+            else { *fixed_scale = (float)flag_number(f, v); *(int*)field = 1; }
+            break;
+    }
 }
 
 static void parse_args(Args* a, int argc, char** argv) {
@@ -168,7 +236,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
     a->inject = NULL;
-    a->checkpoint_format = 0; a->async_checkpoint = 0; a->keep_checkpoints = 0;
+    a->checkpoint_format = 0; a->async_checkpoint = 0; a->keep_checkpoints = 0; a->save_on_signal = 1;
 #if defined(ENABLE_FP16)
     a->loss_scale = 2;  // FP16 needs it (llm/loss_scale.h)
 #else
@@ -181,136 +249,22 @@ static void parse_args(Args* a, int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
-        // resolve a short alias or a long name to the flag's table entry
-        const char* name = NULL;
+        // a short alias or a long name: the flag's row
+        const FlagDoc* f = NULL;
         for (int k = 0; k < NUM_FLAGS; k++) {
             if (strcmp(arg, FLAGS[k].long_name) == 0 ||
                 (FLAGS[k].short_name && arg[0] == '-' && arg[1] == FLAGS[k].short_name && arg[2] == '\0')) {
-                name = FLAGS[k].long_name;
+                f = &FLAGS[k];
             }
         }
-        if (name == NULL) fatal("unknown flag '%s' (see --help)", arg);
+        if (f == NULL) fatal("unknown flag '%s' (see --help)", arg);
         if (i + 1 >= argc) fatal("%s: expected a value, found the end of the command line", arg);
-        const char* v = argv[++i];
-        if (!strcmp(name, "--model")) a->model = v;
-        else if (!strcmp(name, "--train-data")) a->train_data = v;
-        else if (!strcmp(name, "--val-data")) a->val_data = v;
-        else if (!strcmp(name, "--tokenizer")) a->tokenizer = v;
-        else if (!strcmp(name, "--batch")) a->B = parse_int_flag(name, v);
-        else if (!strcmp(name, "--seq-len")) a->T = parse_int_flag(name, v);
-        else if (!strcmp(name, "--total-batch")) a->total_batch = parse_long_flag(name, v);
-        else if (!strcmp(name, "--steps")) a->steps = parse_int_flag(name, v);
-        else if (!strcmp(name, "--lr")) a->lr = parse_float_flag(name, v);
-        else if (!strcmp(name, "--warmup")) a->warmup = parse_int_flag(name, v);
-        else if (!strcmp(name, "--lr-final")) a->lr_final = parse_float_flag(name, v);
-        else if (!strcmp(name, "--weight-decay")) a->weight_decay = parse_float_flag(name, v);
-        else if (!strcmp(name, "--grad-clip")) a->grad_clip = parse_float_flag(name, v);
-        else if (!strcmp(name, "--seed")) a->seed = parse_int_flag(name, v);
-        else if (!strcmp(name, "--shuffle")) a->shuffle = parse_int_flag(name, v);
-        else if (!strcmp(name, "--val-every")) a->val_every = parse_int_flag(name, v);
-        else if (!strcmp(name, "--val-steps")) a->val_steps = parse_int_flag(name, v);
-        else if (!strcmp(name, "--sample-every")) a->sample_every = parse_int_flag(name, v);
-        else if (!strcmp(name, "--sample-len")) a->sample_len = parse_int_flag(name, v);
-        else if (!strcmp(name, "--checkpoint-every")) a->checkpoint_every = parse_int_flag(name, v);
-        else if (!strcmp(name, "--output-dir")) a->output_dir = v;
-        else if (!strcmp(name, "--resume")) a->resume = v;
-        else if (!strcmp(name, "--log")) a->log_path = v;
-        else if (!strcmp(name, "--eval-file")) a->eval_file = v;
-        else if (!strcmp(name, "--dp")) a->dp = parse_int_flag(name, v);
-        else if (!strcmp(name, "--tp")) a->tp = parse_int_flag(name, v);
-        else if (!strcmp(name, "--pp")) a->pp = parse_int_flag(name, v);
-        else if (!strcmp(name, "--zero")) a->zero = parse_int_flag(name, v);
-        else if (!strcmp(name, "--schedule")) a->schedule = v;
-        else if (!strcmp(name, "--vpp")) a->vpp = parse_int_flag(name, v);
-        else if (!strcmp(name, "--trace")) a->trace = v;
-        else if (!strcmp(name, "--report-json")) a->report_json = v;
-        else if (!strcmp(name, "--inject")) a->inject = v;
-        else if (!strcmp(name, "--spike-zscore")) a->spike_zscore = parse_float_flag(name, v);
-        else if (!strcmp(name, "--spike-window")) a->spike_window = parse_int_flag(name, v);
-        else if (!strcmp(name, "--spike-factor")) a->spike_factor = parse_float_flag(name, v);
-        else if (!strcmp(name, "--max-bad-steps")) a->max_bad_steps = parse_int_flag(name, v);
-        else if (!strcmp(name, "--sdc-check-every")) a->sdc_check_every = parse_int_flag(name, v);
-        else if (!strcmp(name, "--loss-scale")) {
-            if (!strcmp(v, "none")) a->loss_scale = 0;
-            else if (!strcmp(v, "dynamic")) a->loss_scale = 2;
-            else {
-                char* end;
-                errno = 0;
-                fixed_scale = strtof(v, &end);
-                if (errno != 0 || *end != '\0' || end == v || !isfinite(fixed_scale) || !(fixed_scale > 0.0f)) {
-                    fatal("--loss-scale: expected dynamic, none or a positive number, found '%s'", v);
-                }
-                a->loss_scale = 1;
-            }
-        }
-        else if (!strcmp(name, "--loss-scale-init")) a->loss_scale_init = parse_float_flag(name, v);
-        else if (!strcmp(name, "--loss-scale-window")) a->loss_scale_window = parse_int_flag(name, v);
-        else if (!strcmp(name, "--comm-timeout")) a->comm_timeout = parse_float_flag(name, v);
-        else if (!strcmp(name, "--straggler-every")) a->straggler_every = parse_int_flag(name, v);
-        else if (!strcmp(name, "--straggler-factor")) a->straggler_factor = parse_float_flag(name, v);
-        else if (!strcmp(name, "--sequence-parallel")) {
-            a->sequence_parallel = parse_int_flag(name, v);
-            if (a->sequence_parallel != 0 && a->sequence_parallel != 1) fatal("--sequence-parallel: expected 0 or 1, found %s", v);
-        }
-        else if (!strcmp(name, "--fp8")) {
-            const char* names[5] = {"none", "delayed", "current", "block", "mx"};
-            a->fp8 = -1;
-            for (int k = 0; k < 5; k++) if (!strcmp(v, names[k])) a->fp8 = k;
-            if (a->fp8 < 0) fatal("--fp8: expected none, delayed, current, block or mx, found '%s'", v);
-        }
-        else if (!strcmp(name, "--fp8-format")) {
-            if (!strcmp(v, "hybrid")) a->fp8_e4m3 = 0;
-            else if (!strcmp(v, "e4m3")) a->fp8_e4m3 = 1;
-            else fatal("--fp8-format: expected hybrid or e4m3, found '%s'", v);
-        }
-        else if (!strcmp(name, "--fp8-history")) a->fp8_history = parse_int_flag(name, v);
-        else if (!strcmp(name, "--fp8-amax-reduce")) {
-            if (!strcmp(v, "max")) a->fp8_reduce = 0;
-            else if (!strcmp(v, "most_recent")) a->fp8_reduce = 1;
-            else fatal("--fp8-amax-reduce: expected max or most_recent, found '%s'", v);
-        }
-        else if (!strcmp(name, "--fp8-margin")) a->fp8_margin = parse_int_flag(name, v);
-        else if (!strcmp(name, "--checkpoint-format")) {
-            if (!strcmp(v, "gathered")) a->checkpoint_format = 0;
-            else if (!strcmp(v, "sharded")) a->checkpoint_format = 1;
-            else if (!strcmp(v, "both")) a->checkpoint_format = 2;
-            else fatal("--checkpoint-format: expected gathered, sharded or both, found '%s'", v);
-        }
-        else if (!strcmp(name, "--async-checkpoint")) {
-            a->async_checkpoint = parse_int_flag(name, v);
-            if (a->async_checkpoint != 0 && a->async_checkpoint != 1) fatal("--async-checkpoint: expected 0 or 1, found %s", v);
-        }
-        else if (!strcmp(name, "--keep-checkpoints")) {
-            a->keep_checkpoints = parse_int_flag(name, v);
-            if (a->keep_checkpoints < 0) fatal("--keep-checkpoints: expected K >= 0 (0: all), found %s", v);
-        }
-        else if (!strcmp(name, "--recompute")) {
-            if (!strcmp(v, "none")) a->recompute = 0;
-            else if (!strcmp(v, "selective")) a->recompute = 1;
-            else if (!strcmp(v, "full")) a->recompute = 2;
-            else fatal("--recompute: expected none, selective or full, found '%s'", v);
-        }
+        flag_set(a, f, argv[++i], &fixed_scale);
     }
-    if (a->B <= 0) fatal("--batch: expected a positive integer, found %d", a->B);
-    if (a->T <= 0) fatal("--seq-len: expected a positive integer, found %d", a->T);
-    // --total-batch is checked with the layout (it must divide over the dp ranks): check_layout
-    if (a->warmup < 0) fatal("--warmup: expected >= 0, found %d", a->warmup);
-    if (a->val_steps <= 0) fatal("--val-steps: expected a positive integer, found %d", a->val_steps);
-    if (a->shuffle != 0 && a->shuffle != 1) fatal("--shuffle: expected 0 or 1, found %d", a->shuffle);
-    if (a->fp8_history < 1 || a->fp8_history > 4096) fatal("--fp8-history: expected 1 to 4096 steps, found %d", a->fp8_history);
-    if (a->fp8_margin < 0 || a->fp8_margin > 32) fatal("--fp8-margin: expected 0 to 32, found %d", a->fp8_margin);
-    if (!(a->loss_scale_init > 0.0f)) fatal("--loss-scale-init: expected a positive number, found %g", a->loss_scale_init);
-    if (a->loss_scale_window < 1) fatal("--loss-scale-window: expected a positive integer, found %d", a->loss_scale_window);
-    if (a->spike_zscore < 0.0f) fatal("--spike-zscore: expected a number >= 0 (0: off), found %g", a->spike_zscore);
-    if (a->spike_window < 2 || a->spike_window > 1000000) fatal("--spike-window: expected 2 to 1000000 steps, found %d", a->spike_window);
-    if (a->spike_factor != 0.0f && !(a->spike_factor > 1.0f)) fatal("--spike-factor: expected a number > 1 (0: off), found %g", a->spike_factor);
-    if (a->max_bad_steps < 0) fatal("--max-bad-steps: expected a count >= 0 (0: never roll back), found %d", a->max_bad_steps);
-    if (a->sdc_check_every < 0) fatal("--sdc-check-every: expected a step count >= 0 (0: never), found %d", a->sdc_check_every);
+    // what a row's range cannot say
+    if (a->spike_factor != 0.0f && !(a->spike_factor > 1.0f)) fatal("--spike-factor: expected 0 (off) or a number in (1, 1e+06], found %g", a->spike_factor);
     if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
     if (a->async_checkpoint && a->checkpoint_format == 0) a->checkpoint_format = 1;  // async saves are sharded
-    if (a->comm_timeout < 0 || a->comm_timeout > 86400) fatal("--comm-timeout: expected 0 (off) to 86400 seconds, found %g", a->comm_timeout);
-    if (a->straggler_every < 0) fatal("--straggler-every: expected 0 (off) or a positive number of steps, found %d", a->straggler_every);
-    if (!(a->straggler_factor > 1.0f)) fatal("--straggler-factor: expected a factor above 1, found %g", a->straggler_factor);
     if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
     if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
@@ -326,9 +280,7 @@ static void args_check_layout(Args* a, Comm* c) {
     char err[512] = "";
     long bt = (long)a->B * a->T, btdp = bt * c->dp;
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
-    if (a->zero < 0 || a->zero > 3) {
-        snprintf(err, sizeof(err), "--zero: expected a ZeRO stage 0 (DDP), 1, 2 or 3, found %d", a->zero);
-    } else if (a->sequence_parallel && c->tp > 1 && a->T % c->tp != 0) {
+    if (a->sequence_parallel && c->tp > 1 && a->T % c->tp != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
                  a->T, c->tp);
     } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {

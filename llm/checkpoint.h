@@ -1,49 +1,115 @@
 // checkpoint.h: model checkpoints in llm.c's format (FORMATS.md: version 3 = FP32, 5 = BF16) and the
-// trainer's own resumable state (parameters, AdamW moments, step, data position, RNG), which is
-// independent of the process layout. Every file is written to a temporary name, flushed, and renamed,
-// so a crash never leaves a half-written file under the real name.
+// trainer's own resumable state (parameters, AdamW moments, step, data position, RNG, the FP8, loss-scale
+// and health state), which is independent of the process layout. Every file goes through
+// llm/atomic_file.h's writer (a temporary name, fsync, rename: a crash never leaves a half-written file
+// under the real name; a failed write removes the temporary file) and carries a checksum of all its
+// bytes, written last, that every read verifies before anything is used. Every header field is
+// range-checked. A file without a checksum (written before it existed, or an llm.c file) is read with a
+// line saying that it is unverified.
 #pragma once
 #include <unistd.h>
 #include "common.h"
 #include "tensors.h"
 #include <dirent.h>
 #include "dataloader.h"
+#include "atomic_file.h"
 
 #define CHECKPOINT_MAGIC 20240326
 #define STATE_MAGIC 20261122      // this trainer's resumable state
-#define STATE_VERSION 1
+#define STATE_VERSION 2           // 2: with the verdict and the checksum (header[34..37]); 1: before them
 #define HEADER_INTS 256
+#define CKPT_SUM_MARK 0x4d555343  // "CSUM": the header slot before a checksum says one is there
+
+// the 16-bit parameters this build's state carries beside the FP32 master (header[18]): 1 BF16, 2 FP16,
+// 0 none (FP32 builds keep no master: their parameters are the FP32 values)
+#if defined(LLM_FLOATX_IS_FLOAT)
+#define STATE_FLOATX_KIND 0
+#elif defined(ENABLE_FP16)
+#define STATE_FLOATX_KIND 2
+#else
+#define STATE_FLOATX_KIND 1
+#endif
+
+// what the health checks said of the step a checkpoint was saved after (header[34]): only a healthy one is
+// a last-known-good checkpoint that --resume latest and the rollback take
+#define CKPT_HEALTHY 0
+#define CKPT_IN_STREAK 1          // saved inside a streak of bad (skipped) steps
+#define CKPT_SDC 2                // the SDC check found the replicas' parameters different at that step
+static const char* ckpt_verdict_name(int v) {
+    return v == CKPT_HEALTHY ? "healthy" : v == CKPT_IN_STREAK ? "saved inside a streak of bad steps" : "rejected by the SDC check";
+}
+
+// where a header keeps its checksum: the mark, then the sum (lo, hi); summed with these three slots 0
+#define STATE_SUM_SLOT 35         // the resumable state (and a shard's header: the slots are the same)
+#define MODEL_SUM_SLOT 253        // an llm.c model file (slots llm.c leaves 0 and does not read)
+
+static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
+static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
+
+// writes the header with its checksum slots 0, then the body through af; af_seal puts the sum in
+static void af_seal(AtomicFile* af, int slot) {
+    int s[3] = {CKPT_SUM_MARK, 0, 0};
+    put64(s, 1, ckpt_sum_final(&af->sum));
+    af_patch(af, (long)(slot * sizeof(int)), s, sizeof(s));
+}
 
 // ----------------------------------------------------------------------------
-// writing through a temporary name
+// reading a file whole, with its checksum
 
+// The bytes of path and its size: header (HEADER_INTS ints) read, the body left to the caller through
+// rd_read, which sums every byte. 0 on any failure, with why.
 typedef struct {
     FILE* f;
-    char final_path[1024];
-    char tmp_path[1100];
-} AtomicFile;
+    const char* path;
+    int header[HEADER_INTS];
+    long size;
+    CkptSum sum;
+} SumReader;
 
-static void atomic_open(AtomicFile* af, const char* path) {
-    if (strlen(path) >= sizeof(af->final_path)) fatal("output path too long: %s", path);
-    snprintf(af->final_path, sizeof(af->final_path), "%s", path);
-    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
-    af->f = fopenCheck(af->tmp_path, "wb");
+static int rd_open(SumReader* r, const char* path, char* why, size_t cap) {
+    memset(r, 0, sizeof(*r));
+    r->path = path;
+    r->f = fopen(path, "rb");
+    if (r->f == NULL) { snprintf(why, cap, "cannot open: %s", strerror(errno)); return 0; }
+    if (fseek(r->f, 0, SEEK_END) != 0 || (r->size = ftell(r->f)) < 0 || fseek(r->f, 0, SEEK_SET) != 0) {
+        snprintf(why, cap, "cannot read: %s", strerror(errno));
+        return 0;
+    }
+    if (fread(r->header, sizeof(int), HEADER_INTS, r->f) != HEADER_INTS) {
+        snprintf(why, cap, "expected a 1024-byte header, found a file of %ld bytes", r->size);
+        return 0;
+    }
+    return 1;
 }
 
-static void atomic_commit(AtomicFile* af) {
-    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
-        fprintf(stderr, "error: %s: flush failed: %s (%s:%d)\n", af->tmp_path, strerror(errno), __FILE__, __LINE__);
-        remove(af->tmp_path);
-        exit(EXIT_FAILURE);
-    }
-    fcloseCheck(af->f, af->tmp_path);
-    if (rename(af->tmp_path, af->final_path) != 0) {
-        fprintf(stderr, "error: rename %s -> %s failed: %s (%s:%d)\n", af->tmp_path, af->final_path,
-                strerror(errno), __FILE__, __LINE__);
-        remove(af->tmp_path);
-        exit(EXIT_FAILURE);
-    }
+// the header into the sum, with the checksum's three slots at `slot` as 0
+static void rd_sum_header(SumReader* r, int slot) {
+    int h[HEADER_INTS];
+    memcpy(h, r->header, sizeof(h));
+    h[slot] = h[slot + 1] = h[slot + 2] = 0;
+    ckpt_sum_init(&r->sum);
+    ckpt_sum_add(&r->sum, h, sizeof(h));
 }
+
+static int rd_read(SumReader* r, void* dst, size_t bytes, char* why, size_t cap) {
+    if (fread(dst, 1, bytes, r->f) != bytes) { snprintf(why, cap, "read failed: %s", ferror(r->f) ? strerror(errno) : "truncated"); return 0; }
+    ckpt_sum_add(&r->sum, dst, bytes);
+    return 1;
+}
+
+// 1 when the sum read matches the one the header holds at slot (verified: 1), or the header holds none
+// (verified: 0); 0 with why on a mismatch
+static int rd_check_sum(SumReader* r, int slot, int* verified, char* why, size_t cap) {
+    *verified = r->header[slot] == CKPT_SUM_MARK;
+    if (!*verified) return 1;
+    uint64_t want = get64(r->header, slot + 1), got = ckpt_sum_final(&r->sum);
+    if (want == got) return 1;
+    snprintf(why, cap, "checksum %016llx, the header says %016llx: the file was damaged after it was written",
+             (unsigned long long)got, (unsigned long long)want);
+    return 0;
+}
+
+static void rd_close(SumReader* r) { if (r->f) fclose(r->f); r->f = NULL; }
 
 // ----------------------------------------------------------------------------
 // llm.c model checkpoints
@@ -51,12 +117,10 @@ static void atomic_commit(AtomicFile* af) {
 // Reads the header of an llm.c checkpoint into cfg and returns the parameters as FP32 on the host
 // (malloc'd, num_parameters). Any mismatch ends the program with one line naming the file.
 static float* checkpoint_load(const char* path, GPTConfig* cfg) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) fatal("--model: cannot open checkpoint %s: %s", path, strerror(errno));
-    int header[HEADER_INTS];
-    if (fread(header, sizeof(int), HEADER_INTS, f) != HEADER_INTS) {
-        fatal("checkpoint %s: expected a 1024-byte header, found a shorter file", path);
-    }
+    SumReader r;
+    char why[600];
+    if (!rd_open(&r, path, why, sizeof(why))) fatal("--model: checkpoint %s: %s", path, why);
+    const int* header = r.header;
     if (header[0] != CHECKPOINT_MAGIC) {
         fatal("checkpoint %s: expected magic %d, found %d", path, CHECKPOINT_MAGIC, header[0]);
     }
@@ -78,29 +142,33 @@ static float* checkpoint_load(const char* path, GPTConfig* cfg) {
     }
     size_t n = num_parameters(*cfg);
     size_t elem = version == 3 ? 4 : 2;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
     size_t expected = HEADER_INTS * sizeof(int) + n * elem;
-    if (size < 0 || (size_t)size != expected) {
+    if ((size_t)r.size != expected) {
         fatal("checkpoint %s: expected %zu bytes (header + %zu parameters of %zu bytes), found %ld", path,
-              expected, n, elem, size);
+              expected, n, elem, r.size);
     }
-    fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
+    rd_sum_header(&r, MODEL_SUM_SLOT);
     float* params = (float*)mallocCheck(n * sizeof(float));
+    int ok;
     if (version == 3) {
-        freadCheck(params, sizeof(float), n, f, path);
+        ok = rd_read(&r, params, n * sizeof(float), why, sizeof(why));
     } else {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-        freadCheck(tmp, sizeof(uint16_t), n, f, path);
-        for (size_t i = 0; i < n; i++) params[i] = bf16_bits_to_float(tmp[i]);
+        ok = rd_read(&r, tmp, n * sizeof(uint16_t), why, sizeof(why));
+        for (size_t i = 0; ok && i < n; i++) params[i] = bf16_bits_to_float(tmp[i]);
         free(tmp);
     }
-    fcloseCheck(f, path);
+    int verified;
+    if (!ok || !rd_check_sum(&r, MODEL_SUM_SLOT, &verified, why, sizeof(why))) fatal("checkpoint %s: %s", path, why);
+    rd_close(&r);
+    if (!verified) note("checkpoint %s has no checksum (an llm.c file, or one written before them): read unverified", path);
     return params;
 }
 
-// Writes params (num_parameters FP32, checkpoint order) as an llm.c checkpoint of version 3 or 5.
-static void checkpoint_save(const char* path, GPTConfig cfg, const float* params, int version) {
+// Writes params (num_parameters FP32, checkpoint order) as an llm.c checkpoint of version 3 or 5, with
+// its checksum in header[253..255]. Through af_open's budget (fail_at, slow_ms); returns af_close's answer.
+static int checkpoint_save(AtomicFile* af, const char* path, GPTConfig cfg, const float* params, int version, long fail_at,
+                           int slow_ms) {
     int header[HEADER_INTS];
     memset(header, 0, sizeof(header));
     header[0] = CHECKPOINT_MAGIC;
@@ -112,18 +180,18 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
     header[6] = cfg.channels;
     header[7] = cfg.padded_vocab_size;
     size_t n = num_parameters(cfg);
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
+    af_open(af, path, fail_at, slow_ms);
+    af_write(af, header, sizeof(header));
     if (version == 3) {
-        fwriteCheck(params, sizeof(float), n, af.f, path);
+        af_write(af, params, n * sizeof(float));
     } else {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) tmp[i] = bf16_bits_from_float(params[i]);
-        fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
+        af_write(af, tmp, n * sizeof(uint16_t));
         free(tmp);
     }
-    atomic_commit(&af);
+    af_seal(af, MODEL_SUM_SLOT);
+    return af_close(af);
 }
 
 // ----------------------------------------------------------------------------
@@ -139,15 +207,19 @@ static void checkpoint_save(const char* path, GPTConfig cfg, const float* params
 //       of runs without one), its run of good steps, the steps it skipped
 //   31..33: the health checks (llm/health.h): H, the values in each spike window (0 in files of runs
 //       before them), the bad steps in a row, the bad steps skipped so far
+//   34: the verdict of the step it was saved after (CKPT_HEALTHY, CKPT_IN_STREAK, CKPT_SDC)
+//   35..37: CKPT_SUM_MARK and the checksum (lo, hi) of the whole file, summed with 35..37 as 0
 //   (25..30: a sharded checkpoint's shard header, llm/ckpt_shard.h; unused here)
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
 // then, if header[18] = 1 (2), num_parameters BF16 (FP16) values (uint16): the parameters the model
-// computes with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax histories and
-// scales), if any; then the health windows, 2 * H floats: the last H healthy losses, then gradient norms,
-// oldest first (so that a resumed run takes the same skip decisions as one that never stopped). A BF16 build keeps both: its parameters are the master rounded stochastically at every update,
-// which rounding the master to nearest on resuming would not give back, and resuming must continue
-// the run bit for bit. (A BF16 run resumed from a file without them starts from the master rounded to
-// nearest.) All arrays are in checkpoint order.
+// computes with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax
+// histories and scales), if any; then the health windows, 2 * H floats: the last H healthy losses,
+// then gradient norms, oldest first (so that a resumed run takes the same skip decisions as one that
+// never stopped). A BF16 build keeps both parameter copies: its parameters are the master rounded
+// stochastically at every update, which rounding the master to nearest on resuming would not give
+// back, and resuming must continue the run bit for bit. (A BF16 run resumed from a file without them
+// starts from the master rounded to nearest.) All arrays are in checkpoint order.
+// Version 1 files (before the verdict and the checksum) are read unverified, their verdict from the streak.
 
 typedef struct {
     int step;          // optimizer steps completed
@@ -163,48 +235,107 @@ typedef struct {
     int health_n;      // the values in each health window (llm/health.h), 0: none
     float* health;     // (2, health_n) losses then gradient norms, oldest first; state_load mallocs it
     int bad_streak, bad_skipped;  // the health checks' bad steps in a row, and skipped so far
+    int verdict;       // CKPT_HEALTHY, CKPT_IN_STREAK or CKPT_SDC
 } TrainState;
 
-static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
-static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
+// a state read back (a state file, or a sharded checkpoint's pieces for this rank): the arrays are
+// malloc'd, num_parameters FP32 each in checkpoint order
+typedef struct {
+    TrainState ts;
+    float *params, *m, *v;   // (Psi) each
+    float* params16;         // (Psi) the BF16/FP16 parameters as FP32 values, or NULL
+    int verified;            // 0: a file without checksums, read as it is
+} LoadedState;
+
+static void loaded_state_free(LoadedState* st) {
+    free(st->params); free(st->m); free(st->v); free(st->params16); free(st->ts.fp8); free(st->ts.health);
+    memset(st, 0, sizeof(*st));
+}
+
+// the fields of a state header (a state file's or a shard's) into ts, the config checked against cfg,
+// every count range-checked; 1, or 0 with why (naming the slot)
+static int state_header_read(const int* h, GPTConfig cfg, TrainState* ts, char* why, size_t cap) {
+    int want[6] = {cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size};
+    for (int i = 0; i < 6; i++) {
+        if (h[4 + i] != want[i]) {
+            snprintf(why, cap, "model config (maxT V L NH C Vp) expected %d %d %d %d %d %d, found %d %d %d %d %d %d", want[0],
+                     want[1], want[2], want[3], want[4], want[5], h[4], h[5], h[6], h[7], h[8], h[9]);
+            return 0;
+        }
+    }
+    if (get64(h, 10) != num_parameters(cfg)) {
+        snprintf(why, cap, "expected %zu parameters, found %llu", num_parameters(cfg), (unsigned long long)get64(h, 10));
+        return 0;
+    }
+    memset(ts, 0, sizeof(*ts));
+    ts->step = h[2]; ts->adam_t = h[3];
+    ts->data.epoch = (int64_t)get64(h, 12); ts->data.sample = (int64_t)get64(h, 14); ts->rng = get64(h, 16);
+    ts->params16_kind = h[18];
+    ts->fp8_recipe = h[19]; ts->fp8_n = get64(h, 20);
+    memcpy(&ts->loss_scale, &h[22], sizeof(float));
+    ts->loss_scale_good_steps = h[23]; ts->loss_scale_skipped = h[24];
+    ts->health_n = h[31]; ts->bad_streak = h[32]; ts->bad_skipped = h[33];
+    ts->verdict = h[1] >= 2 ? h[34] : (ts->bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY);
+    // every step either updated (AdamW's t) or was skipped (bad_skipped): together at most the step
+    int S = ts->step;
+    const char* bad = NULL;
+    char what[200];
+    if (S < 0) bad = "header[2] (step): expected >= 0";
+    else if (ts->adam_t < 0 || ts->bad_skipped < 0 || (long)ts->adam_t + ts->bad_skipped > S)
+        bad = "header[3], header[33] (AdamW's step, steps skipped): expected each >= 0 and together at most the step";
+    else if (ts->bad_streak < 0 || ts->bad_streak > ts->bad_skipped) bad = "header[32] (bad steps in a row): expected 0 .. the steps skipped";
+    else if (ts->data.epoch < 0 || ts->data.sample < 0) bad = "header[12..15] (data position): expected epoch >= 0 and sample >= 0";
+    else if (ts->params16_kind < 0 || ts->params16_kind > 2) bad = "header[18] (16-bit parameters): expected 0, 1 (BF16) or 2 (FP16)";
+    else if (!(ts->loss_scale >= 0.0f && isfinite(ts->loss_scale)) || ts->loss_scale_good_steps < 0 || ts->loss_scale_good_steps > S ||
+             ts->loss_scale_skipped < 0 || ts->loss_scale_skipped > S)
+        bad = "header[22..24] (loss scaler): expected a finite scale >= 0 and counts 0 .. the step";
+    else if (ts->fp8_recipe < 0 || ts->fp8_recipe > 4 || (ts->fp8_n > 0) != (ts->fp8_recipe > 0) || ts->fp8_n > ((size_t)1 << 32))
+        bad = "header[19..21] (FP8): expected a recipe 0..4 with a state of 1..2^32 floats (none for 0)";
+    else if (ts->health_n < 0 || ts->health_n > S || ts->health_n > (1 << 24)) bad = "header[31] (health window): expected 0 .. min(step, 2^24) values";
+    else if (ts->verdict < CKPT_HEALTHY || ts->verdict > CKPT_SDC || (ts->verdict == CKPT_HEALTHY && ts->bad_streak > 0))
+        bad = "header[34] (verdict): expected 0 (healthy, no bad step in a row), 1 or 2";
+    if (bad == NULL) return 1;
+    snprintf(what, sizeof(what), " (step %d, adam t %d, skipped %d, in a row %d, epoch %lld, sample %lld, window %d, verdict %d)", S,
+             ts->adam_t, ts->bad_skipped, ts->bad_streak, (long long)ts->data.epoch, (long long)ts->data.sample, ts->health_n, ts->verdict);
+    snprintf(why, cap, "%s, found%s", bad, what);
+    return 0;
+}
+
+// the header of a state (a state file's, or a shard's with its own fields added) from ts and cfg
+static void state_header_fill(int* h, GPTConfig cfg, const TrainState* ts, int magic, int version, int params16_kind) {
+    memset(h, 0, HEADER_INTS * sizeof(int));
+    h[0] = magic; h[1] = version; h[2] = ts->step; h[3] = ts->adam_t;
+    h[4] = cfg.max_seq_len; h[5] = cfg.vocab_size; h[6] = cfg.num_layers; h[7] = cfg.num_heads; h[8] = cfg.channels;
+    h[9] = cfg.padded_vocab_size;
+    put64(h, 10, num_parameters(cfg));
+    put64(h, 12, (uint64_t)ts->data.epoch);
+    put64(h, 14, (uint64_t)ts->data.sample);
+    put64(h, 16, ts->rng);
+    h[18] = params16_kind;
+    h[19] = ts->fp8_n > 0 ? ts->fp8_recipe : 0;
+    put64(h, 20, ts->fp8_n);
+    memcpy(&h[22], &ts->loss_scale, sizeof(float));
+    h[23] = ts->loss_scale_good_steps;
+    h[24] = ts->loss_scale_skipped;
+    h[31] = ts->health_n;
+    h[32] = ts->bad_streak;
+    h[33] = ts->bad_skipped;
+    h[34] = ts->verdict;
+}
 
 // params16: NULL, or the BF16 (ts->params16_kind 1) or FP16 (2) parameters as FP32 values (exactly
-// representable in that type)
-static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
-                       const float* m, const float* v, const float* params16) {
+// representable in that type). Through af (fail_at, slow_ms: llm/atomic_file.h); returns af_close's answer.
+static int state_save(AtomicFile* af, const char* path, GPTConfig cfg, const TrainState* ts, const float* params,
+                      const float* m, const float* v, const float* params16, long fail_at, int slow_ms) {
     size_t n = num_parameters(cfg);
-    int header[HEADER_INTS];
-    memset(header, 0, sizeof(header));
-    header[0] = STATE_MAGIC;
-    header[1] = STATE_VERSION;
-    header[2] = ts->step;
-    header[3] = ts->adam_t;
-    header[4] = cfg.max_seq_len;
-    header[5] = cfg.vocab_size;
-    header[6] = cfg.num_layers;
-    header[7] = cfg.num_heads;
-    header[8] = cfg.channels;
-    header[9] = cfg.padded_vocab_size;
-    put64(header, 10, n);
-    put64(header, 12, (uint64_t)ts->data.epoch);
-    put64(header, 14, (uint64_t)ts->data.sample);
-    put64(header, 16, ts->rng);
     int fp16 = params16 != NULL && ts->params16_kind == 2;
-    header[18] = params16 == NULL ? 0 : (fp16 ? 2 : 1);
-    header[19] = ts->fp8_n > 0 ? ts->fp8_recipe : 0;
-    put64(header, 20, ts->fp8_n);
-    memcpy(&header[22], &ts->loss_scale, sizeof(float));
-    header[23] = ts->loss_scale_good_steps;
-    header[24] = ts->loss_scale_skipped;
-    header[31] = ts->health_n;
-    header[32] = ts->bad_streak;
-    header[33] = ts->bad_skipped;
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), HEADER_INTS, af.f, path);
-    fwriteCheck(params, sizeof(float), n, af.f, path);
-    fwriteCheck(m, sizeof(float), n, af.f, path);
-    fwriteCheck(v, sizeof(float), n, af.f, path);
+    int header[HEADER_INTS];
+    state_header_fill(header, cfg, ts, STATE_MAGIC, STATE_VERSION, params16 == NULL ? 0 : (fp16 ? 2 : 1));
+    af_open(af, path, fail_at, slow_ms);
+    af_write(af, header, sizeof(header));
+    af_write(af, params, n * sizeof(float));
+    af_write(af, m, n * sizeof(float));
+    af_write(af, v, n * sizeof(float));
     if (params16 != NULL) {
         uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
@@ -214,131 +345,73 @@ static void state_save(const char* path, GPTConfig cfg, const TrainState* ts, co
                 fatal("state %s: parameter %zu = %.9g is not a %s value", path, i, params16[i], fp16 ? "FP16" : "BF16");
             }
         }
-        fwriteCheck(tmp, sizeof(uint16_t), n, af.f, path);
+        af_write(af, tmp, n * sizeof(uint16_t));
         free(tmp);
     }
-    if (ts->fp8_n > 0) fwriteCheck(ts->fp8, sizeof(float), ts->fp8_n, af.f, path);
-    if (ts->health_n > 0) fwriteCheck(ts->health, sizeof(float), 2 * (size_t)ts->health_n, af.f, path);
-    atomic_commit(&af);
+    if (ts->fp8_n > 0) af_write(af, ts->fp8, ts->fp8_n * sizeof(float));
+    if (ts->health_n > 0) af_write(af, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
+    af_seal(af, STATE_SUM_SLOT);
+    return af_close(af);
 }
 
-// Reads a state file; cfg must match the model being trained. params, m, v: malloc'd FP32 (n each);
-// params16: malloc'd FP32 values of the BF16 / FP16 parameters if the file has them (ts->params16_kind
-// says which), else NULL.
-static void state_load(const char* path, GPTConfig cfg, TrainState* ts, float** params, float** m, float** v,
-                       float** params16) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) fatal("--resume: cannot open state file %s: %s", path, strerror(errno));
-    int header[HEADER_INTS];
-    if (fread(header, sizeof(int), HEADER_INTS, f) != HEADER_INTS) {
-        fatal("--resume: state file %s: expected a 1024-byte header, found a shorter file", path);
-    }
-    if (header[0] != STATE_MAGIC) fatal("--resume: state file %s: expected magic %d, found %d", path, STATE_MAGIC, header[0]);
-    if (header[1] != STATE_VERSION) fatal("--resume: state file %s: expected version %d, found %d", path, STATE_VERSION, header[1]);
-    int want[6] = {cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size};
-    for (int i = 0; i < 6; i++) {
-        if (header[4 + i] != want[i]) {
-            fatal("--resume: state file %s: model config (maxT V L NH C Vp) expected %d %d %d %d %d %d, found %d %d %d %d %d %d",
-                  path, want[0], want[1], want[2], want[3], want[4], want[5], header[4], header[5], header[6],
-                  header[7], header[8], header[9]);
+// Reads a state file whole, every byte summed and checked against its checksum, every header field
+// checked; cfg must match the model being trained. 1 with st filled (free with loaded_state_free), or
+// 0 with why (nothing allocated is left). Nothing is printed.
+static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* why, size_t cap) {
+    memset(st, 0, sizeof(*st));
+    SumReader r;
+    if (!rd_open(&r, path, why, cap)) { rd_close(&r); return 0; }
+    const int* h = r.header;
+    int ok = 0;
+    if (h[0] != STATE_MAGIC) snprintf(why, cap, "expected magic %d (a state file), found %d", STATE_MAGIC, h[0]);
+    else if (h[1] != 1 && h[1] != STATE_VERSION) snprintf(why, cap, "expected version 1 or %d, found %d", STATE_VERSION, h[1]);
+    else if (state_header_read(h, cfg, &st->ts, why, cap)) {
+        TrainState* ts = &st->ts;
+        size_t n = num_parameters(cfg);
+        size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (ts->params16_kind ? n * sizeof(uint16_t) : 0) +
+                          ts->fp8_n * sizeof(float) + 2 * (size_t)ts->health_n * sizeof(float);
+        if ((size_t)r.size != expected) {
+            snprintf(why, cap, "expected %zu bytes (from its header), found %ld", expected, r.size);
+        } else {
+            rd_sum_header(&r, STATE_SUM_SLOT);
+            st->params = (float*)mallocCheck(n * sizeof(float));
+            st->m = (float*)mallocCheck(n * sizeof(float));
+            st->v = (float*)mallocCheck(n * sizeof(float));
+            ok = rd_read(&r, st->params, n * sizeof(float), why, cap) && rd_read(&r, st->m, n * sizeof(float), why, cap) &&
+                 rd_read(&r, st->v, n * sizeof(float), why, cap);
+            if (ok && ts->params16_kind) {
+                uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+                ok = rd_read(&r, tmp, n * sizeof(uint16_t), why, cap);
+                st->params16 = (float*)mallocCheck(n * sizeof(float));
+                for (size_t i = 0; ok && i < n; i++) st->params16[i] = ts->params16_kind == 2 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
+                free(tmp);
+            }
+            if (ok && ts->fp8_n > 0) {
+                ts->fp8 = (float*)mallocCheck(ts->fp8_n * sizeof(float));
+                ok = rd_read(&r, ts->fp8, ts->fp8_n * sizeof(float), why, cap);
+            }
+            if (ok && ts->health_n > 0) {
+                ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
+                ok = rd_read(&r, ts->health, 2 * (size_t)ts->health_n * sizeof(float), why, cap);
+            }
+            ok = ok && rd_check_sum(&r, STATE_SUM_SLOT, &st->verified, why, cap);
         }
     }
-    size_t n = num_parameters(cfg);
-    if (get64(header, 10) != n) fatal("--resume: state file %s: expected %zu parameters, found %llu", path, n, (unsigned long long)get64(header, 10));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    if (header[18] < 0 || header[18] > 2) fatal("--resume: state file %s: expected 0, 1 or 2 in header[18], found %d", path, header[18]);
-    float ls_scale;
-    memcpy(&ls_scale, &header[22], sizeof(float));
-    if (!(ls_scale >= 0.0f && isfinite(ls_scale)) || header[23] < 0 || header[24] < 0) {
-        fatal("--resume: state file %s: expected a loss scale >= 0 and counts >= 0 in header[22..24], found %g %d %d",
-              path, ls_scale, header[23], header[24]);
-    }
-    size_t fp8_n = get64(header, 20);
-    if (header[19] < 0 || header[19] > 4 || (fp8_n > 0) != (header[19] > 0) || fp8_n > ((size_t)1 << 32)) {
-        fatal("--resume: state file %s: expected an FP8 recipe 0..4 with its state size in header[19..21], found %d and %zu",
-              path, header[19], fp8_n);
-    }
-    if (header[31] < 0 || header[31] > (1 << 24) || header[32] < 0 || header[33] < 0) {
-        fatal("--resume: state file %s: expected a health window size 0..2^24 and counts >= 0 in header[31..33], found %d %d %d",
-              path, header[31], header[32], header[33]);
-    }
-    size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (header[18] ? n * sizeof(uint16_t) : 0) +
-                      fp8_n * sizeof(float) + 2 * (size_t)header[31] * sizeof(float);
-    if (size < 0 || (size_t)size != expected) fatal("--resume: state file %s: expected %zu bytes, found %ld", path, expected, size);
-    fseek(f, HEADER_INTS * sizeof(int), SEEK_SET);
-    ts->step = header[2];
-    ts->adam_t = header[3];
-    ts->data.epoch = (int64_t)get64(header, 12);
-    ts->data.sample = (int64_t)get64(header, 14);
-    ts->rng = get64(header, 16);
-    *params = (float*)mallocCheck(n * sizeof(float));
-    *m = (float*)mallocCheck(n * sizeof(float));
-    *v = (float*)mallocCheck(n * sizeof(float));
-    freadCheck(*params, sizeof(float), n, f, path);
-    freadCheck(*m, sizeof(float), n, f, path);
-    freadCheck(*v, sizeof(float), n, f, path);
-    *params16 = NULL;
-    if (header[18]) {
-        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-        freadCheck(tmp, sizeof(uint16_t), n, f, path);
-        *params16 = (float*)mallocCheck(n * sizeof(float));
-        for (size_t i = 0; i < n; i++) (*params16)[i] = header[18] == 2 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
-        free(tmp);
-    }
-    ts->params16_kind = header[18];
-    ts->loss_scale = ls_scale;
-    ts->loss_scale_good_steps = header[23];
-    ts->loss_scale_skipped = header[24];
-    ts->fp8_recipe = header[19];
-    ts->fp8_n = fp8_n;
-    ts->fp8 = NULL;
-    if (fp8_n > 0) {
-        ts->fp8 = (float*)mallocCheck(fp8_n * sizeof(float));
-        freadCheck(ts->fp8, sizeof(float), fp8_n, f, path);
-    }
-    ts->health_n = header[31];
-    ts->bad_streak = header[32];
-    ts->bad_skipped = header[33];
-    ts->health = NULL;
-    if (ts->health_n > 0) {
-        ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
-        freadCheck(ts->health, sizeof(float), 2 * (size_t)ts->health_n, f, path);
-    }
-    fcloseCheck(f, path);
+    rd_close(&r);
+    if (!ok) loaded_state_free(st);
+    return ok;
 }
 
-// ----------------------------------------------------------------------------
-// a run's files in its output directory
-
-// Writes <dir>/model_<step>.bin (llm.c's format: version 5, BF16, the master weights rounded to
-// nearest, when the model runs in BF16; else version 3, FP32) and <dir>/state_<step>.bin (the
-// resumable state, the FP32 master exactly, and params16, the BF16 parameters, unless NULL). params,
-// m, v, params16: Psi FP32 values, checkpoint order.
-static void checkpoint_save_run(const char* dir, GPTConfig cfg, const TrainState* ts, const float* params,
-                                const float* m, const float* v, const float* params16, int version) {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, ts->step);
-    checkpoint_save(path, cfg, params, version);
-    snprintf(path, sizeof(path), "%s/state_%08d.bin", dir, ts->step);
-    state_save(path, cfg, ts, params, m, v, params16);
-}
-
-// the newest state_<step>.bin in dir (for --resume latest)
-static void find_latest_state(const char* dir, char* out, size_t cap) {
-    out[0] = '\0';
+// the newest state_<step>.bin in dir by name, or -1 (for a directory without a list of good checkpoints)
+static int state_latest_step(const char* dir) {
     DIR* d = opendir(dir);
-    if (d == NULL) fatal("--resume: cannot open --output-dir %s: %s", dir, strerror(errno));
+    if (d == NULL) return -1;
     int best = -1;
     struct dirent* e;
     while ((e = readdir(d)) != NULL) {
-        int step;
-        char tail[8];
-        if (sscanf(e->d_name, "state_%d%7s", &step, tail) == 2 && !strcmp(tail, ".bin") && step > best) {
-            best = step;
-            snprintf(out, cap, "%s/%s", dir, e->d_name);
-        }
+        int step, used = 0;
+        if (sscanf(e->d_name, "state_%d.bin%n", &step, &used) == 1 && used > 0 && e->d_name[used] == '\0' && step > best) best = step;
     }
     closedir(d);
-    if (best < 0) fatal("--resume: expected a state_<step>.bin in %s, found none", dir);
+    return best;
 }

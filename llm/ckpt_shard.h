@@ -1,5 +1,5 @@
 // ckpt_shard.h: sharded, asynchronous checkpoints that survive a kill -9, a failing disk and a change
-// of layout (issue 12, items 6 and 7; the scheme of the Llama 3 report sec. 3.3.4 and of distributed
+// of layout (the scheme of the Llama 3 report sec. 3.3.4 and of distributed
 // checkpoint formats: every rank writes what it owns in parallel, and a manifest written last is what
 // makes a checkpoint complete). This file: the format and the save. llm/ckpt_dir.h: what saving and
 // resuming share (names, the manifest check, the last-known-good list); llm/ckpt_resume.h: the resume.
@@ -14,14 +14,16 @@
 //                  (stages 1-3), or under DDP its 1/dp of every unit, so that every value is written
 //                  exactly once and every rank writes about 1/world of the state.
 //   manifest.txt   written by rank 0 after every rank reported its shard written, fsynced and renamed
-//                  into place: the step, the layout, the config, and each shard's name, size and
-//                  checksum (FNV-1a 64), ending with the line "complete".
+//                  into place (and the directory fsynced): the step, the verdict, the layout, the config,
+//                  and each shard's name, size and checksum (llm/atomic_file.h's ckpt_sum; FNV-1a 64 of
+//                  the bytes in manifests of version 1), ending with the line "complete".
 // A directory without a complete manifest, or whose shards do not match it (size, checksum), is no
 // checkpoint: resuming prints one line saying why it is ignored and takes the previous one.
 //
 // Shard file: header int32[256] as llm/checkpoint.h's state file (0 magic SHARD_MAGIC, 1 version,
 // 2 step, 3 adam t, 4..9 config, 10..11 Psi, 12..17 data position and sampler RNG, 18 the 16-bit
-// parameters' kind, 19..21 FP8 recipe and state size, 22..24 loss scaler, 31..33 health checks), then
+// parameters' kind, 19..21 FP8 recipe and state size, 22..24 loss scaler, 31..33 health checks, 34 the
+// verdict; its checksum is the manifest's), then
 // 25 rank, 26 world size, 27..28 pieces, 29..30 values (the pieces' total length); then the index,
 // int64 (unit, offset in checkpoint order, length) per piece; then FP32 arrays of `values` each:
 // parameters, m, v; then `values` uint16 (BF16/FP16 bits) if header[18] != 0; then rank 0's shard
@@ -33,11 +35,11 @@
 // an int) whether all are done, and then rank 0 writes the manifest. The next save, and the end of
 // the run, wait for the previous one first. Without it the save is the same, written in place.
 //
-// Disk errors: every byte goes through ckpt_write, which stops at the first failed fwrite/fflush/
-// fsync/rename (or at the simulated one: --inject diskfail@step=S,rank=R,bytes=B fails with ENOSPC
-// after B bytes; slowdisk@rank=R,ms=M sleeps M ms per 4 KiB). The rank that failed prints one line
-// (the file, the error), the temporary file is removed, no manifest is written, and every rank ends
-// with status 1: the earlier checkpoints are untouched.
+// Disk errors: every byte goes through llm/atomic_file.h's writer, which stops at the first failed
+// fwrite/fflush/fsync/rename (or at the simulated one: --inject diskfail@step=S,rank=R,bytes=B fails
+// with ENOSPC after B bytes; slowdisk@rank=R,ms=M sleeps M ms per 4 KiB). The rank that failed prints
+// one line (the file, the error), its temporary file is removed, no manifest is written, rank 0 removes
+// the checkpoint's directory, and every rank ends with status 1: the earlier checkpoints are untouched.
 #pragma once
 #include <pthread.h>
 #include <sys/stat.h>
@@ -46,67 +48,8 @@
 #include "checkpoint.h"
 #include "dp.h"
 #include "inject.h"
+#include "atomic_file.h"
 #include "ckpt_dir.h"
-
-#define CKPT_CHUNK 4096  // bytes per write call (the slow disk's unit)
-
-// ----------------------------------------------------------------------------
-// the checked writer: counts bytes, checksums them, fails for real or on purpose
-
-typedef struct {
-    FILE* f;
-    char path[1300];     // the temporary name being written
-    uint64_t bytes, hash;
-    long fail_at;        // -1, or the byte count at which a simulated full disk stops the write
-    int slow_ms;         // sleep per CKPT_CHUNK bytes (a slow disk)
-    int failed;
-    char why[1600];      // "<file>: <error>" of the first failure
-} CkptWriter;
-
-static void ckw_fail(CkptWriter* w, const char* what, int err) {
-    if (w->failed) return;
-    w->failed = 1;
-    snprintf(w->why, sizeof(w->why), "%s: %s: %s", w->path, what, strerror(err));
-}
-
-static void ckpt_write(CkptWriter* w, const void* buf, size_t n) {
-    const char* p = (const char*)buf;
-    while (n > 0 && !w->failed) {
-        size_t k = n < CKPT_CHUNK ? n : CKPT_CHUNK;
-        if (w->fail_at >= 0 && w->bytes + k > (uint64_t)w->fail_at) {
-            size_t part = (size_t)((uint64_t)w->fail_at - w->bytes);
-            if (part > 0 && fwrite(p, 1, part, w->f) == part) { w->bytes += part; }
-            ckw_fail(w, "write failed (--inject diskfail)", ENOSPC);
-            return;
-        }
-        if (fwrite(p, 1, k, w->f) != k) { ckw_fail(w, "write failed", errno ? errno : EIO); return; }
-        w->hash = fnv1a(w->hash, p, k);
-        w->bytes += k;
-        p += k;
-        n -= k;
-        if (w->slow_ms > 0) usleep((useconds_t)w->slow_ms * 1000);
-    }
-}
-
-// opens w on <final_path>.tmp (with the simulated full disk at fail_at bytes and the slow disk)
-static void ckw_open(CkptWriter* w, const char* final_path, long fail_at, int slow_ms) {
-    memset(w, 0, sizeof(*w));
-    snprintf(w->path, sizeof(w->path), "%s.tmp", final_path);
-    w->hash = FNV_START; w->fail_at = fail_at; w->slow_ms = slow_ms;
-    w->f = fopen(w->path, "wb");
-    if (w->f == NULL) ckw_fail(w, "cannot create", errno);
-}
-
-// flushed to the disk, closed and renamed to final_path; after a failure the temporary file goes
-static void ckw_close(CkptWriter* w, const char* final_path) {
-    if (w->f != NULL) {
-        if (!w->failed && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)) ckw_fail(w, "flush failed", errno);
-        if (fclose(w->f) != 0) ckw_fail(w, "close failed", errno);
-        w->f = NULL;
-    }
-    if (!w->failed && rename(w->path, final_path) != 0) ckw_fail(w, "rename failed", errno);
-    if (w->failed) remove(w->path);
-}
 
 // ----------------------------------------------------------------------------
 // what one rank writes: its pieces, copied aside
@@ -122,7 +65,7 @@ typedef struct {
     size_t fp8_n;
     float* health;         // (2, health_n) rank 0 only: the health windows (llm/health.h)
     int health_n;
-    int good;              // saved right after a healthy step: last-known-good once complete (llm/health.h)
+    int verdict;           // of the step it follows (llm/checkpoint.h): only a healthy one is good
     char dir[1100];
     long fail_at;
     int slow_ms;
@@ -139,7 +82,7 @@ typedef struct {
     int pending, running;
     pthread_t thread;
     int done;              // set by the writer (atomic)
-    CkptWriter w;
+    AtomicFile w;
     CkptSnapshot snap;
 } Ckpt;
 
@@ -239,32 +182,23 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
         }
     }
     free(master); free(m); free(v); free(px);
-    // the header: the state file's fields, then the shard's own
+    // the header: the state file's fields, then the shard's own (only rank 0's carries the FP8 state and
+    // the health windows)
     GPTConfig cfg = lay->cfg;
     int* h = s->header;
-    memset(h, 0, sizeof(s->header));
-    h[0] = SHARD_MAGIC; h[1] = SHARD_VERSION; h[2] = ts->step; h[3] = ts->adam_t;
-    h[4] = cfg.max_seq_len; h[5] = cfg.vocab_size; h[6] = cfg.num_layers; h[7] = cfg.num_heads; h[8] = cfg.channels;
-    h[9] = cfg.padded_vocab_size;
-    put64(h, 10, lay->num_parameters);
-    put64(h, 12, (uint64_t)ts->data.epoch);
-    put64(h, 14, (uint64_t)ts->data.sample);
-    put64(h, 16, ts->rng);
-    h[18] = has16 ? STATE_FLOATX_KIND : 0;
+    state_header_fill(h, cfg, ts, SHARD_MAGIC, SHARD_VERSION, has16 ? STATE_FLOATX_KIND : 0);
     s->fp8_n = rank0 ? ts->fp8_n : 0;
     s->fp8 = NULL;
     if (s->fp8_n > 0) { s->fp8 = (float*)mallocCheck(s->fp8_n * sizeof(float)); memcpy(s->fp8, ts->fp8, s->fp8_n * sizeof(float)); }
     h[19] = s->fp8_n > 0 ? ts->fp8_recipe : 0;
     put64(h, 20, s->fp8_n);
-    memcpy(&h[22], &ts->loss_scale, sizeof(float));
-    h[23] = ts->loss_scale_good_steps; h[24] = ts->loss_scale_skipped;
     s->health_n = rank0 ? ts->health_n : 0;
     s->health = NULL;
     if (s->health_n > 0) {
         s->health = (float*)mallocCheck(2 * (size_t)s->health_n * sizeof(float));
         memcpy(s->health, ts->health, 2 * (size_t)s->health_n * sizeof(float));
     }
-    h[31] = s->health_n; h[32] = ts->bad_streak; h[33] = ts->bad_skipped;
+    h[31] = s->health_n;
     h[25] = ck->comm->world_rank; h[26] = ck->comm->world_size;
     put64(h, 27, s->pieces);
     put64(h, 29, s->values);
@@ -282,19 +216,19 @@ static void ckpt_snapshot_free(CkptSnapshot* s) {
 }
 
 // writes the snapshot to <dir>/shard_<r>.bin through a temporary name; w says how it went
-static void ckpt_write_shard(const CkptSnapshot* s, int rank, CkptWriter* w) {
+static void ckpt_write_shard(const CkptSnapshot* s, int rank, AtomicFile* w) {
     char final_path[1200];
     snprintf(final_path, sizeof(final_path), "%s/shard_%d.bin", s->dir, rank);
-    ckw_open(w, final_path, s->fail_at, s->slow_ms);
-    ckpt_write(w, s->header, sizeof(s->header));
-    ckpt_write(w, s->index, s->pieces * 3 * sizeof(int64_t));
-    ckpt_write(w, s->p, s->values * sizeof(float));
-    ckpt_write(w, s->m, s->values * sizeof(float));
-    ckpt_write(w, s->v, s->values * sizeof(float));
-    if (s->p16) ckpt_write(w, s->p16, s->values * sizeof(uint16_t));
-    if (s->fp8_n > 0) ckpt_write(w, s->fp8, s->fp8_n * sizeof(float));
-    if (s->health_n > 0) ckpt_write(w, s->health, 2 * (size_t)s->health_n * sizeof(float));
-    ckw_close(w, final_path);
+    af_open(w, final_path, s->fail_at, s->slow_ms);
+    af_write(w, s->header, sizeof(s->header));
+    af_write(w, s->index, s->pieces * 3 * sizeof(int64_t));
+    af_write(w, s->p, s->values * sizeof(float));
+    af_write(w, s->m, s->values * sizeof(float));
+    af_write(w, s->v, s->values * sizeof(float));
+    if (s->p16) af_write(w, s->p16, s->values * sizeof(uint16_t));
+    if (s->fp8_n > 0) af_write(w, s->fp8, s->fp8_n * sizeof(float));
+    if (s->health_n > 0) af_write(w, s->health, 2 * (size_t)s->health_n * sizeof(float));
+    af_close(w);
 }
 
 static void* ckpt_thread(void* arg) {
@@ -305,49 +239,36 @@ static void* ckpt_thread(void* arg) {
 }
 
 // rank 0, all shards written: the manifest (through a temporary name, with the checked writer: the
-// byte budget of --inject diskfail goes on from the shard's), then the last-known-good list, then
-// --keep-checkpoints. Returns 0 with w->why when the manifest could not be written.
-static int ckpt_write_manifest(Ckpt* ck, const uint64_t* info /*(world, 2): bytes, hash*/, CkptWriter* w) {
+// byte budget of --inject diskfail goes on from the shard's), then --keep-checkpoints. Returns 0 with
+// w->why when the manifest could not be written.
+static int ckpt_write_manifest(Ckpt* ck, const uint64_t* info /*(world, 2): bytes, hash*/, AtomicFile* w) {
     const CkptSnapshot* s = &ck->snap;
     char path[1200];
     snprintf(path, sizeof(path), "%s/manifest.txt", s->dir);
-    fsync_dir(s->dir);  // the shards' renames first
+    if (fsync_dir(s->dir) != 0) {  // every rank's shard renamed into place, for good
+        snprintf(w->why, sizeof(w->why), "%s: fsync failed: %s", s->dir, strerror(errno));
+        return 0;
+    }
     char* text = NULL;
     size_t len = 0;
     FILE* mf = open_memstream(&text, &len);
     if (mf == NULL) fatal("checkpoint: open_memstream failed: %s", strerror(errno));
-    fprintf(mf, "llm-ckpt manifest 1\nstep %d\nlayout %s\nconfig maxT %d V %d L %d NH %d C %d Vp %d\nparameters %llu\nshards %d\n",
-            s->step, ck->layout, s->header[4], s->header[5], s->header[6], s->header[7], s->header[8], s->header[9],
-            (unsigned long long)get64(s->header, 10), ck->comm->world_size);
+    fprintf(mf, "llm-ckpt manifest 2\nstep %d\nverdict %d %s\nlayout %s\nconfig maxT %d V %d L %d NH %d C %d Vp %d\nparameters %llu\nshards %d\n",
+            s->step, s->verdict, ckpt_verdict_name(s->verdict), ck->layout, s->header[4], s->header[5], s->header[6], s->header[7],
+            s->header[8], s->header[9], (unsigned long long)get64(s->header, 10), ck->comm->world_size);
     for (int r = 0; r < ck->comm->world_size; r++) {
         fprintf(mf, "shard %d shard_%d.bin %llu %016llx\n", r, r, (unsigned long long)info[2 * r], (unsigned long long)info[2 * r + 1]);
     }
     fprintf(mf, "complete\n");
     if (fclose(mf) != 0) fatal("checkpoint: open_memstream failed: %s", strerror(errno));
-    ckw_open(w, path, s->fail_at >= 0 ? s->fail_at - (long)ck->w.bytes : -1, 0);
-    ckpt_write(w, text, len);
-    ckw_close(w, path);
+    af_open(w, path, s->fail_at >= 0 ? s->fail_at - (long)ck->w.bytes : -1, 0);
+    af_write(w, text, len);
+    af_close(w);  // (the directory fsynced after the rename)
     free(text);
     if (w->failed) return 0;
-    fsync_dir(s->dir);
-    printf("saved checkpoint %s (%d shards)\n", s->dir, ck->comm->world_size);
-    if (s->good) ckpt_good_add(ck->out_dir, s->step, s->dir);
-    if (ck->keep > 0) {  // the last K complete ones stay; older ones, and older partial ones, go
-        int n, complete = 0;
-        int* steps = ckpt_list(ck->out_dir, &n);
-        for (int i = 0; i < n; i++) {
-            if (steps[i] > s->step) continue;
-            char dir[1100], mpath[1200];
-            ckpt_dir_name(dir, sizeof(dir), ck->out_dir, steps[i]);
-            snprintf(mpath, sizeof(mpath), "%s/manifest.txt", dir);
-            struct stat st;
-            int has = stat(mpath, &st) == 0;
-            if (has && complete < ck->keep) { complete++; continue; }
-            if (complete == 0) continue;  // (nothing complete is newer: keep it)
-            ckpt_remove_dir(dir);
-        }
-        free(steps);
-    }
+    printf("saved checkpoint %s (%d shards)%s\n", s->dir, ck->comm->world_size,
+           s->verdict == CKPT_HEALTHY ? "" : s->verdict == CKPT_IN_STREAK ? ", not good: saved inside a streak of bad steps" : ", not good: rejected by the SDC check");
+    ckpt_rotate(ck->out_dir, ck->keep);
     return 1;
 }
 
@@ -368,18 +289,21 @@ static void ckpt_finish(Ckpt* ck) {
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, ck->w.why);
         }
+        if (c->world_rank == 0) ckpt_remove_dir(ck->snap.dir);  // (every rank is done with it: the others' shards go too)
         comm_exit(c, EXIT_FAILURE);
     }
-    uint64_t mine[2] = {ck->w.bytes, ck->w.hash};
+    uint64_t mine[2] = {ck->w.bytes, ckpt_sum_final(&ck->w.sum)};
     uint64_t* all = c->world_rank == 0 ? (uint64_t*)mallocCheck((size_t)c->world_size * sizeof(mine)) : NULL;
     comm_gather_bytes(c, mine, sizeof(mine), all);
-    CkptWriter mw;  // rank 0's manifest
+    AtomicFile mw;  // rank 0's manifest
+    memset(&mw, 0, sizeof(mw));
     int manifest_failed = c->world_rank == 0 && !ckpt_write_manifest(ck, all, &mw);
     free(all);
     if (ckpt_first_bad(c, manifest_failed) >= 0) {  // every rank ends; rank 0 says why
         if (manifest_failed) {
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, mw.why);
+            ckpt_remove_dir(ck->snap.dir);
         }
         comm_exit(c, EXIT_FAILURE);
     }
@@ -395,19 +319,21 @@ static void ckpt_poll(Ckpt* ck) {
 }
 
 // a save of the state after ts->step (every rank calls it): waits for the previous one, copies this
-// rank's part aside, and writes it (in the background with --async-checkpoint). good: saved right after
-// a healthy step, so the last-known-good list gets it once it is complete (llm/health.h).
-static void ckpt_save(Ckpt* ck, DataParallel* dp, const TrainState* ts, int good) {
+// rank's part aside, and writes it (in the background with --async-checkpoint). ts->verdict healthy: the
+// list of good checkpoints names it from now on (llm/ckpt_dir.h; until its manifest is written a
+// resume finds it incomplete and takes the one before).
+static void ckpt_save(Ckpt* ck, DataParallel* dp, const TrainState* ts) {
     ckpt_finish(ck);
     Comm* c = ck->comm;
     ckpt_snapshot(ck, dp, ts, c->world_rank == 0, &ck->snap);
-    ck->snap.good = good;
+    ck->snap.verdict = ts->verdict;
     // the directory, without a manifest (a stale one from an earlier run of this step goes first)
     if (c->world_rank == 0) {
         make_dirs("--output-dir", ck->snap.dir, 1);
         char path[1200];
         snprintf(path, sizeof(path), "%s/manifest.txt", ck->snap.dir);
         remove(path);
+        if (ts->verdict == CKPT_HEALTHY) ckpt_good_add(ck->out_dir, (CkptRef){ts->step, 1});
     }
     comm_barrier(c, GROUP_WORLD);
     ck->pending = 1;

@@ -129,6 +129,8 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
 
     c->dp = dp; c->tp = tp; c->pp = pp;
     int r = c->world_rank;
+    llm_job.rank = c->world_rank;
+    llm_job.size = c->world_size;
     c->tp_rank = r % tp;
     c->pp_rank = (r / tp) % pp;
     c->dp_rank = r / (tp * pp);
@@ -163,6 +165,8 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
     }
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c->node));
     wd_init(c);  // the watchdog's side channel (off until wd_set_timeout)
+    llm_job.lower_says = wd_lower_says;  // error lines every rank sees alike: printed once (llm/common.h)
+    llm_job.ctx = c;
     mpiCheck(MPI_Comm_rank(c->node, &c->local_rank));
     mpiCheck(MPI_Comm_size(c->node, &c->local_size));
 #else
@@ -259,6 +263,23 @@ static void comm_all_gather_host(Comm* c, double mine, double* all) {
 #else
     (void)c;
     all[0] = mine;
+#endif
+}
+
+// The minimum of one int over the world's ranks, on every rank: the host-side agreements (a failed save,
+// a damaged checkpoint, a signal received: llm/ckpt_dir.h, llm/preempt.h), bounded by the watchdog like
+// every collective. Plain host data, outside the ledger.
+static int comm_host_min(Comm* c, int x) {
+#if COMM_MPI
+    WdWait w = wd_collective(c, "all_reduce (host)", GROUP_WORLD, ++c->wd.seq[GROUP_WORLD]);
+    MPI_Request req;
+    int y = x;
+    mpiCheck(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_MIN, c->mpi[GROUP_WORLD], &req));
+    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
+    return y;
+#else
+    (void)c;
+    return x;
 #endif
 }
 

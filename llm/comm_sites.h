@@ -26,3 +26,4 @@ static inline void comm_site(Comm* c, const char* file, int line) {
 #define comm_p2p_batch(c, ...) (COMM_AT(c), comm_p2p_batch((c), __VA_ARGS__))
 #define comm_gather_bytes(c, ...) (COMM_AT(c), comm_gather_bytes((c), __VA_ARGS__))
 #define comm_all_gather_host(c, ...) (COMM_AT(c), comm_all_gather_host((c), __VA_ARGS__))
+#define comm_host_min(c, ...) (COMM_AT(c), comm_host_min((c), __VA_ARGS__))

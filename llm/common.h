@@ -18,6 +18,8 @@
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <signal.h>
+#include <stdarg.h>
 
 #if defined(__CUDACC__)
 #define LLM_BUILD_CUDA 1
@@ -51,17 +53,70 @@ typedef void* cudaStream_t;  // the CPU build has no streams; launchers keep one
 #endif
 
 // ----------------------------------------------------------------------------
-// errors: one line, file:line, then exit(1). Every rank that sees the error prints it.
+// errors: one line each, then exit(1). The line is written with one write(2), so that under mpirun no
+// other rank's output lands inside it.
+//
+// A line every rank sees alike (a bad flag, a missing data file, a damaged checkpoint) is printed once,
+// by the lowest rank that saw it; a line only some ranks see is printed by each of them. llm_job knows
+// where this process sits in the job: before MPI starts, from the launcher's environment (Open MPI,
+// PMIx, MPICH, Slurm), and then only world rank 0 prints (every rank parses the same command line);
+// once MPI runs (llm/comm_mesh.h sets it), lower_says asks the other ranks whether a lower one is
+// printing the same line (over the watchdog's side channel, waiting about a second at most).
+
+typedef struct {
+    int rank, size;                       // world rank and size (size 0: not known from MPI yet)
+    int (*lower_says)(void* ctx, const char* line);  // set while MPI runs: 1 when a lower rank prints this line too
+    void* ctx;                            // lower_says' (the Comm)
+    volatile sig_atomic_t signal;         // the first SIGTERM / SIGINT received (llm/preempt.h), 0: none
+} LlmJob;
+static LlmJob llm_job;  // the process's place in the job: its error lines (above), the signal it got
+
+// this process's world rank before MPI starts, from the launcher's environment; 0 without one
+static inline int job_rank_from_env(void) {
+    const char* vars[4] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (int i = 0; i < 4; i++) {
+        const char* v = getenv(vars[i]);
+        if (v != NULL && v[0] != '\0') return atoi(v);
+    }
+    return 0;
+}
+
+// prints line and a newline on stderr, with one write, unless a lower rank prints the same line
+static inline void job_error_line(const char* line) {
+    int print = llm_job.lower_says ? !llm_job.lower_says(llm_job.ctx, line) : (llm_job.size > 0 || job_rank_from_env() == 0);
+    if (!print) return;
+    size_t n = strlen(line);
+    char* buf = (char*)malloc(n + 2);
+    if (buf == NULL) return;
+    memcpy(buf, line, n);
+    buf[n++] = '\n';
+    fflush(stdout);
+    ssize_t w = write(STDERR_FILENO, buf, n);
+    (void)w;
+    free(buf);
+}
 
 [[noreturn]] static inline void die_at(const char* file, int line, const char* msg) {
-    fprintf(stderr, "error: %s (%s:%d)\n", msg, file, line);
-    fflush(stderr);
+    char buf[8192];
+    snprintf(buf, sizeof(buf), "error: %s (%s:%d)", msg, file, line);
+    job_error_line(buf);
     exit(EXIT_FAILURE);
 }
 
-// fatal(fmt, ...): an error about user input (file, flag): print the message alone and exit 1.
-#define fatal(...) do { fprintf(stderr, "error: "); fprintf(stderr, __VA_ARGS__); \
-                        fprintf(stderr, "\n"); fflush(stderr); exit(EXIT_FAILURE); } while (0)
+// fatal(fmt, ...): an error about user input (file, flag): "error: " and the message, one line, exit 1.
+[[noreturn]] __attribute__((format(printf, 1, 2))) static inline void fatal(const char* fmt, ...) {
+    char buf[16384] = "error: ";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + 7, sizeof(buf) - 7, fmt, ap);
+    va_end(ap);
+    job_error_line(buf);
+    exit(EXIT_FAILURE);
+}
+
+// note(fmt, ...): a line about the run on stdout, once per job (world rank 0), e.g. what a resume found
+#define note(...) do { if ((llm_job.size > 0 ? llm_job.rank : job_rank_from_env()) == 0) { printf(__VA_ARGS__); \
+                        printf("\n"); fflush(stdout); } } while (0)
 
 #if LLM_HAS_KERNELS
 static inline void cuda_check(cudaError_t err, const char* file, int line) {

@@ -25,14 +25,13 @@
 //   run made no healthy progress since), every rank stops with one line and exit code 3
 //   (HEALTH_EXIT_CODE).
 //
-// Last-known-good: <output-dir>/good_checkpoints.txt (llm/ckpt_shard.h), one line "<step> <path>"
-// appended by rank 0 for each checkpoint saved right after a healthy step, once it is complete: a
-// gathered state file when written, a sharded checkpoint's directory when its manifest is (with
-// --async-checkpoint, some steps later; a rollback first waits for the save in flight). A checkpoint
-// saved inside a bad streak is not listed; with --sdc-check-every, only after the SDC check at that step
-// passed. A fresh run starts the list empty; a run resumed from step s0, or rolled back to it, drops
-// the entries after s0.
-//
+// Last-known-good: llm/ckpt_dir.h's one answer to "which checkpoints are good", which --resume latest
+// shares: every checkpoint carries the verdict of the step it follows (healthy; saved inside a streak of
+// bad steps; rejected by the SDC check, which runs before every checkpoint), only a healthy one is
+// listed in <output-dir>/good_checkpoints.txt, and the rollback takes the newest listed one at or before
+// its step that reads back whole (its checksums), skipping each other with one line. A rollback first
+// waits for an asynchronous save in flight. A fresh run starts the list empty; a run resumed from step
+// s0, or rolled back to it, drops the entries after s0.
 // SDC (--sdc-check-every N, and at every checkpoint): per parameter unit (the embedding, each layer,
 // the final LayerNorm: llm/tensors.h), a 64-bit FNV-1a hash of the bytes of the parameters this rank
 // computes with, all-gathered over the dp group (with the rank's world rank) and compared:
@@ -55,7 +54,8 @@
 #include "device.h"
 #include "comm.h"
 #include "dp.h"
-#include "ckpt_dir.h"  // the checkpoints, and the list of the last-known-good ones
+#include "ckpt_dir.h"     // the checkpoints, and the list of the last-known-good ones
+#include "ckpt_resume.h"  // reading one back
 
 #define HEALTH_EXIT_CODE 3  // a rollback was needed and no checkpoint could serve
 
@@ -170,17 +170,19 @@ static const char* health_verdict(Health* h, float loss, float norm) {
 // 1 when the streak of bad steps calls for the rollback
 static int health_needs_rollback(const Health* h) { return h->cfg.max_bad_steps > 0 && h->bad_streak >= h->cfg.max_bad_steps; }
 
-// The rollback's checkpoint, on every rank (after a streak, or sdc_msg non-empty: an SDC mismatch):
-// writes why into why and the state file into path, and returns its step; rank 0 drops the list's
-// entries after it. Without one, or when it is the one the previous rollback went to, rank 0 prints one
-// line and every rank exits with HEALTH_EXIT_CODE.
-static int health_rollback_target(Health* h, Comm* c, const char* dir, int step, const char* sdc_msg, char* why,
-                                  size_t why_cap, char* path, size_t path_cap) {
+// The rollback's checkpoint, on every rank (after a streak, or sdc_msg non-empty: an SDC mismatch): read
+// into st (llm/ckpt_resume.h; the caller puts it into the run and frees it), why it was needed into why,
+// its path into path; returns its step; rank 0 drops the list's entries after it. Without one, or when it
+// is the one the previous rollback went to, rank 0 prints one line and every rank exits with
+// HEALTH_EXIT_CODE.
+static int health_rollback(Health* h, Comm* c, const char* dir, int step, const char* sdc_msg, const ParamLayout* lay,
+                           LoadedState* st, char* why, size_t why_cap, char* path, size_t path_cap) {
     if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
     else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
     comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
-    int to = ckpt_good_find(c, dir, step, path, path_cap);
+    int to = ckpt_read_newest_good(c, dir, step, lay, st, path, path_cap, "rollback");
     if (to < 0 || to == h->last_rollback) {
+        if (to >= 0) loaded_state_free(st);
         if (c->world_rank == 0) {
             fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
                     to < 0 ? "no last-known-good checkpoint to roll back to"

@@ -8,7 +8,13 @@
 //                                       under data parallelism, loss_scale with a loss scaler,
 //                                       "skipped": "<reason>" on a skipped step)
 //   {"step": 7, "rollback_to": 3, "reason": "..."}        (logger_log_rollback, llm/health.h)
+//   {"step": 3, "resumed_from": "out/state_00000003.bin"}  (logger_log_resume: a resumed run's first line)
 //   {"step": 12, "hellaswag": 0.291}                      (logger_log_eval)
+//
+// A resumed run appends to the log of the run it resumes, which may hold steps after the checkpoint (the
+// run was killed some steps after its last save), and a rollback repeats steps: each marks where the
+// steps start over, and a step logged again after such a mark replaces the earlier line of that step
+// (scripts/plot_logs.py draws the course the run took, each step once).
 //
 // Numbers are written with the fewest significant digits (6 to 9) that read back as the same
 // float, so a log can be compared bit for bit between runs. JSON has no NaN or Infinity: a
@@ -91,12 +97,33 @@ static void logger_log_step(Logger* lg, int step, float train_loss, float val_lo
     logger_write_line(lg, line);
 }
 
+// s as the inside of a JSON string (quotes, backslashes and control characters escaped)
+static void logger_json_escape(char* out, size_t cap, const char* s) {
+    size_t k = 0;
+    for (const unsigned char* p = (const unsigned char*)s; *p && k + 7 < cap; p++) {
+        if (*p == '"' || *p == '\\') { out[k++] = '\\'; out[k++] = (char)*p; }
+        else if (*p < 0x20) { k += snprintf(out + k, cap - k, "\\u%04x", *p); }
+        else { out[k++] = (char)*p; }
+    }
+    out[k] = '\0';
+}
+
 // the rollback after a streak of bad steps or an SDC mismatch (llm/health.h): {"step": step,
 // "rollback_to": to, "reason": "..."}
 static void logger_log_rollback(Logger* lg, int step, int to, const char* reason) {
     if (lg->f == NULL) { return; }
-    char line[1024];
-    snprintf(line, sizeof(line), "{\"step\": %d, \"rollback_to\": %d, \"reason\": \"%s\"}", step, to, reason);
+    char esc[700], line[1024];
+    logger_json_escape(esc, sizeof(esc), reason);
+    snprintf(line, sizeof(line), "{\"step\": %d, \"rollback_to\": %d, \"reason\": \"%s\"}", step, to, esc);
+    logger_write_line(lg, line);
+}
+
+// a resumed run's first line: {"step": step, "resumed_from": "<path>"}: the steps after it start over
+static void logger_log_resume(Logger* lg, int step, const char* path) {
+    if (lg->f == NULL) { return; }
+    char esc[1200], line[1400];
+    logger_json_escape(esc, sizeof(esc), path);
+    snprintf(line, sizeof(line), "{\"step\": %d, \"resumed_from\": \"%s\"}", step, esc);
     logger_write_line(lg, line);
 }
 
@@ -104,13 +131,7 @@ static void logger_log_rollback(Logger* lg, int step, int to, const char* reason
 static void logger_log_eval(Logger* lg, int step, const char* name, float value) {
     if (lg->f == NULL) { return; }
     char key[256];
-    size_t k = 0;
-    for (const unsigned char* p = (const unsigned char*)name; *p && k + 7 < sizeof(key); p++) {
-        if (*p == '"' || *p == '\\') { key[k++] = '\\'; key[k++] = (char)*p; }
-        else if (*p < 0x20) { k += snprintf(key + k, sizeof(key) - k, "\\u%04x", *p); }
-        else { key[k++] = (char)*p; }
-    }
-    key[k] = '\0';
+    logger_json_escape(key, sizeof(key), name);
     char line[512];
     snprintf(line, sizeof(line), "{\"step\": %d", step);
     logger_append_float(line, sizeof(line), key, value);

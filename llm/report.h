@@ -138,9 +138,11 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
     if (c->world_rank == 0) {
         char formula[32];
         paper_formula_text(dp->stage, formula, sizeof(formula));
-        AtomicFile af;
-        atomic_open(&af, path);
-        fprintf(af.f, "{\"note\":\"*_bytes: measured by the tagged allocator (live at the end of the run; *_peak_bytes: the most "
+        char* text = NULL;
+        size_t len = 0;
+        FILE* mf = open_memstream(&text, &len);  // the whole report, then written through a temporary name
+        if (mf == NULL) fatal("%s: open_memstream failed: %s", path, strerror(errno));
+        fprintf(mf, "{\"note\":\"*_bytes: measured by the tagged allocator (live at the end of the run; *_peak_bytes: the most "
                 "at once); paper_*: predictions of the formulas\",\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
                 "\"build\":\"%s\",\"precision\":\"%s\",\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,"
                 "\"num_parameters\":%zu,\"shard_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
@@ -151,9 +153,11 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
                 st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters),
                 activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel), paper_sent_bytes(dp, grad_accum), timed_steps);
-        for (int r = 0; r < c->world_size; r++) fprintf(af.f, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
-        fprintf(af.f, "]}\n");
-        atomic_commit(&af);
+        for (int r = 0; r < c->world_size; r++) fprintf(mf, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
+        fprintf(mf, "]}\n");
+        if (fclose(mf) != 0) fatal("%s: open_memstream failed", path);
+        af_write_text(path, text);
+        free(text);
         printf("report: %s\n", path);
     }
     free(mine);

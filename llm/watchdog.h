@@ -281,6 +281,44 @@ static void wd_wait(Comm* c, int n, MPI_Request* req, MPI_Status* st, const WdWa
     if (reported) wd_tell(c, WD_DONE, w);
 }
 
+// llm_job.lower_says (llm/common.h), over the side channel: does a lower rank print the same error line?
+// This rank tells every higher rank the line's hash, then (unless it is rank 0, which no rank is below)
+// listens up to a second for a lower rank's same hash. Raw MPI calls: an error here (MPI itself may be
+// what failed) means "no", and the line is printed.
+#define WD_LINE_TAG 8
+static int wd_lower_says(void* ctx, const char* line) {
+    Comm* c = (Comm*)ctx;
+    static int busy = 0;  // (a fatal error while asking: print)
+    if (busy) return 0;
+    busy = 1;
+    uint64_t h = 14695981039346656037ull;
+    for (const char* p = line; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    int msg[2] = {(int)(uint32_t)h, (int)(uint32_t)(h >> 32)};
+    int nsend = c->world_size - 1 - c->world_rank, said = 0;
+    MPI_Request* req = (MPI_Request*)malloc((size_t)(nsend > 0 ? nsend : 1) * sizeof(MPI_Request));
+    if (req == NULL) return 0;
+    for (int i = 0; i < nsend; i++) {
+        if (MPI_Isend(msg, 2, MPI_INT, c->world_rank + 1 + i, WD_LINE_TAG, c->wd.side, &req[i]) != MPI_SUCCESS) req[i] = MPI_REQUEST_NULL;
+    }
+    double t0 = wall_ms();
+    while (c->world_rank > 0 && !said && wall_ms() - t0 < 1000.0) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, WD_LINE_TAG, c->wd.side, &flag, &st) != MPI_SUCCESS) break;
+        if (!flag) { usleep(1000); continue; }
+        int got[2];
+        if (MPI_Recv(got, 2, MPI_INT, st.MPI_SOURCE, WD_LINE_TAG, c->wd.side, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        said = st.MPI_SOURCE < c->world_rank && got[0] == msg[0] && got[1] == msg[1];
+    }
+    for (t0 = wall_ms(); nsend > 0 && wall_ms() - t0 < 200.0; usleep(1000)) {  // the higher ranks hear it before this one exits
+        int done = 0;
+        if (MPI_Testall(nsend, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) break;
+    }
+    free(req);
+    busy = 0;
+    return said;
+}
+
 // completes this rank's reports in flight and takes the ones sent to it (comm_free: every rank)
 static void wd_free(Comm* c) {
     mpiCheck(MPI_Waitall(WD_POOL, c->wd.pool_req, MPI_STATUSES_IGNORE));
@@ -290,6 +328,8 @@ static void wd_free(Comm* c) {
     wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
     mpiCheck(MPI_Waitall(WD_POOL, c->wd.pool_req, MPI_STATUSES_IGNORE));  // a report sent while waiting there
     wd_drain(c);
+    llm_job.lower_says = NULL;  // (error lines from now on: this rank's alone)
+    llm_job.ctx = NULL;
     mpiCheck(MPI_Comm_free(&c->wd.side));
     free(c->wd.where);
     c->wd.where = NULL;

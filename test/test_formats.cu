@@ -1,7 +1,9 @@
 // test_formats.cu: round trips of the file formats, byte for byte: an llm.c FP32 checkpoint loaded
-// and saved again is the same file; a BF16 (version 5) checkpoint written, read and written again is
-// the same file and holds the FP32 values rounded to nearest-even bf16; the resumable state written,
-// read and written again is the same file. Temporary files go to argv[1] (a scratch directory).
+// and saved again is the same file but for the checksum in header slots 253..255 (which llm.c leaves 0
+// and does not read); a BF16 (version 5) checkpoint written, read and written again is the same file and
+// holds the FP32 values rounded to nearest-even bf16; the resumable state written, read and written
+// again is the same file; a state file with one byte changed anywhere is refused by its checksum.
+// Temporary files go to argv[1] (a scratch directory).
 #include "../llm/common.h"
 #include "../llm/checkpoint.h"
 #include "test_common.h"
@@ -32,15 +34,28 @@ int main(int argc, char** argv) {
     // FP32 llm.c checkpoint: load -> save -> identical bytes
     float* params = checkpoint_load(FIXTURES "/tiny_model.bin", &cfg);
     snprintf(p1, sizeof(p1), "%s/roundtrip_v3.bin", dir);
-    checkpoint_save(p1, cfg, params, 3);
-    check(same_bytes(FIXTURES "/tiny_model.bin", p1), "llm.c v3 checkpoint: load + save gives identical bytes");
+    AtomicFile af;
+    check(checkpoint_save(&af, p1, cfg, params, 3, -1, 0), "llm.c v3 checkpoint saved");
+    {  // the same bytes but header[253..255]: the fixture (written by llm.c) has none, the copy its checksum
+        FILE* fa = fopenCheck(FIXTURES "/tiny_model.bin", "rb");
+        FILE* fb = fopenCheck(p1, "rb");
+        int differ = 0, ca, cb, sum_mark = 0;
+        for (long i = 0;; i++) {
+            ca = fgetc(fa); cb = fgetc(fb);
+            if (i >= 4 * MODEL_SUM_SLOT && i < 4 * (MODEL_SUM_SLOT + 3)) { sum_mark |= cb != 0; continue; }
+            if (ca != cb) { differ = 1; break; }
+            if (ca == EOF) break;
+        }
+        fclose(fa); fclose(fb);
+        check(!differ && sum_mark, "llm.c v3 checkpoint: load + save gives identical bytes but the checksum slots 253..255 (set)");
+    }
 
     // BF16 (version 5): save -> load -> save gives identical bytes, values are the bf16 rounding
     snprintf(p2, sizeof(p2), "%s/roundtrip_v5a.bin", dir);
     snprintf(p3, sizeof(p3), "%s/roundtrip_v5b.bin", dir);
-    checkpoint_save(p2, cfg, params, 5);
+    checkpoint_save(&af, p2, cfg, params, 5, -1, 0);
     float* bf = checkpoint_load(p2, &cfg2);
-    checkpoint_save(p3, cfg2, bf, 5);
+    checkpoint_save(&af, p3, cfg2, bf, 5, -1, 0);
     check(same_bytes(p2, p3), "llm.c v5 (bf16) checkpoint: save + load + save gives identical bytes");
     size_t n = num_parameters(cfg);
     int rounding_ok = 1;
@@ -55,31 +70,59 @@ int main(int argc, char** argv) {
           "bf16 rounding: ties go to even");
 
     // resumable state: save -> load -> save gives identical bytes and the same fields
-    TrainState ts = {42, 41, {3, 1234567}, 0x0123456789abcdefull}, ts2;
+    TrainState ts, ts2;
+    memset(&ts, 0, sizeof(ts));
+    ts.step = 42; ts.adam_t = 40; ts.data.epoch = 3; ts.data.sample = 1234567; ts.rng = 0x0123456789abcdefull;
+    ts.bad_skipped = 2; ts.verdict = CKPT_HEALTHY;
     float* m = (float*)mallocCheck(n * sizeof(float));
     float* v = (float*)mallocCheck(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { m[i] = params[i] * 0.5f; v[i] = params[i] * params[i]; }
     snprintf(p1, sizeof(p1), "%s/state_a.bin", dir);
     snprintf(p2, sizeof(p2), "%s/state_b.bin", dir);
-    state_save(p1, cfg, &ts, params, m, v, NULL);
-    float *p_, *m_, *v_, *p16_;
-    state_load(p1, cfg, &ts2, &p_, &m_, &v_, &p16_);
-    state_save(p2, cfg, &ts2, p_, m_, v_, NULL);
-    check(same_bytes(p1, p2) && p16_ == NULL, "resumable state: save + load + save gives identical bytes");
+    state_save(&af, p1, cfg, &ts, params, m, v, NULL, -1, 0);
+    LoadedState st;
+    char why[600];
+    int ok = state_read(p1, cfg, &st, why, sizeof(why));
+    check(ok && st.verified, "resumable state read back, its checksum verified%s%s", ok ? "" : ": ", ok ? "" : why);
+    if (!ok) return test_summary("test_formats");
+    ts2 = st.ts;
+    state_save(&af, p2, cfg, &ts2, st.params, st.m, st.v, NULL, -1, 0);
+    check(same_bytes(p1, p2) && st.params16 == NULL, "resumable state: save + load + save gives identical bytes");
+    check(ts2.step == 42 && ts2.adam_t == 40 && ts2.bad_skipped == 2 && ts2.data.epoch == 3 && ts2.data.sample == 1234567 &&
+          ts2.rng == 0x0123456789abcdefull && memcmp(st.params, params, n * 4) == 0 && memcmp(st.m, m, n * 4) == 0 &&
+          memcmp(st.v, v, n * 4) == 0, "resumable state: every field read back");
+    loaded_state_free(&st);
     {  // with the BF16 parameters of a BF16 build: saved and read back exactly
         float* p16 = (float*)mallocCheck(n * sizeof(float));
         for (size_t i = 0; i < n; i++) p16[i] = bf16_bits_to_float(bf16_bits_from_float(params[i] * 1.5f));
         snprintf(p2, sizeof(p2), "%s/state_c.bin", dir);
-        state_save(p2, cfg, &ts, params, m, v, p16);
-        float *a, *b, *c, *d;
-        state_load(p2, cfg, &ts2, &a, &b, &c, &d);
-        check(d != NULL && memcmp(d, p16, n * sizeof(float)) == 0 && memcmp(a, params, n * sizeof(float)) == 0,
+        ts.params16_kind = 1;
+        state_save(&af, p2, cfg, &ts, params, m, v, p16, -1, 0);
+        ok = state_read(p2, cfg, &st, why, sizeof(why));
+        check(ok && st.params16 != NULL && memcmp(st.params16, p16, n * sizeof(float)) == 0 && memcmp(st.params, params, n * sizeof(float)) == 0,
               "resumable state with BF16 parameters: the FP32 master and the %zu BF16 values read back exactly", n);
-        free(p16); free(a); free(b); free(c); free(d);
+        if (ok) loaded_state_free(&st);
+        free(p16);
     }
-    check(ts2.step == 42 && ts2.adam_t == 41 && ts2.data.epoch == 3 && ts2.data.sample == 1234567 &&
-          ts2.rng == 0x0123456789abcdefull && memcmp(p_, params, n * 4) == 0 && memcmp(m_, m, n * 4) == 0 &&
-          memcmp(v_, v, n * 4) == 0, "resumable state: every field read back");
-    free(params); free(bf); free(m); free(v); free(p_); free(m_); free(v_);
+    {  // one byte changed, at 20 places spread over the file (header, arrays, last byte): refused, by the checksum
+        FILE* f = fopenCheck(p1, "rb");
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fclose(f);
+        int refused = 0, tried = 0;
+        for (int k = 0; k < 20; k++) {
+            long at = k == 0 ? 4 * 40 : (k == 19 ? size - 1 : 1024 + (size - 1024) / 19 * k);  // (header[40]: a slot nobody reads)
+            snprintf(p3, sizeof(p3), "%s/state_flip.bin", dir);
+            FILE* in = fopenCheck(p1, "rb");
+            FILE* out = fopenCheck(p3, "wb");
+            for (long i = 0; i < size; i++) { int c = fgetc(in); fputc(i == at ? c ^ 0x10 : c, out); }
+            fclose(in); fclose(out);
+            tried++;
+            if (state_read(p3, cfg, &st, why, sizeof(why))) loaded_state_free(&st);
+            else if (strstr(why, "checksum") != NULL) refused++;
+        }
+        check(refused == tried, "a state file with one bit flipped: refused by its checksum at %d of %d places (%s)", refused, tried, why);
+    }
+    free(params); free(bf); free(m); free(v);
     return test_summary("test_formats");
 }
