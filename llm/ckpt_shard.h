@@ -289,7 +289,10 @@ static void ckpt_finish(Ckpt* ck) {
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, ck->w.why);
         }
-        if (c->world_rank == 0) ckpt_remove_dir(ck->snap.dir);  // (every rank is done with it: the others' shards go too)
+        if (c->world_rank == 0) {  // (every rank is done with it: the others' shards go too, and its line in the list)
+            ckpt_remove_dir(ck->snap.dir);
+            ckpt_good_drop_after(ck->out_dir, ck->snap.step - 1);
+        }
         comm_exit(c, EXIT_FAILURE);
     }
     uint64_t mine[2] = {ck->w.bytes, ckpt_sum_final(&ck->w.sum)};
@@ -304,6 +307,7 @@ static void ckpt_finish(Ckpt* ck) {
             fprintf(stderr, "error: checkpoint of step %d not saved: %s; training state and earlier checkpoints intact\n",
                     ck->snap.step, mw.why);
             ckpt_remove_dir(ck->snap.dir);
+            ckpt_good_drop_after(ck->out_dir, ck->snap.step - 1);
         }
         comm_exit(c, EXIT_FAILURE);
     }

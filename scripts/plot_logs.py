@@ -4,7 +4,9 @@
   python3 scripts/plot_logs.py --out curves.png LABEL=RUN/log.jsonl [LABEL=RUN/log.jsonl ...]
       [--ref LABEL] [--smooth N] [--title TEXT]
 
-Each log line with "train_loss" is a step; "val_loss" where present. The plot has the train loss
+Each log line with "train_loss" is a step; "val_loss" where present. A log that a resumed run appended to,
+or in which a rollback repeated steps, is drawn as the course the run took: each step once, the last time
+it was logged after the last mark before it (read_log). The plot has the train loss
 (smoothed over N steps, default 1) of every run against the step, and the val losses as markers; the
 table printed (markdown) gives per run the final train loss (mean of the last 10% of steps), the final
 val loss, and with --ref the gaps to the reference run. Needs matplotlib (Agg backend: no display).
@@ -15,22 +17,33 @@ import sys
 
 
 def read_log(path):
-    steps, train, val_steps, val = [], [], [], []
+    """The course the run took: (steps, train losses, val steps, val losses), each step once. A resumed run
+    appends to its predecessor's log, which may hold steps after the checkpoint it resumed from; a rollback
+    repeats steps. Both write a mark ({"step": s, "resumed_from": ...} or {"step": t, "rollback_to": s}):
+    the steps after s logged before the mark are another course, dropped; a step logged again replaces."""
+    train, val = {}, {}
     with open(path) as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
-            o = json.loads(line)
+            try:
+                o = json.loads(line)
+            except ValueError:
+                sys.exit("error: %s: line %d: expected a JSON object, found %r" % (path, n, line[:60]))
+            back = o.get("rollback_to", o["step"] if "resumed_from" in o else None)
+            if back is not None:
+                for d in (train, val):
+                    for s in [s for s in d if s > back]:
+                        del d[s]
             if "train_loss" in o:
-                steps.append(o["step"])
-                train.append(o["train_loss"])
+                train[o["step"]] = o["train_loss"]
             if o.get("val_loss") is not None and o["val_loss"] == o["val_loss"]:
-                val_steps.append(o["step"])
-                val.append(o["val_loss"])
-    if not steps:
+                val[o["step"]] = o["val_loss"]
+    if not train:
         sys.exit("error: %s: expected log lines with \"train_loss\", found none" % path)
-    return steps, train, val_steps, val
+    steps, vsteps = sorted(train), sorted(val)
+    return steps, [train[s] for s in steps], vsteps, [val[s] for s in vsteps]
 
 
 def smooth(xs, n):
@@ -52,6 +65,7 @@ def main():
     ap.add_argument("--ref", help="the label of the reference run (gaps in the table)")
     ap.add_argument("--smooth", type=int, default=1)
     ap.add_argument("--title", default="train loss")
+    ap.add_argument("--dump", action="store_true", help="print each run's drawn points (label step train_loss) and draw nothing")
     a = ap.parse_args()
     runs = []
     for r in a.runs:
@@ -59,6 +73,11 @@ def main():
             sys.exit("error: run '%s': expected LABEL=PATH" % r)
         label, path = r.split("=", 1)
         runs.append((label, read_log(path)))
+    if a.dump:
+        for label, d in runs:
+            for s, x in zip(d[0], d[1]):
+                print("%s %d %r" % (label, s, x))
+        return
     labels = [l for l, _ in runs]
     if a.ref and a.ref not in labels:
         sys.exit("error: --ref %s: expected one of the labels %s" % (a.ref, ", ".join(labels)))

@@ -24,6 +24,8 @@
                                               history identical, the x and dy entries' within TOL relative
 """
 import glob, json, os, struct, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckpt_verify  # the checksum of a state file, recomputed independently
 
 
 def log_steps(run):
@@ -81,8 +83,14 @@ def first(name, run, ref, tol):
 
 
 def state_split(raw):
-    """a state file's bytes but its last H gradient norms (the health window, llm/checkpoint.h header[31]),
-    and those norms"""
+    """a state file's bytes but its checksum (header[35..37], checked here against the bytes: test/ckpt_verify.py)
+    and its last H gradient norms (the health window, llm/checkpoint.h header[31]), and those norms; None when the
+    checksum does not match"""
+    if len(raw) >= 1024:
+        held, got = ckpt_verify.file_sum(raw, 35)
+        if held is not None and held != got:
+            return None, ()
+        raw = raw[:140] + bytes(12) + raw[152:]
     h = struct.unpack("<i", raw[124:128])[0] if len(raw) >= 1024 else 0
     if h <= 0:
         return raw, ()
@@ -107,7 +115,9 @@ def same(name, run, ref):
         ra, rb = open(fa, "rb").read(), open(fb, "rb").read()
         if prefix == "state":
             (ra, na), (rb, nb) = state_split(ra), state_split(rb)
-            if len(na) != len(nb) or any(rel(x, y) > NORM_RTOL for x, y in zip(na, nb)):
+            if ra is None or rb is None:
+                bad.append("state (its checksum)")
+            elif len(na) != len(nb) or any(rel(x, y) > NORM_RTOL for x, y in zip(na, nb)):
                 bad.append("state (health window norms)")
             elif na:
                 note = " (the health window's %d norms within %g)" % (len(na), max([rel(x, y) for x, y in zip(na, nb)] + [0.0]))

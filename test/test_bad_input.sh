@@ -69,15 +69,44 @@ expect "T larger than the model's context" "--seq-len|maxT = 64|found 128" \
 expect "non-numeric flag value" "--batch|expected an integer|found 'four'" \
     "$BIN" "${model[@]}" "${good[@]}" -b four
 expect "unknown flag" "unknown flag '--bogus'" "$BIN" "${model[@]}" "${good[@]}" --bogus 1
+# numbers: the whole value, in the flag's range (llm/args.h): values that once went through (a negative or huge
+# learning rate, a negative clip, a padded integer) and, for every numeric flag --help lists with its range,
+# the values just outside it and malformed ones: one line naming the flag, the range and the value
+expect "--lr -2147483648" "--lr: expected a number in [0, 1], found '-2147483648'" "$BIN" "${model[@]}" "${good[@]}" --lr -2147483648
+expect "--lr 1e9" "--lr: expected a number in [0, 1], found '1e9'" "$BIN" "${model[@]}" "${good[@]}" --lr 1e9
+expect "--grad-clip -5" "--grad-clip: expected a number in [0, 1000000], found '-5'" "$BIN" "${model[@]}" "${good[@]}" --grad-clip -5
+expect "-v ' 3'" "--val-every: expected an integer in [0, 1000000000], found ' 3'" "$BIN" "${model[@]}" "${good[@]}" -v ' 3'
+expect "-l '3 '" "--lr: expected a number in [0, 1], found '3 '" "$BIN" "${model[@]}" "${good[@]}" -l '3 '
+ranges=$("$BIN" --help | sed -nE 's/^  (--[a-z0-9-]+) .*; an integer in \[([^,]+), ([^]]+)\]$/\1 int \2 \3/p; s/^  (--[a-z0-9-]+) .*; a number in \[([^,]+), ([^]]+)\]$/\1 float \2 \3/p; s/^  (--[a-z0-9-]+) .*; 0 or 1$/\1 bit 0 1/p')
+nflags=0; nbad=0; badlist=""
+while read -r flag kind lo hi _; do
+    [ -z "$flag" ] && continue
+    nflags=$((nflags + 1))
+    case $kind in
+        int) vals=("$(python3 -c "print(int(float('$lo')) - 1)")" "$(python3 -c "print(int(float('$hi')) + 1)")" "1.5" "7x") ;;
+        float) vals=("$(python3 -c "print(repr(float('$lo') - 1 - abs(float('$lo'))))")" "$(python3 -c "print(repr(float('$hi') * 2 + 1))")" "nan" "0.5.1") ;;
+        bit) vals=(2 -1 " 1" "1 ") ;;
+    esac
+    for v in "${vals[@]}"; do
+        [ -n "$v" ] || { nbad=$((nbad + 1)); badlist="$badlist [$flag: no value made from its range '$lo' '$hi']"; continue; }
+        "$BIN" "${model[@]}" "${good[@]}" "$flag" "$v" > "$tmp/stdout" 2> "$tmp/stderr"; rc=$?
+        msg=$(cat "$tmp/stderr")
+        if [ $rc -eq 0 ] || [ "$(grep -c . "$tmp/stderr")" -ne 1 ] || [[ "$msg" != "error: $flag: expected "*"found '$v'" ]]; then
+            nbad=$((nbad + 1)); badlist="$badlist [$flag '$v': exit $rc: $msg]"
+        fi
+    done
+done <<< "$ranges"
+if [ "$nflags" -ge 30 ] && [ "$nbad" -eq 0 ]; then echo "ok   every numeric flag --help lists ($nflags): 4 values outside its range or malformed each, one line naming the flag, the range and the value"; pass=$((pass+1))
+else echo "FAIL numeric flag ranges: $nflags flags parsed from --help, $nbad bad:$badlist"; fail=$((fail+1)); fi
 expect "bad model descriptor" "--model|C divisible by NH" "$BIN" --model d2,C=30,NH=4 "${good[@]}"
 
 # resumable state
 head -c 3000 "$tmp/out/state_00000002.bin" > "$tmp/state_trunc.bin"
 expect "truncated state file" "--resume|$tmp/state_trunc.bin|expected|found 3000" \
     "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_trunc.bin"
-for ver in 0 2; do
+for ver in 0 3; do
     cp "$tmp/out/state_00000002.bin" "$tmp/state_v$ver.bin"; printf "\\x0$ver\\x00\\x00\\x00" | dd of="$tmp/state_v$ver.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
-    expect "state file of version $ver" "--resume|$tmp/state_v$ver.bin|expected version 1|found $ver" \
+    expect "state file of version $ver" "--resume|$tmp/state_v$ver.bin|expected version 1 or 2|found $ver" \
         "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_v$ver.bin"
 done
 expect "state of another model" "--resume|model config|expected" \

@@ -182,7 +182,7 @@ for seed in $(seq 1 20); do
     timeout 120 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" "${kflags[@]}" --output-dir "$d" --log "$d/log2.jsonl" "${res[@]}" \
         > "$LOG/kill_${seed}_resume.log" 2>&1 || { bad "kill seed $seed: resume exit status $?"; continue; }
     from=$(grep -o "resumed from [^ ]*" "$LOG/kill_${seed}_resume.log" | awk '{print $3}')
-    ignored=$(grep -c "ignored: no manifest" "$LOG/kill_${seed}_resume.log")
+    ignored=$(grep -c "skipped: no manifest.txt: the save did not finish" "$LOG/kill_${seed}_resume.log")
     # every step, the killed run's logged ones and then the resumed run's, against the uninterrupted run
     got=$(python3 - "$d/log.jsonl" "$d/log2.jsonl" <<'PY'
 import json, sys
@@ -221,9 +221,11 @@ disk_case() {  # NAME DIR FAILED_STEP GOOD_STEP ERROR_SUBSTRING FLAGS...
         ok "$name: exit $rc with one line: $errs"
     else bad "$name: exit $rc, error lines: $errs"; fi
     local v; v=$(verify_dirs "$d")
-    if [ "$v" = "ok ckpt_$(printf %08d "$gstep")" ] && [ ! -e "$d/ckpt_$(printf %08d "$fstep")/manifest.txt" ]; then
-        ok "$name: ckpt_$(printf %08d "$gstep") intact (sizes and checksums), step $fstep's has no manifest"
-    else bad "$name: checkpoints after the failure: $v"; fi
+    local left; left=$(cd "$d" && ls -d ckpt_* 2>/dev/null | tr '\n' ' '; find . -name '*.tmp*' | tr '\n' ' ')
+    if [ "$v" = "ok ckpt_$(printf %08d "$gstep")" ] && [ "$left" = "ckpt_$(printf %08d "$gstep") " ] \
+       && ! grep -q "^$fstep " "$d/good_checkpoints.txt"; then
+        ok "$name: ckpt_$(printf %08d "$gstep") intact (sizes and checksums); nothing of step $fstep left (no directory, no temporary file, not listed)"
+    else bad "$name: checkpoints after the failure: $v; left: $left; list: $(tr '\n' ' ' < "$d/good_checkpoints.txt")"; fi
 }
 disk_case diskfail "$tmp/diskfail" 4 2 "ckpt_00000004/shard_1.bin.tmp: write failed (--inject diskfail): No space left on device" \
     --inject "diskfail@step=4,rank=1,bytes=5000"
@@ -236,17 +238,19 @@ NP=8 disk_case diskfail_8 "$tmp/diskfail_8" 4 2 "ckpt_00000004/shard_6.bin.tmp: 
 s0=$(stat -c %s "$tmp/diskref/ckpt_00000004/shard_0.bin")
 disk_case manifestfail "$tmp/manifestfail" 4 2 "ckpt_00000004/manifest.txt.tmp: write failed (--inject diskfail): No space left on device" \
     --inject "diskfail@step=4,rank=0,bytes=$((s0 + 40))"
-# an explicit --resume of a directory without a manifest: one line, exit 1
-run resume_partial 2 "${dflags[@]}" --output-dir "$tmp/partial_out" --resume "$tmp/diskfail/ckpt_00000004"; rc=$?
+# an explicit --resume of a directory without a manifest (a save killed before it finished): one line, exit 1
+mkdir -p "$tmp/partial" && cp -r "$tmp/diskref/ckpt_00000004" "$tmp/partial/" && rm "$tmp/partial/ckpt_00000004/manifest.txt"
+run resume_partial 2 "${dflags[@]}" --output-dir "$tmp/partial_out" --resume "$tmp/partial/ckpt_00000004"; rc=$?
 e=$(cat "$LOG/resume_partial.log")
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [[ "$e" == *"ckpt_00000004 is not a complete checkpoint: no manifest"* ]] && [ "$(grep -c '^error' <<< "$e")" -ge 1 ]; then
-    ok "--resume of the failed save's directory: exit $rc: $(grep -m1 '^error' <<< "$e")"
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [[ "$e" == *"error: --resume: $tmp/partial/ckpt_00000004: no manifest.txt: the save did not finish"* ]] \
+   && [ "$(grep -c '^error' <<< "$e")" -eq 1 ]; then
+    ok "--resume of a directory without a manifest: exit $rc, one line: $(grep -m1 '^error' <<< "$e")"
 else bad "--resume of a directory without a manifest: exit $rc: $e"; fi
 run diskfail_resume 2 "${dflags[@]}" --output-dir "$tmp/diskfail" --log "$tmp/diskfail/log2.jsonl" --resume latest \
     || bad "diskfail: resume exit status $?"
-if grep -q "ckpt_00000004 ignored: no manifest" "$LOG/diskfail_resume.log" && grep -q "resumed from $tmp/diskfail/ckpt_00000002 at step 2" "$LOG/diskfail_resume.log" \
+if ! grep -q "skipped" "$LOG/diskfail_resume.log" && grep -q "resumed from $tmp/diskfail/ckpt_00000002 at step 2" "$LOG/diskfail_resume.log" \
    && [ "$(fields "$tmp/diskfail/log2.jsonl")" = "$(fields "$tmp/diskref/log.jsonl" | tail -4)" ]; then
-    ok "diskfail: resume ignores ckpt_00000004 (one line: why), takes ckpt_00000002, steps 3-6 bit-identical"
+    ok "diskfail: resume takes ckpt_00000002 (the failed save left nothing to skip), steps 3-6 bit-identical"
 else bad "diskfail: resume ($LOG/diskfail_resume.log)"; fi
 # a shard flipped in one byte (its size unchanged): the checksums are split over the ranks (shard r on
 # rank r mod world, each shard read once), and whichever rank holds shard 1's names it; the resume
@@ -256,10 +260,10 @@ for np_ in 1 2 4; do
     mkdir -p "$d" && cp -r "$tmp/diskref/ckpt_00000004" "$tmp/diskref/ckpt_00000006" "$d/"
     python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(2000); b = f.read(1); f.seek(2000); f.write(bytes([b[0] ^ 4]))' "$d/ckpt_00000006/shard_1.bin"
     run "corrupt_$np_" "$np_" "${dflags[@]}" --output-dir "$d" --resume latest || { bad "corrupt shard, $np_ processes: exit $?"; continue; }
-    if grep -q "resume: $d/ckpt_00000006 ignored: shard_1.bin: checksum [0-9a-f]*, the manifest says [0-9a-f]*" "$LOG/corrupt_$np_.log" \
-       && grep -q "resumed from $d/ckpt_00000004 at step 4" "$LOG/corrupt_$np_.log" && [ "$(grep -c 'ignored' "$LOG/corrupt_$np_.log")" -eq 1 ]; then
+    if grep -q "resume: $d/ckpt_00000006 skipped: shard_1.bin: checksum [0-9a-f]*, the manifest says [0-9a-f]*" "$LOG/corrupt_$np_.log" \
+       && grep -q "resumed from $d/ckpt_00000004 at step 4" "$LOG/corrupt_$np_.log" && [ "$(grep -c 'skipped' "$LOG/corrupt_$np_.log")" -eq 1 ]; then
         ok "corrupt shard_1 (one byte), resumed with $np_ processes: one line names it, ckpt_00000004 taken"
-    else bad "corrupt shard_1, $np_ processes: $(grep -E 'ignored|resumed' "$LOG/corrupt_$np_.log" | tr '\n' ' ')"; fi
+    else bad "corrupt shard_1, $np_ processes: $(grep -E 'skipped|resumed' "$LOG/corrupt_$np_.log" | tr '\n' ' ')"; fi
 done
 mkdir -p "$tmp/small"
 if mount -t tmpfs -o size=700k tmpfs "$tmp/small" 2> "$tmp/mount.err"; then

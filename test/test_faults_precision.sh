@@ -144,6 +144,7 @@ b = bytearray(open(sys.argv[1], "rb").read())
 struct.pack_into("<qq", b, 48, int(sys.argv[3]), int(sys.argv[4]))  # header[12..15]: the data position
 open(sys.argv[2], "wb").write(b)
 PY
+    python3 test/ckpt_verify.py --seal "$tmp/${name}_ref/start.bin"  # (its checksum, for the changed header)
     # the reference needs no fault and no spike rule: it must not skip a step (checked by the comparison);
     # it keeps --spike-window, whose last values the state files hold (llm/health.h)
     local keep=() i args=("$@")

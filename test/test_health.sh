@@ -130,6 +130,7 @@ b = bytearray(open(sys.argv[1], "rb").read())
 struct.pack_into("<qq", b, 48, int(sys.argv[3]), int(sys.argv[4]))  # header[12..15]: the data position
 open(sys.argv[2], "wb").write(b)
 PY
+    python3 test/ckpt_verify.py --seal "$tmp/${name}_ref/start.bin"  # (its checksum, for the changed header)
     runok "${name}_ref" "$np" --steps 10 --checkpoint-every 10 --resume "$tmp/${name}_ref/start.bin" "$@" || return
     if cmp -s <(steps "$tmp/$name/log.jsonl" | tail -7) <(steps "$tmp/${name}_ref/log.jsonl" | tail -7) \
        && cmp -s "$tmp/$name/model_00000010.bin" "$tmp/${name}_ref/model_00000010.bin" \
