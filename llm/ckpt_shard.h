@@ -13,8 +13,8 @@
 //                  tensor-parallel shard (the replicated tensors: tp rank 0's), of that its ZeRO blocks
 //                  (stages 1-3), or under DDP its 1/dp of every unit, so that every value is written
 //                  exactly once and every rank writes about 1/world of the state.
-//   manifest.txt   written by rank 0 after every rank reported its shard written, fsynced and renamed
-//                  into place (and the directory fsynced): the step, the verdict, the layout, the config,
+//   manifest.txt   written by rank 0 after every rank reported its shard written, fsynced, renamed into
+//                  place and the directory fsynced after (llm/atomic_file.h): the step, the verdict, the layout, the config,
 //                  and each shard's name, size and checksum (llm/atomic_file.h's ckpt_sum; FNV-1a 64 of
 //                  the bytes in manifests of version 1), ending with the line "complete".
 // A directory without a complete manifest, or whose shards do not match it (size, checksum), is no
@@ -245,10 +245,8 @@ static int ckpt_write_manifest(Ckpt* ck, const uint64_t* info /*(world, 2): byte
     const CkptSnapshot* s = &ck->snap;
     char path[1200];
     snprintf(path, sizeof(path), "%s/manifest.txt", s->dir);
-    if (fsync_dir(s->dir) != 0) {  // every rank's shard renamed into place, for good
-        snprintf(w->why, sizeof(w->why), "%s: fsync failed: %s", s->dir, strerror(errno));
-        return 0;
-    }
+    // (every shard is on the disk for good: its writer fsynced it before its rename, and the directory after
+    // it, before reporting it written)
     char* text = NULL;
     size_t len = 0;
     FILE* mf = open_memstream(&text, &len);

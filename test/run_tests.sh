@@ -60,6 +60,14 @@ run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
 # sharded and asynchronous checkpoints (llm/ckpt_shard.h): a resharding matrix of 6 layouts, kill -9 at 20 random
 # moments then resume, a failing and a full disk
 run checkpoint bash test/test_checkpoint.sh
+# checkpoints a run can trust, across the lifetimes of a job: a checkpoint rejected by the SDC check or saved inside a
+# streak is never resumed as good (after a kill -9 too), rotation keeps what a rollback needs, a restart from another
+# directory finds its own checkpoints, damaged or out-of-range state files are skipped with one line (or stop an
+# explicit --resume), a failed save leaves nothing, the log and its plot after a resume, one error line per job
+run ckpt_trust bash test/test_ckpt_trust.sh
+# SIGTERM / SIGINT to the trainer, to one rank, to mpirun: the step saved, one line, exit 128 + signal, the resume
+# bit-identical to the uninterrupted run; a second signal at once; --save-on-signal 0
+run preempt bash test/test_preempt.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh

@@ -46,9 +46,22 @@ build/test_half_cpu: test/test_half_cpu.cpp llm/half_cpu.h
 HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \
                  build/test_matmul_cpu_bf16
 
+# what checking a checkpoint costs: a GPT-2 124M save and load with and without the checksums (not a test)
+build/bench_checkpoint: dev/bench_checkpoint.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
+.PHONY: bench-checkpoint
+bench-checkpoint: build/bench_checkpoint
+	./build/bench_checkpoint --model d12 --dir $${BENCH_DIR:-/tmp} --reps 3
+
+# the fsync and rename calls of a process, traced (test_checkpoint.sh: the order a crash needs)
+build/fsync_trace.so: test/fsync_trace.c
+	@mkdir -p build
+	$(CC) -O2 -shared -fPIC $< -o $@ -ldl
+
 TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
-                 build/test_fp8_cpu build/test_fp8_gemm_cpu
+                 build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fatal_cpu build/fsync_trace.so
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/world_check.h test/kernel_check.h $(wildcard test/kernels/*.h)

@@ -29,7 +29,14 @@
 #     "error:" line naming the file and the error, the earlier checkpoint intact (checksums), and
 #     a resume from it continues bit-identically; an explicit --resume of the failed save's directory
 #     ends with one line saying it has no manifest.
-# PARTS="matrix model bf16 kill disk" (the default: all) runs some of them (checking a mutation by hand).
+#  6. Three data-parallel ranks (units that do not divide by 3: DDP writes 1/dp of each unit per rank,
+#     the last share shorter): dp 3 DDP and dp 3 ZeRO-3 saves resumed under one process and dp 2, and one
+#     process's save resumed under both, each bit-identical to the same layout resumed from the gathered
+#     state (-b 2 --total-batch 384: a multiple of B*T*dp for dp 1, 2 and 3).
+#  7. What a crash needs, traced (test/fsync_trace.c, an LD_PRELOAD library logging every fsync and rename):
+#     a sharded save at 2 processes and a gathered one: every file fsynced before its rename into place, its
+#     directory fsynced after, and every shard's rename durable before the manifest's (test/fsync_check.py).
+# PARTS="matrix model bf16 kill disk dp3 fsync" (the default: all) runs some of them (checking a mutation by hand).
 set -u
 cd "$(dirname "$0")/.."
 CPU=${CPU:-./train_gpt_cpu}
@@ -66,7 +73,7 @@ verify_dirs() { python3 test/ckpt_verify.py "$1"; }
 
 # ---------------------------------------------------------------------------------------------------
 # 1. the resharding matrix
-PARTS=" ${PARTS:-matrix model bf16 kill disk} "
+PARTS=" ${PARTS:-matrix model bf16 kill disk dp3 fsync} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 names=(single dp2 dp2z3 tp2 pp2 dp2pp2)
 nps=(1 2 2 2 2 4)
@@ -274,6 +281,45 @@ else
     # (not a check: the injected failure above covers the same path; said so, not counted)
     echo "note: full disk (a 700 KiB tmpfs) not run: mount is not allowed here: $(head -1 "$tmp/mount.err")"
 fi
+fi
+
+# ---------------------------------------------------------------------------------------------------
+# 6. three data-parallel ranks
+if part dp3; then
+    d3=(-b 2 --total-batch 384)
+    n3=(one dp2 dp3 dp3z3); np3=(1 2 3 3); f3=("" "--zero 0" "--zero 0" "--zero 3")
+    for i in 0 2 3; do
+        run "d3save_${n3[$i]}" "${np3[$i]}" "${d3[@]}" ${f3[$i]} --steps 2 --checkpoint-every 2 --checkpoint-format both \
+            --output-dir "$tmp/d3save_${n3[$i]}" || bad "dp3: save under ${n3[$i]}: exit $?"
+    done
+    for pair in "dp3 one" "dp3 dp2" "dp3z3 one" "dp3z3 dp2" "one dp3" "one dp3z3"; do
+        read -r s r <<< "$pair"
+        for j in 0 1 2 3; do [ "${n3[$j]}" = "$r" ] && jr=$j; done
+        run "d3sh_${s}_$r" "${np3[$jr]}" "${d3[@]}" ${f3[$jr]} --steps 4 --output-dir "$tmp/d3sh_${s}_$r" --resume "$tmp/d3save_$s/ckpt_00000002" \
+            || { bad "dp3: $s -> $r from the shards: exit $? ($LOG/d3sh_${s}_$r.log)"; continue; }
+        run "d3ga_${s}_$r" "${np3[$jr]}" "${d3[@]}" ${f3[$jr]} --steps 4 --output-dir "$tmp/d3ga_${s}_$r" --resume "$tmp/d3save_$s/state_00000002.bin" \
+            || { bad "dp3: $s -> $r from the state file: exit $?"; continue; }
+        a=$(fields "$tmp/d3sh_${s}_$r/log.jsonl"); b=$(fields "$tmp/d3ga_${s}_$r/log.jsonl")
+        if [ "$(echo "$a" | wc -l)" -eq 2 ] && [ "$a" = "$b" ]; then ok "dp3: $s -> $r: steps 3-4 from the shards bit-identical to the gathered state's ($(echo "$a" | tr '\n' ' '))"
+        else bad "dp3: $s -> $r: shards [$a] vs state file [$b]"; fi
+    done
+fi
+
+# ---------------------------------------------------------------------------------------------------
+# 7. the fsync and rename calls of a save, traced
+if part fsync; then
+    for fmt in sharded gathered; do
+        rm -f "$tmp/fsync_$fmt.trace"
+        timeout 120 "${MPIRUN[@]}" -x LD_PRELOAD="$(realpath build/fsync_trace.so)" -x FSYNC_TRACE="$tmp/fsync_$fmt.trace" -np 2 "$CPU" \
+            "${common[@]}" --steps 4 --checkpoint-every 2 --checkpoint-format $fmt --output-dir "$tmp/fsync_$fmt" > "$LOG/fsync_$fmt.log" 2>&1 \
+            || bad "fsync trace ($fmt): exit $?"
+        if [ $fmt = sharded ]; then check_args=("$tmp/fsync_$fmt.trace" "$tmp/fsync_$fmt")
+        else check_args=("$tmp/fsync_$fmt.trace" "$tmp/fsync_$fmt" --no-manifest); fi
+        out=$(python3 test/fsync_check.py "${check_args[@]}"); rc=$?
+        echo "$out" | sed "s|^ok   |ok   $fmt: |; s|^FAIL |FAIL $fmt: |"
+        pass=$((pass + $(grep -c '^ok' <<< "$out"))); fail=$((fail + $(grep -c '^FAIL' <<< "$out")))
+        [ $rc -eq 0 ] || [ "$(grep -c '^FAIL' <<< "$out")" -gt 0 ] || bad "fsync_check ($fmt): exit $rc"
+    done
 fi
 
 echo "checkpoint: $pass passed, $fail failed"

@@ -7,7 +7,8 @@
 #     takes step 3, not 6: steps 4..12 are bit-identical to a clean run (one that never flipped a bit),
 #     which state_3 is a checkpoint of; gathered and sharded, 2 processes. The same with a NaN streak: a
 #     checkpoint saved inside it (verdict 1) is skipped by --resume latest and taken, with a line, when
-#     named. An explicit --resume of the SDC-rejected file stops with one line.
+#     named. An explicit --resume of the SDC-rejected file stops with one line. In the directory without its
+#     list every checkpoint is a candidate: the rejected one is skipped by its verdict, with one line.
 #  2. Rotation: --checkpoint-every 1 --keep-checkpoints 3, sharded, NaNs at 7-11 and --max-bad-steps 5:
 #     rotation keeps ckpt_6 (the newest good one) while the streak runs, the rollback restores it and the
 #     run ends normally; the steps after the rollback are bit-identical to a run resumed from ckpt_6 at the
@@ -82,6 +83,16 @@ for fmt in gathered sharded; do
         ok "sdc $fmt: the SDC check at 6 rolled back to 3; $name saved marked rejected (verdict 2), not listed; killed before the next save"
     else bad "sdc $fmt: rollback $(grep -c rollback_to "$d/log.jsonl" 2>/dev/null), $name $( [ -e "$d/$name" ] && verdict "$d/$name"), list: $(listed "$d")"; continue; fi
     cp -r "$d/$name" "$tmp/rejected_$name"  # (the resumed run below saves its own step 6)
+    if [ $fmt = gathered ]; then  # the same directory without its list: every checkpoint a candidate, the verdict decides
+        cp -r "$d" "$d.nolist" && rm "$d.nolist/good_checkpoints.txt"
+        run sdc_nolist 2 --steps 12 --checkpoint-every 3 --output-dir "$d.nolist" --log "$tmp/sdc_nolist.jsonl" --resume latest
+        if [ $? -eq 0 ] && grep -q "has no good_checkpoints.txt: each of its 2 checkpoints is a candidate" "$LOG/sdc_nolist.log" \
+           && grep -q "^resume: $d.nolist/state_00000006.bin skipped: rejected by the SDC check" "$LOG/sdc_nolist.log" \
+           && grep -q "resumed from $d.nolist/state_00000003.bin at step 3" "$LOG/sdc_nolist.log" \
+           && cmp -s <(fields "$tmp/sdc_nolist.jsonl") <(tail -9 "$tmp/clean.fields"); then
+            ok "sdc gathered, the list removed: --resume latest tries state_6 (rejected by the SDC check: skipped, one line), takes state_3"
+        else bad "sdc gathered without a list: $(grep -E 'candidate|skipped|resumed|^error' "$LOG/sdc_nolist.log" | tr '\n' ' ')"; fi
+    fi
     run "sdc_${fmt}_resume" 2 --steps 12 --checkpoint-every 3 --checkpoint-format $fmt --sdc-check-every 100 --output-dir "$d" \
         --log "$tmp/sdc_$fmt.resumed.jsonl" --resume latest || { bad "sdc $fmt: resume exit $?"; continue; }
     from=$(grep -o "resumed from [^ ]* at step [0-9]*" "$LOG/sdc_${fmt}_resume.log")
@@ -250,6 +261,15 @@ for np in 2 4; do
     n=$(grep -c 'error' <<< "$out")
     [ $rc -ne 0 ] && [ "$n" -eq 1 ] && ok "a bad flag under mpirun -np $np: one line: $(grep error <<< "$out")" \
         || bad "a bad flag under mpirun -np $np: exit $rc, $n lines: $out"
+done
+# a small program that fails on purpose (test/test_fatal.cu): a line every rank says once, one rank's own line
+# once, every rank's own line each
+for m in "alike 1 the same line on every rank" "one 1 the line of rank 2 alone" "each 3 the line of rank"; do
+    read -r mode want text <<< "$m"
+    out=$(timeout 60 "${MPIRUN[@]}" -np 3 build/test_fatal_cpu "$mode" 2>&1); rc=$?
+    n=$(grep -c "^error: test_fatal: $text" <<< "$out")
+    [ $rc -ne 0 ] && [ "$n" -eq "$want" ] && [ "$(grep -c . <<< "$out")" -eq "$want" ] && ok "fatal under mpirun -np 3, $mode: $n line(s): $(echo $out)" \
+        || bad "fatal under mpirun -np 3, $mode: exit $rc, $n matching of $(grep -c . <<< "$out") lines (want $want): $out"
 done
 d=$tmp/locked && mkdir -p "$d" && cp -r "$tmp/clean/ckpt_00000003" "$d/" && chmod 000 "$d/ckpt_00000003"
 as_user=()
