@@ -273,6 +273,7 @@ int main(int argc, char** argv) {
         // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h)
         float step_scale = scaler.scale, dloss = loss_scaler_seed(&scaler, 1.0f / ((float)B * T * grad_accum));
         float train_loss = pipeline_step(&pipe, step_inputs, step_targets, dloss);
+        inject_stop(&inject_plan, step, comm.world_rank, INJECT_AT_REDUCE);  // die, hang with at=reduce (llm/inject.h)
         double t_opt = wall_ms();
         dp_finish_grads(&dp);
         pipe_event(&pipe, "gradient reductions", "collective", t_opt);  // (the last ones, waited)

@@ -3,6 +3,10 @@
 //
 //   --inject 'die@step=5,rank=1'             rank 1 exits (status 1, no clean-up) at the start of step 5
 //   --inject 'hang@step=5,rank=1'            rank 1 stops making progress at step 5 (sleeps forever)
+//   --inject 'hang@step=5,rank=1,at=reduce'  the same after its forward and backward, where its gradient
+//                                            reductions are waited (the dp all-reduces in flight, then
+//                                            the tied embedding's all-reduce of the first and last
+//                                            pipeline stage): its peers wait in those (die takes at= too)
 //   --inject 'nan@step=5,rank=1'             a NaN in rank 1's gradients at step 5 (after its backward)
 //   --inject 'spike@step=5,rank=0'           rank 0's batch at step 5 is replaced by one that blows the
 //                                            loss up (random targets: the loss jumps to ~ln V and more);
@@ -21,11 +25,11 @@
 //
 // Keys: step (the step it happens at; default 1), rank (world rank; default 0), count (nan, spike: on
 // this many consecutive steps; default 1), ms (slow, slowdisk), bytes (diskfail; default 0), index, bit (bitflip; defaults 0 and 30, the
-// top exponent bit of an FP32 value). A fault fires once per step it covers, on its rank only; the
-// other ranks see what a real failure would show them. The trainer fires nan, spike and bitflip only
-// the first time it runs a step (a rollback, llm/health.h, repeats step numbers: a transient fault
-// does not come back). The parser checks everything before the run
-// starts: a bad spec ends the program with one line naming it.
+// top exponent bit of an FP32 value), at (die, hang: start, the default, or reduce). A fault fires once
+// per step it covers, on its rank only; the other ranks see what a real failure would show them. The
+// trainer fires nan, spike and bitflip only the first time it runs a step (a rollback, llm/health.h,
+// repeats step numbers: a transient fault does not come back). The parser checks everything before
+// the run starts: a bad spec ends the program with one line naming it.
 #pragma once
 #include "common.h"
 
@@ -33,9 +37,13 @@ typedef enum { INJECT_DIE, INJECT_HANG, INJECT_NAN, INJECT_SPIKE, INJECT_SLOW, I
                INJECT_NUM_KINDS } InjectKind;
 static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip", "diskfail", "slowdisk"};
 
+#define INJECT_AT_START 0   // die, hang: at the start of the step (inject_step_begin)
+#define INJECT_AT_REDUCE 1  // after the step's forward and backward, before its gradient reductions are waited
+
 typedef struct {
     InjectKind kind;
     int step, rank, count, ms, bit;
+    int at;      // die, hang: INJECT_AT_START or INJECT_AT_REDUCE
     long index;
     long bytes;  // diskfail: the write fails once the file has this many bytes
 } InjectFault;
@@ -113,13 +121,17 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
         } else if (kl == 5 && !strncmp(p, "index", 5) && kind == INJECT_BITFLIP) {
             if (inject_parse_long(s, "index", eq + 1, vl, 0, LONG_MAX, &x, err, cap)) return 1;
             f->index = x;
+        } else if (kl == 2 && !strncmp(p, "at", 2) && (kind == INJECT_DIE || kind == INJECT_HANG)) {
+            if (vl == 5 && !strncmp(eq + 1, "start", 5)) f->at = INJECT_AT_START;
+            else if (vl == 6 && !strncmp(eq + 1, "reduce", 6)) f->at = INJECT_AT_REDUCE;
+            else { snprintf(err, cap, "'%s': at: expected start or reduce, found '%.*s'", s, (int)vl, eq + 1); return 1; }
         } else if (kl == 3 && !strncmp(p, "bit", 3) && kind == INJECT_BITFLIP) {
             if (inject_parse_long(s, "bit", eq + 1, vl, 0, 31, &x, err, cap)) return 1;
             f->bit = (int)x;
         } else {
             snprintf(err, cap, "'%s': unknown key '%.*s' for %s (keys: step, rank%s)", s, (int)kl, p, INJECT_KIND_NAMES[kind],
                      kind == INJECT_NAN || kind == INJECT_SPIKE ? ", count" : kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? ", ms" : kind == INJECT_DISKFAIL ? ", bytes" :
-                     kind == INJECT_BITFLIP ? ", index, bit" : "");
+                     kind == INJECT_BITFLIP ? ", index, bit" : kind == INJECT_DIE || kind == INJECT_HANG ? ", at" : "");
             return 1;
         }
         p += n + (comma ? 1 : 0);
@@ -160,20 +172,24 @@ static const InjectFault* inject_find(const InjectPlan* plan, InjectKind kind, i
     return NULL;
 }
 
-// the process-level faults, at the start of a step: die exits at once (as a crash: no MPI_Finalize,
+// die and hang at point `at` of a step (INJECT_AT_*): die exits at once (as a crash: no MPI_Finalize,
 // no flush of anything but this line), hang sleeps forever (the process is alive, its collectives
-// never come: only a watchdog can see it), slow sleeps ms.
-static void inject_step_begin(const InjectPlan* plan, int step, int rank) {
-    if (inject_find(plan, INJECT_DIE, step, rank)) {
-        fprintf(stderr, "inject: rank %d dies at step %d (--inject die)\n", rank, step);
+// never come: only a watchdog can see it)
+static void inject_stop(const InjectPlan* plan, int step, int rank, int at) {
+    for (int k = INJECT_DIE; k <= INJECT_HANG; k++) {
+        const InjectFault* f = inject_find(plan, (InjectKind)k, step, rank);
+        if (f == NULL || f->at != at) continue;
+        fprintf(stderr, "inject: rank %d %s at step %d%s (--inject %s)\n", rank, k == INJECT_DIE ? "dies" : "hangs", step,
+                at == INJECT_AT_REDUCE ? " before its gradient reductions" : "", INJECT_KIND_NAMES[k]);
         fflush(stderr);
-        _exit(EXIT_FAILURE);
-    }
-    if (inject_find(plan, INJECT_HANG, step, rank)) {
-        fprintf(stderr, "inject: rank %d hangs at step %d (--inject hang)\n", rank, step);
-        fflush(stderr);
+        if (k == INJECT_DIE) _exit(EXIT_FAILURE);
         for (;;) sleep(3600);
     }
+}
+
+// the process-level faults at the start of a step: die, hang (those without at=reduce), slow sleeps ms
+static void inject_step_begin(const InjectPlan* plan, int step, int rank) {
+    inject_stop(plan, step, rank, INJECT_AT_START);
     const InjectFault* slow = inject_find(plan, INJECT_SLOW, step, rank);
     if (slow) usleep((useconds_t)slow->ms * 1000);
 }
