@@ -10,7 +10,6 @@
 #include <unistd.h>
 #include "common.h"
 #include "tensors.h"
-#include <dirent.h>
 #include "dataloader.h"
 #include "atomic_file.h"
 
@@ -400,18 +399,4 @@ static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* wh
     rd_close(&r);
     if (!ok) loaded_state_free(st);
     return ok;
-}
-
-// the newest state_<step>.bin in dir by name, or -1 (for a directory without a list of good checkpoints)
-static int state_latest_step(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d == NULL) return -1;
-    int best = -1;
-    struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        int step, used = 0;
-        if (sscanf(e->d_name, "state_%d.bin%n", &step, &used) == 1 && used > 0 && e->d_name[used] == '\0' && step > best) best = step;
-    }
-    closedir(d);
-    return best;
 }

@@ -244,11 +244,11 @@ runok rollback_sharded 2 --steps 10 --inject nan@step=5,count=3,rank=1 --max-bad
 }
 
 # --- bad flags: one line, non-zero exit ---
-badflag "--spike-zscore: expected a number >= 0" --spike-zscore -1
-badflag "--spike-window: expected 2 to 1000000" --spike-window 1
-badflag "--spike-factor: expected a number > 1" --spike-factor 0.5
-badflag "--max-bad-steps: expected a count >= 0" --max-bad-steps -1
-badflag "--sdc-check-every: expected a step count >= 0" --sdc-check-every -2
+badflag "--spike-zscore: expected a number in [0, 1000000], found '-1'" --spike-zscore -1
+badflag "--spike-window: expected an integer in [2, 1000000], found '1'" --spike-window 1
+badflag "--spike-factor: expected 0 (off) or a number in (1, 1e+06], found 0.5" --spike-factor 0.5
+badflag "--max-bad-steps: expected an integer in [0, 1000000000], found '-1'" --max-bad-steps -1
+badflag "--sdc-check-every: expected an integer in [0, 1000000000], found '-2'" --sdc-check-every -2
 badflag "--inject: 'nan@step=0': step: expected an integer in 1.." --inject nan@step=0
 badflag "--inject: 'flip@step=1': expected a fault" --inject flip@step=1
 badflag "--inject: 'bitflip@rank=3': expected a rank below the world size 1" --inject bitflip@rank=3

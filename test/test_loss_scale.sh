@@ -217,13 +217,13 @@ else
 fi
 
 # --- bad flags: one line, non-zero exit ---
-badflag "--loss-scale: expected dynamic, none or a positive number, found 'big'" --loss-scale big
+badflag "--loss-scale: expected dynamic, none or a positive number in [" --loss-scale big
 badflag "--loss-scale: expected" --loss-scale -8
 badflag "--loss-scale: expected" --loss-scale 0
 badflag "--loss-scale: expected" --loss-scale inf
-badflag "--loss-scale-init: expected a positive number" --loss-scale-init 0
+badflag "--loss-scale-init: expected a number in [5.960464478e-08, 1.844674407e+19], found '0'" --loss-scale-init 0
 badflag "--loss-scale-init: expected a number" --loss-scale-init x
-badflag "--loss-scale-window: expected a positive integer" --loss-scale-window 0
+badflag "--loss-scale-window: expected an integer in [1, 1000000000], found '0'" --loss-scale-window 0
 badflag "unknown flag '--debug-inf-grad-at-step'" --debug-inf-grad-at-step 2
 
 echo "test_loss_scale: $pass passed, $fail failed"

@@ -62,7 +62,7 @@ else
 fi
 
 one_line refuse_dp2 'error: invalid layout: --dp 2 .*built without MPI' "$NOMPI" "${args[@]}" --dp 2 --output-dir "$tmp/dp2"
-one_line refuse_bad_zero 'error: --zero: expected a ZeRO stage' "$NOMPI" "${args[@]}" --zero 5 --output-dir "$tmp/z5"
+one_line refuse_bad_zero 'error: --zero: expected an integer in \[0, 3\], found .5.' "$NOMPI" "${args[@]}" --zero 5 --output-dir "$tmp/z5"
 MPIRUN=(mpirun -q --oversubscribe)
 [ "$(id -u)" = "0" ] && MPIRUN+=(--allow-run-as-root)
 if command -v mpirun > /dev/null; then
