@@ -16,7 +16,7 @@ rows=()
 row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 echo "== build (sm_${ARCH})"
-make -j"$(nproc)" train_gpt build/test_kernels_gpu build/test_fp8_gemm_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+make -j"$(nproc)" train_gpt build/test_kernels_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
 while read -r note; do echo "$note"; row "build" "$note"; done < <(grep '^note:' "$LOG/build.log")
 # the kernel benchmarks (dev/cuda/cuda.mk), rebuilt every time; -k: one that fails leaves the others
 for f in dev/cuda/*.cu; do rm -f "build/cuda/$(basename "$f" .cu)"; done
@@ -34,6 +34,11 @@ echo "== FP8 GEMM (test/test_fp8_gemm.cu on the GPU: every recipe vs FP64, cuBLA
 ./build/test_fp8_gemm_gpu > "$LOG/test_fp8_gemm.log" 2>&1
 grep -E "describe|^FAIL" "$LOG/test_fp8_gemm.log" | head -20
 row "test_fp8_gemm (GPU)" "$(tail -1 "$LOG/test_fp8_gemm.log")"
+
+echo "== FP8 linear layer (test/test_fp8_linear.cu on the GPU: each operand's format, scale and amax entry vs a reference)"
+./build/test_fp8_linear_gpu > "$LOG/test_fp8_linear.log" 2>&1
+grep -E "^FAIL" "$LOG/test_fp8_linear.log" | head -20
+row "test_fp8_linear (GPU)" "$(tail -1 "$LOG/test_fp8_linear.log")"
 
 echo "== kernel benchmarks (dev/cuda)"
 for f in dev/cuda/*.cu; do

@@ -19,9 +19,10 @@
                                               (llm/ddp.h's trace): what the numbers cannot show
   tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
                                               Megatron-LM's count (test/test_tp.sh)
-  fp8 NAME RUN REF TOL                        the FP8 per-tensor state of the step-1 state files
+  fp8 NAME RUN REF TOL [below1]               the FP8 per-tensor state of the step-1 state files
                                               (test/test_fp8_train.sh): every W entry's scale and amax
-                                              history identical, the x and dy entries' within TOL relative
+                                              history identical, the x and dy entries' within TOL relative;
+                                              below1: and every layer of REF has a scale < 1
 """
 import glob, json, os, struct, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -160,8 +161,11 @@ def fp8_state(path):  # (recipe, layers, the FP8 floats: [pos, recorded, per ent
     return h[19], h[6], struct.unpack("<%df" % k, raw[end - 4 * k:end]) if k else ()
 
 
-def fp8(name, run, ref, tol):
-    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/fp8_linear.h); 1 delayed, 2 current
+def fp8(name, run, ref, tol, below1=False):
+    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/fp8_linear.h); 1 delayed, 2 current.
+    # below1: REF must also hold, in every layer, a scale below 1 (an amax above the format's max): a
+    # pipeline stage that exported the layers it does not hold (their scales still the initial 1) into the
+    # max over the pipeline would raise exactly those to 1; scales >= 1 cannot show it
     fa, fb = os.path.join(run, "state_00000001.bin"), os.path.join(ref, "state_00000001.bin")
     if not (os.path.exists(fa) and os.path.exists(fb)):
         return False, "%s: no state_00000001.bin in %s or %s" % (name, run, ref)
@@ -186,8 +190,13 @@ def fp8(name, run, ref, tol):
         where[0] // 12, ("qkv", "attproj", "fc", "fcproj")[where[0] // 3 % 4], "x" if where[0] % 3 == 0 else "dy",
         "scale" if where[1] == 0 else "amax")
     good = w_diff == 0 and worst <= tol
+    note = ""
+    if below1:  # per layer, the entries of REF whose scale is below 1
+        low = [sum(1 for i in range(l * 12, l * 12 + 12) if b[2 + i * per] < 1.0) for l in range(L)]
+        good = good and min(low) > 0
+        note = "; scales < 1 per layer in the reference %s (each layer needs one)" % low
     return good, ("%s: step 1 FP8 state (%s, %d entries): W's scales and amaxes %d differ (expected 0); x and dy max rel "
-                  "diff %.2g%s (tol %g)" % (name, "delayed" if ra == 1 else "current", n, w_diff, worst, what, tol))
+                  "diff %.2g%s (tol %g)%s" % (name, "delayed" if ra == 1 else "current", n, w_diff, worst, what, tol, note))
 
 
 def memory(name, report):
@@ -376,7 +385,7 @@ if __name__ == "__main__":
     elif cmd == "update":
         good, msg = update(args[0], args[1], args[2], args[3], float(args[4]), float(args[5]))
     elif cmd == "fp8":
-        good, msg = fp8(args[0], args[1], args[2], float(args[3]))
+        good, msg = fp8(args[0], args[1], args[2], float(args[3]), len(args) > 4 and args[4] == "below1")
     elif cmd == "memory":
         good, msg = memory(*args)
     elif cmd == "ledger":

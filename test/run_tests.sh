@@ -132,6 +132,11 @@ run fp8_gemm_cpu ./build/test_fp8_gemm_cpu
 run fp8_gemm_emu_sm90 env EMU_ORDER=random CUBLASLT_EMU_ARCH=90 ./build/test_fp8_gemm_emu
 run fp8_gemm_emu_sm100 env EMU_ORDER=reverse CUBLASLT_EMU_ARCH=100 ./build/test_fp8_gemm_emu
 run fp8_gemm_emu_sm80 env EMU_ORDER=forward CUBLASLT_EMU_ARCH=80 ./build/test_fp8_gemm_emu
+# the FP8 linear layer (llm/fp8_linear.h) through the library, steps of two linears: each GEMM operand's
+# format, scale and amax entry under current, delayed, block and mx scaling against a reference that
+# quantizes every operand itself (FP64 GEMM), and the scales / amax rings after each step, bit for bit
+run fp8_linear_cpu ./build/test_fp8_linear_cpu
+run fp8_linear_emu env EMU_ORDER=random ./build/test_fp8_linear_emu
 run fp8_train bash test/test_fp8_train.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 # FP16 loss scaling (llm/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's

@@ -61,7 +61,7 @@ build/fsync_trace.so: test/fsync_trace.c
 
 TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
-                 build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fatal_cpu build/fsync_trace.so
+                 build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/world_check.h test/kernel_check.h $(wildcard test/kernels/*.h)
@@ -132,11 +132,15 @@ build/test_fp8_emu: test/test_fp8.cu $(EMU_DEPS)
 build/test_fp8_gemm_emu: test/test_fp8_gemm.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
+# the FP8 linear layer (llm/fp8_linear.h): each GEMM operand's format, scale and amax entry, in BF16
+build/test_fp8_linear_emu: test/test_fp8_linear.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_emu_fp16 build/test_gpt_emu_fp16 build/train_gpt_emu_fp16 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
                  build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \
-                 build/test_fp8_emu build/test_fp8_gemm_emu \
+                 build/test_fp8_emu build/test_fp8_gemm_emu build/test_fp8_linear_emu \
                  build/test_split_backward_emu build/test_split_backward_emu_bf16 \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
                  $(EMU_BUILD)/test_emu_racecheck \
@@ -152,10 +156,13 @@ build/test_fp8_gpu: test/test_fp8.cu $(LLM_HEADERS) test/test_common.h
 build/test_fp8_gemm_gpu: test/test_fp8_gemm.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+build/test_fp8_linear_gpu: test/test_fp8_linear.cu $(LLM_HEADERS) test/test_common.h
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/bench_gpu: dev/bench_train.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
-TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu
+TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu
 
 .PHONY: test test-build
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda
