@@ -265,6 +265,8 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < (size_t)grad_accum * BT; i++) step_targets[i] = (int)(rng_u64(&r) % (uint64_t)cfg.vocab_size);
         }
         dp.inject_nan = fresh && inject_find(&inject_plan, INJECT_NAN, step, comm.world_rank) != NULL;
+        const InjectFault* gradspike = fresh ? inject_find(&inject_plan, INJECT_GRADSPIKE, step, comm.world_rank) : NULL;
+        dp.inject_grad_factor = gradspike ? gradspike->factor : 0.0f;
         double t0 = wall_ms();
         straggler_step_begin(&straggler, &comm);
         inject_step_begin(&inject_plan, step, comm.world_rank);  // die, hang, slow (llm/inject.h)

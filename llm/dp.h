@@ -62,6 +62,8 @@ typedef struct {
     ParamHooks hooks;       // what the model calls
     int inject_nan;         // --inject nan (llm/inject.h): 1 puts a NaN into the next unit gradient this rank
                             // finishes, before its reduction (then back to 0)
+    float inject_grad_factor;  // --inject gradspike: != 0 multiplies every unit gradient this rank finishes in
+                            // this step by it, before the reduction (the caller sets it per step)
 } DataParallel;
 
 // the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
@@ -139,6 +141,17 @@ static void dp_hook_grads_ready(void* ctx, int u) {
         device_synchronize();
         copy_to_device(dp->stage <= 1 ? g : dp->z.unit_grads[u], &nan_x, sizeof(floatX));
         dp->inject_nan = 0;
+    }
+    if (dp->inject_grad_factor != 0.0f) {  // the fault: this rank's whole gradient of unit u times the factor
+        // (through the host: a test's fault, not a hot path; every micro-batch's part is summed in by now)
+        floatX* dst = dp->stage <= 1 ? g : dp->z.unit_grads[u];
+        size_t n = dp->lay.units[u].n;
+        float* h = (float*)mallocCheck(n * sizeof(float));
+        device_synchronize();
+        copy_to_host_float(h, dst, n);
+        for (size_t i = 0; i < n; i++) h[i] *= dp->inject_grad_factor;
+        copy_floats_to_device(dst, h, n);
+        free(h);
     }
     if (dp->stage == 0) {
         ddp_bucket_ready(dp->comm, &dp->grad_queue, g, dp->lay.units[u].n, u, s);

@@ -8,6 +8,10 @@
 //                                            the tied embedding's all-reduce of the first and last
 //                                            pipeline stage): its peers wait in those (die takes at= too)
 //   --inject 'nan@step=5,rank=1'             a NaN in rank 1's gradients at step 5 (after its backward)
+//   --inject 'gradspike@step=5,rank=1,factor=16'
+//                                            rank 1's gradients at step 5 multiplied by 16 before their
+//                                            reduction (its loss as it was: a spike of the gradient norm
+//                                            alone, for llm/health.h's grad-norm rule; factor default 16)
 //   --inject 'spike@step=5,rank=0'           rank 0's batch at step 5 is replaced by one that blows the
 //                                            loss up (random targets: the loss jumps to ~ln V and more);
 //                                            the batch of rank 0's dp slice: all its tp and pp ranks
@@ -23,19 +27,22 @@
 //   --inject 'slowdisk@rank=0,ms=20'         rank 0's checkpoint writes sleep 20 ms per 4 KiB (a slow
 //                                            disk: the kill -9 test lands in the middle of saves)
 //
-// Keys: step (the step it happens at; default 1), rank (world rank; default 0), count (nan, spike: on
-// this many consecutive steps; default 1), ms (slow, slowdisk), bytes (diskfail; default 0), index, bit (bitflip; defaults 0 and 30, the
-// top exponent bit of an FP32 value), at (die, hang: start, the default, or reduce). A fault fires once
-// per step it covers, on its rank only; the other ranks see what a real failure would show them. The
-// trainer fires nan, spike and bitflip only the first time it runs a step (a rollback, llm/health.h,
-// repeats step numbers: a transient fault does not come back). The parser checks everything before
-// the run starts: a bad spec ends the program with one line naming it.
+// Keys: step (the step it happens at; default 1), rank (world rank; default 0), count (nan, spike,
+// gradspike: on this many consecutive steps; default 1), ms (slow, slowdisk), bytes (diskfail; default 0),
+// index, bit (bitflip; defaults 0 and 30, the top exponent bit of an FP32 value), factor (gradspike: a
+// number > 0; default 16, a power of two, so that the scaled gradients are exact), at (die, hang: start,
+// the default, or reduce). A fault fires once per step it covers, on its rank only; the other ranks see
+// what a real failure would show them. The trainer fires nan, spike, gradspike and bitflip only the first
+// time it runs a step (a rollback, llm/health.h, repeats step numbers: a transient fault does not come
+// back). The parser checks everything before the run starts: a bad spec ends the program with one line
+// naming it.
 #pragma once
 #include "common.h"
 
 typedef enum { INJECT_DIE, INJECT_HANG, INJECT_NAN, INJECT_SPIKE, INJECT_SLOW, INJECT_BITFLIP, INJECT_DISKFAIL, INJECT_SLOWDISK,
-               INJECT_NUM_KINDS } InjectKind;
-static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip", "diskfail", "slowdisk"};
+               INJECT_GRADSPIKE, INJECT_NUM_KINDS } InjectKind;
+static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip", "diskfail", "slowdisk",
+                                                                "gradspike"};
 
 #define INJECT_AT_START 0   // die, hang: at the start of the step (inject_step_begin)
 #define INJECT_AT_REDUCE 1  // after the step's forward and backward, before its gradient reductions are waited
@@ -46,6 +53,7 @@ typedef struct {
     int at;      // die, hang: INJECT_AT_START or INJECT_AT_REDUCE
     long index;
     long bytes;  // diskfail: the write fails once the file has this many bytes
+    float factor;  // gradspike: the gradients' multiplier
 } InjectFault;
 
 #define INJECT_MAX 16
@@ -82,7 +90,7 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
     memcpy(s, spec, len);
     s[len] = '\0';
     memset(f, 0, sizeof(*f));
-    f->step = 1; f->rank = 0; f->count = 1; f->ms = 0; f->index = 0; f->bit = 30;
+    f->step = 1; f->rank = 0; f->count = 1; f->ms = 0; f->index = 0; f->bit = 30; f->factor = 16.0f;
     const char* at = strchr(s, '@');
     size_t klen = at ? (size_t)(at - s) : strlen(s);
     int kind = -1;
@@ -90,7 +98,7 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
         if (strlen(INJECT_KIND_NAMES[k]) == klen && strncmp(s, INJECT_KIND_NAMES[k], klen) == 0) kind = k;
     }
     if (kind < 0) {
-        snprintf(err, cap, "'%s': expected a fault die, hang, nan, spike, slow, bitflip, diskfail or slowdisk before '@', found '%.*s'", s, (int)klen, s);
+        snprintf(err, cap, "'%s': expected a fault die, hang, nan, spike, gradspike, slow, bitflip, diskfail or slowdisk before '@', found '%.*s'", s, (int)klen, s);
         return 1;
     }
     f->kind = (InjectKind)kind;
@@ -108,7 +116,7 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
         } else if (kl == 4 && !strncmp(p, "rank", 4)) {
             if (inject_parse_long(s, "rank", eq + 1, vl, 0, 1 << 20, &x, err, cap)) return 1;
             f->rank = (int)x;
-        } else if (kl == 5 && !strncmp(p, "count", 5) && (kind == INJECT_NAN || kind == INJECT_SPIKE)) {
+        } else if (kl == 5 && !strncmp(p, "count", 5) && (kind == INJECT_NAN || kind == INJECT_SPIKE || kind == INJECT_GRADSPIKE)) {
             if (inject_parse_long(s, "count", eq + 1, vl, 1, INT_MAX, &x, err, cap)) return 1;
             f->count = (int)x;
         } else if (kl == 5 && !strncmp(p, "bytes", 5) && kind == INJECT_DISKFAIL) {
@@ -128,9 +136,21 @@ static int inject_parse_one(InjectFault* f, const char* spec, size_t len, char* 
         } else if (kl == 3 && !strncmp(p, "bit", 3) && kind == INJECT_BITFLIP) {
             if (inject_parse_long(s, "bit", eq + 1, vl, 0, 31, &x, err, cap)) return 1;
             f->bit = (int)x;
+        } else if (kl == 6 && !strncmp(p, "factor", 6) && kind == INJECT_GRADSPIKE) {
+            char buf[32], *end = NULL;
+            if (vl == 0 || vl >= sizeof(buf)) { snprintf(err, cap, "'%s': factor: expected a number > 0, found '%.*s'", s, (int)vl, eq + 1); return 1; }
+            memcpy(buf, eq + 1, vl);
+            buf[vl] = '\0';
+            errno = 0;
+            f->factor = strtof(buf, &end);
+            if (errno != 0 || *end != '\0' || !isfinite(f->factor) || f->factor <= 0.0f) {
+                snprintf(err, cap, "'%s': factor: expected a number > 0, found '%s'", s, buf);
+                return 1;
+            }
         } else {
             snprintf(err, cap, "'%s': unknown key '%.*s' for %s (keys: step, rank%s)", s, (int)kl, p, INJECT_KIND_NAMES[kind],
-                     kind == INJECT_NAN || kind == INJECT_SPIKE ? ", count" : kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? ", ms" : kind == INJECT_DISKFAIL ? ", bytes" :
+                     kind == INJECT_NAN || kind == INJECT_SPIKE ? ", count" : kind == INJECT_GRADSPIKE ? ", count, factor" :
+                     kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? ", ms" : kind == INJECT_DISKFAIL ? ", bytes" :
                      kind == INJECT_BITFLIP ? ", index, bit" : kind == INJECT_DIE || kind == INJECT_HANG ? ", at" : "");
             return 1;
         }
@@ -166,7 +186,8 @@ static const InjectFault* inject_find(const InjectPlan* plan, InjectKind kind, i
     for (int i = 0; i < plan->n; i++) {
         const InjectFault* f = &plan->fault[i];
         if (f->kind != kind || f->rank != rank) continue;
-        int last = kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? INT_MAX : f->step + (kind == INJECT_NAN || kind == INJECT_SPIKE ? f->count - 1 : 0);
+        int last = kind == INJECT_SLOW || kind == INJECT_SLOWDISK ? INT_MAX
+                 : f->step + (kind == INJECT_NAN || kind == INJECT_SPIKE || kind == INJECT_GRADSPIKE ? f->count - 1 : 0);
         if (step >= f->step && step <= last) return f;
     }
     return NULL;

@@ -19,6 +19,11 @@
                                               (llm/ddp.h's trace): what the numbers cannot show
   tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
                                               Megatron-LM's count (test/test_tp.sh)
+  p2p NAME REPORT                             each rank's point-to-point rows of one step (pipeline) against
+                                              the schedule's messages (test/test_pp.sh)
+  peaks NAME REPORT                           each rank's allocator peaks against what must have been live
+  peaks_pp NAME GPIPE_REPORT 1F1B_REPORT      the activation peaks of GPipe (m micro-batches alive) and 1F1B
+                                              (min(P - r, m)) on each rank, in that proportion
   fp8 NAME RUN REF TOL [below1]               the FP8 per-tensor state of the step-1 state files
                                               (test/test_fp8_train.sh): every W entry's scale and amax
                                               history identical, the x and dy entries' within TOL relative;
@@ -299,6 +304,88 @@ def tp_ledger(name, report):
         name, " ".join("%s %d calls %d B" % (k, v[0], v[1]) for k, v in sorted(want.items())), per_layer)
 
 
+def p2p(name, report):
+    """The pipeline's messages of one step (llm/pipeline.h, llm/schedule.h), from the layout alone: the S = P V
+    virtual stages run in a chain, virtual stage s = c P + r on rank r (its chunk c). Every micro-batch's
+    forward sends its output activation from s to s + 1 and its backward the input gradient from s to
+    s - 1: per step, virtual stage s sends m activations if s < S - 1 and m gradients if s > 0, and
+    receives as many from its neighbours; each message is one (R, C) tensor, R = B T (B T / t with
+    sequence parallelism: the stages exchange the sequence-parallel shards), of bytes_per_value each.
+    The ledger (llm/comm_ledger.h) counts a send's payload as sent, a receive's as 0 sent. The loss goes
+    from the last stage to the others by one 4-byte broadcast on the pp group (sent by its root)."""
+    r = json.load(open(report))
+    P, m, x, C = r["pp"], r["grad_accum"], r["bytes_per_value"], r["C"]
+    R = r["B"] * r["T"] // (r["tp"] if r.get("sequence_parallel", 0) else 1)
+    msg = R * C * x
+    for rk in r["ranks"]:
+        p, V = rk["pp_rank"], rk.get("V", 1)
+        S = P * V
+        stages = [c * P + p for c in range(V)]
+        n_send = sum(m * ((s < S - 1) + (s > 0)) for s in stages)  # F to s + 1, B to s - 1
+        n_recv = n_send  # F from s - 1, B from s + 1: the same neighbours
+        want = {("send", "pp"): (n_send, n_send * msg, float(n_send * msg)), ("recv", "pp"): (n_recv, n_recv * msg, 0.0),
+                ("broadcast", "pp"): (1, 4, 4.0 if p == P - 1 else 0.0)}
+        got = {(row["kind"], row["group"]): (row["calls"], row["payload_bytes"], row["sent_bytes"]) for row in rk["ledger_step"]["rows"]
+               if row["kind"] in ("send", "recv", "broadcast")}
+        if got != want:
+            return False, "%s: rank %d (pp rank %d of %d, stages %s, m = %d): send/recv/broadcast rows (calls, payload, sent) %s, expected %s" % (
+                name, rk["rank"], p, P, stages, m, sorted(got.items()), sorted(want.items()))
+    return True, "%s: every rank's pp sends and receives (calls, payload, sent) = m = %d messages of R C x = %d B per neighbour and direction of each virtual stage, the loss's broadcast 4 B" % (
+        name, m, msg)
+
+
+STATIC_KINDS = ("params", "grads", "moments", "master", "activations")
+PEAK_KINDS = STATIC_KINDS + ("comm_buffers", "workspace")
+
+
+def peaks(name, report):
+    """The tagged allocator's peaks (llm/context.h: *_peak_bytes, the most of a kind live at once) against
+    what must have been live: every peak at least the bytes live at the end; the parameters, gradients,
+    optimizer states and activations are allocated once at the start and held to the end (llm/dp.h,
+    llm/optimizer.h, the stages' activation slots: llm/gpt.h, llm/pipeline.h), so their peak is what is
+    live at the end, and a pipeline's activations are its slots (pipeline_activation_bytes, measured as
+    they were allocated). Communication buffers: with a pipeline every rank sends its units to the first
+    stage for each gathered checkpoint in one (Psi + U) float buffer (llm/dp_export.h dp_pp_to_first_stage)
+    while its message buffers are live: the peak is at least live + 4 (Psi + U); without data or tensor
+    parallelism (no other temporaries: ZeRO's gathers, the tp gather of a checkpoint, sequence
+    parallelism's LayerNorm all-reduce) it is exactly that, the largest of the temporaries (the tied
+    embedding's comparison at the end takes 2 x the embedding unit, less)."""
+    r = json.load(open(report))
+    extra = 4 * (r["num_parameters"] + r["num_units"]) if r["pp"] > 1 else 0
+    exact = r["pp"] > 1 and r["dp"] == 1 and r["tp"] == 1
+    for rk in r["ranks"]:
+        for k in PEAK_KINDS:
+            live, peak = rk[k + "_bytes"], rk[k + "_peak_bytes"]
+            if peak < live or (k in STATIC_KINDS and peak != live):
+                return False, "%s: rank %d %s: peak %d B, live at the end %d B (expected %s)" % (
+                    name, rk["rank"], k, peak, live, "equal: allocated once" if k in STATIC_KINDS else "peak >= live")
+        if "pipeline_activation_bytes" in rk and rk["activations_peak_bytes"] != rk["pipeline_activation_bytes"]:
+            return False, "%s: rank %d: activations peak %d B, the pipeline's slots took %d B" % (
+                name, rk["rank"], rk["activations_peak_bytes"], rk["pipeline_activation_bytes"])
+        live, peak = rk["comm_buffers_bytes"], rk["comm_buffers_peak_bytes"]
+        if peak < live + extra or (exact and peak != live + extra):
+            return False, "%s: rank %d: communication buffers peak %d B, live at the end %d B + the checkpoint's gather 4 (Psi + U) = %d B: expected %s %d" % (
+                name, rk["rank"], peak, live, extra, "==" if exact else ">=", live + extra)
+    return True, "%s: %d ranks: every peak >= its live bytes; parameters, gradients, moments, master, activations peak = live%s; communication peak %s live + %s" % (
+        name, len(r["ranks"]), " = the pipeline's slots" if r["pp"] > 1 else "", "=" if exact else ">=",
+        "4 (Psi + U) = %d B" % extra if extra else "0")
+
+
+def peaks_pp(name, report_g, report_f):
+    g, f = json.load(open(report_g)), json.load(open(report_f))
+    P, m = g["pp"], g["grad_accum"]
+    rows = []
+    for rg, rf in zip(sorted(g["ranks"], key=lambda r: r["pp_rank"]), sorted(f["ranks"], key=lambda r: r["pp_rank"])):
+        p = rg["pp_rank"]
+        a, b = rg["activations_peak_bytes"], rf["activations_peak_bytes"]
+        # the same slot size in both; GPipe holds all m micro-batches, 1F1B min(P - p, m)
+        if a * min(P - p, m) != b * m or a <= 0:
+            return False, "%s: pp rank %d: activation peaks GPipe %d B, 1F1B %d B: expected in the ratio m : min(P - r, m) = %d : %d" % (
+                name, p, a, b, m, min(P - p, m))
+        rows.append("%d: %d / %d" % (p, a, b))
+    return True, "%s: activation peaks per pp rank, GPipe / 1F1B = m / min(P - r, m) (P = %d, m = %d): %s" % (name, P, m, "; ".join(rows))
+
+
 def order(name, report):
     """Each rank's trace of its last step (F u / B u: the forward / backward of unit u begins, G u: the
     all-gather of unit u starts, R u: the reduction of unit u's gradients starts, E: the backward is
@@ -394,6 +481,12 @@ if __name__ == "__main__":
         good, msg = tp_ledger(*args)
     elif cmd == "ratio":
         good, msg = ratio(*args)
+    elif cmd == "p2p":
+        good, msg = p2p(*args)
+    elif cmd == "peaks":
+        good, msg = peaks(*args)
+    elif cmd == "peaks_pp":
+        good, msg = peaks_pp(*args)
     elif cmd == "order":
         good, msg = order(*args)
     else:

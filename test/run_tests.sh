@@ -140,14 +140,16 @@ run fp8_linear_emu env EMU_ORDER=random ./build/test_fp8_linear_emu
 run fp8_train bash test/test_fp8_train.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 # FP16 loss scaling (llm/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
-# back-off and growth, the FP8 histories, resume, bad flags; CPU build and emulated FP16
+# back-off and growth, a loss spike's skip (neither halves nor restarts the run), the FP8 histories, resume,
+# bad flags; CPU build (FP32 and FP16) and emulated FP16
 run loss_scale bash test/test_loss_scale.sh
 # training numerics of every precision on one run (FP32, BF16, FP16, the four FP8 recipes): the final losses'
 # gaps to FP32 bounded, memory per precision against the ZeRO paper's bytes per parameter
 run precision bash test/test_precision.sh
 # training health (llm/health.h) with injected faults (llm/inject.h), 1, 2 and 4 processes: NaN and spike steps
 # skipped on every rank, rollback to the last-known-good checkpoint bit-identical to a resumed run, exit 3
-# without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, bad flags
+# without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, a spike of the
+# gradient norm alone (--inject gradspike) skipped by the grad-norm rule, the lr after skipped steps, bad flags
 run health bash test/test_health.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"

@@ -177,6 +177,43 @@ static std::string keys_str(const std::vector<int>& v, size_t max = 12) {
 }
 
 // ----------------------------------------------------------------------------
+// the shuffle as llm/dataloader.h's header comment specifies it, written again here from that text
+// (splitmix64, Steele, Lea & Flood 2014; Fisher-Yates from the last place down), so that the loader's
+// orders are checked against the specification and not only for their properties
+
+static uint64_t ref_fmix(uint64_t z) {  // splitmix64's output function
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static const uint64_t REF_GAMMA = 0x9E3779B97F4A7C15ULL;
+static uint64_t ref_mix(uint64_t x) { return ref_fmix(x + REF_GAMMA); }
+
+// Fisher-Yates of 0..n-1 driven by the splitmix64 stream whose state starts at `state`
+static std::vector<int> ref_fisher_yates(uint64_t state, int n) {
+    std::vector<int> p(n);
+    for (int i = 0; i < n; i++) { p[i] = i; }
+    for (int i = n - 1; i > 0; i--) {
+        state += REF_GAMMA;
+        int j = (int)(ref_fmix(state) % (uint64_t)(i + 1));
+        std::swap(p[i], p[j]);
+    }
+    return p;
+}
+
+// epoch e's samples as keys (shard index * 1000 + sample), for shards of the given sample counts (in
+// sorted order)
+static std::vector<int> ref_epoch(uint64_t seed, int64_t e, const std::vector<int>& samples) {
+    uint64_t key = ref_mix(ref_mix(seed) ^ (uint64_t)e);
+    std::vector<int> order = ref_fisher_yates(ref_mix(key), (int)samples.size()), out;
+    for (int s : order) {
+        std::vector<int> perm = ref_fisher_yates(ref_mix(key ^ (uint64_t)(s + 1)), samples[s]);
+        for (int j : perm) { out.push_back(s * 1000 + j); }
+    }
+    return out;
+}
+
+// ----------------------------------------------------------------------------
 // dataloader
 
 static void test_dataloader(void) {
@@ -331,6 +368,58 @@ static void test_dataloader(void) {
         for (int64_t i = 0; i < n && ok; i++) { ok &= (uint32_t)all[i] == toks[i]; }
         check(ok, "dataloader: dataloader_read_shard returns every token");
         free(all);
+    }
+    {   // the three shards' epochs, shuffled, against the specification's orders (ref_epoch)
+        std::vector<int> got = flatten(run_layout(4, 1, 1, 7, 24));  // 3 epochs of 32
+        std::vector<int> want;
+        for (int e = 0; e < 3; e++) {
+            std::vector<int> w = ref_epoch(7, e, std::vector<int>(SHARD_S, SHARD_S + 3));
+            want.insert(want.end(), w.begin(), w.end());
+        }
+        check(got == want, "dataloader: shuffle: 3 shards, epochs 0..2 = the order the header specifies (splitmix64 "
+              "Fisher-Yates of the shards, then of each shard's samples), reimplemented here", keys_str(got) + " vs " + keys_str(want));
+    }
+    {   // ONE shard read in every epoch: each epoch must permute it anew. (With several shards the loader
+        // loads another shard between two epochs' reads of a shard, which would hide a sample order
+        // kept from the shard's last load.) 57 tokens, T = 4: 14 samples; B = 4 does not divide 14, so
+        // batches also cross the epoch ends. Token value = 5000 + position.
+        const int n_samples = 14, n_epochs = 3;
+        std::vector<uint32_t> toks;
+        for (int i = 0; i < 4 * n_samples + 1; i++) { toks.push_back(5000 + i); }
+        std::string p = tmp_path("one_shard.bin");
+        write_shard(p, toks);
+        DataLoader dl;
+        dataloader_init(&dl, p.c_str(), "--train-data", 4, ST, 0, 1, 1, 99, 65536);
+        std::vector<int> seq;  // the sample index of every row read, in order
+        bool valid = true;
+        while ((int)seq.size() < n_epochs * n_samples) {
+            dataloader_next_batch(&dl);
+            for (int b = 0; b < 4; b++) {
+                const int32_t* in = dl.inputs + b * ST;
+                const int32_t* tg = dl.targets + b * ST;
+                int off = in[0] - 5000;
+                valid &= off >= 0 && off % ST == 0 && off / ST < n_samples;
+                for (int t = 0; t < ST && valid; t++) { valid &= in[t] == 5000 + off + t && tg[t] == 5000 + off + t + 1; }
+                seq.push_back(valid ? off / ST : -1);
+            }
+        }
+        dataloader_free(&dl);
+        std::vector<std::vector<int>> ep(n_epochs);
+        for (int e = 0; e < n_epochs; e++) { ep[e].assign(seq.begin() + e * n_samples, seq.begin() + (e + 1) * n_samples); }
+        bool perms = valid;
+        for (int e = 0; e < n_epochs; e++) {
+            std::vector<int> srt = ep[e];
+            std::sort(srt.begin(), srt.end());
+            for (int i = 0; i < n_samples; i++) { perms &= srt[i] == i; }
+        }
+        check(perms, "dataloader: shuffle, one shard: every epoch reads each of its 14 samples once (inputs and targets "
+              "whole samples)");
+        check(ep[0] != ep[1] && ep[1] != ep[2] && ep[0] != ep[2], "dataloader: shuffle, one shard: epochs 0, 1 and 2 "
+              "each read it in another order", keys_str(ep[0], 14) + " / " + keys_str(ep[1], 14) + " / " + keys_str(ep[2], 14));
+        bool spec = true;
+        for (int e = 0; e < n_epochs; e++) { spec &= ep[e] == ref_epoch(99, e, std::vector<int>(1, n_samples)); }
+        check(spec, "dataloader: shuffle, one shard: each epoch's order = the specification's (reimplemented here)",
+              keys_str(ref_epoch(99, 1, std::vector<int>(1, n_samples)), 14) + " expected for epoch 1");
     }
 }
 

@@ -26,6 +26,9 @@
 #  4. Bytes per step in the comm ledger: DDP = one gradient all-reduce, 2 (N-1)/N * 4 Psi sent;
 #     ZeRO-1 and ZeRO-2 = reduce-scatter + all-gather (= DDP's volume, sec. 7.2.1);
 #     ZeRO-3 = all-gather (forward) + all-gather (backward) + reduce-scatter = 1.5 x DDP.
+#  4c. The tagged allocator's peaks (llm/context.h, *_peak_bytes in the report): every kind's peak >= its
+#     bytes live at the end; parameters, gradients, optimizer states and activations, allocated once and
+#     held, peak = live (test/ddp_zero_check.py peaks).
 #  5. Resuming across layouts: a 2-process ZeRO-2 run from a 1-process state, a 1-process run from a
 #     2-process ZeRO-2 state, a 4-process ZeRO-3 run from a 2-process ZeRO-1 state (each against the
 #     uninterrupted run of the other layout), and DDP from a ZeRO-2 state at 2 processes (same bytes).
@@ -104,6 +107,7 @@ for np in 2 4; do
             check compare "$name vs 1 process" "$tmp/$name" "$tmp/$ref" 4e-6 1e-5
             check memory "$name memory" "$tmp/$name.json"
             check ledger "$name ledger" "$tmp/$name.json"
+            check peaks "$name allocator peaks" "$tmp/$name.json"
             check order "$name order of operations" "$tmp/$name.json"
         done
         if [ "$np" -eq 2 ]; then

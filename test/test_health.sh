@@ -20,6 +20,14 @@
 # - the health state in the checkpoints: resumed from a gathered or a sharded checkpoint, the spike
 #   windows give the same skip as the run that never stopped; a streak saved in a checkpoint goes on
 #   after the resume; a rollback to a sharded asynchronous checkpoint = the rollback to the state file;
+# - gradspike (one rank's gradients x 16 before their reduction, its loss untouched: a spike the loss
+#   rule cannot see) at 1 and 2 processes, with the z-score rule alone and the "K x recent max" rule
+#   alone: the step skipped for "grad norm ...", its z-score or recent max recomputed from the logged
+#   norms of the window, the losses up to it those of the run without the fault (1 process: the norm
+#   16 x its), the usual byte checks; a clean run at 1 process with both rules skips nothing;
+# - the lr after skipped steps (NaNs at 2 and 6; warm-up, then the cosine to --lr-final): every step
+#   logs the schedule's lr of its step number, computed here, and the lr of a run without the skips
+#   (not of AdamW's update count);
 # - bad flag values: one line naming the flag.
 set -uo pipefail
 CPU=${CPU:-./train_gpt_cpu}
@@ -252,6 +260,99 @@ badflag "--sdc-check-every: expected an integer in [0, 1000000000], found '-2'" 
 badflag "--inject: 'nan@step=0': step: expected an integer in 1.." --inject nan@step=0
 badflag "--inject: 'flip@step=1': expected a fault" --inject flip@step=1
 badflag "--inject: 'bitflip@rank=3': expected a rank below the world size 1" --inject bitflip@rank=3
+
+# --- a spike of the gradient norm alone: --inject gradspike (one rank's gradients x 16 before their
+# reduction, its loss untouched), so the loss rule sees nothing and the grad-norm rule must skip it ---
+# the reference: the same runs without the fault (1 process here; 2 processes: `clean` above, which
+# has both rules on and skips nothing)
+runok gs_clean1 0 "${sp[@]}" --spike-zscore 4 --spike-factor 1.8 && {
+    grep -q skipped "$tmp/gs_clean1/log.jsonl" && bad "gs_clean1: a false positive at 1 process: $(grep -m1 skipped "$tmp/gs_clean1/log.jsonl")" \
+        || ok "gs_clean1: 24 steps at 1 process, z-score 4 and factor 1.8: nothing skipped"
+}
+# NAME REF: step 20's reason is the grad-norm rule's, its numbers recomputed here from the log (the
+# window: the norms of the 6 healthy steps 14..19, read back bit for bit: the log prints each float's
+# shortest round-trip form); steps 1..20 log the reference's losses bit for bit (the fault leaves the
+# loss as it is) and norms 1..19 bit for bit; at 1 process step 20's norm is 16 x the reference's
+# (a power of two: the sum of squares and its square root scale exactly; 1e-6 allows for a square
+# that is subnormal, and a missing or partial scaling moves it by far more)
+gs_check() {
+    local name=$1 ref=$2 np=$3
+    if python3 - "$tmp/$name/log.jsonl" "$tmp/$ref/log.jsonl" "$np" <<'PY'
+import json, math, re, sys
+rows = {o["step"]: o for o in map(json.loads, open(sys.argv[1])) if "train_loss" in o}
+ref = {o["step"]: o for o in map(json.loads, open(sys.argv[2])) if "train_loss" in o}
+np, k, W, errs = int(sys.argv[3]), 20, 6, []
+why = rows[k].get("skipped", "")
+x = rows[k]["grad_norm"]
+win = [rows[s]["grad_norm"] for s in range(k - W, k)]  # the healthy steps before k (none skipped)
+mean = sum(win) / W
+sd = math.sqrt(sum((v - mean) ** 2 for v in win) / W)
+m = re.fullmatch(r"grad norm z-score ([0-9.]+) > 4", why)
+if m:  # the z-score rule, one-sided, population sd over the window
+    z = (x - mean) / sd
+    if abs(float(m.group(1)) - z) > 0.051: errs.append("z-score printed %s, recomputed %.3f" % (m.group(1), z))
+    print("step %d: %s; recomputed z = (%.4g - %.4g) / %.4g = %.2f" % (k, why, x, mean, sd, z))
+else:
+    m = re.fullmatch(r"grad norm ([0-9.e+-]+) > 1.8 x recent max ([0-9.e+-]+)", why)
+    if not m: errs.append("step %d: reason '%s' is not the grad-norm rule's" % (k, why))
+    else:  # the K x recent max rule: %.4g of the norm and of the window's max
+        if m.group(1) != "%.4g" % x or m.group(2) != "%.4g" % max(win) or not x > 1.8 * max(win):
+            errs.append("'%s': recomputed %.4g > 1.8 x %.4g" % (why, x, max(win)))
+        print("step %d: %s; recomputed max of steps %d..%d: %.4g" % (k, why, k - W, k - 1, max(win)))
+sk = [s for s in rows if "skipped" in rows[s]]
+if sk != [k]: errs.append("skipped steps %s, expected [%d]" % (sk, k))
+for s in range(1, k + 1):
+    if rows[s]["train_loss"] != ref[s]["train_loss"] or (s < k and rows[s]["grad_norm"] != ref[s]["grad_norm"]):
+        errs.append("step %d: loss %r norm %r, the run without the fault %r %r" % (s, rows[s]["train_loss"], rows[s]["grad_norm"],
+                    ref[s]["train_loss"], ref[s]["grad_norm"]))
+        break
+if np == 0 and abs(x / ref[k]["grad_norm"] - 16) > 16e-6: errs.append("step %d: norm %r = %.7g x the reference's, expected 16" % (k, x, x / ref[k]["grad_norm"]))
+for e in errs: print(e)
+sys.exit(1 if errs else 0)
+PY
+    then ok "$name: step 20's grad-norm spike skipped by the grad-norm rule, its numbers recomputed from the log; losses of 1..20 = the run without the fault$( [ "$np" = 0 ] && echo ', its norm 16 x' )"
+    else bad "$name: the grad-norm spike at step 20 (see above)"; fi
+}
+for np in 0 2; do
+    ref=$( [ $np = 0 ] && echo gs_clean1 || echo clean )
+    runok gs_z_$np $np "${sp[@]}" --inject gradspike@step=20,rank=$((np > 1 ? 1 : 0)),factor=16 --spike-zscore 4 --checkpoint-every 1 \
+        && check_skip gs_z_$np 20 "grad norm z-score" && gs_check gs_z_$np $ref $np
+    runok gs_k_$np $np "${sp[@]}" --inject gradspike@step=20,rank=$((np > 1 ? 1 : 0)) --spike-factor 1.8 --checkpoint-every 1 \
+        && check_skip gs_k_$np 20 "grad norm" && gs_check gs_k_$np $ref $np
+done
+
+# --- the learning rate after a skipped step: lr follows the step number, not AdamW's update count ---
+# (llm/optimizer.h lr_schedule(step - 1)). NaNs at steps 2 (in the warm-up) and 6 (in the cosine): every
+# step logs the lr of the schedule's formula, computed here (linear warm-up over 3 steps, then the
+# cosine from lr to lr x --lr-final over the rest), and the lr of the same step of a run without them
+lrs=(--steps 10 --warmup 3 --lr-final 0.1)
+runok lr_clean 0 "${lrs[@]}" && runok lr_skip 0 "${lrs[@]}" --inject 'nan@step=2;nan@step=6' && {
+    if python3 - "$tmp/lr_skip/log.jsonl" "$tmp/lr_clean/log.jsonl" <<'PY'
+import json, math, sys
+skip = [o for o in map(json.loads, open(sys.argv[1])) if "train_loss" in o]
+clean = [o for o in map(json.loads, open(sys.argv[2])) if "train_loss" in o]
+lr, warm, total, frac = 1e-3, 3, 10, 0.1
+def want(s):  # optimizer step s, 0-based: the step number - 1
+    if s < warm: return lr * (s + 1) / warm
+    ratio = min(1.0, (s - warm) / (total - warm))
+    return lr * frac + 0.5 * (1 + math.cos(math.pi * ratio)) * (lr - lr * frac)
+errs = []
+if [o["step"] for o in skip if "skipped" in o] != [2, 6]: errs.append("skipped steps %s, expected [2, 6]" % [o["step"] for o in skip if "skipped" in o])
+for a, b in zip(skip, clean):
+    # the trainer computes in float32 (a few ulp: < 1e-6 relative); one step off in this schedule moves
+    # the lr by 4% or more
+    if abs(a["lr"] - want(a["step"] - 1)) > 1e-5 * want(a["step"] - 1) or a["lr"] != b["lr"]:
+        errs.append("step %d: lr %r, the formula %.8g, the run without skips %r" % (a["step"], a["lr"], want(a["step"] - 1), b["lr"]))
+print(" ".join("%d:%.4g%s" % (o["step"], o["lr"], "(skipped)" if "skipped" in o else "") for o in skip))
+for e in errs: print(e)
+sys.exit(1 if errs or len(skip) != 10 or len(clean) != 10 else 0)
+PY
+    then ok "lr_skip: NaNs at steps 2 and 6 skipped; every step's lr = the schedule's formula of its step number (warm-up 3, cosine to 0.1 x lr) = the run without skips"
+    else bad "lr_skip: the lr after a skipped step does not follow the step number"; fi
+}
+badflag "--inject: 'gradspike@step=2,factor=0': factor: expected a number > 0" --inject gradspike@step=2,factor=0
+badflag "--inject: 'gradspike@factor=x': factor: expected a number > 0" --inject gradspike@factor=x
+badflag "--inject: 'nan@factor=2': unknown key 'factor' for nan" --inject nan@factor=2
 
 echo "test_health: $pass passed, $fail failed"
 [ $fail -eq 0 ]

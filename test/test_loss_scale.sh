@@ -14,6 +14,10 @@
 #   FP16 (emulated) also at tp 2 with sequence parallelism and pp 2, its losses against one process's;
 # - resuming from the state file at step 4 gives the same log fields (loss scale and skipped included)
 #   and the same final model and state bytes as the uninterrupted run (the scaler's state is saved);
+# - a loss spike (--inject spike, the z-score rule) skipped under a dynamic scaler, FP32 and the CPU
+#   FP16 build (build/train_gpt_cpu_fp16): its gradients are finite, so the scale is not halved and the
+#   step counts in the run of good steps: every step's scale is S0 x 2^floor((step-1)/W), the doubling
+#   due at the spike's step coming on time, and the saved scaler state after it (scale, run, skipped);
 # - bad flag values end with one line naming the flag.
 set -uo pipefail
 CPU=${CPU:-./train_gpt_cpu}
@@ -215,6 +219,42 @@ PY
 else
     bad "$FP16 not built (make $FP16)"
 fi
+
+# --- a loss spike skipped under a dynamic scaler (llm/health.h's spike rule; --inject spike: the targets
+# random at step 20): its gradients are finite, S fitted them, so it is no overflow: the scale is not
+# halved, and the step counts in the run of good steps (llm/loss_scale.h loss_scaler_update: overflow 0,
+# skipped 1). So every step's scale is the one of a run without the spike, S0 x 2^floor((step-1)/W)
+# (window 4: the doubling after step 20 comes at step 21 as without the spike; halving, restarting the
+# run or not counting the step would log S0 x 2^3 or 2^4 there), and the state saved after step 20
+# holds (S0 x 2^5, 0 good steps, 1 skipped). FP32 with --loss-scale dynamic, and the CPU FP16 build
+# (dynamic by default; from 64: its gradients do not overflow by 2048)
+spike_scale_check() {  # NAME S0
+    local name=$1 s0=$2
+    if python3 - "$tmp/$name/log.jsonl" "$tmp/$name/state_00000020.bin" "$s0" <<'PY'
+import json, struct, sys
+rows = [o for o in map(json.loads, open(sys.argv[1])) if "train_loss" in o]
+s0, W, k, errs = float(sys.argv[3]), 4, 20, []
+for o in rows:
+    want = s0 * 2 ** ((o["step"] - 1) // W)
+    if o.get("loss_scale") != want: errs.append("step %d: scale %s, expected %g" % (o["step"], o.get("loss_scale"), want))
+    if (o.get("skipped") is not None) != (o["step"] == k) or (o["step"] == k and not o["skipped"].startswith("loss z-score")):
+        errs.append("step %d: skipped %s, expected %s" % (o["step"], o.get("skipped"), "a loss z-score" if o["step"] == k else None))
+h = open(sys.argv[2], "rb").read(100)
+st = (struct.unpack_from("<f", h, 88)[0],) + struct.unpack_from("<2i", h, 92)  # header[22..24]: scale, good steps, skipped
+if st != (s0 * 32, 0, 1): errs.append("state after step %d: scale, good steps, skipped %s, expected (%g, 0, 1)" % (k, st, s0 * 32))
+print(" ".join("%d:%g%s" % (o["step"], o["loss_scale"], "(skipped)" if o.get("skipped") else "") for o in rows))
+for e in errs: print(e)
+sys.exit(1 if errs or len(rows) != 24 else 0)
+PY
+    then ok "$name: the loss spike at step 20 skipped, the scale not halved and its doubling at step 21 as without the spike (from $s0, window 4); state after 20: scale x 32, 0 good steps, 1 skipped"
+    else bad "$name: the loss scaler across a skipped loss spike differs from the rule (see above)"; fi
+}
+ss=(--steps 24 --lr 1e-2 --spike-window 6 --spike-zscore 4 --inject spike@step=20 --loss-scale-window 4 --checkpoint-every 20)
+run spike_dyn 0 "$CPU" "${ss[@]}" --loss-scale dynamic --loss-scale-init 1 && spike_scale_check spike_dyn 1
+CPU_FP16=${CPU_FP16:-./build/train_gpt_cpu_fp16}
+if [ -x "$CPU_FP16" ]; then
+    run spike_fp16 0 "$CPU_FP16" "${ss[@]}" --loss-scale-init 64 && spike_scale_check spike_fp16 64
+else bad "$CPU_FP16 not built (make $CPU_FP16)"; fi
 
 # --- bad flags: one line, non-zero exit ---
 badflag "--loss-scale: expected dynamic, none or a positive number in [" --loss-scale big

@@ -31,6 +31,15 @@
 #  7. Bad layouts, each refused before anything is written with one line: more stages than layers,
 #     interleaved with m not a multiple of P, --vpp without interleaved, --vpp with --pp 1, an unknown
 #     schedule.
+#  8. The reports of the runs of 1 (no new runs): each rank's point-to-point rows of the comm ledger
+#     (llm/comm_ledger.h: sends and receives on the pp group, calls, payload and sent bytes) against the
+#     messages the schedule's chain implies (m activations forward and m gradients back per neighbour of
+#     each virtual stage, (R, C) values each: R = B T, or B T / t with sequence parallelism), and the
+#     loss's 4-byte broadcast; the tagged allocator's peaks (llm/context.h, *_peak_bytes): every peak >=
+#     what is live at the end, the kinds allocated once (parameters, gradients, moments, activations)
+#     peak = live, the activation peak = the pipeline's slots and, per rank, GPipe's / 1F1B's = m /
+#     min(P - r, m); the communication buffers' peak >= live + the checkpoint's (Psi + U)-float gather
+#     to the first stage, = without dp and tp (ddp_zero_check.py p2p, peaks, peaks_pp say why).
 #
 # Tolerances: those of test/test_tp.sh and test/test_ddp_zero.sh, for the same reason: only the order
 # of sums differs (here the tied embedding's gradient: the LM head's and the encoder's parts summed
@@ -203,6 +212,17 @@ badlayout il_m3 2 "multiple of" --pp 2 --schedule interleaved --vpp 2 --total-ba
 badlayout vpp_1f1b 2 "--vpp 2 needs" --pp 2 --vpp 2
 badlayout vpp_pp1 1 "--vpp 2" --vpp 2 --schedule interleaved
 badlayout sched 2 "--schedule" --pp 2 --schedule 2f2b
+
+# 8. the ledger's point-to-point rows against the schedule's messages, the allocator's peaks against what
+# must have been live (reports of the runs above)
+for n in pp2 pp4 gpipe_pp2 gpipe_pp4 il_pp2v2 zb_pp2 zb_pp4 pp2_m1 pp4_m2 zb_pp4_m3 gpipe_pp2_m3 d2p2z1 d2p2z3il t2p2 \
+         d2t2p2z1sp zb_d2t2p2z3sp; do
+    [ -f "$tmp/$n.json" ] || { bad "$n: no report $tmp/$n.json"; continue; }
+    check p2p "$n p2p ledger" "$tmp/$n.json"
+    check peaks "$n allocator peaks" "$tmp/$n.json"
+done
+check peaks_pp "pp 4 activation peaks" "$tmp/gpipe_pp4.json" "$tmp/pp4.json"
+check peaks_pp "pp 2 activation peaks" "$tmp/gpipe_pp2.json" "$tmp/pp2.json"
 
 echo "test_pp: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
