@@ -120,8 +120,9 @@ static const FlagDoc FLAGS[] = {
     {"--loss-scale", 0, FLAG_LOSS_SCALE, A_(loss_scale), 0x1p-24, 0x1p64, NULL, "loss scaling (llm/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
     {"--loss-scale-init", 0, FLAG_FLOAT, A_(loss_scale_init), 0x1p-24, 0x1p64, NULL, "dynamic loss scaling: the first scale (default 65536)"},
     {"--loss-scale-window", 0, FLAG_INT, A_(loss_scale_window), 1, BIG, NULL, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
-    {"--inject", 0, FLAG_STRING, A_(inject), 0, 0, NULL, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
-                    "slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]  diskfail@step=N,rank=R,bytes=B  slowdisk@rank=R,ms=M"},
+    {"--inject", 0, FLAG_STRING, A_(inject), 0, 0, NULL, "faults on purpose, ';'-separated (llm/inject.h): die@step=N,rank=R[,at=reduce]  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
+                    "gradspike@..[,count=C,factor=F]  slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]  diskfail@step=N,rank=R,bytes=B  "
+                    "slowdisk@rank=R,ms=M[,step=N]"},
     {"--spike-zscore", 0, FLAG_FLOAT, A_(spike_zscore), 0, 1e6, NULL, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
     {"--spike-window", 0, FLAG_INT, A_(spike_window), 2, 1000000, NULL, "the healthy steps the spike rules look back over (default 100)"},
     {"--spike-factor", 0, FLAG_FLOAT, A_(spike_factor), 0, 1e6, NULL, "a step whose loss or grad norm is more than K (> 1) times the window's max is skipped, 0 = off (default 0)"},
