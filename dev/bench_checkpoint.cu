@@ -2,10 +2,11 @@
 // model of the given size (default GPT-2 124M: d12) is saved the way the trainer saves a gathered checkpoint
 // (llm.c's model file, then the resumable state: FP32 parameters, m, v; each through a temporary name,
 // fsynced, renamed) and read back, with the checksums and without them:
-//   save   with: every byte summed while written, the sum sealed into the header (what the trainer does)
-//          without: the same writes, nothing summed
-//   load   with: state_read, every byte summed and compared (what a resume does)
-//          without: the same freads of the same bytes, nothing summed
+//   save   with: every byte summed (by a second thread, beside the writes) and the sum sealed into the
+//          header: what the trainer does; without: the same writes, nothing summed
+//   load   with: state_read, every byte summed as it is read (a second thread following the reads) and
+//          compared: what a resume does; without: the same freads of the same bytes, nothing summed
+// and the checksum alone over the same bytes on one core (what it would cost done inline).
 // Each is run --reps times, alternating, in one process on one core; the medians and their ratio are
 // printed. The reads come from the page cache (the files were just written): a read from a cold disk is
 // slower, and the checksum's share of it smaller.
@@ -56,13 +57,19 @@ static double load(const char* dir, GPTConfig cfg, int sum) {
         LoadedState st;
         if (!state_read(spath, cfg, &st, why, sizeof(why))) fatal("%s: %s", spath, why);
         loaded_state_free(&st);
-    } else {
+    } else {  // the same reads as state_read's (the header, then each array in chunks), nothing summed
         size_t n = num_parameters(cfg);
         FILE* f = fopenCheck(spath, "rb");
         int h[HEADER_INTS];
         freadCheck(h, sizeof(int), HEADER_INTS, f, spath);
         float* a[3];
-        for (int k = 0; k < 3; k++) { a[k] = (float*)mallocCheck(n * sizeof(float)); freadCheck(a[k], sizeof(float), n, f, spath); }
+        for (int k = 0; k < 3; k++) {
+            a[k] = (float*)mallocCheck(n * sizeof(float));
+            for (size_t off = 0; off < n * sizeof(float); off += SUM_JOB_CHUNK) {
+                size_t len = n * sizeof(float) - off < SUM_JOB_CHUNK ? n * sizeof(float) - off : SUM_JOB_CHUNK;
+                freadCheck((char*)a[k] + off, 1, len, f, spath);
+            }
+        }
         fcloseCheck(f, spath);
         for (int k = 0; k < 3; k++) free(a[k]);
     }
@@ -104,7 +111,20 @@ int main(int argc, char** argv) {
         printf("  rep %d: save %.0f ms without checksum, %.0f ms with | load %.0f ms without, %.0f ms with\n", r + 1, t[0][r],
                t[1][r], t[2][r], t[3][r]);
     }
+    // the checksum alone, on one core, over the bytes of one save (its cost if it were computed inline)
+    double t0 = wall_ms();
+    CkptSum cs;
+    ckpt_sum_init(&cs);
+    ckpt_sum_add(&cs, p, n * sizeof(float));
+    ckpt_sum_add(&cs, p, n * sizeof(float));
+    ckpt_sum_add(&cs, m, n * sizeof(float));
+    ckpt_sum_add(&cs, v, n * sizeof(float));
+    volatile uint64_t sink = ckpt_sum_final(&cs);
+    (void)sink;
+    double sum_ms = wall_ms() - t0;
     double s0 = median(t[0], reps), s1 = median(t[1], reps), l0 = median(t[2], reps), l1 = median(t[3], reps);
+    printf("the checksum alone over one save's bytes, on one core: %.0f ms (%.1f GB/s), %.1f%% of the median save without it\n", sum_ms,
+           gb / (sum_ms / 1e3), 100.0 * sum_ms / s0);
     printf("median save: %.0f ms without the checksum, %.0f ms with (%+.1f%%, %.2f GB/s)\n", s0, s1, 100.0 * (s1 / s0 - 1.0), gb / (s1 / 1e3));
     printf("median load: %.0f ms without the checksum, %.0f ms with (%+.1f%%; the checksum's time is %.1f%% of the save's)\n", l0, l1,
            100.0 * (l1 / l0 - 1.0), 100.0 * (l1 - l0) / s1);

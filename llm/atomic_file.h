@@ -21,6 +21,7 @@
 #pragma once
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include "common.h"
 
 // ----------------------------------------------------------------------------
@@ -89,6 +90,65 @@ static uint64_t ckpt_sum_final(const CkptSum* s) {
     return h;
 }
 
+// The checksum of a sequence of buffers, computed by a second thread while the caller writes them, or
+// reads them: a save's or a load's sum then costs the thread that does the I/O about nothing
+// (dev/bench_checkpoint.cu measures both ways). When the buffers are being read, the reader publishes
+// how many of their bytes are in place (ready) and the summing thread follows behind it, a chunk at a
+// time; abort stops it (a read that failed). If no thread can be started, the sum is computed when it is
+// asked for.
+#define SUM_JOB_MAX 8
+#define SUM_JOB_CHUNK ((size_t)1 << 20)
+typedef struct {
+    const void* p[SUM_JOB_MAX];
+    size_t n[SUM_JOB_MAX];
+    int k, threaded;
+    size_t ready;          // with follow: the bytes (of the buffers in order) in place so far (atomic)
+    int follow, abort;     // follow: wait for ready; abort: stop (atomic)
+    CkptSum sum;
+    pthread_t th;
+} SumJob;
+
+static void* sum_job_run(void* arg) {
+    SumJob* j = (SumJob*)arg;
+    ckpt_sum_init(&j->sum);
+    size_t base = 0;
+    for (int i = 0; i < j->k; i++) {
+        for (size_t off = 0; off < j->n[i];) {
+            size_t len = j->n[i] - off < SUM_JOB_CHUNK ? j->n[i] - off : SUM_JOB_CHUNK;
+            while (j->follow && __atomic_load_n(&j->ready, __ATOMIC_ACQUIRE) < base + off + len) {
+                if (__atomic_load_n(&j->abort, __ATOMIC_ACQUIRE)) return NULL;
+                usleep(20);
+            }
+            ckpt_sum_add(&j->sum, (const char*)j->p[i] + off, len);
+            off += len;
+        }
+        base += j->n[i];
+    }
+    return NULL;
+}
+static void sum_job_add(SumJob* j, const void* p, size_t n) {
+    if (j->k == SUM_JOB_MAX) fatal("sum_job_add: more than %d buffers (%s:%d)", SUM_JOB_MAX, __FILE__, __LINE__);
+    j->p[j->k] = p; j->n[j->k] = n; j->k++;
+}
+// follow: the buffers are still being read (sum_job_ready says how far)
+static void sum_job_start(SumJob* j, int follow) {
+    j->follow = follow;
+    j->threaded = pthread_create(&j->th, NULL, sum_job_run, j) == 0;
+}
+static void sum_job_ready(SumJob* j, size_t bytes) { __atomic_store_n(&j->ready, bytes, __ATOMIC_RELEASE); }
+// the sum (after every byte was made ready); abort: the read failed, the sum is not wanted
+static uint64_t sum_job_finish(SumJob* j, int abort) {
+    if (abort) __atomic_store_n(&j->abort, 1, __ATOMIC_RELEASE);
+    if (j->threaded) {
+        int rc = pthread_join(j->th, NULL);
+        if (rc != 0) fatal("pthread_join: %s (%s:%d)", strerror(rc), __FILE__, __LINE__);
+    } else if (!abort) {
+        j->follow = 0;
+        sum_job_run(j);
+    }
+    return ckpt_sum_final(&j->sum);
+}
+
 // ----------------------------------------------------------------------------
 // the writer
 
@@ -100,7 +160,7 @@ typedef struct {
     char tmp[1120];       // the temporary name being written
     uint64_t bytes;       // written so far
     CkptSum sum;          // of the bytes written (but not of those patched)
-    int summing;
+    int summing;          // 0: the caller sums them (a SumJob)
     long fail_at;         // -1, or the byte count at which a simulated full disk stops the write
     int slow_ms;          // sleep per ATOMIC_CHUNK bytes (a slow disk)
     int failed;

@@ -45,29 +45,31 @@ static const char* ckpt_verdict_name(int v) {
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
 static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
 
-// writes the header with its checksum slots 0, then the body through af; af_seal puts the sum in
-static void af_seal(AtomicFile* af, int slot) {
+// A file is written header first, its checksum slots 0, then the body; af_seal then puts the checksum of
+// all of it (from a SumJob that summed the same buffers while they were written) into the header.
+static void af_seal(AtomicFile* af, int slot, uint64_t sum) {
     int s[3] = {CKPT_SUM_MARK, 0, 0};
-    put64(s, 1, ckpt_sum_final(&af->sum));
+    put64(s, 1, sum);
     af_patch(af, (long)(slot * sizeof(int)), s, sizeof(s));
 }
 
 // ----------------------------------------------------------------------------
 // reading a file whole, with its checksum
 
-// The bytes of path and its size: header (HEADER_INTS ints) read, the body left to the caller through
-// rd_read, which sums every byte. 0 on any failure, with why.
+// A file read whole into buffers planned in advance (rd_plan), summed by a second thread that follows
+// the reads (a SumJob): the header first (its checksum slots as 0), then each buffer in file order.
 typedef struct {
     FILE* f;
-    const char* path;
-    int header[HEADER_INTS];
     long size;
-    CkptSum sum;
+    int header[HEADER_INTS];
+    int zeroed[HEADER_INTS];   // the header with its checksum slots 0: what was summed
+    SumJob job;
+    size_t done;               // the bytes of the planned buffers read so far
 } SumReader;
 
+// opens path and reads its header; 0 with why on failure
 static int rd_open(SumReader* r, const char* path, char* why, size_t cap) {
     memset(r, 0, sizeof(*r));
-    r->path = path;
     r->f = fopen(path, "rb");
     if (r->f == NULL) { snprintf(why, cap, "cannot open: %s", strerror(errno)); return 0; }
     if (fseek(r->f, 0, SEEK_END) != 0 || (r->size = ftell(r->f)) < 0 || fseek(r->f, 0, SEEK_SET) != 0) {
@@ -81,27 +83,43 @@ static int rd_open(SumReader* r, const char* path, char* why, size_t cap) {
     return 1;
 }
 
-// the header into the sum, with the checksum's three slots at `slot` as 0
-static void rd_sum_header(SumReader* r, int slot) {
-    int h[HEADER_INTS];
-    memcpy(h, r->header, sizeof(h));
-    h[slot] = h[slot + 1] = h[slot + 2] = 0;
-    ckpt_sum_init(&r->sum);
-    ckpt_sum_add(&r->sum, h, sizeof(h));
+// the header (its checksum's three slots at `slot` as 0) goes first into the sum
+static void rd_plan_header(SumReader* r, int slot) {
+    memcpy(r->zeroed, r->header, sizeof(r->zeroed));
+    r->zeroed[slot] = r->zeroed[slot + 1] = r->zeroed[slot + 2] = 0;
+    sum_job_add(&r->job, r->zeroed, sizeof(r->zeroed));
+    r->done = sizeof(r->zeroed);
 }
+static void rd_plan(SumReader* r, void* dst, size_t bytes) { sum_job_add(&r->job, dst, bytes); }
 
-static int rd_read(SumReader* r, void* dst, size_t bytes, char* why, size_t cap) {
-    if (fread(dst, 1, bytes, r->f) != bytes) { snprintf(why, cap, "read failed: %s", ferror(r->f) ? strerror(errno) : "truncated"); return 0; }
-    ckpt_sum_add(&r->sum, dst, bytes);
+// reads every planned buffer after the header, in chunks, the summing thread following; 1, or 0 with why
+static int rd_read_all(SumReader* r, char* why, size_t cap) {
+    sum_job_start(&r->job, 1);
+    sum_job_ready(&r->job, r->done);
+    for (int i = 1; i < r->job.k; i++) {
+        char* dst = (char*)r->job.p[i];
+        for (size_t off = 0; off < r->job.n[i];) {
+            size_t len = r->job.n[i] - off < SUM_JOB_CHUNK ? r->job.n[i] - off : SUM_JOB_CHUNK;
+            if (fread(dst + off, 1, len, r->f) != len) {
+                snprintf(why, cap, "read failed: %s", ferror(r->f) ? strerror(errno) : "truncated");
+                sum_job_finish(&r->job, 1);
+                return 0;
+            }
+            off += len;
+            r->done += len;
+            sum_job_ready(&r->job, r->done);
+        }
+    }
     return 1;
 }
 
-// 1 when the sum read matches the one the header holds at slot (verified: 1), or the header holds none
-// (verified: 0); 0 with why on a mismatch
+// after rd_read_all: 1 when the sum matches the one the header holds at slot (verified: 1), or the header
+// holds none (verified: 0); 0 with why on a mismatch
 static int rd_check_sum(SumReader* r, int slot, int* verified, char* why, size_t cap) {
+    uint64_t got = sum_job_finish(&r->job, 0);
     *verified = r->header[slot] == CKPT_SUM_MARK;
     if (!*verified) return 1;
-    uint64_t want = get64(r->header, slot + 1), got = ckpt_sum_final(&r->sum);
+    uint64_t want = get64(r->header, slot + 1);
     if (want == got) return 1;
     snprintf(why, cap, "checksum %016llx, the header says %016llx: the file was damaged after it was written",
              (unsigned long long)got, (unsigned long long)want);
@@ -146,19 +164,15 @@ static float* checkpoint_load(const char* path, GPTConfig* cfg) {
         fatal("checkpoint %s: expected %zu bytes (header + %zu parameters of %zu bytes), found %ld", path,
               expected, n, elem, r.size);
     }
-    rd_sum_header(&r, MODEL_SUM_SLOT);
     float* params = (float*)mallocCheck(n * sizeof(float));
-    int ok;
-    if (version == 3) {
-        ok = rd_read(&r, params, n * sizeof(float), why, sizeof(why));
-    } else {
-        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-        ok = rd_read(&r, tmp, n * sizeof(uint16_t), why, sizeof(why));
-        for (size_t i = 0; ok && i < n; i++) params[i] = bf16_bits_to_float(tmp[i]);
-        free(tmp);
-    }
+    uint16_t* tmp = version == 5 ? (uint16_t*)mallocCheck(n * sizeof(uint16_t)) : NULL;  // (n) version 5's BF16 bits
+    rd_plan_header(&r, MODEL_SUM_SLOT);
+    if (tmp) rd_plan(&r, tmp, n * sizeof(uint16_t));
+    else rd_plan(&r, params, n * sizeof(float));
     int verified;
-    if (!ok || !rd_check_sum(&r, MODEL_SUM_SLOT, &verified, why, sizeof(why))) fatal("checkpoint %s: %s", path, why);
+    if (!rd_read_all(&r, why, sizeof(why)) || !rd_check_sum(&r, MODEL_SUM_SLOT, &verified, why, sizeof(why))) fatal("checkpoint %s: %s", path, why);
+    for (size_t i = 0; tmp && i < n; i++) params[i] = bf16_bits_to_float(tmp[i]);
+    free(tmp);
     rd_close(&r);
     if (!verified) note("checkpoint %s has no checksum (an llm.c file, or one written before them): read unverified", path);
     return params;
@@ -179,17 +193,22 @@ static int checkpoint_save(AtomicFile* af, const char* path, GPTConfig cfg, cons
     header[6] = cfg.channels;
     header[7] = cfg.padded_vocab_size;
     size_t n = num_parameters(cfg);
-    af_open(af, path, fail_at, slow_ms);
-    af_write(af, header, sizeof(header));
-    if (version == 3) {
-        af_write(af, params, n * sizeof(float));
-    } else {
-        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+    uint16_t* tmp = NULL;  // (n) the BF16 values of version 5
+    if (version == 5) {
+        tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) tmp[i] = bf16_bits_from_float(params[i]);
-        af_write(af, tmp, n * sizeof(uint16_t));
-        free(tmp);
     }
-    af_seal(af, MODEL_SUM_SLOT);
+    SumJob job;
+    memset(&job, 0, sizeof(job));
+    sum_job_add(&job, header, sizeof(header));
+    if (tmp) sum_job_add(&job, tmp, n * sizeof(uint16_t));
+    else sum_job_add(&job, params, n * sizeof(float));
+    sum_job_start(&job, 0);  // (summed beside the writes)
+    af_open(af, path, fail_at, slow_ms);
+    af->summing = 0;
+    for (int i = 0; i < job.k; i++) af_write(af, job.p[i], job.n[i]);
+    af_seal(af, MODEL_SUM_SLOT, sum_job_finish(&job, 0));
+    free(tmp);
     return af_close(af);
 }
 
@@ -330,13 +349,9 @@ static int state_save(AtomicFile* af, const char* path, GPTConfig cfg, const Tra
     int fp16 = params16 != NULL && ts->params16_kind == 2;
     int header[HEADER_INTS];
     state_header_fill(header, cfg, ts, STATE_MAGIC, STATE_VERSION, params16 == NULL ? 0 : (fp16 ? 2 : 1));
-    af_open(af, path, fail_at, slow_ms);
-    af_write(af, header, sizeof(header));
-    af_write(af, params, n * sizeof(float));
-    af_write(af, m, n * sizeof(float));
-    af_write(af, v, n * sizeof(float));
+    uint16_t* tmp = NULL;  // (n) the 16-bit parameters' bits
     if (params16 != NULL) {
-        uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
+        tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) {
             tmp[i] = fp16 ? fp16_bits_from_float(params16[i]) : bf16_bits_from_float(params16[i]);
             float back = fp16 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
@@ -344,12 +359,22 @@ static int state_save(AtomicFile* af, const char* path, GPTConfig cfg, const Tra
                 fatal("state %s: parameter %zu = %.9g is not a %s value", path, i, params16[i], fp16 ? "FP16" : "BF16");
             }
         }
-        af_write(af, tmp, n * sizeof(uint16_t));
-        free(tmp);
     }
-    if (ts->fp8_n > 0) af_write(af, ts->fp8, ts->fp8_n * sizeof(float));
-    if (ts->health_n > 0) af_write(af, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
-    af_seal(af, STATE_SUM_SLOT);
+    SumJob job;  // the file's bytes in order, summed beside the writes
+    memset(&job, 0, sizeof(job));
+    sum_job_add(&job, header, sizeof(header));
+    sum_job_add(&job, params, n * sizeof(float));
+    sum_job_add(&job, m, n * sizeof(float));
+    sum_job_add(&job, v, n * sizeof(float));
+    if (tmp) sum_job_add(&job, tmp, n * sizeof(uint16_t));
+    if (ts->fp8_n > 0) sum_job_add(&job, ts->fp8, ts->fp8_n * sizeof(float));
+    if (ts->health_n > 0) sum_job_add(&job, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
+    sum_job_start(&job, 0);
+    af_open(af, path, fail_at, slow_ms);
+    af->summing = 0;
+    for (int i = 0; i < job.k; i++) af_write(af, job.p[i], job.n[i]);
+    af_seal(af, STATE_SUM_SLOT, sum_job_finish(&job, 0));
+    free(tmp);
     return af_close(af);
 }
 
@@ -372,28 +397,25 @@ static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* wh
         if ((size_t)r.size != expected) {
             snprintf(why, cap, "expected %zu bytes (from its header), found %ld", expected, r.size);
         } else {
-            rd_sum_header(&r, STATE_SUM_SLOT);
             st->params = (float*)mallocCheck(n * sizeof(float));
             st->m = (float*)mallocCheck(n * sizeof(float));
             st->v = (float*)mallocCheck(n * sizeof(float));
-            ok = rd_read(&r, st->params, n * sizeof(float), why, cap) && rd_read(&r, st->m, n * sizeof(float), why, cap) &&
-                 rd_read(&r, st->v, n * sizeof(float), why, cap);
-            if (ok && ts->params16_kind) {
-                uint16_t* tmp = (uint16_t*)mallocCheck(n * sizeof(uint16_t));
-                ok = rd_read(&r, tmp, n * sizeof(uint16_t), why, cap);
+            uint16_t* tmp = ts->params16_kind ? (uint16_t*)mallocCheck(n * sizeof(uint16_t)) : NULL;  // (n) 16-bit bits
+            if (ts->fp8_n > 0) ts->fp8 = (float*)mallocCheck(ts->fp8_n * sizeof(float));
+            if (ts->health_n > 0) ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
+            rd_plan_header(&r, STATE_SUM_SLOT);  // the file's parts in order, summed as they are read
+            rd_plan(&r, st->params, n * sizeof(float));
+            rd_plan(&r, st->m, n * sizeof(float));
+            rd_plan(&r, st->v, n * sizeof(float));
+            if (tmp) rd_plan(&r, tmp, n * sizeof(uint16_t));
+            if (ts->fp8) rd_plan(&r, ts->fp8, ts->fp8_n * sizeof(float));
+            if (ts->health) rd_plan(&r, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
+            ok = rd_read_all(&r, why, cap) && rd_check_sum(&r, STATE_SUM_SLOT, &st->verified, why, cap);
+            if (ok && tmp) {
                 st->params16 = (float*)mallocCheck(n * sizeof(float));
-                for (size_t i = 0; ok && i < n; i++) st->params16[i] = ts->params16_kind == 2 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
-                free(tmp);
+                for (size_t i = 0; i < n; i++) st->params16[i] = ts->params16_kind == 2 ? fp16_bits_to_float(tmp[i]) : bf16_bits_to_float(tmp[i]);
             }
-            if (ok && ts->fp8_n > 0) {
-                ts->fp8 = (float*)mallocCheck(ts->fp8_n * sizeof(float));
-                ok = rd_read(&r, ts->fp8, ts->fp8_n * sizeof(float), why, cap);
-            }
-            if (ok && ts->health_n > 0) {
-                ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
-                ok = rd_read(&r, ts->health, 2 * (size_t)ts->health_n * sizeof(float), why, cap);
-            }
-            ok = ok && rd_check_sum(&r, STATE_SUM_SLOT, &st->verified, why, cap);
+            free(tmp);
         }
     }
     rd_close(&r);
