@@ -45,12 +45,18 @@ static const char* ckpt_verdict_name(int v) {
 static void put64(int* h, int slot, uint64_t x) { h[slot] = (int)(uint32_t)x; h[slot + 1] = (int)(uint32_t)(x >> 32); }
 static uint64_t get64(const int* h, int slot) { return (uint64_t)(uint32_t)h[slot] | ((uint64_t)(uint32_t)h[slot + 1] << 32); }
 
-// A file is written header first, its checksum slots 0, then the body; af_seal then puts the checksum of
-// all of it (from a SumJob that summed the same buffers while they were written) into the header.
-static void af_seal(AtomicFile* af, int slot, uint64_t sum) {
+// Writes path from the buffers of job (the header first, its checksum slots 0, then the body, in file
+// order), summed by a second thread beside the writes, then puts the checksum into the header's slots
+// at `slot` and closes: af_close's answer.
+static int af_write_sealed(AtomicFile* af, const char* path, SumJob* job, int slot, long fail_at, int slow_ms) {
+    sum_job_start(job, 0);
+    af_open(af, path, fail_at, slow_ms);
+    af->summing = 0;
+    for (int i = 0; i < job->k; i++) af_write(af, job->p[i], job->n[i]);
     int s[3] = {CKPT_SUM_MARK, 0, 0};
-    put64(s, 1, sum);
+    put64(s, 1, sum_job_finish(job, 0));
     af_patch(af, (long)(slot * sizeof(int)), s, sizeof(s));
+    return af_close(af);
 }
 
 // ----------------------------------------------------------------------------
@@ -203,13 +209,9 @@ static int checkpoint_save(AtomicFile* af, const char* path, GPTConfig cfg, cons
     sum_job_add(&job, header, sizeof(header));
     if (tmp) sum_job_add(&job, tmp, n * sizeof(uint16_t));
     else sum_job_add(&job, params, n * sizeof(float));
-    sum_job_start(&job, 0);  // (summed beside the writes)
-    af_open(af, path, fail_at, slow_ms);
-    af->summing = 0;
-    for (int i = 0; i < job.k; i++) af_write(af, job.p[i], job.n[i]);
-    af_seal(af, MODEL_SUM_SLOT, sum_job_finish(&job, 0));
+    int ok = af_write_sealed(af, path, &job, MODEL_SUM_SLOT, fail_at, slow_ms);
     free(tmp);
-    return af_close(af);
+    return ok;
 }
 
 // ----------------------------------------------------------------------------
@@ -360,7 +362,7 @@ static int state_save(AtomicFile* af, const char* path, GPTConfig cfg, const Tra
             }
         }
     }
-    SumJob job;  // the file's bytes in order, summed beside the writes
+    SumJob job;  // the file's bytes in order
     memset(&job, 0, sizeof(job));
     sum_job_add(&job, header, sizeof(header));
     sum_job_add(&job, params, n * sizeof(float));
@@ -369,13 +371,9 @@ static int state_save(AtomicFile* af, const char* path, GPTConfig cfg, const Tra
     if (tmp) sum_job_add(&job, tmp, n * sizeof(uint16_t));
     if (ts->fp8_n > 0) sum_job_add(&job, ts->fp8, ts->fp8_n * sizeof(float));
     if (ts->health_n > 0) sum_job_add(&job, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
-    sum_job_start(&job, 0);
-    af_open(af, path, fail_at, slow_ms);
-    af->summing = 0;
-    for (int i = 0; i < job.k; i++) af_write(af, job.p[i], job.n[i]);
-    af_seal(af, STATE_SUM_SLOT, sum_job_finish(&job, 0));
+    int ok = af_write_sealed(af, path, &job, STATE_SUM_SLOT, fail_at, slow_ms);
     free(tmp);
-    return af_close(af);
+    return ok;
 }
 
 // Reads a state file whole, every byte summed and checked against its checksum, every header field
