@@ -28,7 +28,6 @@
 // the checksum
 
 #define CKPT_FNV_PRIME 1099511628211ull
-#define CKPT_FNV_START 14695981039346656037ull
 
 typedef struct {
     uint64_t lane[4];
@@ -39,7 +38,7 @@ typedef struct {
 
 static void ckpt_sum_init(CkptSum* s) {
     memset(s, 0, sizeof(*s));
-    for (int k = 0; k < 4; k++) s->lane[k] = CKPT_FNV_START ^ (uint64_t)k;
+    for (int k = 0; k < 4; k++) s->lane[k] = FNV_START ^ (uint64_t)k;
 }
 
 static inline void ckpt_sum_block(uint64_t* lane, const unsigned char* p) {  // 32 bytes: a word to each lane
@@ -85,7 +84,7 @@ static uint64_t ckpt_sum_final(const CkptSum* s) {
     unsigned char fold[40];
     memcpy(fold, lane, 32);
     memcpy(fold + 32, &s->bytes, 8);
-    uint64_t h = CKPT_FNV_START;
+    uint64_t h = FNV_START;
     for (int i = 0; i < 40; i++) h = (h ^ fold[i]) * CKPT_FNV_PRIME;
     return h;
 }

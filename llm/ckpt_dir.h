@@ -105,12 +105,6 @@ static CkptRef* ckpt_scan(const char* dir, int* n, char* why, size_t cap) {
 // ----------------------------------------------------------------------------
 // a sharded checkpoint's manifest and the shards it lists, checked
 
-static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {  // (manifest version 1's checksum)
-    const unsigned char* b = (const unsigned char*)p;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
-    return h;
-}
-
 // a complete manifest and shards that match it: 1, else 0 with why. shards/step/world out. Every
 // shard's size is checked; the checksums of shards r with r % hash_parts == hash_part are recomputed
 // (hash_parts 0: none; 1: all).
@@ -175,7 +169,7 @@ static int ckpt_check_dir(const char* dir, int* step, int* world, ShardEntry** s
             if (sf == NULL) { snprintf(why, cap, "%s: %s", e[r].name, strerror(errno)); free(e); return 0; }
             CkptSum s;
             ckpt_sum_init(&s);
-            uint64_t h = 14695981039346656037ull;
+            uint64_t h = FNV_START;  // (version 1: FNV-1a of the bytes)
             const size_t bufsize = 1 << 20;
             char* buf = (char*)mallocCheck(bufsize);
             size_t k;

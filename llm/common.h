@@ -322,6 +322,15 @@ static inline void omp_thread_share(int n, int* lo, int* hi) {
 }
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// FNV-1a 64 of n bytes, going on from h (FNV_START for a new hash): the parameters' hash of the SDC check
+// (llm/health.h), version-1 manifests' checksums (llm/ckpt_dir.h), an error line's identity (llm/watchdog.h)
+#define FNV_START 14695981039346656037ull
+static inline uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    return h;
+}
 static inline size_t ceil_div_sz(size_t a, size_t b) { return (a + b - 1) / b; }
 
 static inline double wall_ms(void) {

@@ -201,13 +201,6 @@ static int health_rollback(Health* h, Comm* c, const char* dir, int step, const 
 // ----------------------------------------------------------------------------
 // silent data corruption
 
-static uint64_t health_fnv1a(const void* data, size_t bytes) {
-    const unsigned char* p = (const unsigned char*)data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < bytes; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
 static void health_unit_name(const ParamLayout* lay, int u, char* out, size_t cap) {
     if (u == UNIT_EMBED) snprintf(out, cap, "embedding (wte, wpe)");
     else if (u == unit_final(lay->cfg)) snprintf(out, cap, "final layernorm");
@@ -235,7 +228,7 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
             size_t bytes = lay->units[u].n * sizeof(floatX);
             void* host = mallocCheck(bytes);
             copy_to_host(host, dp->params + lay->units[u].start, bytes);
-            hsh = health_fnv1a(host, bytes);
+            hsh = fnv1a(FNV_START, host, bytes);
             free(host);
         }
         for (int k = 0; k < 4; k++) mine[4 * u + k] = (float)((hsh >> (16 * k)) & 0xffff);  // exact in FP32

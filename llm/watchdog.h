@@ -291,8 +291,7 @@ static int wd_lower_says(void* ctx, const char* line) {
     static int busy = 0;  // (a fatal error while asking: print)
     if (busy) return 0;
     busy = 1;
-    uint64_t h = 14695981039346656037ull;
-    for (const char* p = line; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    uint64_t h = fnv1a(FNV_START, line, strlen(line));
     int msg[2] = {(int)(uint32_t)h, (int)(uint32_t)(h >> 32)};
     int nsend = c->world_size - 1 - c->world_rank, said = 0;
     MPI_Request* req = (MPI_Request*)malloc((size_t)(nsend > 0 ? nsend : 1) * sizeof(MPI_Request));
