@@ -2,7 +2,8 @@
 # test_preempt.sh: saving on preemption (llm/preempt.h). A signal mid-run (steps slowed to ~150 ms so that
 # it lands inside one) must end the run after the step in flight with that step saved, one line, and exit
 # status 128 + the signal; --resume latest then gives, for every later step, the loss and gradient norm of
-# the uninterrupted run, bit for bit. Cases (CPU build, d2 C=32, checkpoints every 4 steps otherwise):
+# the uninterrupted run, bit for bit. No checkpoint is saved but on the signal (--checkpoint-every 0: so
+# the step saved is the signal's doing), except where a case says. Cases (CPU build, d2 C=32):
 #  - SIGTERM to the trainer (one process, gathered): exit 143; SIGINT (sharded): exit 130;
 #  - SIGTERM to one rank at dp 2 (gathered; and sharded with --async-checkpoint and a slow disk, so that a
 #    save is in flight when the signal comes): every rank saves the same step, the job ends;
@@ -23,7 +24,7 @@ source test/mpi_lib.sh
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 common=(--model d2,C=32,NH=4,maxT=64,V=257 --train-data "$tmp/data/addition_train.bin" --val-data "" --tokenizer ""
-        -b 4 -t 32 --lr 1e-3 --warmup 2 --val-every 0 --sample-every 0 --steps 16 --checkpoint-every 4)
+        -b 4 -t 32 --lr 1e-3 --warmup 2 --val-every 0 --sample-every 0 --steps 16 --checkpoint-every 0)
 fields() { python3 -c '
 import json, sys
 steps = {}
@@ -75,6 +76,8 @@ case_() {
         return
     else
         local ck; ck=$(ls -d "$d"/*_"$(printf %08d "$at")"* 2>/dev/null | grep -v model | tr '\n' ' ')
+        # (where the run also saves every 4 steps, the signal's step must be another, or its save would not show)
+        [[ " $* " == *" --checkpoint-every 4 "* ]] && [ $((at % 4)) -eq 0 ] && ck=""
         if { [ "$rc" = "$want" ] || { [ "$want" = any ] && [ $rc -ne 0 ]; }; } && [ -n "$line" ] && [ "$(grep -ac ': SIG[A-Z]* on rank' "$LOG/$name.log")" -eq 1 ] && [ -n "$ck" ] \
            && grep -q "^$at " "$d/good_checkpoints.txt" && [ "$at" -lt 16 ]; then
             ok "$name: $sig to the $target: exit $rc within $took s; one line: ${line%%;*}; saved $(basename $ck)"
@@ -91,15 +94,29 @@ case_() {
     else bad "$name: after the resume the steps differ: $(diff <(fields "$d/log.jsonl") <(fields "$tmp/$ref/log.jsonl") | head -3 | tr '\n' ' ')"; fi
 }
 
-case_ term_1 0 TERM trainer 143
-case_ int_1_sharded 0 INT trainer 130 --checkpoint-format sharded
-case_ term_rank1 2 TERM rank1 143
-case_ term_rank1_async 2 TERM rank1 143 --checkpoint-format sharded --async-checkpoint 1 --inject "slow@rank=0,ms=150;slowdisk@rank=1,ms=30"
+# The cases run side by side (each mostly sleeps in its slowed steps; a case's lines go to its own file,
+# then in order to the output, and are counted there)
+cases=()
+bg() { local name=$1; shift; cases+=("$name"); ( "$@" > "$tmp/$name.lines" 2>&1 ) & }
+bg term_1 case_ term_1 0 TERM trainer 143
+bg int_1_sharded case_ int_1_sharded 0 INT trainer 130 --checkpoint-format sharded
+bg term_rank1 case_ term_rank1 2 TERM rank1 143
+# (the save of step 4, slowed to ~600 ms, is in flight when the signal comes after step 4)
+async_case() { AFTER=4 case_ term_rank1_async 2 TERM rank1 143 --checkpoint-format sharded --async-checkpoint 1 --checkpoint-every 4 \
+    --inject "slow@rank=0,ms=150;slowdisk@rank=1,ms=30"; }
+bg term_rank1_async async_case
 # (mpirun exits with its own status, 1, after a signal; its ranks with 143)
-case_ term_mpirun 2 TERM mpirun any --checkpoint-format both
+bg term_mpirun case_ term_mpirun 2 TERM mpirun any --checkpoint-format both
 # (the signal after step 5; the save of step 6 slowed to seconds, that of step 4 not)
-AFTER=5 SECOND=0.4 case_ second_1 0 TERM trainer 143 --inject "slow@rank=0,ms=150;slowdisk@rank=0,ms=40,step=5"
-case_ nosave_1 0 TERM trainer none --save-on-signal 0 --checkpoint-every 0
+second_case() { AFTER=5 SECOND=0.4 case_ second_1 0 TERM trainer 143 --checkpoint-every 4 --inject "slow@rank=0,ms=150;slowdisk@rank=0,ms=40,step=5"; }
+bg second_1 second_case
+bg nosave_1 case_ nosave_1 0 TERM trainer none --save-on-signal 0 --checkpoint-every 0
+wait
+for c in "${cases[@]}"; do
+    cat "$tmp/$c.lines"
+    pass=$((pass + $(grep -c '^ok' "$tmp/$c.lines"))); fail=$((fail + $(grep -c '^FAIL' "$tmp/$c.lines")))
+done
+[ "$(cat "$tmp"/*.lines | grep -c '^ok')" -ge 13 ] || bad "preempt: fewer checks ran than the 13 the cases make"
 
 echo "preempt: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
