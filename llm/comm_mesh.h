@@ -165,7 +165,8 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
     }
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c->node));
     wd_init(c);  // the watchdog's side channel (off until wd_set_timeout)
-    llm_job.lower_says = wd_lower_says;  // error lines every rank sees alike: printed once (llm/common.h)
+    llm_job.error_begin = wd_error_begin;  // error lines every rank sees alike: printed once (llm/common.h)
+    llm_job.error_end = wd_error_end;
     llm_job.ctx = c;
     mpiCheck(MPI_Comm_rank(c->node, &c->local_rank));
     mpiCheck(MPI_Comm_size(c->node, &c->local_size));

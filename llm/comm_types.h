@@ -59,6 +59,8 @@ typedef struct {
                                        // watchdog thread both use them
     int thread_multiple;               // MPI gave MPI_THREAD_MULTIPLE: the NCCL watchdog thread may
                                        // use the side channel
+    int* err_state;                    // (world_size) while this rank ends on an error line (llm/watchdog.h):
+                                       // 1 a rank that has one too, 2 one that said it is done; else NULL
 #endif
     struct WdNccl* nccl;               // NCCL builds: the watchdog thread, NULL when off
 } Watchdog;

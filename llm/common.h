@@ -60,13 +60,15 @@ typedef void* cudaStream_t;  // the CPU build has no streams; launchers keep one
 // by the lowest rank that saw it; a line only some ranks see is printed by each of them. llm_job knows
 // where this process sits in the job: before MPI starts, from the launcher's environment (Open MPI,
 // PMIx, MPICH, Slurm), and then only world rank 0 prints (every rank parses the same command line);
-// once MPI runs (llm/comm_mesh.h sets it), lower_says asks the other ranks whether a lower one is
-// printing the same line (over the watchdog's side channel, waiting about a second at most).
+// once MPI runs (llm/comm_mesh.h sets it), error_begin asks the other ranks whether a lower one prints
+// the same line, and error_end, once this rank printed its line or kept quiet, lets the other ranks
+// that are failing too decide and print theirs before this process exits (its exit may end the job).
 
 typedef struct {
     int rank, size;                       // world rank and size (size 0: not known from MPI yet)
-    int (*lower_says)(void* ctx, const char* line);  // set while MPI runs: 1 when a lower rank prints this line too
-    void* ctx;                            // lower_says' (the Comm)
+    int (*error_begin)(void* ctx, const char* line);  // set while MPI runs: 1 when this rank prints the line
+    void (*error_end)(void* ctx);         // and after it printed (or not), before the exit
+    void* ctx;                            // theirs (the Comm)
     volatile sig_atomic_t signal;         // the first SIGTERM / SIGINT received (llm/preempt.h), 0: none
 } LlmJob;
 static LlmJob llm_job;  // the process's place in the job: its error lines (above), the signal it got
@@ -83,17 +85,20 @@ static inline int job_rank_from_env(void) {
 
 // prints line and a newline on stderr, with one write, unless a lower rank prints the same line
 static inline void job_error_line(const char* line) {
-    int print = llm_job.lower_says ? !llm_job.lower_says(llm_job.ctx, line) : (llm_job.size > 0 || job_rank_from_env() == 0);
-    if (!print) return;
-    size_t n = strlen(line);
-    char* buf = (char*)malloc(n + 2);
-    if (buf == NULL) return;
-    memcpy(buf, line, n);
-    buf[n++] = '\n';
-    fflush(stdout);
-    ssize_t w = write(STDERR_FILENO, buf, n);
-    (void)w;
-    free(buf);
+    int print = llm_job.error_begin ? llm_job.error_begin(llm_job.ctx, line) : (llm_job.size > 0 || job_rank_from_env() == 0);
+    if (print) {
+        size_t n = strlen(line);
+        char* buf = (char*)malloc(n + 2);
+        if (buf != NULL) {
+            memcpy(buf, line, n);
+            buf[n++] = '\n';
+            fflush(stdout);
+            ssize_t w = write(STDERR_FILENO, buf, n);
+            (void)w;
+            free(buf);
+        }
+    }
+    if (llm_job.error_end) llm_job.error_end(llm_job.ctx);
 }
 
 [[noreturn]] static inline void die_at(const char* file, int line, const char* msg) {

@@ -281,41 +281,72 @@ static void wd_wait(Comm* c, int n, MPI_Request* req, MPI_Status* st, const WdWa
     if (reported) wd_tell(c, WD_DONE, w);
 }
 
-// llm_job.lower_says (llm/common.h), over the side channel: does a lower rank print the same error line?
-// This rank tells every higher rank the line's hash, then (unless it is rank 0, which no rank is below)
-// listens up to a second for a lower rank's same hash. Raw MPI calls: an error here (MPI itself may be
-// what failed) means "no", and the line is printed.
+// Error lines (llm/common.h's llm_job), over the side channel: a rank with an error line tells every other
+// rank its hash (WD_LINE_TAG) and listens for the lower ranks' until each of them told its own, or a
+// second passed: a lower rank with the same line prints it, this one stays quiet. Once it printed (or
+// not) it tells every rank it is done (WD_DONE_TAG) and waits, before it exits (which may end the job),
+// until every rank it heard of with an error line said done too, or 1.5 s: their own lines get out.
+// Raw MPI calls: an error here (MPI itself may be what failed) means "print", and no wait.
 #define WD_LINE_TAG 8
-static int wd_lower_says(void* ctx, const char* line) {
-    Comm* c = (Comm*)ctx;
-    static int busy = 0;  // (a fatal error while asking: print)
-    if (busy) return 0;
-    busy = 1;
-    uint64_t h = fnv1a(FNV_START, line, strlen(line));
-    int msg[2] = {(int)(uint32_t)h, (int)(uint32_t)(h >> 32)};
-    int nsend = c->world_size - 1 - c->world_rank, said = 0;
-    MPI_Request* req = (MPI_Request*)malloc((size_t)(nsend > 0 ? nsend : 1) * sizeof(MPI_Request));
-    if (req == NULL) return 0;
-    for (int i = 0; i < nsend; i++) {
-        if (MPI_Isend(msg, 2, MPI_INT, c->world_rank + 1 + i, WD_LINE_TAG, c->wd.side, &req[i]) != MPI_SUCCESS) req[i] = MPI_REQUEST_NULL;
+#define WD_DONE_TAG 9
+
+static void wd_error_send(Comm* c, int tag, const int* msg) {  // to every other rank; their completion waited (bounded)
+    MPI_Request* req = (MPI_Request*)malloc((size_t)c->world_size * sizeof(MPI_Request));
+    if (req == NULL) return;
+    int k = 0;
+    for (int r = 0; r < c->world_size; r++) {
+        if (r != c->world_rank && MPI_Isend(msg, 2, MPI_INT, r, tag, c->wd.side, &req[k]) == MPI_SUCCESS) k++;
     }
-    double t0 = wall_ms();
-    while (c->world_rank > 0 && !said && wall_ms() - t0 < 1000.0) {
-        int flag = 0;
-        MPI_Status st;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, WD_LINE_TAG, c->wd.side, &flag, &st) != MPI_SUCCESS) break;
-        if (!flag) { usleep(1000); continue; }
-        int got[2];
-        if (MPI_Recv(got, 2, MPI_INT, st.MPI_SOURCE, WD_LINE_TAG, c->wd.side, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-        said = st.MPI_SOURCE < c->world_rank && got[0] == msg[0] && got[1] == msg[1];
-    }
-    for (t0 = wall_ms(); nsend > 0 && wall_ms() - t0 < 200.0; usleep(1000)) {  // the higher ranks hear it before this one exits
+    for (double t0 = wall_ms(); k > 0 && wall_ms() - t0 < 200.0; usleep(1000)) {
         int done = 0;
-        if (MPI_Testall(nsend, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) break;
+        if (MPI_Testall(k, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) break;
     }
     free(req);
-    busy = 0;
-    return said;
+}
+
+// one message of tag from anyone, if there is one: its source, msg filled; -1 when none (or an error)
+static int wd_error_take(Comm* c, int tag, int* msg) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, tag, c->wd.side, &flag, &st) != MPI_SUCCESS || !flag) return -1;
+    if (MPI_Recv(msg, 2, MPI_INT, st.MPI_SOURCE, tag, c->wd.side, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
+    return st.MPI_SOURCE;
+}
+
+static int wd_error_begin(void* ctx, const char* line) {
+    Comm* c = (Comm*)ctx;
+    if (c->wd.err_state != NULL) return 1;  // (an error while handling one: print it)
+    c->wd.err_state = (int*)calloc((size_t)c->world_size, sizeof(int));  // (per rank: 1 failing, 2 done)
+    if (c->wd.err_state == NULL) return 1;
+    uint64_t h = fnv1a(FNV_START, line, strlen(line));
+    int mine[2] = {(int)(uint32_t)h, (int)(uint32_t)(h >> 32)}, msg[2];
+    wd_error_send(c, WD_LINE_TAG, mine);
+    int lower = 0, said = 0;
+    for (double t0 = wall_ms(); !said && lower < c->world_rank && wall_ms() - t0 < 1000.0;) {
+        int src = wd_error_take(c, WD_LINE_TAG, msg);
+        if (src < 0) { usleep(1000); continue; }
+        if (c->wd.err_state[src] == 0 && src < c->world_rank) lower++;
+        c->wd.err_state[src] = 1;
+        said = src < c->world_rank && msg[0] == mine[0] && msg[1] == mine[1];
+    }
+    return !said;
+}
+
+static void wd_error_end(void* ctx) {
+    Comm* c = (Comm*)ctx;
+    int* st = c->wd.err_state;
+    if (st == NULL) return;
+    int done[2] = {0, 0}, msg[2];
+    wd_error_send(c, WD_DONE_TAG, done);
+    for (double t0 = wall_ms(); wall_ms() - t0 < 1500.0;) {
+        int src, got = 0;
+        while ((src = wd_error_take(c, WD_LINE_TAG, msg)) >= 0) { if (st[src] == 0) st[src] = 1; got = 1; }
+        while ((src = wd_error_take(c, WD_DONE_TAG, msg)) >= 0) { st[src] = 2; got = 1; }
+        int waiting = 0;
+        for (int r = 0; r < c->world_size; r++) waiting |= st[r] == 1;
+        if (!waiting && wall_ms() - t0 > 200.0) break;  // (200 ms for the lines of ranks that failed just after)
+        if (!got) usleep(1000);
+    }
 }
 
 // completes this rank's reports in flight and takes the ones sent to it (comm_free: every rank)
@@ -327,7 +358,8 @@ static void wd_free(Comm* c) {
     wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
     mpiCheck(MPI_Waitall(WD_POOL, c->wd.pool_req, MPI_STATUSES_IGNORE));  // a report sent while waiting there
     wd_drain(c);
-    llm_job.lower_says = NULL;  // (error lines from now on: this rank's alone)
+    llm_job.error_begin = NULL;  // (error lines from now on: this rank's alone)
+    llm_job.error_end = NULL;
     llm_job.ctx = NULL;
     mpiCheck(MPI_Comm_free(&c->wd.side));
     free(c->wd.where);

@@ -771,7 +771,7 @@ MUTATIONS = [
       "a second signal does not end the process: it waits for the save of the first",
       "preempt"),
     M("t-error-every-rank", "trust", "llm/common.h",
-      "    int print = llm_job.lower_says ? !llm_job.lower_says(llm_job.ctx, line) : (llm_job.size > 0 || job_rank_from_env() == 0);",
+      "    int print = llm_job.error_begin ? llm_job.error_begin(llm_job.ctx, line) : (llm_job.size > 0 || job_rank_from_env() == 0);",
       "    int print = 1;",
       "an error line every rank sees alike is printed by every rank",
       "ckpt_trust"),
