@@ -1,25 +1,25 @@
 /*
 train_gpt.cu: trains a GPT-2 model, on one process or data-parallel over many (mpirun). Read it top
 to bottom:
-  1. arguments, processes (llm/args.h: flags with llm.c's short aliases; llm/comm.h: the dp x tp x pp
-                           mesh; the layout checked before anything is allocated; llm/context.h: the
+  1. arguments, processes (llm/train/args.h: flags with llm.c's short aliases; llm/comm/comm.h: the dp x tp x pp
+                           mesh; the layout checked before anything is allocated; llm/core/context.h: the
                            process's context)
   2. the model            (an llm.c checkpoint, or a fresh GPT-2 from a descriptor like d12;
-                           llm/tensors.h: the parameter tensors as one table)
+                           llm/model/tensors.h: the parameter tensors as one table)
   3. data                 (llm.c token shards, each dp rank reading its slice of every step's batch;
                            tokenizer for decoding)
-  4. the parts            (llm/pipeline.h: which layers this pipeline rank runs; llm/dp.h: what this
+  4. the parts            (llm/parallel/pipeline.h: which layers this pipeline rank runs; llm/parallel/dp.h: what this
                            rank holds of their parameters, gradients and optimizer state: DDP, or
-                           ZeRO-1/2/3, llm/zero.h; llm/gpt.h: the stage that runs the embedding, the
-                           blocks (llm/block.h, with --recompute) and the head on one micro-batch;
-                           llm/sampler.h: generation with its own KV cache)
+                           ZeRO-1/2/3, llm/parallel/zero.h; llm/model/stage.h: the stage that runs the embedding, the
+                           blocks (llm/model/block.h, with --recompute) and the head on one micro-batch;
+                           llm/model/sampler.h: generation with its own KV cache)
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step: this rank's
                            micro-batches forward + backward in the order of the pipeline schedule
-                           (llm/schedule.h; one rank: forward, backward, forward, ...), the gradients
+                           (llm/parallel/schedule.h; one rank: forward, backward, forward, ...), the gradients
                            averaged over the dp ranks as they are ready, the global norm, the
-                           health check (llm/health.h: a NaN/inf or spike step is skipped, a streak
+                           health check (llm/faults/health.h: a NaN/inf or spike step is skipped, a streak
                            of them or a parameter mismatch between replicas rolls back to the last
-                           good checkpoint), clip, AdamW; faults on purpose with --inject, llm/inject.h;
+                           good checkpoint), clip, AdamW; faults on purpose with --inject, llm/faults/inject.h;
                            log)
   6. held-out exact-match evaluation (optional), memory and communication report, clean-up
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
@@ -42,30 +42,30 @@ and writes, weights excluded (7 MB per layer, read once or twice):
   plus attention), ~80 ms at a dense BF16 peak of ~650 TFLOP/s. The attention matrix is the largest
   single item: a fused (flash) attention kernel would remove ~140 GB of it (see attention.cuh).
 */
-#include "llm/common.h"
-#include "llm/context.h"
-#include "llm/device.h"
-#include "llm/rand.h"
-#include "llm/args.h"
-#include "llm/comm.h"
-#include "llm/tensors.h"
-#include "llm/gpt.h"
-#include "llm/dp.h"
-#include "llm/pipeline.h"
-#include "llm/pipeline_report.h"
-#include "llm/optimizer.h"
-#include "llm/loss_scale.h"
-#include "llm/dataloader.h"
-#include "llm/tokenizer.h"
-#include "llm/logger.h"
-#include "llm/inject.h"
-#include "llm/ckpt_run.h"
-#include "llm/sampler.h"
-#include "llm/eval.h"
-#include "llm/report.h"
-#include "llm/health.h"
-#include "llm/straggler.h"
-#include "llm/preempt.h"
+#include "llm/core/common.h"
+#include "llm/core/context.h"
+#include "llm/core/device.h"
+#include "llm/core/rand.h"
+#include "llm/train/args.h"
+#include "llm/comm/comm.h"
+#include "llm/model/tensors.h"
+#include "llm/model/stage.h"
+#include "llm/parallel/dp.h"
+#include "llm/parallel/pipeline.h"
+#include "llm/parallel/pipeline_report.h"
+#include "llm/ops/optimizer.h"
+#include "llm/precision/loss_scale.h"
+#include "llm/train/dataloader.h"
+#include "llm/train/tokenizer.h"
+#include "llm/train/logger.h"
+#include "llm/faults/inject.h"
+#include "llm/ckpt/ckpt_run.h"
+#include "llm/model/sampler.h"
+#include "llm/train/eval.h"
+#include "llm/train/report.h"
+#include "llm/faults/health.h"
+#include "llm/faults/straggler.h"
+#include "llm/faults/preempt.h"
 
 int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     args_check_layout(&args, &comm);
     InjectPlan inject_plan;
     inject_parse(&inject_plan, args.inject, comm.world_size);
-    wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/watchdog.h)
+    wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/comm/watchdog.h)
     context_init();
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
     }
     int eot = have_tok ? (int)tok.eot_token : 50256;
 
-    // 4. the parts: the units this pipeline rank runs (llm/pipeline.h), what it holds of them
-    // (llm/dp.h), its stages that run them on a micro-batch (llm/gpt.h) and the executor of the
+    // 4. the parts: the units this pipeline rank runs (llm/parallel/pipeline.h), what it holds of them
+    // (llm/parallel/dp.h), its stages that run them on a micro-batch (llm/model/stage.h) and the executor of the
     // schedule, and the sampler
     int* held = (int*)mallocCheck((size_t)num_units(cfg) * sizeof(int));
     pipe_held_units(cfg, comm.pp, args.vpp, comm.pp_rank, held);
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     Pipeline pipe;
     pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), args.schedule, args.vpp, grad_accum, B, T,
                   (Recompute)args.recompute);
-    Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/fp8_linear.h)
+    Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)
     Fp8Config fp8_cfg = {(Fp8Recipe)args.fp8, args.fp8_e4m3, args.fp8_history, args.fp8_reduce, args.fp8_margin};
     pipeline_enable_fp8(&pipe, &fp8, fp8_cfg);
     const Stage* stage = pipeline_first(&pipe);  // the memory report's per-layer figures
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
 
     // the parameters and optimizer state: fresh, or resumed (each rank keeps its part of the state file)
     OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, 0.9f, 0.95f, 1e-8f, args.weight_decay, args.grad_clip};
-    LossScaler scaler;  // loss scaling (llm/loss_scale.h): --loss-scale, default dynamic in FP16 builds
+    LossScaler scaler;  // loss scaling (llm/precision/loss_scale.h): --loss-scale, default dynamic in FP16 builds
     loss_scaler_init(&scaler, (LossScaleMode)args.loss_scale, args.loss_scale_init, args.loss_scale_window);
     if (rank0 && scaler.mode != LOSS_SCALE_NONE) {
         printf("loss scaling: %s, scale %g", loss_scale_mode_name(scaler.mode), scaler.scale);
@@ -163,18 +163,18 @@ int main(int argc, char** argv) {
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
-    // the health checks (llm/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
+    // the health checks (llm/faults/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
     HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
     Health health;
     health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
-    // the checkpoints (llm/ckpt_run.h): what they hold, where the run keeps it, and how they are written
+    // the checkpoints (llm/ckpt/ckpt_run.h): what they hold, where the run keeps it, and how they are written
     RunState run = {&dp, &fp8, &scaler, &sample_rng, &health, &train_loader};
     RunCkpt ck;
     run_ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.checkpoint_format, args.async_checkpoint,
                   args.keep_checkpoints, args.schedule, args.vpp);
     char resumed_from[1100] = "";
     if (args.resume) {
-        // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt_resume.h)
+        // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt/ckpt_resume.h)
         start_step = run_resume(&comm, args.resume, args.output_dir, &run, resumed_from, sizeof(resumed_from));
     } else {
         if (from_descriptor) {
@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
     int* step_targets = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));  // (m, B, T)
     double total_ms = 0.0, total_wait = 0.0;
     int timed_steps = 0;
-    Straggler straggler;  // every N steps, the ranks' compute times compared (llm/straggler.h)
+    Straggler straggler;  // every N steps, the ranks' compute times compared (llm/faults/straggler.h)
     straggler_init(&straggler, args.straggler_every, args.straggler_factor);
     CommLedger step_ledger;  // the collectives of the last optimizer step
     memset(&step_ledger, 0, sizeof(step_ledger));
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
         logger_log_eval(&logger, start_step, "val_loss", vloss);
     }
     int reached = start_step;  // the highest step begun: a step repeated after a rollback is not new
-    preempt_install(args.save_on_signal);  // from now on SIGTERM / SIGINT save the step in flight (llm/preempt.h)
+    preempt_install(args.save_on_signal);  // from now on SIGTERM / SIGINT save the step in flight (llm/faults/preempt.h)
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
         comm.wd.step = step;  // the watchdog's line names it
@@ -269,13 +269,13 @@ int main(int argc, char** argv) {
         dp.inject_grad_factor = gradspike ? gradspike->factor : 0.0f;
         double t0 = wall_ms();
         straggler_step_begin(&straggler, &comm);
-        inject_step_begin(&inject_plan, step, comm.world_rank);  // die, hang, slow (llm/inject.h)
+        inject_step_begin(&inject_plan, step, comm.world_rank);  // die, hang, slow (llm/faults/inject.h)
         dp_step_begin(&dp);
         fp8_step_begin(&fp8);
-        // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h)
+        // the backward starts from the loss gradient times the loss scale (llm/precision/loss_scale.h)
         float step_scale = scaler.scale, dloss = loss_scaler_seed(&scaler, 1.0f / ((float)B * T * grad_accum));
         float train_loss = pipeline_step(&pipe, step_inputs, step_targets, dloss);
-        inject_stop(&inject_plan, step, comm.world_rank, INJECT_AT_REDUCE);  // die, hang with at=reduce (llm/inject.h)
+        inject_stop(&inject_plan, step, comm.world_rank, INJECT_AT_REDUCE);  // die, hang with at=reduce (llm/faults/inject.h)
         double t_opt = wall_ms();
         dp_finish_grads(&dp);
         pipe_event(&pipe, "gradient reductions", "collective", t_opt);  // (the last ones, waited)
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
         float norm = dp_grad_norm(&dp), unscale;
         loss_scaler_unscale(&scaler, &norm, &unscale);
         // the health check on the reduced loss and norm, the same on every rank: NaN/inf (an overflow
-        // under a loss scaler) or a spike skips the update (llm/health.h)
+        // under a loss scaler) or a spike skips the update (llm/faults/health.h)
         const char* skipped = health_verdict(&health, train_loss, norm);
         int apply = skipped == NULL;
         loss_scaler_update(&scaler, !isfinite(norm), !apply);
@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
         double ms = wall_ms() - t0;
         step_ledger = comm.ledger;
         *step_trace = dp.trace;
-        // how long the computation waited for gradient reductions and parameter gathers (llm/comm.h)
+        // how long the computation waited for gradient reductions and parameter gathers (llm/comm/comm.h)
         double wait = comm_take_wait_ms(&comm);
         if (step > start_step + 1) {  // the first step warms up
             total_ms += ms;
@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
         }
         straggler_step_end(&straggler, &comm, &logger, step, ms, wait);
         float tok_s = (float)(args.total_batch / (ms / 1e3));
-        // a SIGTERM or SIGINT on any rank (llm/preempt.h): this step is saved, then the run ends
+        // a SIGTERM or SIGINT on any rank (llm/faults/preempt.h): this step is saved, then the run ends
         int sig_rank = -1, sig = args.save_on_signal ? preempt_agree(&comm, &sig_rank) : 0;
         int ckpt_step = sig || (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last));
         // silent data corruption: the replicas' parameter hashes, every N steps and before a checkpoint
@@ -346,7 +346,7 @@ int main(int argc, char** argv) {
                 printf("\n");
             }
         }
-        // the checkpoint of the model after this step, with the health checks' verdict on it (llm/ckpt_run.h)
+        // the checkpoint of the model after this step, with the health checks' verdict on it (llm/ckpt/ckpt_run.h)
         if (ckpt_step) {
             int verdict = sdc_msg[0] != '\0' ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY;
             run_ckpt_save(&ck, &run, step, verdict);
@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
             }
             comm_exit(&comm, 128 + sig);
         }
-        // the rollback (llm/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
+        // the rollback (llm/faults/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
         // newest last-known-good checkpoint; the data go on from where they are
         if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
             run_ckpt_finish(&ck);  // the save in flight completes first

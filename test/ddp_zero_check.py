@@ -16,7 +16,7 @@
   ledger NAME REPORT                          each rank's collectives of one step against sec. 7
   ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
   order NAME REPORT                           the order of the last step's data-parallel operations
-                                              (llm/ddp.h's trace): what the numbers cannot show
+                                              (llm/parallel/ddp.h's trace): what the numbers cannot show
   tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
                                               Megatron-LM's count (test/test_tp.sh)
   p2p NAME REPORT                             each rank's point-to-point rows of one step (pipeline) against
@@ -90,7 +90,7 @@ def first(name, run, ref, tol):
 
 def state_split(raw):
     """a state file's bytes but its checksum (header[35..37], checked here against the bytes: test/ckpt_verify.py)
-    and its last H gradient norms (the health window, llm/checkpoint.h header[31]), and those norms; None when the
+    and its last H gradient norms (the health window, llm/ckpt/checkpoint.h header[31]), and those norms; None when the
     checksum does not match"""
     if len(raw) >= 1024:
         held, got = ckpt_verify.file_sum(raw, 35)
@@ -167,7 +167,7 @@ def fp8_state(path):  # (recipe, layers, the FP8 floats: [pos, recorded, per ent
 
 
 def fp8(name, run, ref, tol, below1=False):
-    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/fp8_linear.h); 1 delayed, 2 current.
+    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/precision/fp8_linear.h); 1 delayed, 2 current.
     # below1: REF must also hold, in every layer, a scale below 1 (an amax above the format's max): a
     # pipeline stage that exported the layers it does not hold (their scales still the initial 1) into the
     # max over the pipeline would raise exactly those to 1; scales >= 1 cannot show it
@@ -305,13 +305,13 @@ def tp_ledger(name, report):
 
 
 def p2p(name, report):
-    """The pipeline's messages of one step (llm/pipeline.h, llm/schedule.h), from the layout alone: the S = P V
+    """The pipeline's messages of one step (llm/parallel/pipeline.h, llm/parallel/schedule.h), from the layout alone: the S = P V
     virtual stages run in a chain, virtual stage s = c P + r on rank r (its chunk c). Every micro-batch's
     forward sends its output activation from s to s + 1 and its backward the input gradient from s to
     s - 1: per step, virtual stage s sends m activations if s < S - 1 and m gradients if s > 0, and
     receives as many from its neighbours; each message is one (R, C) tensor, R = B T (B T / t with
     sequence parallelism: the stages exchange the sequence-parallel shards), of bytes_per_value each.
-    The ledger (llm/comm_ledger.h) counts a send's payload as sent, a receive's as 0 sent. The loss goes
+    The ledger (llm/comm/comm_ledger.h) counts a send's payload as sent, a receive's as 0 sent. The loss goes
     from the last stage to the others by one 4-byte broadcast on the pp group (sent by its root)."""
     r = json.load(open(report))
     P, m, x, C = r["pp"], r["grad_accum"], r["bytes_per_value"], r["C"]
@@ -339,13 +339,13 @@ PEAK_KINDS = STATIC_KINDS + ("comm_buffers", "workspace")
 
 
 def peaks(name, report):
-    """The tagged allocator's peaks (llm/context.h: *_peak_bytes, the most of a kind live at once) against
+    """The tagged allocator's peaks (llm/core/context.h: *_peak_bytes, the most of a kind live at once) against
     what must have been live: every peak at least the bytes live at the end; the parameters, gradients,
-    optimizer states and activations are allocated once at the start and held to the end (llm/dp.h,
-    llm/optimizer.h, the stages' activation slots: llm/gpt.h, llm/pipeline.h), so their peak is what is
+    optimizer states and activations are allocated once at the start and held to the end (llm/parallel/dp.h,
+    llm/ops/optimizer.h, the stages' activation slots: llm/model/stage.h, llm/parallel/pipeline.h), so their peak is what is
     live at the end, and a pipeline's activations are its slots (pipeline_activation_bytes, measured as
     they were allocated). Communication buffers: with a pipeline every rank sends its units to the first
-    stage for each gathered checkpoint in one (Psi + U) float buffer (llm/dp_export.h dp_pp_to_first_stage)
+    stage for each gathered checkpoint in one (Psi + U) float buffer (llm/parallel/dp_export.h dp_pp_to_first_stage)
     while its message buffers are live: the peak is at least live + 4 (Psi + U); without data or tensor
     parallelism (no other temporaries: ZeRO's gathers, the tp gather of a checkpoint, sequence
     parallelism's LayerNorm all-reduce) it is exactly that, the largest of the temporaries (the tied

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_ddp_zero.sh: data parallelism (llm/ddp.h) and ZeRO stages 1-3 (llm/zero.h) under mpirun, rung 4
+# test_ddp_zero.sh: data parallelism (llm/parallel/ddp.h) and ZeRO stages 1-3 (llm/parallel/zero.h) under mpirun, rung 4
 # and 5 of the verification ladder (DESIGN.md): every layout against one process, and the program's
 # own accounting against the ZeRO paper (Rajbhandari et al. 2019, Table 1 and sec. 7).
 #
@@ -19,14 +19,14 @@
 #     clip would scale the update by that.
 #  3. Memory per rank of parameters + gradients + optimizer state (--report-json) against the paper:
 #     formula <= measured <= formula + (p + g + K) * padding (16 bytes per parameter in FP32).
-#  4b. The order of each rank's data-parallel operations in the last step (the trace of llm/ddp.h):
+#  4b. The order of each rank's data-parallel operations in the last step (the trace of llm/parallel/ddp.h):
 #     each unit's reduction starts before the next unit's backward begins (overlap), only in the last
 #     micro-step; ZeRO-3 gathers each unit once per pass, the next one before the current one runs;
 #     ZeRO-1/2 gather the updated units after the backward.
 #  4. Bytes per step in the comm ledger: DDP = one gradient all-reduce, 2 (N-1)/N * 4 Psi sent;
 #     ZeRO-1 and ZeRO-2 = reduce-scatter + all-gather (= DDP's volume, sec. 7.2.1);
 #     ZeRO-3 = all-gather (forward) + all-gather (backward) + reduce-scatter = 1.5 x DDP.
-#  4c. The tagged allocator's peaks (llm/context.h, *_peak_bytes in the report): every kind's peak >= its
+#  4c. The tagged allocator's peaks (llm/core/context.h, *_peak_bytes in the report): every kind's peak >= its
 #     bytes live at the end; parameters, gradients, optimizer states and activations, allocated once and
 #     held, peak = live (test/ddp_zero_check.py peaks).
 #  5. Resuming across layouts: a 2-process ZeRO-2 run from a 1-process state, a 1-process run from a
@@ -119,7 +119,7 @@ for np in 2 4; do
 done
 check ratio "ledger ZeRO-3 / DDP at 4 processes" "$tmp/np4_z3_acc1.json" "$tmp/np4_z0_acc1.json"
 
-# activation recompute (llm/block.h) changes no bit: DDP and ZeRO-3 at 2 processes with gradient
+# activation recompute (llm/model/block.h) changes no bit: DDP and ZeRO-3 at 2 processes with gradient
 # accumulation, selective and full, against the same runs without recompute
 for z in 0 3; do
     for r in selective full; do
@@ -184,11 +184,11 @@ else
     echo "skip BF16 emulated runs: $EMU16 not built (make build/train_gpt_emu_bf16)"; skipped=$((skipped+1))
 fi
 
-# The CPU build in BF16 (llm/half_cpu.h; make build/train_gpt_cpu_bf16): BF16 parameters and gradients,
-# FP32 master weights and moments, BF16 gradient averages over MPI (the user ops of llm/comm_mpi16.h). The
+# The CPU build in BF16 (llm/core/half_cpu.h; make build/train_gpt_cpu_bf16): BF16 parameters and gradients,
+# FP32 master weights and moments, BF16 gradient averages over MPI (the user ops of llm/comm/comm_mpi16.h). The
 # memory the tagged allocator counted against ZeRO's Table 1 with 2 + 2 + 12 bytes per parameter
 # (16 under DDP, 2 + 2 + 12/2 = 10 under ZeRO-1, 2 + 14/2 = 9 under ZeRO-2, 16/2 = 8 under ZeRO-3,
-# within the padding); the activations per layer measured == the formula (llm/report.h, 2 bytes a
+# within the padding); the activations per layer measured == the formula (llm/train/report.h, 2 bytes a
 # value) and below the FP32 run's; and, as in the emulated BF16 build, ZeRO-1/2/3 give DDP's bytes.
 CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
 if [ -x "$CPU16" ]; then

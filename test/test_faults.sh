@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_faults.sh: dead and hung ranks (the communication watchdog, llm/watchdog.h, --comm-timeout) and
-# stragglers (llm/straggler.h, --straggler-every), caused on purpose with --inject (llm/inject.h).
+# test_faults.sh: dead and hung ranks (the communication watchdog, llm/comm/watchdog.h, --comm-timeout) and
+# stragglers (llm/faults/straggler.h, --straggler-every), caused on purpose with --inject (llm/faults/inject.h).
 #
 #   bash test/test_faults.sh   (needs ./train_gpt_cpu; builds build/train_gpt_emu)
 #

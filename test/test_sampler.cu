@@ -1,6 +1,6 @@
-// test_sampler.cu: generation (llm/sampler.h) against independent references.
+// test_sampler.cu: generation (llm/model/sampler.h) against independent references.
 //   1. The KV-cache forward: the logits it computes at each position equal those of the stage's full
-//      forward of the whole sequence (llm/gpt.h: causal attention, so position t of one full forward
+//      forward of the whole sequence (llm/model/stage.h: causal attention, so position t of one full forward
 //      sees exactly tokens 0..t), for a random model and sequence.
 //   2. Its cost: generating n tokens after a prompt of p runs p + n - 1 single-position forwards.
 //   3. Greedy generation: every generated token is the argmax of the full forward's logits.
@@ -14,13 +14,13 @@
 // 1e-5 * scale + 1e-4 relative. BF16: activations are rounded to bf16 at every op in both paths, but
 // at different points of different kernels: 3e-2 * scale (observed up to 1% of the scale over seeds;
 // a wrong position, a missing cache entry or a misplaced head changes logits by O(scale)).
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
-#include "../llm/tensors.h"
-#include "../llm/gpt.h"
-#include "../llm/dp.h"
-#include "../llm/sampler.h"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
+#include "../llm/model/tensors.h"
+#include "../llm/model/stage.h"
+#include "../llm/parallel/dp.h"
+#include "../llm/model/sampler.h"
 #include "test_common.h"
 
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
