@@ -16,6 +16,8 @@
 #include "../train/dataloader.h"
 #include "../faults/inject.h"
 #include "../faults/health.h"
+#include "../faults/preempt.h"
+#include "../train/logger.h"
 #include "checkpoint.h"
 #include "ckpt_dir.h"
 #include "ckpt_shard.h"
@@ -156,4 +158,36 @@ static int run_resume(Comm* c, const char* resume, const char* out_dir, const Ru
     loaded_state_free(&st);
     note("resumed from %s at step %d", path, step);
     return step;
+}
+
+// A SIGTERM or SIGINT on rank sig_rank (llm/faults/preempt.h) after the state of `step` was saved: the save
+// finished, one line, and every rank ends with 128 + the signal's number.
+static void run_preempted_exit(RunCkpt* rc, int step, int sig, int sig_rank) {
+    run_ckpt_finish(rc);
+    if (rc->comm->world_rank == 0) {
+        printf("step %d: %s on rank %d: the state after step %d is saved in %s; exiting with status %d (128 + %s); "
+               "--resume latest goes on from here\n", step, preempt_signal_name(sig), sig_rank, step, rc->out_dir, 128 + sig,
+               preempt_signal_name(sig));
+    }
+    comm_exit(rc->comm, 128 + sig);
+}
+
+// The rollback (llm/faults/health.h) after a streak of bad steps, or an SDC mismatch (sdc_msg non-empty),
+// at `step`: the save in flight completes, the newest last-known-good checkpoint goes back into the run
+// (or one line and exit 3); the data go on from where they are. Returns the step restored: the loop goes
+// on with the one after it.
+static int run_rollback(RunCkpt* rc, const RunState* rs, Logger* lg, int step, const char* sdc_msg) {
+    run_ckpt_finish(rc);
+    char why[500], path[1100];
+    LoadedState st;
+    int to = health_rollback(rs->health, rc->comm, rc->out_dir, step, sdc_msg, &rs->dp->lay, &st, why, sizeof(why), path, sizeof(path));
+    run_state_import(rs, &st, 0, path);
+    loaded_state_free(&st);
+    DataPosition at = dataloader_position(rs->loader);
+    if (rc->comm->world_rank == 0) {
+        printf("step %d: rollback: %s: restored %s (step %d); the data go on from epoch %lld sample %lld\n", step, why, path, to,
+               (long long)at.epoch, (long long)at.sample);
+    }
+    logger_log_rollback(lg, step, to, why);
+    return to;
 }

@@ -38,13 +38,17 @@
 // naming it.
 #pragma once
 #include "../core/common.h"
+#include "../core/rand.h"
+#include "../comm/comm.h"
+#include "../parallel/dp.h"
+#include "health.h"  // health_bitflip
 
 typedef enum { INJECT_DIE, INJECT_HANG, INJECT_NAN, INJECT_SPIKE, INJECT_SLOW, INJECT_BITFLIP, INJECT_DISKFAIL, INJECT_SLOWDISK,
                INJECT_GRADSPIKE, INJECT_NUM_KINDS } InjectKind;
 static const char* const INJECT_KIND_NAMES[INJECT_NUM_KINDS] = {"die", "hang", "nan", "spike", "slow", "bitflip", "diskfail", "slowdisk",
                                                                 "gradspike"};
 
-#define INJECT_AT_START 0   // die, hang: at the start of the step (inject_step_begin)
+#define INJECT_AT_START 0   // die, hang: at the start of the step (inject_before_step)
 #define INJECT_AT_REDUCE 1  // after the step's forward and backward, before its gradient reductions are waited
 
 typedef struct {
@@ -60,6 +64,8 @@ typedef struct {
 typedef struct {
     InjectFault fault[INJECT_MAX];
     int n;
+    int reached;  // the highest step begun (a step run again after a rollback is not fresh)
+    int fresh;    // the step now running runs for the first time
 } InjectPlan;
 
 // parse one "key=value" integer of spec; 0 on success, else writes why into err
@@ -208,9 +214,43 @@ static void inject_stop(const InjectPlan* plan, int step, int rank, int at) {
     }
 }
 
-// the process-level faults at the start of a step: die, hang (those without at=reduce), slow sleeps ms
-static void inject_step_begin(const InjectPlan* plan, int step, int rank) {
-    inject_stop(plan, step, rank, INJECT_AT_START);
-    const InjectFault* slow = inject_find(plan, INJECT_SLOW, step, rank);
+// ----------------------------------------------------------------------------
+// the faults of a training step, behind the calls the loop makes (train_gpt.cu)
+
+// Before step `step`: die, hang (those at its start) and slow on this rank; a spike on a rank of this
+// rank's dp slice (every tp and pp rank of the slice reads the bad batch: targets (n) become random
+// tokens); which gradient faults this rank's data-parallel hooks put in this step (dp->inject_nan,
+// dp->inject_grad_factor). The faults of the gradients, batch and parameters strike the first time a
+// step runs only (a rollback repeats step numbers: a transient fault does not come back).
+static void inject_before_step(InjectPlan* plan, const Comm* c, DataParallel* dp, int step, int* targets, size_t n, int vocab) {
+    plan->fresh = step > plan->reached;
+    if (plan->fresh) plan->reached = step;
+    int spike = 0;
+    for (int q = 0; q < c->tp * c->pp && plan->fresh; q++) {
+        spike |= inject_find(plan, INJECT_SPIKE, step, comm_world_rank_of(c, c->dp_rank, q / c->tp, q % c->tp)) != NULL;
+    }
+    if (spike) {
+        Rng r;
+        rng_init(&r, 0x5bd1e995u + (uint64_t)step);
+        for (size_t i = 0; i < n; i++) targets[i] = (int)(rng_u64(&r) % (uint64_t)vocab);
+    }
+    dp->inject_nan = plan->fresh && inject_find(plan, INJECT_NAN, step, c->world_rank) != NULL;
+    const InjectFault* gs = plan->fresh ? inject_find(plan, INJECT_GRADSPIKE, step, c->world_rank) : NULL;
+    dp->inject_grad_factor = gs ? gs->factor : 0.0f;
+    inject_stop(plan, step, c->world_rank, INJECT_AT_START);
+    const InjectFault* slow = inject_find(plan, INJECT_SLOW, step, c->world_rank);
     if (slow) usleep((useconds_t)slow->ms * 1000);
+}
+
+// inside the step, after this rank's forward and backward, before its gradient reductions are waited:
+// die and hang with at=reduce
+static void inject_before_reductions(const InjectPlan* plan, int step, int rank) { inject_stop(plan, step, rank, INJECT_AT_REDUCE); }
+
+// after the step's update: a flipped bit in this rank's parameters (silent data corruption)
+static void inject_after_update(const InjectPlan* plan, DataParallel* dp, int step) {
+    const InjectFault* flip = plan->fresh ? inject_find(plan, INJECT_BITFLIP, step, dp->comm->world_rank) : NULL;
+    if (flip == NULL) return;
+    health_bitflip(dp, flip->index, flip->bit);
+    fprintf(stderr, "inject: rank %d flips bit %d of parameter %ld after step %d (--inject bitflip)\n", dp->comm->world_rank, flip->bit,
+            flip->index, step);
 }

@@ -408,6 +408,16 @@ static void dataloader_next_batch(DataLoader* dl) {
     dl->cursor = adv % dl->num_samples;
 }
 
+// the m micro-batches of one optimizer step, each (B, T), into inputs and targets (m, B, T)
+static void dataloader_next_step(DataLoader* dl, int m, int* inputs, int* targets) {
+    size_t BT = (size_t)dl->B * dl->T;
+    for (int micro = 0; micro < m; micro++) {
+        dataloader_next_batch(dl);
+        memcpy(inputs + micro * BT, dl->inputs, BT * sizeof(int));
+        memcpy(targets + micro * BT, dl->targets, BT * sizeof(int));
+    }
+}
+
 // back to the first sample of epoch 0 (a validation pass starts here each time)
 static void dataloader_reset(DataLoader* dl) {
     dl->epoch = 0;

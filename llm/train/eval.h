@@ -21,6 +21,20 @@ static float val_loss(Pipeline* pp, DataLoader* val, int steps) {
     return (float)(sum / steps);
 }
 
+// One sample from the model: sample_len tokens after EOT, drawn with rng on every rank (the sampler's
+// forward runs on all of them), printed by rank 0 as text (or token ids without a tokenizer).
+static void print_sample(Sampler* sp, int eot, int sample_len, Rng* rng, const Tokenizer* tok, int rank0) {
+    int* gen = (int*)mallocCheck((size_t)sp->cfg.max_seq_len * sizeof(int));  // (maxT)
+    gen[0] = eot;
+    int len = sampler_generate(sp, gen, 1, sample_len, -1, rng);
+    if (rank0) {
+        printf("sample: ");
+        print_tokens(tok, gen + 1, len - 1);
+        printf("\n");
+    }
+    free(gen);
+}
+
 // Greedy exact-match accuracy on held-out problems: each document (split at EOT) of the shard is a
 // prompt through the first '=' and an answer up to '\n'; the model must produce the answer exactly.
 // The first print_n problems are printed.
