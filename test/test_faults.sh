@@ -95,7 +95,7 @@ fault() {
         [ "$n" -eq 1 ] || { problems+=" rank $r: $n lines;"; continue; }
         [[ "$l" == *"step 3: "* ]] || problems+=" rank $r: no step 3;"
         [[ "$l" =~ in\ [a-z_2]+\ (#[0-9]+\ )?of\ the\ [a-z]+\ group ]] || problems+=" rank $r: no collective and group;"
-        [[ "$l" =~ (called|waited)\ at\ llm/[a-z_0-9]+\.h:[0-9]+ ]] || problems+=" rank $r: no file:line;"
+        [[ "$l" =~ (called|waited)\ at\ llm/[a-z]+/[a-z_0-9]+\.h:[0-9]+ ]] || problems+=" rank $r: no file:line;"
         [[ "$l" == *"; no report from rank $fr" ]] || problems+=" rank $r: the silent ranks are not just rank $fr;"
     done
     grep -q " watchdog: rank $fr:" "$LOG/$name.log" && problems+=" the faulty rank printed a watchdog line;"
