@@ -13,7 +13,13 @@
 // --zero N turns on the first N of them (zero_config; each implies the ones before it): 0 is DDP
 // (llm/parallel/ddp.h), 1, 2, 3 the paper's P_os, P_os+g, P_os+g+p. The number is kept for printing only.
 // llm/parallel/dp.h asks the switches behind the hooks the model calls, and allocates by them (the
-// paper's Table 1, dp_paper_bytes there).
+// paper's Table 1, dp_paper_bytes there). Where each one acts:
+//     shard_optim   what a rank updates (dp_owned, dp_index), its gradients' reduce-scatter
+//                   (zero_reduce_scatter, from the grads-ready hook) and, the parameters being
+//                   replicated, their all-gather after the update (zero_gather_updated, dp_update)
+//     shard_grads   the units' gradient working buffers (zero_unit_grads) and the shard (dp_grad_at)
+//     shard_params  each unit's parameters gathered just in time (zero_params_acquire / _release,
+//                   from the params hooks)
 //
 // Blocks. The parameter layout pads every unit to a multiple of ZERO_ALIGN * dp values
 // (llm/model/tensors.h), so a unit splits into dp equal blocks, each 16-byte aligned: rank r owns block r
