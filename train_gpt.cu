@@ -51,6 +51,8 @@ and writes, weights excluded (7 MB per layer, read once or twice):
 #include "llm/model/tensors.h"
 #include "llm/model/stage.h"
 #include "llm/parallel/dp.h"
+#include "llm/parallel/dp_step.h"
+#include "llm/parallel/dp_export.h"
 #include "llm/parallel/pipeline.h"
 #include "llm/parallel/pipeline_report.h"
 #include "llm/ops/optimizer.h"
@@ -194,7 +196,7 @@ int main(int argc, char** argv) {
                dp.lay.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
         if (comm.world_size > 1 || args.zero > 0) {
             printf("processes: %d = dp %d x tp %d x pp %d | %s | MPI start %.0f ms\n", comm.world_size, comm.dp,
-                   comm.tp, comm.pp, stage_name(args.zero), comm.init_ms);
+                   comm.tp, comm.pp, zero_name(dp.zero.level), comm.init_ms);
         }
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
@@ -264,7 +266,7 @@ int main(int argc, char** argv) {
         logger_init(&logger, NULL, 0);
     }
     if (rank0) print_memory(&dp, stage);
-    if (rank0 && args.sdc_check_every > 0 && args.zero == 3 && comm.dp > 1) {
+    if (rank0 && args.sdc_check_every > 0 && dp.zero.shard_params && comm.dp > 1) {
         printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
     }
 

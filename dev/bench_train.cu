@@ -22,6 +22,8 @@
 #include "../llm/model/tensors.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
+#include "../llm/parallel/dp_export.h"
 #include "../llm/ops/optimizer.h"
 #include "../llm/train/report.h"
 #include <algorithm>

@@ -228,27 +228,27 @@ def memory(name, report):
 
 def ledger(name, report):
     r = json.load(open(report))
-    stage, N, x = r["stage"], r["dp"], r["bytes_per_value"]
+    zero, N, x = r["stage"], r["dp"], r["bytes_per_value"]
     S, P, accum = x * r.get("shard_parameters", r["num_parameters"]), x * r["packed_parameters"], r["grad_accum"]
     loss = 4 if N > 1 else 0
     # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
-    # (the loss average; the norm's sum of squares in stages 1-3)
+    # (the loss average; the norm's sum of squares in ZeRO-1/2/3)
     want = {0: {"all_reduce": S + loss},
             1: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
             2: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
-            3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[stage]
+            3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[zero]
     for rk in r["ranks"]:
         got = {row["kind"]: row["payload_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp"}
         other = [row for row in rk["ledger_step"]["rows"] if row["group"] not in ("dp", "tp")]  # tp: tp_ledger
         if got != want or other:
             return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
         sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp")
-        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage == 0 else 0))
+        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if zero == 0 else 0))
         if abs(sent - scalars - r["paper_sent_bytes_per_step"]) > 1.0:
             return False, "%s: rank %d sent %.1f B per step, paper %.1f B + scalars %.1f B" % (
                 name, rk["rank"], sent, r["paper_sent_bytes_per_step"], scalars)
     formula = {0: "2(N-1)/N S", 1: "2(N-1)/N P", 2: "2(N-1)/N P",
-               3: "%d(N-1)/N P" % (2 * accum + 1)}[stage]
+               3: "%d(N-1)/N P" % (2 * accum + 1)}[zero]
     return True, "%s: payload per step %s; sent %.0f B = %s (S = %d B gradient, P = %d B padded)" % (
         name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)
 
@@ -391,7 +391,7 @@ def order(name, report):
     all-gather of unit u starts, R u: the reduction of unit u's gradients starts, E: the backward is
     over). Units: 0 the embedding, 1..L the layers, L+1 the final LayerNorm."""
     r = json.load(open(report))
-    stage, U, accum = r["stage"], r["num_units"], r["grad_accum"]
+    zero, U, accum = r["stage"], r["num_units"], r["grad_accum"]
     bwd = [0, U - 1] + list(range(U - 2, 0, -1))  # the LM head (embedding), final, layers L..1
     for rk in r["ranks"]:
         ev = [(t[0], int(t[1:]) if len(t) > 1 else -1) for t in rk["dp_events"].split()]
@@ -421,11 +421,11 @@ def order(name, report):
             if not R[u] < B[nxt]:
                 return False, "%s: the reduction of unit %d starts at event %d, after the backward of unit %d (%d)" % (where, u, R[u], nxt, B[nxt])
         G = [(i, u) for i, (w, u) in enumerate(ev) if w == "G"]
-        if stage == 0 and G:
+        if zero == 0 and G:
             return False, "%s: DDP gathered parameters: %s" % (where, G)
-        if stage in (1, 2) and (len(G) != U or min(i for i, _ in G) < e[0] or sorted(u for _, u in G) != list(range(U))):
-            return False, "%s: ZeRO-%d must gather each updated unit once after the backward; gathers %s, backward over at %d" % (where, stage, G, e[0])
-        if stage == 3:
+        if zero in (1, 2) and (len(G) != U or min(i for i, _ in G) < e[0] or sorted(u for _, u in G) != list(range(U))):
+            return False, "%s: ZeRO-%d must gather each updated unit once after the backward; gathers %s, backward over at %d" % (where, zero, G, e[0])
+        if zero == 3:
             # 2. each pass (a micro-step's forward, or its backward) gathers every unit once, and the next
             # unit's gather starts before the current unit is computed (prefetch), ZeRO sec. 5.3
             # micro-step m: from after micro-step m-1's last backward event to its own last one
@@ -446,7 +446,7 @@ def order(name, report):
                             return False, "%s: micro-step %d: unit %d is gathered at event %d, after unit %d's %s began (%d): no prefetch" % (
                                 where, m, nxt, gi[nxt], u, "forward" if kind == "F" else "backward", i)
     what = {0: "no gathers", 1: "each updated unit gathered once after the backward", 2: "each updated unit gathered once after the backward",
-            3: "every pass gathers each unit once, the next one before the current one is computed"}[stage]
+            3: "every pass gathers each unit once, the next one before the current one is computed"}[zero]
     return True, "%s: %d ranks; each unit's gradients reduced once, in the last of %d micro-step(s), before the next unit's " \
                  "backward begins, driven by polls during the backward; %s" % (name, len(r["ranks"]), accum, what)
 

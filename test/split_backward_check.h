@@ -35,6 +35,7 @@
 #pragma once
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
 
 typedef int (*SplitVerdict)(int ok, const char* what);
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# test_ddp_zero.sh: data parallelism (llm/parallel/ddp.h) and ZeRO stages 1-3 (llm/parallel/zero.h) under mpirun, rung 4
+# test_ddp_zero.sh: data parallelism (llm/parallel/ddp.h) and ZeRO-1/2/3 (llm/parallel/zero.h) under mpirun, rung 4
 # and 5 of the verification ladder (DESIGN.md): every layout against one process, and the program's
 # own accounting against the ZeRO paper (Rajbhandari et al. 2019, Table 1 and sec. 7).
 #
 #   bash test/test_ddp_zero.sh          (needs ./train_gpt_cpu; build/train_gpt_emu for the emulated run)
 #
 # Checked, one line each:
-#  1. For 2 and 4 processes, each stage 0 (DDP), 1, 2, 3, with one micro-step and with gradient
+#  1. For 2 and 4 processes, each --zero 0 (DDP), 1, 2, 3, with one micro-step and with gradient
 #     accumulation (2 micro-steps per rank): from the same seed checkpoint and data as one process
 #     on the same global batch, the train and val losses and grad norms of 4 steps, and every
 #     parameter of the final model, match the one-process run. The 4-process runs clip the gradient
@@ -14,7 +14,7 @@
 #  2. At 2 processes ZeRO-1, ZeRO-2 (and ZeRO-3) against DDP: the final model and state files are the
 #     same bytes. They hold because with 2 ranks every element of the averaged gradient is one float
 #     addition a+b (then * 1/2, exact), the same in an all-reduce and a reduce-scatter, and everything
-#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of stages 1-3 sums the
+#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of ZeRO-1/2/3 sums the
 #     shards' squares in another order than DDP's one sum, so its last bit may differ, and an active
 #     clip would scale the update by that.
 #  3. Memory per rank of parameters + gradients + optimizer state (--report-json) against the paper:

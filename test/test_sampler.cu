@@ -20,6 +20,7 @@
 #include "../llm/model/tensors.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_export.h"
 #include "../llm/model/sampler.h"
 #include "test_common.h"
 

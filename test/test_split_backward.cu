@@ -17,6 +17,8 @@
 #include "../llm/model/tensors.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
+#include "../llm/parallel/dp_export.h"
 #include "../llm/ckpt/checkpoint.h"
 #include "../llm/core/rand.h"
 #include "split_backward_check.h"

@@ -7,7 +7,7 @@
 # Checked, one line each:
 #  0. Megatron's operators exactly (test/test_tp_ops.cu, tp 2 and 4, CPU and emulated): f and g forward
 #     and backward on integer-valued inputs, every sum exact, against the unsplit layer.
-#  1. tp 2 and tp 4 (one dp rank), and dp 2 x tp 2 with every ZeRO stage 0-3 and gradient accumulation,
+#  1. tp 2 and tp 4 (one dp rank), and dp 2 x tp 2 with every --zero 0-3 and gradient accumulation,
 #     each without and with sequence parallelism (--sequence-parallel 1, Korthikanti et al. sec. 4.2.2)
 #     (2 micro-steps per rank): from the same seed checkpoint and data as one process on the same global
 #     batch, the train and val losses and the grad norms of 4 steps, and every parameter of the final

@@ -1,4 +1,4 @@
-// ckpt_resume.h: reading a checkpoint back, whatever layout wrote it (dp, tp, pp, ZeRO stage, schedule):
+// ckpt_resume.h: reading a checkpoint back, whatever layout wrote it (dp, tp, pp, ZeRO level, schedule):
 // a sharded one's pieces this rank needs (llm/ckpt/ckpt_shard.h has the format), or a gathered state file
 // (llm/ckpt/checkpoint.h), every byte verified once (a sharded checkpoint's shard r by rank r mod world; a
 // state file by each rank as it reads it whole) and every header field range-checked; and choosing one:

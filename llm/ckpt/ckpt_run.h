@@ -10,6 +10,7 @@
 #include "../core/common.h"
 #include "../comm/comm.h"
 #include "../parallel/dp.h"
+#include "../parallel/dp_export.h"
 #include "../precision/fp8_linear.h"
 #include "../precision/loss_scale.h"
 #include "../core/rand.h"

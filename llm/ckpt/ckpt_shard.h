@@ -11,7 +11,7 @@
 //                  of which (unit, offset, length) pieces of that space they are. What a rank owns: the
 //                  units of its pipeline stage (the tied embedding: the first stage's), of those its
 //                  tensor-parallel shard (the replicated tensors: tp rank 0's), of that its ZeRO blocks
-//                  (stages 1-3), or under DDP its 1/dp of every unit, so that every value is written
+//                  (ZeRO-1/2/3), or under DDP its 1/dp of every unit, so that every value is written
 //                  exactly once and every rank writes about 1/world of the state.
 //   manifest.txt   written by rank 0 after every rank reported its shard written, fsynced, renamed into
 //                  place and the directory fsynced after (llm/core/atomic_file.h): the step, the verdict, the layout, the config,
@@ -110,7 +110,7 @@ static void ckpt_init(Ckpt* ck, Comm* comm, const DataParallel* dp, const Inject
     memset(ck, 0, sizeof(*ck));
     ck->comm = comm; ck->inject = inject; ck->out_dir = out_dir; ck->async = async; ck->keep = keep;
     snprintf(ck->layout, sizeof(ck->layout), "dp %d tp %d pp %d zero %d schedule %s vpp %d", comm->dp, comm->tp, comm->pp,
-             dp->stage, schedule, vpp);
+             dp->zero.level, schedule, vpp);
     ckpt_build_map(ck, &dp->lay);
 }
 
@@ -125,13 +125,13 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
     float* master = dp->opt.master ? (float*)mallocCheck(mine_n * sizeof(float)) : NULL;  // (mine_n) or NULL
     float* m = (float*)mallocCheck(mine_n * sizeof(float));                               // (mine_n)
     float* v = (float*)mallocCheck(mine_n * sizeof(float));                               // (mine_n)
-    size_t px_n = dp->stage == 3 ? mine_n : pn;
-    float* px = (float*)mallocCheck(px_n * sizeof(float));  // (px_n) the floatX parameters: all (stages 0-2) or the shard
+    size_t px_n = dp->zero.shard_params ? mine_n : pn;
+    float* px = (float*)mallocCheck(px_n * sizeof(float));  // (px_n) the floatX parameters: all, or the shard (shard_params)
     device_synchronize();
     if (master) copy_to_host(master, dp->opt.master, mine_n * sizeof(float));
     copy_to_host(m, dp->opt.m, mine_n * sizeof(float));
     copy_to_host(v, dp->opt.v, mine_n * sizeof(float));
-    copy_to_host_float(px, dp->stage == 3 ? dp->params_shard : dp->params, px_n);
+    copy_to_host_float(px, dp->zero.shard_params ? dp->params_shard : dp->params, px_n);
     int has16 = master != NULL;
     // the owned positions, in order: at most mine_n values
     size_t cap = mine_n, cap_pieces = 64;
@@ -145,7 +145,7 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
     for (int u = 0; u < lay->num_units; u++) {
         if (!lay->units[u].held || (u == 0 && dp->pp_rank > 0)) continue;  // the tied embedding: the first stage's
         size_t lo, hi, n = lay->units[u].n;
-        if (dp->stage > 0) dp_owned(dp, u, &lo, &hi);
+        if (dp->zero.shard_optim) dp_owned(dp, u, &lo, &hi);
         else { size_t b = (n + dp->dp - 1) / dp->dp; lo = (size_t)dp->rank * b; hi = lo + b; }  // DDP: 1/dp each
         if (hi > n) hi = n;
         int k = unit_tensors(lay, u, ts_);
@@ -158,9 +158,9 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
             for (size_t pos = a; pos < e; pos++) {
                 size_t packed = lay->units[u].start + pos, c = ck->ckpt_of[packed];
                 if (c == SIZE_MAX) continue;
-                size_t si = dp->stage == 0 ? packed : dp_index(dp, u, pos);
+                size_t si = !dp->zero.shard_optim ? packed : dp_index(dp, u, pos);
                 if (s->values == cap) fatal("checkpoint: rank owns more values than its state holds (%zu)", cap);
-                float xval = px[dp->stage == 3 ? si : packed];
+                float xval = px[dp->zero.shard_params ? si : packed];
                 s->p[s->values] = master ? master[si] : xval;
                 s->m[s->values] = m[si];
                 s->v[s->values] = v[si];

@@ -216,7 +216,7 @@ static void health_unit_name(const ParamLayout* lay, int u, char* out, size_t ca
 #define SDC_MSG_BYTES 256
 static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     msg[0] = '\0';
-    if (dp->stage == 3 || dp->dp == 1) return 0;
+    if (dp->zero.shard_params || dp->dp == 1) return 0;
     const ParamLayout* lay = &dp->lay;
     int U = lay->num_units, block = 4 * U + 1, R = dp->dp;  // per rank: 4 16-bit pieces per unit, its world rank
     float* mine = (float*)mallocCheck((size_t)block * sizeof(float));
@@ -292,8 +292,8 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
 // or the ZeRO-3 shard), the copy the model computes with. For a 16-bit floatX, bit b >= 16 is bit b - 16
 // (bit 30, the top exponent bit of an FP32, is BF16's bit 14).
 static void health_bitflip(DataParallel* dp, long index, int bit) {
-    floatX* base = dp->stage == 3 ? dp->params_shard : dp->params;
-    size_t n = dp->stage == 3 ? dp->z.shard_size : dp->lay.packed_size;
+    floatX* base = dp->zero.shard_params ? dp->params_shard : dp->params;
+    size_t n = dp->zero.shard_params ? dp->z.shard_size : dp->lay.packed_size;
     if (index < 0 || (size_t)index >= n) fatal("--inject bitflip: index %ld beyond this rank's %zu parameters", index, n);
     int nbits = (int)(8 * sizeof(floatX));
     if (bit >= nbits) bit -= 16;

@@ -2,14 +2,18 @@
 // this rank's data-parallel storage: dp_export / dp_export_floatx gather the parameters and AdamW's
 // moments from every rank's part (its blocks under ZeRO, its tp shards, its pipeline stage's units),
 // dp_import_params / dp_import_moments / dp_import_floatx keep this rank's part. Through them a
-// checkpoint is layout-independent: train_gpt.cu saves what dp_export gathered and restores a state
-// file (a resume, a rollback of llm/faults/health.h) with dp_import_*.
-// Part of llm/parallel/dp.h, which includes it after DataParallel and its setup.
+// checkpoint is layout-independent: llm/ckpt/ saves what dp_export gathered and restores a state file
+// (a resume, a rollback of llm/faults/health.h) with dp_import_*.
 #pragma once
+#include "../core/common.h"
+#include "../core/device.h"
+#include "../model/tensors.h"
+#include "../comm/comm.h"
+#include "dp.h"
 
-// this rank's part of a packed host array: all of it (stage 0), or its blocks (its shard)
+// this rank's part of a packed host array: all of it (DDP), or its blocks (its shard, shard_optim)
 static void dp_mine_from_packed(const DataParallel* dp, const float* packed, float* mine) {
-    if (dp->stage == 0) { memcpy(mine, packed, dp->lay.packed_size * sizeof(float)); return; }
+    if (!dp->zero.shard_optim) { memcpy(mine, packed, dp->lay.packed_size * sizeof(float)); return; }
     for (int u = 0; u < dp->lay.num_units; u++) {
         memcpy(mine + dp->z.shard_off[u], packed + dp->lay.units[u].start + (size_t)dp->rank * dp->z.block[u],
                dp->z.block[u] * sizeof(float));
@@ -17,10 +21,10 @@ static void dp_mine_from_packed(const DataParallel* dp, const float* packed, flo
 }
 
 // the whole packed array from every rank's part (src: device, floatX or float): every rank of the
-// group must call it (one all-gather per unit under stages 1-3)
+// group must call it (one all-gather per unit with shard_optim)
 static void dp_gather_to_packed(DataParallel* dp, const void* src, int is_floatX, float* packed) {
     size_t esz = is_floatX ? sizeof(floatX) : sizeof(float);
-    if (dp->stage == 0) {
+    if (!dp->zero.shard_optim) {
         if (is_floatX) copy_to_host_float(packed, (const floatX*)src, dp->lay.packed_size);
         else copy_to_host(packed, src, dp->lay.packed_size * sizeof(float));
         return;
@@ -48,9 +52,9 @@ static void dp_import_params(DataParallel* dp, const float* params, int exact) {
     float* packed = (float*)mallocCheck(packed_n * sizeof(float));
     float* mine = (float*)mallocCheck(mine_n * sizeof(float));
     layout_to_packed(&dp->lay, params, packed);
-    if (dp->stage < 3) copy_floats_to_device(dp->params, packed, packed_n);
+    if (!dp->zero.shard_params) copy_floats_to_device(dp->params, packed, packed_n);
     dp_mine_from_packed(dp, packed, mine);
-    if (dp->stage == 3) copy_floats_to_device(dp->params_shard, mine, mine_n);
+    if (dp->zero.shard_params) copy_floats_to_device(dp->params_shard, mine, mine_n);
     if (dp->opt.master) {
         if (!exact) for (size_t i = 0; i < mine_n; i++) mine[i] = (float)(floatX)mine[i];
         copy_to_device(dp->opt.master, mine, mine_n * sizeof(float));
@@ -140,7 +144,7 @@ static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt) {
 // must call it.
 static void dp_export_floatx(DataParallel* dp, float* params) {
     float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
-    if (dp->stage < 3) copy_to_host_float(packed, dp->params, dp->lay.packed_size);  // every rank has them all
+    if (!dp->zero.shard_params) copy_to_host_float(packed, dp->params, dp->lay.packed_size);  // every rank has them all
     else dp_gather_to_packed(dp, dp->params_shard, 1, packed);
     dp_packed_to_checkpoint(dp, packed, params);
     free(packed);
@@ -172,7 +176,7 @@ static void dp_export(DataParallel* dp, float* params, float* m, float* v) {
 static void dp_import_floatx(DataParallel* dp, const float* params) {
     float* packed = (float*)mallocCheck(dp->lay.packed_size * sizeof(float));
     layout_to_packed(&dp->lay, params, packed);
-    if (dp->stage < 3) {
+    if (!dp->zero.shard_params) {
         copy_floats_to_device(dp->params, packed, dp->lay.packed_size);
     } else {
         float* mine = (float*)mallocCheck(dp->z.shard_size * sizeof(float));

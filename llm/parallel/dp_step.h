@@ -2,15 +2,23 @@
 // calls): dp_step_begin, dp_micro_begin, dp_finish_grads (the reductions waited; the LayerNorms'
 // partial gradients over tp under sequence parallelism, the tied embedding's over its two pipeline
 // stages), dp_mean, dp_grad_norm (the global norm over the dp, tp and pp shards, each copy counted
-// once) and dp_update (AdamW on what this rank owns, then under ZeRO-1/2 the all-gather of the
-// updated parameters); dp_tied_embedding_diff checks the tied copies. Part of llm/parallel/dp.h, which
-// includes it after DataParallel, its pieces (DpPiece) and its setup.
+// once) and dp_update (AdamW on what this rank owns, then, with partitioned optimizer states but
+// replicated parameters, the all-gather of the updated parameters); dp_tied_embedding_diff checks the
+// tied copies.
 #pragma once
+#include "../core/common.h"
+#include "../core/device.h"
+#include "../model/tensors.h"
+#include "../ops/optimizer.h"
+#include "../ops/global_norm.cuh"
+#include "../comm/comm.h"
+#include "dp.h"
+#include "zero.h"
 
 static void dp_step_begin(DataParallel* dp) {
     dp->trace.n = dp->trace.dropped = 0;
-    if (dp->stage <= 1) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
-    // stages 2-3: each unit's working buffer is zeroed when the first micro-batch asks for it
+    if (!dp->zero.shard_grads) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
+    // shard_grads: each unit's working buffer is zeroed when the first micro-batch asks for it
 }
 
 // before each micro-batch: is it the step's last (whose backward communicates)?
@@ -55,13 +63,13 @@ static void dp_reduce_tied_embedding(DataParallel* dp) {
 
 // The largest |difference| between this rank's copy of the embedding unit and the other end stage's
 // (0 when they are identical, as they must be); 0 on a rank without a partner. Every rank of the dp
-// group calls it (ZeRO-3 gathers the unit).
+// group calls it (with shard_params it gathers the unit).
 static double dp_tied_embedding_diff(DataParallel* dp) {
     if (comm_group_size(dp->comm, GROUP_EMBED) == 1) return 0.0;
     size_t n = dp->lay.units[UNIT_EMBED].padded;
     cudaStream_t s = llm_ctx.stream;
     floatX* both = (floatX*)device_malloc(2 * n * sizeof(floatX), MEM_COMM);  // mine, then the partner's
-    if (dp->stage < 3) copy_device_to_device(both, dp->params + dp->lay.units[UNIT_EMBED].start, n * sizeof(floatX), s);
+    if (!dp->zero.shard_params) copy_device_to_device(both, dp->params + dp->lay.units[UNIT_EMBED].start, n * sizeof(floatX), s);
     else comm_all_gather(dp->comm, GROUP_DP, dp->params_shard + dp->z.shard_off[UNIT_EMBED], both, dp->z.block[UNIT_EMBED], s);
     int peer = 1 - comm_group_rank(dp->comm, GROUP_EMBED);
     comm_sendrecv(dp->comm, GROUP_EMBED, both, n, peer, both + n, n, peer, s);
@@ -94,7 +102,7 @@ static float dp_mean(DataParallel* dp, float x) {
 }
 
 // The global L2 norm of the averaged gradient: each rank's sum of squares of the gradient it owns
-// (stage 0: all of it; stage 1: its blocks of the full buffer; stages 2-3: its shard), summed over the
+// (DDP: all of it; P_os: its blocks of the full buffer; shard_grads: its shard), summed over the
 // group: norm = sqrt(sum_r |g_r|^2). The pads are zero and add nothing. With tensor parallelism the
 // split tensors' shards are disjoint and add up over the tp group too, while the replicated tensors
 // (LayerNorms, wpe, the row-parallel biases) are the same on every tp rank: only tp rank 0 counts them.
@@ -116,9 +124,9 @@ static float dp_grad_norm(DataParallel* dp) {
             copies |= copy;
             global_norm_squared(copy ? dp->scalars : st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
         }
-    } else if (dp->stage == 0) {
+    } else if (!dp->zero.shard_optim) {
         global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
-    } else if (dp->stage == 1) {
+    } else if (!dp->zero.shard_grads) {
         for (int u = 0; u < lay->num_units; u++) {
             if (dp->z.block[u] == 0) continue;  // a unit of another pipeline stage
             global_norm_squared(st->norm, dp->grads + lay->units[u].start + (size_t)dp->rank * dp->z.block[u], dp->z.block[u], s);
@@ -132,7 +140,7 @@ static float dp_grad_norm(DataParallel* dp) {
         copy_to_host(&c2, dp->scalars, sizeof(float));
         if (!isfinite(c2)) { float nan = NAN; copy_to_device(st->norm, &nan, sizeof(float)); }
     }
-    if (dp->stage > 0) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
+    if (dp->zero.shard_optim) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     if (lay->tp > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);
     if (dp->pp > 1) comm_all_reduce(dp->comm, GROUP_PP, st->norm, st->norm, 1, COMM_SUM, s);
     float norm2;
@@ -141,9 +149,10 @@ static float dp_grad_norm(DataParallel* dp) {
 }
 
 // AdamW on what this rank owns, each tensor's piece with its own weight decay (the 2-D tensors only)
-// and gradients scaled by min(1, clip / norm); then, under stages 1-2, the updated parameters
-// all-gathered. seed drives the BF16 stochastic rounding. unscale: a loss scaler's 1 / S
-// (llm/precision/loss_scale.h), folded into the gradient factor; grad_norm is then the norm already unscaled.
+// and gradients scaled by min(1, clip / norm); then, with partitioned optimizer states but replicated
+// parameters, the updated parameters all-gathered (each rank updated only its blocks of them). seed
+// drives the BF16 stochastic rounding. unscale: a loss scaler's 1 / S (llm/precision/loss_scale.h),
+// folded into the gradient factor; grad_norm is then the norm already unscaled.
 static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float grad_norm, unsigned int seed,
                       float unscale = 1.0f) {
     AdamWState* st = &dp->opt;
@@ -154,7 +163,7 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
     for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
         int t = p.t, u = p.u;
         size_t a = p.a, e = p.e, i = dp_index(dp, u, a);  // i: in m, v, master and the shards
-        floatX* param = dp->stage == 3 ? dp->params_shard + i : dp->params + lay->units[u].start + a;
+        floatX* param = dp->zero.shard_params ? dp->params_shard + i : dp->params + lay->units[u].start + a;
         float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;
         // the rounding bits of an element depend on (step, unit, tensor, its place in the tensor's
         // slice), not on how the ranks' blocks cut the slice: every layout rounds alike
@@ -162,7 +171,7 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
                      oc->beta1, oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s,
                      a - lay->unit_offset[t]);
     }
-    if (dp->stage == 1 || dp->stage == 2) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
-    if (dp->stage == 3) zero_check_released(&dp->z);
-    if (dp->stage >= 2) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed
+    if (dp->zero.shard_optim && !dp->zero.shard_params) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
+    if (dp->zero.shard_params) zero_check_released(&dp->z);
+    if (dp->zero.shard_grads) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed
 }

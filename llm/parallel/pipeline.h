@@ -35,6 +35,7 @@
 #include "../comm/comm.h"
 #include "../model/stage.h"
 #include "dp.h"
+#include "dp_step.h"
 #include "schedule.h"
 
 // ----------------------------------------------------------------------------

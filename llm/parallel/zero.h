@@ -1,15 +1,25 @@
-// zero.h: ZeRO's partition of the model states over the dp group (Rajbhandari et al. 2019, "ZeRO:
-// Memory Optimizations Toward Training Trillion Parameter Models", sec. 5) and the collectives that
-// move a unit between its blocks and its whole:
-//     stage 1  P_os      (sec. 5.1): rank r keeps and updates the optimizer state (AdamW m, v, and
-//              the FP32 master weights of BF16 builds) of its blocks only; after the update an
-//              all-gather of the updated parameters gives every rank the whole model again
-//     stage 2  P_os+g    (sec. 5.2): the gradients too: each unit's gradients are reduce-scattered
-//              as soon as the backward has finished them; rank r keeps the averaged block it updates
-//     stage 3  P_os+g+p  (sec. 5.3): the parameters too: a unit's parameters are all-gathered just
-//              before its forward and again before its backward (the next unit prefetched), and
-//              dropped after use
-// llm/parallel/dp.h runs these as the policies of stages 1-3 behind the hooks the model calls.
+// zero.h: what ZeRO adds to data parallelism (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations
+// Toward Training Trillion Parameter Models", sec. 5): the model states partitioned over the N ranks of
+// the dp group instead of replicated on each. Three switches, each a question the code asks:
+//     shard_optim   P_os      (sec. 5.1): rank r keeps and updates the optimizer state (AdamW m, v, and
+//                             the FP32 master weights of BF16 builds) of its blocks only; after the update
+//                             an all-gather of the updated parameters gives every rank the whole model
+//     shard_grads   P_os+g    (sec. 5.2): the gradients too: each unit's gradients are reduce-scattered as
+//                             soon as the backward has finished them; rank r keeps the averaged block it
+//                             updates
+//     shard_params  P_os+g+p  (sec. 5.3): the parameters too: a unit's parameters are all-gathered just
+//                             before its forward and again before its backward (the next unit
+//                             prefetched), and dropped after use
+// --zero N turns on the first N of them (zero_config; each implies the ones before it): 0 is DDP
+// (llm/parallel/ddp.h), 1, 2, 3 the paper's P_os, P_os+g, P_os+g+p. The number is kept for printing only.
+// llm/parallel/dp.h asks the switches behind the hooks the model calls, and allocates by them (the
+// paper's Table 1, dp_paper_bytes there). Where each one acts:
+//     shard_optim   what a rank updates (dp_owned, dp_index), its gradients' reduce-scatter
+//                   (zero_reduce_scatter, from the grads-ready hook) and, the parameters being
+//                   replicated, their all-gather after the update (zero_gather_updated, dp_update)
+//     shard_grads   the units' gradient working buffers (zero_unit_grads) and the shard (dp_grad_at)
+//     shard_params  each unit's parameters gathered just in time (zero_params_acquire / _release,
+//                   from the params hooks)
 //
 // Blocks. The parameter layout pads every unit to a multiple of ZERO_ALIGN * dp values
 // (llm/model/tensors.h), so a unit splits into dp equal blocks, each 16-byte aligned: rank r owns block r
@@ -18,20 +28,21 @@
 //
 // Communication per step (sec. 7; comm.h's ring model: all-reduce sends 2 (N-1)/N S bytes,
 // reduce-scatter and all-gather (N-1)/N S, for S bytes):
-//     DDP      all-reduce of the gradients                                   2 (N-1)/N Psi
-//     stage 1  reduce-scatter of the gradients (in place in the full gradient buffer: only this rank's
-//              block is reduced) + all-gather of the updated parameters      2 (N-1)/N Psi = DDP
-//     stage 2  reduce-scatter + all-gather                                   2 (N-1)/N Psi = DDP
-//              (sec. 7.2.1: P_os and P_os+g add no communication to DDP)
-//     stage 3  all-gather (forward) + all-gather (backward) + reduce-scatter 3 (N-1)/N Psi = 1.5 DDP
-//              (sec. 7.2.2; with gradient accumulation the gathers happen in every micro-batch)
+//     DDP       all-reduce of the gradients                                   2 (N-1)/N Psi
+//     P_os      reduce-scatter of the gradients (in place in the full gradient buffer: only this rank's
+//               block is reduced) + all-gather of the updated parameters      2 (N-1)/N Psi = DDP
+//     P_os+g    reduce-scatter + all-gather                                   2 (N-1)/N Psi = DDP
+//               (sec. 7.2.1: P_os and P_os+g add no communication to DDP)
+//     P_os+g+p  all-gather (forward) + all-gather (backward) + reduce-scatter 3 (N-1)/N Psi = 1.5 DDP
+//               (sec. 7.2.2; with gradient accumulation the gathers happen in every micro-batch)
 // Each rank's comm.h ledger records what was sent; test/test_ddp_zero.sh checks it against these.
 //
-// Working buffers. Stage 1 reduce-scatters and all-gathers in place, in the full gradient and
-// parameter buffers. Stages 2-3 move units through a pool (llm/parallel/bufpool.h) of MEM_COMM buffers:
-// stage 2 holds a unit's gradient buffer from its first micro-batch to its reduce-
-// scatter in the last one (so the full gradient never exists with one micro-batch); stage 3 holds
-// the embedding's parameters from the encoder to the LM head, and two more units (one prefetched).
+// Working buffers. With the optimizer states alone partitioned, the gradients are reduce-scattered and
+// the parameters all-gathered in place, in the full gradient and parameter buffers. With the gradients
+// (and the parameters) partitioned too, units move through a pool (llm/parallel/bufpool.h) of MEM_COMM
+// buffers: a unit's gradient buffer is held from its first micro-batch to its reduce-scatter in the last
+// one (so the full gradient never exists with one micro-batch); partitioned parameters hold the
+// embedding's from the encoder to the LM head, and two more units (one prefetched).
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
@@ -43,26 +54,45 @@
 #define ZERO_ALIGN 8             // values: 16 bytes of BF16, 32 of FP32
 #define ZERO_MAX_INFLIGHT 2      // gradient reduce-scatters in flight before the oldest is waited
 
+// the three switches, set once from --zero N (0..3) when data parallelism is set up
 typedef struct {
-    int stage, dp, rank;
+    int level;         // N as given: for printing and the report only, never asked
+    int shard_optim;   // P_os: optimizer states partitioned (N >= 1)
+    int shard_grads;   // P_os+g: gradients too (N >= 2)
+    int shard_params;  // P_os+g+p: parameters too (N = 3)
+} ZeroConfig;
+
+static ZeroConfig zero_config(int level) {
+    ZeroConfig z = {level, level >= 1, level >= 2, level >= 3};
+    return z;
+}
+
+static const char* zero_name(int level) {
+    static const char* names[4] = {"DDP", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)", "ZeRO-3 (P_os+g+p)"};
+    return names[level];
+}
+
+typedef struct {
+    ZeroConfig zero;
+    int dp, rank;
     int num_units;
     size_t* block;          // (U) values of each block of unit u: padded / dp
     size_t* shard_off;      // (U) where this rank's block of unit u starts in its shard
     size_t shard_size;      // sum of the blocks
     BufPool pool;           // unit working buffers (MEM_COMM)
     size_t pool_keep_bytes; // what the pool keeps between steps: one step's working set
-    floatX** unit_params;   // (U) stage 3: unit u's gathered parameters, NULL when not held
-    CommHandle* gathers;    // (U) stage 3: the all-gather into unit_params[u]
-    floatX** unit_grads;    // (U) stages 2-3: unit u's gradient working buffer this step
-    int* order;             // (2U) stage 3: the units held in forward order, then in backward order
+    floatX** unit_params;   // (U) shard_params: unit u's gathered parameters, NULL when not held
+    CommHandle* gathers;    // (U) shard_params: the all-gather into unit_params[u]
+    floatX** unit_grads;    // (U) shard_grads: unit u's gradient working buffer this step
+    int* order;             // (2U) shard_params: the units held in forward order, then in backward order
     int order_n;            // how many units each half lists (U, or fewer on a pipeline stage)
     int* done;              // (U+1) scratch: the units whose gradient reductions just finished
     DpTrace* trace;         // where the gathers are recorded (llm/parallel/ddp.h), or NULL
 } ZeroState;
 
-static void zero_init(ZeroState* z, const ParamLayout* lay, int stage, int dp, int rank) {
+static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int dp, int rank) {
     memset(z, 0, sizeof(*z));
-    z->stage = stage; z->dp = dp; z->rank = rank;
+    z->zero = zero; z->dp = dp; z->rank = rank;
     int U = lay->num_units;
     z->num_units = U;
     z->block = (size_t*)mallocCheck((size_t)U * sizeof(size_t));
@@ -96,16 +126,15 @@ static void zero_init(ZeroState* z, const ParamLayout* lay, int stage, int dp, i
     for (int l = L - 1; l >= 0; l--) if (lay->units[unit_of_layer(l)].held) z->order[U + nb++] = unit_of_layer(l);
     if (encoder && !head) z->order[U + nb++] = UNIT_EMBED;
     z->order_n = nf;
-    // the steady-state working set, so that steps do not allocate (stage 1 needs none: it reduce-
-    // scatters and gathers in place). Stage 2: during the backward, the embedding's gradients (held
-    // from the LM head to the encoder) and ZERO_MAX_INFLIGHT + 1 more units; stage 3: the embedding's
-    // parameters and gradients, two more units' parameters (one prefetched) and ZERO_MAX_INFLIGHT + 1
-    // gradients.
+    // the steady-state working set, so that steps do not allocate (P_os alone needs none: it reduce-
+    // scatters and gathers in place). Partitioned gradients: during the backward, the embedding's
+    // gradients (held from the LM head to the encoder) and ZERO_MAX_INFLIGHT + 1 more units;
+    // partitioned parameters add the embedding's parameters and two more units' (one prefetched).
     size_t largest = 0, layer = 0, keep = 0;  // (a pipeline stage holds some of the layers)
     for (int u = 0; u < U; u++) if (lay->units[u].padded > largest) largest = lay->units[u].padded;
     for (int l = 0; l < L; l++) if (lay->units[unit_of_layer(l)].padded > layer) layer = lay->units[unit_of_layer(l)].padded;
-    if (stage == 2) keep = largest + (ZERO_MAX_INFLIGHT + 1) * layer;
-    if (stage == 3) keep = 2 * largest + (2 + ZERO_MAX_INFLIGHT + 1) * layer;
+    if (zero.shard_grads) keep += largest + (ZERO_MAX_INFLIGHT + 1) * layer;
+    if (zero.shard_params) keep += largest + 2 * layer;
     z->pool_keep_bytes = keep * sizeof(floatX);
 }
 
@@ -127,9 +156,9 @@ static inline size_t zero_shard_index(const ZeroState* z, int u, size_t pos) {
     return z->shard_off[u] + pos - (size_t)z->rank * z->block[u];
 }
 
-// a unit's gradient reduction finished: its working buffer goes back to the pool (stages 2-3)
+// a unit's gradient reduction finished: its working buffer goes back to the pool (partitioned gradients)
 static void zero_grads_done(ZeroState* z, int u) {
-    if (z->stage >= 2 && u >= 0 && z->unit_grads[u] != NULL) {
+    if (z->zero.shard_grads && u >= 0 && z->unit_grads[u] != NULL) {
         pool_put(&z->pool, z->unit_grads[u]);
         z->unit_grads[u] = NULL;
     }
@@ -143,7 +172,7 @@ static void zero_poll_grads(ZeroState* z, Comm* c, CommQueue* q) {
 }
 
 // ----------------------------------------------------------------------------
-// stage 3: parameters gathered just in time
+// P_os+g+p (shard_params): parameters gathered just in time
 
 static void zero_gather_start(ZeroState* z, Comm* c, int u, const floatX* params_shard, cudaStream_t s) {
     if (z->unit_params[u] != NULL) return;  // started already (prefetched)
@@ -181,9 +210,9 @@ static void zero_check_released(const ZeroState* z) {
 }
 
 // ----------------------------------------------------------------------------
-// stages 1-3: the gradients reduce-scattered
+// P_os, P_os+g, P_os+g+p: the gradients reduce-scattered
 
-// stages 2-3: where the backward accumulates unit u's gradients: a working buffer, zeroed when the
+// shard_grads: where the backward accumulates unit u's gradients: a working buffer, zeroed when the
 // step's first micro-batch asks for it
 static floatX* zero_unit_grads(ZeroState* z, int u, cudaStream_t s) {
     if (z->unit_grads[u] == NULL) {
@@ -195,17 +224,17 @@ static floatX* zero_unit_grads(ZeroState* z, int u, cudaStream_t s) {
 }
 
 // Starts the average of unit u's gradients over the group, this rank's block of it landing in dst:
-// stage 1 in place (dst = this rank's block of grads, the unit's whole gradient), stages 2-3 from the
-// working buffer into the shard. The finished reductions release their working buffers; at most
-// ZERO_MAX_INFLIGHT stay in flight in stages 2-3 (each holds a working buffer).
+// in place with replicated gradients (dst = this rank's block of grads, the unit's whole gradient),
+// from the working buffer into the shard with partitioned ones. The finished reductions release their
+// working buffers; at most ZERO_MAX_INFLIGHT stay in flight then (each holds a working buffer).
 static void zero_reduce_scatter(ZeroState* z, Comm* c, CommQueue* q, int u, floatX* grads, floatX* dst, cudaStream_t s) {
     commq_push(q, comm_reduce_scatter_start(c, GROUP_DP, grads, dst, z->block[u], COMM_AVG, s), u);
     zero_poll_grads(z, c, q);
-    while (z->stage >= 2 && q->count > ZERO_MAX_INFLIGHT) zero_grads_done(z, commq_wait_oldest(c, q));
+    while (z->zero.shard_grads && q->count > ZERO_MAX_INFLIGHT) zero_grads_done(z, commq_wait_oldest(c, q));
 }
 
 // ----------------------------------------------------------------------------
-// stages 1-2: the updated parameters all-gathered
+// P_os and P_os+g (replicated parameters): the updated parameters all-gathered
 
 // Every rank updated its blocks in params (the whole packed parameters); each unit is all-gathered
 // in place from the owners of its blocks, the next unit's gather started before the current one is

@@ -30,7 +30,7 @@ typedef struct {
     int keep_checkpoints;       // sharded: keep the K newest good checkpoints and the K newest of any kind (0: all)
     int save_on_signal;         // 1: SIGTERM/SIGINT save the step in flight and exit 128 + signal (llm/faults/preempt.h)
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
-    int zero;                   // ZeRO stage: 0 = DDP, 1, 2, 3
+    int zero;                   // ZeRO level: 0 = DDP, 1, 2, 3 (its switches: llm/parallel/zero.h)
     const char* report_json;    // memory and communication report, or NULL
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/model/block.h)
     int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/parallel/tensor_parallel.h)
@@ -109,7 +109,7 @@ static const FlagDoc FLAGS[] = {
     {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
     {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
     {"--trace", 0, FLAG_STRING, A_(trace), 0, 0, NULL, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
-    {"--zero", 0, FLAG_INT, A_(zero), 0, 3, NULL, "ZeRO stage over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
+    {"--zero", 0, FLAG_INT, A_(zero), 0, 3, NULL, "ZeRO over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, FLAG_STRING, A_(report_json), 0, 0, NULL, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
     {"--recompute", 0, FLAG_CHOICE, A_(recompute), 0, 0, "none|selective|full", "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
     {"--fp8", 0, FLAG_CHOICE, A_(fp8), 0, 0, "none|delayed|current|block|mx", "FP8 block linears (llm/precision/fp8_linear.h): none, delayed, current, block (DeepSeek-V3 tiles) or mx (default none)"},
@@ -273,7 +273,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->trace && a->trace[0] == '\0') a->trace = NULL;
 }
 
-// The layout, once the processes are known and before anything is allocated: the ZeRO stage, the
+// The layout, once the processes are known and before anything is allocated: the ZeRO level, the
 // parallelisms implemented so far, the batch over the dp ranks (comm_init, which builds the groups,
 // has checked dp * tp * pp against the world size). On an error rank 0 prints one line and every
 // rank exits non-zero. Sets a->total_batch when it was left to its default.

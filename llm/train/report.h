@@ -2,7 +2,7 @@
 // tagged allocator (llm/core/context.h: the live and peak bytes of each kind that were allocated), bytes
 // sent from the comm ledger (llm/comm/comm.h: what was sent); the formulas are predictions and are
 // printed as such:
-//   model states per rank    ZeRO (Rajbhandari et al. 2019), Table 1, for the stage (llm/parallel/dp.h)
+//   model states per rank    ZeRO (Rajbhandari et al. 2019), Table 1, for its switches (llm/parallel/dp.h)
 //   bytes sent per step      ZeRO sec. 7, ring model
 //   activations per layer    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 //                            Transformer Models", sec. 4.1 and Table 2, adapted to this model
@@ -14,20 +14,19 @@
 #include "../comm/comm.h"
 #include "../parallel/dp.h"
 #include "../model/block.h"
+#include "../model/stage.h"
 #include "../ckpt/checkpoint.h"
 
-static const char* stage_name(int stage) {
-    static const char* names[4] = {"DDP", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)", "ZeRO-3 (P_os+g+p)"};
-    return names[stage];
-}
-
-// the paper's bytes per parameter for the stage as text (Table 1: p + g + K, divided per stage)
-static void paper_formula_text(int stage, char* buf, size_t cap) {
-    int p = (int)sizeof(floatX), K = ADAMW_HAS_MASTER ? 12 : 8;
-    if (stage == 0) snprintf(buf, cap, "%d+%d+%d", p, p, K);
-    else if (stage == 1) snprintf(buf, cap, "%d+%d+%d/N", p, p, K);
-    else if (stage == 2) snprintf(buf, cap, "%d+%d/N", p, p + K);
-    else snprintf(buf, cap, "%d/N", 2 * p + K);
+// the paper's bytes per parameter as text (Table 1: p + g + K, the partitioned ones' sum divided by N),
+// e.g. "4+4+8/N"
+static void paper_formula_text(ZeroConfig zero, char* buf, size_t cap) {
+    int p = (int)sizeof(floatX), K = ADAMW_HAS_MASTER ? 12 : 8, parted = 0;
+    size_t len = 0;
+    buf[0] = '\0';
+    if (!zero.shard_params) len += snprintf(buf + len, cap - len, "%d", p); else parted += p;
+    if (!zero.shard_grads) len += snprintf(buf + len, cap - len, "%s%d", len ? "+" : "", p); else parted += p;
+    if (!zero.shard_optim) len += snprintf(buf + len, cap - len, "%s%d", len ? "+" : "", K); else parted += K;
+    if (parted) snprintf(buf + len, cap - len, "%s%d/N", len ? "+" : "", parted);
 }
 
 // The bytes one rank sends per step for the gradients and parameters, ZeRO paper sec. 7 (ring
@@ -37,8 +36,8 @@ static void paper_formula_text(int stage, char* buf, size_t cap) {
 static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
     double N = dp->dp, f = (N - 1) / N;
     double S = (double)sizeof(floatX) * dp->lay.shard_parameters, P = (double)sizeof(floatX) * dp->lay.packed_size;
-    if (dp->stage == 0) return 2 * f * S;          // all-reduce of the gradients
-    if (dp->stage <= 2) return 2 * f * P;          // stages 1-2: reduce-scatter + all-gather (sec. 7.2.1)
+    if (!dp->zero.shard_optim) return 2 * f * S;   // all-reduce of the gradients
+    if (!dp->zero.shard_params) return 2 * f * P;  // P_os, P_os+g: reduce-scatter + all-gather (sec. 7.2.1)
     return (2 * grad_accum + 1) * f * P;           // all-gather forward + all-gather backward + reduce-scatter
 }
 
@@ -79,11 +78,11 @@ static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r,
 static void print_memory(const DataParallel* dp, const Stage* st) {
     double psi = (double)dp->lay.shard_parameters;  // Psi of the paper: what one model-parallel rank holds
     double states = (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_MOMENTS) + mem_live(MEM_MASTER));
-    double paper = dp_paper_bytes(dp->stage, dp->dp, psi);
+    double paper = dp_paper_bytes(dp->zero, dp->dp, psi);
     char formula[32];
-    paper_formula_text(dp->stage, formula, sizeof(formula));
+    paper_formula_text(dp->zero, formula, sizeof(formula));
     printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu values)",
-           stage_name(dp->stage), dp->dp, PRECISION_MODE, dp->lay.shard_parameters, dp->lay.num_units, dp->lay.packed_size);
+           zero_name(dp->zero.level), dp->dp, PRECISION_MODE, dp->lay.shard_parameters, dp->lay.num_units, dp->lay.packed_size);
     if (dp->lay.tp > 1) printf(", this tp rank's shards of the model's %zu (tp = %d)", dp->lay.num_parameters, dp->lay.tp);
     printf("\n");
     printf("  measured (allocated now | peak):");
@@ -107,7 +106,7 @@ static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm
     REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d,\"tp_rank\":%d,\"pp_rank\":%d", c->world_rank, c->dp_rank, c->tp_rank, c->pp_rank);
     // what this rank's pipeline stage holds (every rank alike without a pipeline)
     REPORT_PUT(",\"shard_parameters\":%zu,\"packed_parameters\":%zu,\"paper_model_states_bytes\":%.0f", dp->lay.shard_parameters,
-               dp->lay.packed_size, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters));
+               dp->lay.packed_size, dp_paper_bytes(dp->zero, dp->dp, (double)dp->lay.shard_parameters));
     if (extra) REPORT_PUT(",%s", extra);
     for (int k = 0; k < MEM_NUM_KINDS; k++) REPORT_PUT(",\"%s_bytes\":%zu,\"%s_peak_bytes\":%zu", keys[k], mem_live((MemKind)k), keys[k], mem_peak((MemKind)k));
     REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"dp_events_dropped\":%d,\"dp_events\":\"",
@@ -137,7 +136,7 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
     comm_gather_bytes(c, mine, REPORT_RANK_BYTES, all);
     if (c->world_rank == 0) {
         char formula[32];
-        paper_formula_text(dp->stage, formula, sizeof(formula));
+        paper_formula_text(dp->zero, formula, sizeof(formula));
         char* text = NULL;
         size_t len = 0;
         FILE* mf = open_memstream(&text, &len);  // the whole report, then written through a temporary name
@@ -148,10 +147,10 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
                 "\"num_parameters\":%zu,\"shard_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
                 "\"L\":%d,\"C\":%d,\"NH\":%d,\"sequence_parallel\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
                 "\"paper_activations_per_layer_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
-                dp->stage, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
+                dp->zero.level, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
                 PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.shard_parameters, dp->lay.num_units,
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
-                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->stage, dp->dp, (double)dp->lay.shard_parameters),
+                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->zero, dp->dp, (double)dp->lay.shard_parameters),
                 activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(mf, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
         fprintf(mf, "]}\n");
