@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
         printf("model: %s | L=%d NH=%d C=%d maxT=%d V=%d (Vp %d) | %.2fM parameters | %s %s\n", args.model,
                cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
                dp.lay.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
-        if (comm.world_size > 1 || args.zero > 0) {
+        if (comm.world_size > 1 || dp.zero.shard_optim) {
             printf("processes: %d = dp %d x tp %d x pp %d | %s | MPI start %.0f ms\n", comm.world_size, comm.dp,
                    comm.tp, comm.pp, zero_name(dp.zero.level), comm.init_ms);
         }
@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
             vloss = val_loss(&pipe, &val_loader, args.val_steps);
         }
         report_step(&logger, rank0, step, steps, &r, vloss, ms, (float)(args.total_batch / (ms / 1e3)),
-                    comm.dp > 1 || args.zero > 0 ? wait : NAN, scaler.mode != LOSS_SCALE_NONE);
+                    comm.dp > 1 || dp.zero.shard_optim ? wait : NAN, scaler.mode != LOSS_SCALE_NONE);
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0);
         }
@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
     run_ckpt_finish(&ck);  // the last save, waited for
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
-        if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
+        if (comm.dp > 1 || dp.zero.shard_optim) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
         printf("\n");
     }
 
@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
     // the memory and the collectives of the last step, beside the papers' numbers
     comm.ledger = step_ledger;
     if (rank0) print_memory(&dp, stage);  // the peaks now include the training steps
-    if (rank0 && (comm.dp > 1 || args.zero > 0)) {
+    if (rank0 && (comm.dp > 1 || dp.zero.shard_optim)) {
         ledger_print(&comm, stdout);
         double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
         printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "
