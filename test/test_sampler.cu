@@ -11,7 +11,7 @@
 //      (the checks show the same draws rejected against temperatures 2 and 1/2).
 //   5. FP8: the sampler of a stage with FP8 linears (an --fp8 run's) decodes through them: its logits
 //      equal the FP8 stage's full forward's within the tolerance of 1, and differ from the floatX
-//      model's by more than twice that tolerance.
+//      model's by more than twice that tolerance (FP32 builds: see the section for BF16).
 // Tolerances of 1. FP32: the decode path multiplies one row at a time (other BLAS blocking, other
 // summation order) and sums attention over the cache in its own order: ~1e-6 of the logits' scale:
 // 1e-5 * scale + 1e-4 relative. BF16: activations are rounded to bf16 at every op in both paths, but
@@ -207,9 +207,14 @@ int main(int argc, char** argv) {
     //    along each row's inner dimension, so one token's row is quantized as it is in the whole
     //    sequence) and differ from the floatX model's (section 1's full forward) by more than twice that
     //    tolerance: E4M3 keeps 3 bits of mantissa (each operand moves by up to 2^-4 relative), which moves
-    //    these logits by 11-16% of their scale (measured in FP32), against the tolerance's 3% (BF16; FP32:
-    //    1e-3 %); decoding in floatX stays within the tolerance (section 1).
-    {
+    //    these logits by 11-16% of their scale (measured in FP32), against the tolerance's 1e-3 %;
+    //    decoding in floatX stays within the tolerance (section 1). FP32 builds only: BF16 rounds
+    //    the two paths' activations at different points (a bf16 ulp, 2^-8), which FP8's steps
+    //    (2^-4 to 2^-3) turn into whole steps on the elements near a boundary: measured 0.23 = 7% of the
+    //    scale between the FP8 decode and the FP8 full forward, about as far as FP8 is from BF16 (0.38).
+    if (BF16) {
+        skip("--fp8 mx decoding: BF16 rounding flips FP8 steps, as large as FP8's own effect (checked in FP32 builds)");
+    } else {
         Stage st8;
         stage_init(&st8, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
         Fp8State fp8;
@@ -230,9 +235,9 @@ int main(int argc, char** argv) {
             memcpy(f8 + (size_t)t * V, full8 + (size_t)t * Vp, V * sizeof(float));
             for (int v = 0; v < V; v++) off = fmax(off, fabs((double)sp8.logits_host[v] - full[(size_t)t * Vp + v]));
         }
-        float tol = (BF16 ? 3e-2f : 1e-5f) * scale;
+        float tol = 1e-5f * scale;
         check_close("--fp8 mx: KV-cache logits at positions 0..19 vs the FP8 stage's full forward", c8, f8, (size_t)N * V, tol,
-                    BF16 ? 0.0f : 1e-4f);
+                    1e-4f);
         check(off > 2.0 * tol, "--fp8 mx: the KV-cache logits differ from the %s model's by up to %.3g = %.1fx the tolerance "
               "(the FP8 linears are used)", PRECISION_MODE, off, off / tol);
         free(c8); free(f8); free(full8);

@@ -1,7 +1,8 @@
 // block.h: one transformer block of GPT-2 on one micro-batch, forward and backward, and what its
 // forward keeps for its backward: the activation recompute policy of Korthikanti et al. 2022,
 // "Reducing Activation Recomputation in Large Transformer Models" (sec. 4.1 counts the bytes,
-// sec. 5 chooses what to recompute).
+// sec. 5 chooses what to recompute). And the block on one new position of a sequence whose earlier
+// keys and values are cached (block_decode: generation, llm/model/sampler.h), with the same linear specs.
 //
 //   x_in -> ln1 = LN1(x_in) -> qkv = ln1 Wqkv^T + b -> atty = attention(qkv) -> attproj = atty Wo^T + b
 //        -> residual2 = x_in + attproj -> ln2 = LN2(residual2) -> fch = ln2 Wfc^T + b -> fch_gelu = GELU(fch)
