@@ -69,10 +69,8 @@ typedef struct {
     SamplerLink link;
     floatX* kcache;      // (held layers, maxT, C/tp) the keys of the positions run so far
     floatX* vcache;      // (held layers, maxT, C/tp) their values
-    BlockDecode blk;     // one position's activations in a block, reused by every layer
+    BlockDecode blk;     // one position's activations in a block, reused by every layer and the head
     floatX* x;           // (C) the residual stream
-    floatX* lnf;         // (C) the final LayerNorm's output
-    float* lnf_stats;    // (2) its mean and rstd
     floatX* logits;      // (Vp/tp) this tp rank's vocabulary range
     floatX* logits_all;  // (Vp) tp > 1: every rank's, gathered
     int* token;          // (1) device
@@ -111,15 +109,14 @@ static void sampler_init(Sampler* sp, const Stage* chunks, int V) {
     sp->lm_head = linear_spec_decode(chunks[0].lm_head);
     size_t C = c.channels, Ca = (size_t)one.att_c;
     size_t cache = (size_t)held * c.max_seq_len * Ca, Vl = (size_t)sp->lm_head.out_local;
-    ActField f[BLOCK_DECODE_FIELDS + 8] = {
+    ActField f[BLOCK_DECODE_FIELDS + 6] = {
         {(void**)&sp->kcache, cache, 0, {1, 1, 1}},    {(void**)&sp->vcache, cache, 0, {1, 1, 1}},
-        {(void**)&sp->x, C, 0, {1, 1, 1}},             {(void**)&sp->lnf, C, 0, {1, 1, 1}},
-        {(void**)&sp->lnf_stats, 2, 1, {1, 1, 1}},     {(void**)&sp->logits, Vl, 0, {1, 1, 1}},
+        {(void**)&sp->x, C, 0, {1, 1, 1}},             {(void**)&sp->logits, Vl, 0, {1, 1, 1}},
         {(void**)&sp->logits_all, sp->tp.size > 1 ? (size_t)c.padded_vocab_size : 0, 0, {1, 1, 1}},
         {(void**)&sp->token, 1, 1, {1, 1, 1}},  // an int: 4 bytes, as a float
     };
-    block_decode_fields(&sp->blk, &one, c.max_seq_len, f + 8);
-    sp->mem = carve_fields(f, 8 + BLOCK_DECODE_FIELDS, RECOMPUTE_NONE, 1, MEM_WORKSPACE);
+    block_decode_fields(&sp->blk, &one, c.max_seq_len, f + 6);
+    sp->mem = carve_fields(f, 6 + BLOCK_DECODE_FIELDS, RECOMPUTE_NONE, 1, MEM_WORKSPACE);
     sp->logits_host = (float*)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
 }
 
@@ -168,11 +165,11 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
             continue;
         }
         FinalTensors fin = final_view(sp->lay, h->params(h->ctx, unit_final(c), 0));
-        layernorm_forward(sp->lnf, sp->lnf_stats, sp->lnf_stats + 1, sp->x, fin.lnfw, fin.lnfb, 1, C, s);
+        layernorm_forward(sp->blk.ln, sp->blk.mean, sp->blk.rstd, sp->x, fin.lnfw, fin.lnfb, 1, C, s);
         h->params_done(h->ctx, unit_final(c), 0);
         if (!r.has_embedding) emb = embed_view(sp->lay, h->params(h->ctx, UNIT_EMBED, 0));
         if (want_logits) {
-            linear_forward(&sp->lm_head, sp->logits, NULL, sp->lnf, emb.wte, NULL, 1, s);
+            linear_forward(&sp->lm_head, sp->logits, NULL, sp->blk.ln, emb.wte, NULL, 1, s);
             const floatX* all = sp->logits;
             if (sp->tp.size > 1) {  // one position's logits: gathered (the training loss never gathers them)
                 comm_all_gather(sp->tp.comm, GROUP_TP, sp->logits, sp->logits_all, (size_t)sp->lm_head.out_local, s);
