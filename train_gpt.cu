@@ -182,11 +182,9 @@ int main(int argc, char** argv) {
     Fp8Config fp8_cfg = {(Fp8Recipe)args.fp8, args.fp8_e4m3, args.fp8_history, args.fp8_reduce, args.fp8_margin};
     pipeline_enable_fp8(&pipe, &fp8, fp8_cfg);
     const Stage* stage = pipeline_first(&pipe);  // the memory report's per-layer figures
-    StageRange* ranges = (StageRange*)mallocCheck((size_t)args.vpp * sizeof(StageRange));
-    for (int c = 0; c < args.vpp; c++) ranges[c] = pipe.chunks[c].range;
-    Sampler sampler;
-    sampler_init_pp(&sampler, &dp.lay, &dp.hooks, dp.comm, ranges, args.vpp);
-    free(ranges);
+    Sampler sampler;  // decodes the chunks' stages, FP8 linears included, over the pipeline's messages
+    sampler_init(&sampler, pipe.chunks, pipe.V);
+    pipeline_sampler_link(&pipe, &sampler);
     int steps = args.steps;
     if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));
     if (steps <= 0) steps = 1;

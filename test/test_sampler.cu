@@ -9,6 +9,9 @@
 //      chi-square against the softmax of the full forward's logits. A sampler that is greedy, or uses
 //      another temperature (logits scaled by 2 or 1/2), or an off-by-one cdf, fails by a wide margin
 //      (the checks show the same draws rejected against temperatures 2 and 1/2).
+//   5. FP8: the sampler of a stage with FP8 linears (an --fp8 run's) decodes through them: its logits
+//      equal the FP8 stage's full forward's within the tolerance of 1, and differ from the floatX
+//      model's by more than twice that tolerance (FP32 builds: see the section for BF16).
 // Tolerances of 1. FP32: the decode path multiplies one row at a time (other BLAS blocking, other
 // summation order) and sums attention over the cache in its own order: ~1e-6 of the logits' scale:
 // 1e-5 * scale + 1e-4 relative. BF16: activations are rounded to bf16 at every op in both paths, but
@@ -104,8 +107,6 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < dp.lay.num_parameters; i++) params[i] *= 3.0f;
     dp_import_params(&dp, params, 0);
     free(params);
-    Sampler sp;
-    sampler_init(&sp, &dp.lay, &dp.hooks, dp.comm);
     int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, N = 20;
     int tokens[32];
     for (int i = 0; i < N; i++) tokens[i] = (int)(rng_u64(&rng) % V);
@@ -113,6 +114,8 @@ int main(int argc, char** argv) {
     // 1. the cache's logits at each position vs one full forward of the sequence
     Stage st;
     stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+    Sampler sp;
+    sampler_init(&sp, &st, 1);
     stage_forward(&st, 0, tokens, NULL, NULL, 0.0f);
     float* full = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
     copy_to_host_float(full, st.slots[0].logits, (size_t)N * Vp);
@@ -198,6 +201,50 @@ int main(int argc, char** argv) {
         free(ph);
         free(counts);
         free(probs);
+    }
+
+    // 5. FP8: the sampler of a stage with FP8 linears (--fp8) decodes through them: its KV-cache logits
+    //    equal the FP8 stage's full forward's (tolerance of 1: the mx recipe scales 32-element blocks
+    //    along each row's inner dimension, so one token's row is quantized as it is in the whole
+    //    sequence) and differ from the floatX model's (section 1's full forward) by more than twice that
+    //    tolerance: E4M3 keeps 3 bits of mantissa (each operand moves by up to 2^-4 relative), which moves
+    //    these logits by 11-16% of their scale (measured in FP32), against the tolerance's 1e-3 %;
+    //    decoding in floatX stays within the tolerance (section 1). FP32 builds only: BF16 rounds
+    //    the two paths' activations at different points (a bf16 ulp, 2^-8), which FP8's steps
+    //    (2^-4 to 2^-3) turn into whole steps on the elements near a boundary: measured 0.23 = 7% of the
+    //    scale between the FP8 decode and the FP8 full forward, about as far as FP8 is from BF16 (0.38).
+    if (BF16) {
+        skip("--fp8 mx decoding: BF16 rounding flips FP8 steps, as large as FP8's own effect (checked in FP32 builds)");
+    } else {
+        Stage st8;
+        stage_init(&st8, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+        Fp8State fp8;
+        Fp8Config fc = {FP8_RECIPE_MX, 0, 1, FP8_AMAX_REDUCE_MAX, 0};
+        fp8_init(&fp8, fc, dp.comm, cfg.num_layers, stage_fp8_max_operand(&st8));
+        stage_enable_fp8(&st8, &fp8);
+        stage_forward(&st8, 0, tokens, NULL, NULL, 0.0f);
+        float* full8 = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
+        copy_to_host_float(full8, st8.slots[0].logits, (size_t)N * Vp);
+        Sampler sp8;
+        sampler_init(&sp8, &st8, 1);
+        float* c8 = (float*)mallocCheck((size_t)N * V * sizeof(float));
+        float* f8 = (float*)mallocCheck((size_t)N * V * sizeof(float));
+        double off = 0.0;  // the largest difference of the FP8 decode from the floatX model's logits
+        for (int t = 0; t < N; t++) {
+            sampler_forward(&sp8, tokens[t], t, 1);
+            memcpy(c8 + (size_t)t * V, sp8.logits_host, V * sizeof(float));
+            memcpy(f8 + (size_t)t * V, full8 + (size_t)t * Vp, V * sizeof(float));
+            for (int v = 0; v < V; v++) off = fmax(off, fabs((double)sp8.logits_host[v] - full[(size_t)t * Vp + v]));
+        }
+        float tol = 1e-5f * scale;
+        check_close("--fp8 mx: KV-cache logits at positions 0..19 vs the FP8 stage's full forward", c8, f8, (size_t)N * V, tol,
+                    1e-4f);
+        check(off > 2.0 * tol, "--fp8 mx: the KV-cache logits differ from the %s model's by up to %.3g = %.1fx the tolerance "
+              "(the FP8 linears are used)", PRECISION_MODE, off, off / tol);
+        free(c8); free(f8); free(full8);
+        sampler_free(&sp8);
+        stage_free(&st8);
+        fp8_free(&fp8);
     }
 
     free(full); free(cached); free(a); free(b); free(full2);

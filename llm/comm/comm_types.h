@@ -127,7 +127,6 @@ typedef struct {
 } CommHandle;
 
 static inline size_t comm_dtype_size(CommDtype dt) { return dt == COMM_FLOAT ? 4 : 2; }
-static inline const char* comm_dtype_name(CommDtype dt) { return dt == COMM_BF16 ? "bf16" : (dt == COMM_FP16 ? "fp16" : "float"); }
 static inline CommDtype comm_dtype_of(const float*) { return COMM_FLOAT; }
 #if LLM_HAS_KERNELS
 static inline CommDtype comm_dtype_of(const __nv_bfloat16*) { return COMM_BF16; }

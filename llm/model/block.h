@@ -1,7 +1,8 @@
 // block.h: one transformer block of GPT-2 on one micro-batch, forward and backward, and what its
 // forward keeps for its backward: the activation recompute policy of Korthikanti et al. 2022,
 // "Reducing Activation Recomputation in Large Transformer Models" (sec. 4.1 counts the bytes,
-// sec. 5 chooses what to recompute).
+// sec. 5 chooses what to recompute). And the block on one new position of a sequence whose earlier
+// keys and values are cached (block_decode: generation, llm/model/sampler.h), with the same linear specs.
 //
 //   x_in -> ln1 = LN1(x_in) -> qkv = ln1 Wqkv^T + b -> atty = attention(qkv) -> attproj = atty Wo^T + b
 //        -> residual2 = x_in + attproj -> ln2 = LN2(residual2) -> fch = ln2 Wfc^T + b -> fch_gelu = GELU(fch)
@@ -101,20 +102,28 @@ typedef struct {
 } BlockActs;
 
 // the linear layers of a block, and the part of the attention a rank runs: with tensor parallelism
-// (llm/parallel/tensor_parallel.h) QKV and fc are column-parallel, attproj and fcproj row-parallel, and the
-// attention core runs on the rank's NH/T heads (heads) of hs channels, heads * hs = att_c channels
+// (llm/parallel/tensor_parallel.h) each linear is split as the tensor table's tp column splits its weight
+// (llm/model/tensors.h, linear_spec_of: QKV and fc column-parallel, attproj and fcproj row-parallel), and
+// the attention core runs on the rank's NH/T heads (heads) of hs channels, heads * hs = att_c channels
 typedef struct {
     LinearSpec qkv, attproj, fc, fcproj;
     int heads, att_c;
 } BlockLinears;
 
 static BlockLinears block_linears(GPTConfig c, TPGroup g) {
-    int C = c.channels;
-    BlockLinears l = {linear_spec_tp("qkv", C, 3 * C, 0, LINEAR_COLUMN_PARALLEL, g),
-                      linear_spec_tp("attproj", C, C, 0, LINEAR_ROW_PARALLEL, g),
-                      linear_spec_tp("fc", C, 4 * C, 1, LINEAR_COLUMN_PARALLEL, g),
-                      linear_spec_tp("fcproj", 4 * C, C, 0, LINEAR_ROW_PARALLEL, g), c.num_heads / g.size,
-                      C / g.size};
+    BlockLinears l = {linear_spec_of("qkv", c, T_QKVW, T_QKVB, 0, g), linear_spec_of("attproj", c, T_ATTPROJW, T_ATTPROJB, 0, g),
+                      linear_spec_of("fc", c, T_FCW, T_FCB, 1, g), linear_spec_of("fcproj", c, T_FCPROJW, T_FCPROJB, 0, g),
+                      c.num_heads / g.size, c.channels / g.size};
+    return l;
+}
+
+// lin for one token at a time (block_decode): the same splits and precision, no sequence parallelism
+static BlockLinears block_linears_decode(const BlockLinears* lin) {
+    BlockLinears l = *lin;
+    l.qkv = linear_spec_decode(lin->qkv);
+    l.attproj = linear_spec_decode(lin->attproj);
+    l.fc = linear_spec_decode(lin->fc);
+    l.fcproj = linear_spec_decode(lin->fcproj);
     return l;
 }
 
@@ -210,6 +219,54 @@ static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, 
     linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
     linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
     residual_forward(x_out, a->residual2, buf->proj, (size_t)R * C, s);
+}
+
+// Decoding with a KV cache: block_forward for one new position pos of a sequence whose earlier
+// positions' keys and values are in the layer's caches (one row of att_c per position), which this
+// adds its own to. The same ops in the same order on one row (the attention core reads the cache:
+// llm/ops/attention.cuh's attention_decode), with the same linear specs (block_linears_decode of the
+// stage's, so FP8 layers decode in FP8). x (C): x_in on entry, x_out on return. Nothing is kept for a
+// backward: d holds one position's activations, reused by every layer.
+typedef struct {
+    floatX* ln;         // (C)
+    float* mean;        // (1)
+    float* rstd;        // (1)
+    floatX* qkv;        // (3C/tp)
+    floatX* atty;       // (C/tp)
+    floatX* proj;       // (C)
+    floatX* residual2;  // (C)
+    floatX* fch;        // (4C/tp)
+    floatX* fch_gelu;   // (4C/tp)
+    float* scores;      // (NH/tp, maxT) attention probabilities
+} BlockDecode;
+
+#define BLOCK_DECODE_FIELDS 10
+static void block_decode_fields(BlockDecode* d, const BlockLinears* lin, int maxT, ActField* f /*(BLOCK_DECODE_FIELDS)*/) {
+    size_t C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, F = (size_t)lin->fc.out_local;
+    ActField fields[BLOCK_DECODE_FIELDS] = {
+        {(void**)&d->ln, C, 0, {1, 1, 1}},           {(void**)&d->mean, 1, 1, {1, 1, 1}},
+        {(void**)&d->rstd, 1, 1, {1, 1, 1}},         {(void**)&d->qkv, 3 * Ca, 0, {1, 1, 1}},
+        {(void**)&d->atty, Ca, 0, {1, 1, 1}},        {(void**)&d->proj, C, 0, {1, 1, 1}},
+        {(void**)&d->residual2, C, 0, {1, 1, 1}},    {(void**)&d->fch, F, 0, {1, 1, 1}},
+        {(void**)&d->fch_gelu, F, 0, {1, 1, 1}},     {(void**)&d->scores, (size_t)lin->heads * maxT, 1, {1, 1, 1}},
+    };
+    memcpy(f, fields, sizeof(fields));
+}
+
+static void block_decode(const BlockLinears* lin, GPTConfig c, LayerTensors w, const BlockDecode* d,
+                         floatX* kcache /*(maxT, att_c)*/, floatX* vcache /*(maxT, att_c)*/, floatX* x /*(C)*/, int pos,
+                         cudaStream_t s) {
+    int C = c.channels, Ca = lin->att_c;
+    layernorm_forward(d->ln, d->mean, d->rstd, x, w.ln1w, w.ln1b, 1, C, s);
+    linear_forward(&lin->qkv, d->qkv, NULL, d->ln, w.qkvw, w.qkvb, 1, s);
+    copy_device_to_device(kcache + (size_t)pos * Ca, d->qkv + Ca, Ca * sizeof(floatX), s);
+    copy_device_to_device(vcache + (size_t)pos * Ca, d->qkv + 2 * Ca, Ca * sizeof(floatX), s);
+    attention_decode(d->atty, d->scores, d->qkv, kcache, vcache, pos + 1, c.max_seq_len, Ca, lin->heads, s);
+    linear_forward(&lin->attproj, d->proj, NULL, d->atty, w.attprojw, w.attprojb, 1, s);
+    fused_residual_layernorm_forward(d->residual2, d->ln, d->mean, d->rstd, x, d->proj, w.ln2w, w.ln2b, 1, C, s);
+    linear_forward(&lin->fc, d->fch_gelu, d->fch, d->ln, w.fcw, w.fcb, 1, s);
+    linear_forward(&lin->fcproj, d->proj, NULL, d->fch_gelu, w.fcprojw, w.fcprojb, 1, s);
+    residual_forward(x, d->residual2, d->proj, C, s);
 }
 
 // refills the fields policy r did not keep, for the backward of this block (same kernels, same inputs)

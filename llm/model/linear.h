@@ -29,6 +29,7 @@
 // takes that gathered one (linear_dout_for_weight), so B + W communicate what one backward does.
 #pragma once
 #include "../core/common.h"
+#include "tensors.h"
 #include "../ops/matmul.cuh"
 #include "../parallel/tensor_parallel.h"
 #include "../precision/fp8_linear.h"
@@ -58,9 +59,33 @@ static LinearSpec linear_spec_tp(const char* name, int in, int out, int gelu, Li
     return s;
 }
 
-static LinearSpec linear_spec(const char* name, int in, int out, int gelu) {
-    TPGroup one = {NULL, 1, 0};
-    return linear_spec_tp(name, in, out, gelu, LINEAR_REPLICATED, one);
+// The spec of the layer whose weight is tensor `weight` of the tensor table (llm/model/tensors.h) and whose
+// bias is tensor `bias` (-1: none): its sizes are the weight's (out, in) = (rows, cols), its split the
+// weight's tp column. A weight split by output rows (TP_QKV_HEADS, TP_ROWS, TP_VOCAB) makes the layer
+// column-parallel, one split by input columns (TP_COLS) row-parallel. The bias must follow: split with
+// a column-parallel layer's rows, whole beside a row-parallel layer (added once, after the partial
+// sums); a table that says otherwise ends the program at start-up.
+static LinearSpec linear_spec_of(const char* name, GPTConfig c, int weight, int bias, int gelu, TPGroup g) {
+    TPSplit ws = TENSORS[weight].tp;
+    LinearParallel p = ws == TP_COLS ? LINEAR_ROW_PARALLEL
+                       : (ws == TP_QKV_HEADS || ws == TP_ROWS || ws == TP_VOCAB) ? LINEAR_COLUMN_PARALLEL : LINEAR_REPLICATED;
+    if (bias >= 0) {
+        TPSplit bs = TENSORS[bias].tp;
+        int ok = p == LINEAR_COLUMN_PARALLEL ? bs == ws : (p == LINEAR_ROW_PARALLEL ? bs == TP_REPLICATED : tp_replicated(bias));
+        if (!ok) fatal("linear %s: the tensor table splits weight %s and bias %s differently for tensor parallelism", name,
+                       TENSORS[weight].name, TENSORS[bias].name);
+    }
+    return linear_spec_tp(name, (int)dim_value(c, TENSORS[weight].cols), (int)dim_value(c, TENSORS[weight].rows), gelu, p, g);
+}
+
+// The spec s for one token at a time (decoding with a KV cache, llm/model/block.h's block_decode): the
+// same split and precision (FP8 specs stay FP8), without sequence parallelism, as one token cannot be
+// split over the tp ranks (and the stage's gather buffers are sized for its micro-batch).
+static LinearSpec linear_spec_decode(LinearSpec s) {
+    s.sequence_parallel = 0;
+    s.tp.sequence_parallel = 0;
+    s.tp.gathered = s.tp.full = NULL;
+    return s;
 }
 
 // ends the program with one line if the spec asks for something not implemented yet

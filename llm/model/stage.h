@@ -1,4 +1,4 @@
-// gpt.h: GPT-2 (Radford et al. 2019) as a stage: the part of the model one pipeline rank runs, on one
+// stage.h: GPT-2 (Radford et al. 2019) as a stage: the part of the model one pipeline rank runs, on one
 // micro-batch at a time, forward and backward, with explicit inputs and outputs.
 //
 //   x[0] = wte[tokens] + wpe[positions]                                (the embedding; first stage)
@@ -150,7 +150,7 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     st->hooks = hooks;
     st->recompute = recompute;
     st->lin = block_linears(c, st->tp);
-    st->lm_head = linear_spec_tp("lm_head", c.channels, c.padded_vocab_size, 0, LINEAR_COLUMN_PARALLEL, st->tp);
+    st->lm_head = linear_spec_of("lm_head", c, T_WTE, -1, 0, st->tp);  // tied to wte: split as the table splits wte
     const LinearSpec* specs[5] = {&st->lin.qkv, &st->lin.attproj, &st->lin.fc, &st->lin.fcproj, &st->lm_head};
     for (int i = 0; i < 5; i++) linear_check(specs[i]);
     st->B = B;

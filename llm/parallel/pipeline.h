@@ -34,6 +34,7 @@
 #include "../core/device.h"
 #include "../comm/comm.h"
 #include "../model/stage.h"
+#include "../model/sampler.h"
 #include "dp.h"
 #include "dp_step.h"
 #include "schedule.h"
@@ -335,6 +336,27 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
     return loss;
 }
 
+// The chain of a forward without a schedule (validation, and the sampler's positions): the virtual
+// stages in order, each receiving its input from the one before (virtual stage s - 1 is on the pp rank
+// before, wrapping from the last rank to the first between chunks) and sending its output to the next,
+// blocking. n: elements of x.
+static void pipe_recv_prev(Pipeline* pp, floatX* x, size_t n) {
+    comm_recv(pp->comm, GROUP_PP, x, n, (pp->rank + pp->P - 1) % pp->P, llm_ctx.stream);
+}
+static void pipe_send_next(Pipeline* pp, const floatX* x, size_t n) {
+    comm_send(pp->comm, GROUP_PP, x, n, (pp->rank + 1) % pp->P, llm_ctx.stream);
+}
+
+// the sampler's link to the other stages (llm/model/sampler.h): this chain, and the sampled token from
+// the last stage. One stage (P = 1): none, the sampler runs everything.
+static void pipe_link_recv(void* ctx, floatX* x, size_t n) { pipe_recv_prev((Pipeline*)ctx, x, n); }
+static void pipe_link_send(void* ctx, const floatX* x, size_t n) { pipe_send_next((Pipeline*)ctx, x, n); }
+static void pipe_link_from_last(void* ctx, float* v, int n) { pipe_from_last_stage((Pipeline*)ctx, v, n); }
+static void pipeline_sampler_link(Pipeline* pp, Sampler* sp) {
+    SamplerLink none = {NULL, NULL, NULL, NULL}, link = {pp, pipe_link_recv, pipe_link_send, pipe_link_from_last};
+    sp->link = pp->P > 1 ? link : none;
+}
+
 // The mean loss of one batch without gradients (validation): inputs, targets (B, T) host. The forward
 // goes through the virtual stages in order, each receiving from the one before (blocking: one chain).
 // The loss reaches the other stages as two floats (its value and its rounding error), so every rank
@@ -342,13 +364,12 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
 static double pipeline_eval_loss(Pipeline* pp, const int* inputs, const int* targets) {
     int P = pp->P, S = P * pp->V;
     size_t msg = pp->R * pp->cfg.channels;
-    cudaStream_t s = llm_ctx.stream;
     for (int c = 0; c < pp->V; c++) {
         int vs = c * P + pp->rank;
         Stage* st = &pp->chunks[c];
-        if (vs > 0) comm_recv(pp->comm, GROUP_PP, pp->act_recv, msg, (pp->rank + P - 1) % P, s);
+        if (vs > 0) pipe_recv_prev(pp, pp->act_recv, msg);
         stage_forward(st, 0, vs == 0 ? inputs : NULL, vs == 0 ? NULL : pp->act_recv, vs == S - 1 ? targets : NULL, 0.0f);
-        if (vs < S - 1) comm_send(pp->comm, GROUP_PP, stage_output(st, 0), msg, (pp->rank + 1) % P, s);
+        if (vs < S - 1) pipe_send_next(pp, stage_output(st, 0), msg);
     }
     double loss = 0.0;
     if (pipeline_is_last(pp)) loss = stage_take_loss(&pp->chunks[pp->V - 1]);

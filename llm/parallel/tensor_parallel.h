@@ -1,7 +1,9 @@
 // tensor_parallel.h: Megatron tensor parallelism (Shoeybi et al. 2019, "Megatron-LM: Training
 // Multi-Billion Parameter Language Models Using Model Parallelism", sec. 3), the operators the linear
 // layers and the stage call. The tp group (llm/comm/comm.h: consecutive world ranks) splits every weight
-// matrix; how each tensor is split is the TPSplit column of the tensor table (llm/model/tensors.h).
+// matrix; how each tensor is split is the TPSplit column of the tensor table (llm/model/tensors.h), and
+// each linear layer's style (column- or row-parallel) follows from its weight's (llm/model/linear.h:
+// linear_spec_of).
 //
 // The two conjugate operators of sec. 3 (fig. 3), on the activations X (B,T,C):
 //     f   before a column-parallel linear: identity in the forward (every tp rank has all of X), an

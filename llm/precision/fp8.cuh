@@ -296,32 +296,15 @@ static void fp8_quantize_mx_cpu(uint8_t* q, uint8_t* scales, const float* x, int
     }
 }
 
-// the transposed quantizers of the wgrad operands (dy^T, x^T: the inner dimension is the rows of x):
-// quantize(x^T) with the recipe's tiles along x^T's rows. The reference transposes, then quantizes.
+// the wgrad operands (dy^T, x^T: the inner dimension is the rows of x) are quantized transposed, with
+// the recipe's tiles along x^T's rows: the reference transposes (this), then quantizes
+// (llm/precision/fp8_matrix.cuh)
 static float* fp8_transpose_cpu(const float* x, int rows, int cols) {  // returns (cols, rows), malloc'd
     float* t = (float*)mallocCheck((size_t)rows * cols * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = x[(size_t)r * cols + c];
     return t;
-}
-static void fp8_quantize_transpose_1x128_cpu(uint8_t* qt, float* scales, const float* x, int rows, int cols, int fmt) {
-    // qt (cols, rows), scales (cols, ceil(rows/128)), x (rows, cols)
-    float* t = fp8_transpose_cpu(x, rows, cols);
-    fp8_quantize_1x128_cpu(qt, scales, t, cols, rows, fmt);
-    free(t);
-}
-static void fp8_quantize_transpose_128x128_cpu(uint8_t* qt, float* scales, const float* x, int rows, int cols, int fmt) {
-    // qt (cols, rows), scales (ceil(cols/128), ceil(rows/128)), x (rows, cols)
-    float* t = fp8_transpose_cpu(x, rows, cols);
-    fp8_quantize_128x128_cpu(qt, scales, t, cols, rows, fmt);
-    free(t);
-}
-static void fp8_quantize_transpose_mx_cpu(uint8_t* qt, uint8_t* scales, const float* x, int rows, int cols, int fmt) {
-    // qt (cols, rows), scales (cols, ceil(rows/32)), x (rows, cols)
-    float* t = fp8_transpose_cpu(x, rows, cols);
-    fp8_quantize_mx_cpu(qt, scales, t, cols, rows, fmt);
-    free(t);
 }
 
 // ----------------------------------------------------------------------------
