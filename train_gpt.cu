@@ -12,7 +12,7 @@ to bottom:
                            rank holds of their parameters, gradients and optimizer state: DDP, or
                            ZeRO-1/2/3, llm/parallel/zero.h; llm/model/stage.h: the stage that runs the embedding, the
                            blocks (llm/model/block.h, with --recompute) and the head on one micro-batch;
-                           llm/model/sampler.h: generation with its own KV cache)
+                           llm/model/sampler.h: generation, block_decode with a KV cache)
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step: this rank's
                            micro-batches forward + backward in the order of the pipeline schedule
                            (llm/parallel/schedule.h; one rank: forward, backward, forward, ...), the gradients
