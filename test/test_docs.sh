@@ -9,7 +9,8 @@
 #  3. Every llm/, dev/, test/, scripts/ or docs/ path that docs/*.md names exists (a renamed file is followed).
 #  4. No doc points a reader at ../shared/ (design notes a clone does not have): README.md, train_gpt.cu,
 #     dev/data/README.md and docs/ point at docs/architecture.md and docs/formats.md, which exist.
-# Needs ./train_gpt_cpu, build/train_gpt_cpu_bf16 and build/test_schedule_cpu. About 20-40 s on 2 cores.
+# Needs ./train_gpt_cpu, build/train_gpt_cpu_bf16, build/train_gpt_cpu_fp16, build/train_gpt_emu_bf16 and
+# build/test_schedule_cpu (make test-build). About 20-40 s on 2 cores.
 # Ends with "test_docs: N passed, M failed"; exit status 1 on any failure.
 set -u
 cd "$(dirname "$0")/.."
