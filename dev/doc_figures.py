@@ -280,7 +280,7 @@ def group_train_addition(tmp):
     em = [r["exact_match"] for r in rows if "exact_match" in r][-1]
     return [Fig("make train's final val loss and accuracy", "README.md", "BF16 and the addition task of `make train`",
                 "FP32 ends at val loss %.3f" % val),
-            Fig("make train's accuracy", "README.md", "and %d%% held-out accuracy, FP16" % round(100 * em), "")]
+            Fig("make train's accuracy", "README.md", "and ", "and %d%% held-out accuracy, FP16" % round(100 * em))]
 
 
 GROUPS = [("data", group_data, False), ("schedule", group_schedule, False), ("tiny", group_tiny, False),
