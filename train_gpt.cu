@@ -24,7 +24,7 @@ to bottom:
   6. held-out exact-match evaluation (optional), memory and communication report, clean-up
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
 every rank prints the errors it sees itself.
-The same file builds three ways (see DESIGN.md): g++ -> train_gpt_cpu, nvcc -> train_gpt, and the
+The same file builds three ways (docs/architecture.md): g++ -> train_gpt_cpu, nvcc -> train_gpt, and the
 emulated CUDA build used by the tests.
 
 Bytes moved per training step on a GPU (GPT-2 124M, B=64, T=1024, BF16; X = B*T*C*2 = 100.7 MB, one

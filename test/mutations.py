@@ -977,6 +977,18 @@ MUTATIONS = [
       "",
       "racecheck keeps the access records across __syncthreads (reports races the barrier prevents)",
       "emulator kernels_racecheck"),
+
+    # --- the docs (test/test_docs.sh: the figures of dev/doc_figures.py, the files the reading guide names) ---
+    M("d-stale-token-count", "docs", "dev/data/README.md",
+      "With the defaults: train 200000 problems / 2,800,000 tokens, val 5000 / 70,000, test 1000 / 14,000",
+      "With the defaults: train 200000 problems / 2,129,414 tokens, val 5000 / 53,199, test 1000 / 11,590",
+      "a stale figure: dev/data/README.md gives the token counts of the unpadded data, not what addition.py writes",
+      "docs"),
+    M("d-guide-drops-file", "docs", "docs/README.md",
+      "| `llm/faults/preempt.h` | |",
+      "| `preempt.h` | |",
+      "the reading guide no longer names a file of the library by its path",
+      "docs"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
@@ -1043,6 +1055,8 @@ TEST_BINARIES = {
     "resume_cpu_bf16": ["build/train_gpt_cpu_bf16"],
     "resume_cpu_fp16": ["build/train_gpt_cpu_fp16"],
     "health": ["train_gpt_cpu"],
+    "docs": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16", "build/train_gpt_emu_bf16",
+             "build/test_schedule_cpu"],
 }
 
 # every program: its main source (the include graph from it says which mutations rebuild it)

@@ -151,6 +151,9 @@ run precision bash test/test_precision.sh
 # without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, a spike of the
 # gradient norm alone (--inject gradspike) skipped by the grad-norm rule, the lr after skipped steps, bad flags
 run health bash test/test_health.sh
+# the docs against the tree and the programs (dev/doc_figures.py): every deterministic figure of the fast groups
+# where the docs quote it, every llm/ file named in the reading guide, no path the docs name missing, no ../shared/
+run docs bash test/test_docs.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
