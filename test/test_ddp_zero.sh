@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_ddp_zero.sh: data parallelism (llm/parallel/ddp.h) and ZeRO-1/2/3 (llm/parallel/zero.h) under mpirun, rung 4
-# and 5 of the verification ladder (DESIGN.md): every layout against one process, and the program's
+# and 5 of the verification ladder (docs/architecture.md): every layout against one process, and the program's
 # own accounting against the ZeRO paper (Rajbhandari et al. 2019, Table 1 and sec. 7).
 #
 #   bash test/test_ddp_zero.sh          (needs ./train_gpt_cpu; build/train_gpt_emu for the emulated run)

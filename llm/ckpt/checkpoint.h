@@ -1,4 +1,4 @@
-// checkpoint.h: model checkpoints in llm.c's format (FORMATS.md: version 3 = FP32, 5 = BF16) and the
+// checkpoint.h: model checkpoints in llm.c's format (docs/formats.md: version 3 = FP32, 5 = BF16) and the
 // trainer's own resumable state (parameters, AdamW moments, step, data position, RNG, the FP8, loss-scale
 // and health state), which is independent of the process layout. Every file goes through
 // llm/core/atomic_file.h's writer (a temporary name, fsync, rename: a crash never leaves a half-written file

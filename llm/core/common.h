@@ -2,7 +2,7 @@
 // wrappers around CUDA / cuBLAS / NCCL / MPI / file calls (each failure names file:line), the one
 // kernel-launch helper, and small timers and helpers.
 //
-// Three builds compile the same source (see DESIGN.md):
+// Three builds compile the same source (see docs/architecture.md):
 //   LLM_BUILD_CUDA  nvcc: real CUDA kernels, cuBLASLt, NCCL
 //   LLM_BUILD_EMU   g++ -DLLM_EMU: the same kernel source run on the CPU by dev/emu/
 //   LLM_BUILD_CPU   g++: the CPU reference of every op (OpenMP + OpenBLAS)

@@ -1,5 +1,5 @@
 // tensors.h: GPT-2's config and its parameter tensors as one table (Radford et al. 2019; the shapes
-// and order of llm.c's checkpoints, FORMATS.md). Everything about the parameters is derived from the
+// and order of llm.c's checkpoints, docs/formats.md). Everything about the parameters is derived from the
 // table TENSORS below: sizes, the initialisation, which tensors get weight decay, how tensor
 // parallelism will split each one, the units that data parallelism and pipeline stages move as
 // one, their packed layout in memory, and the mapping to and from the checkpoint order. No other

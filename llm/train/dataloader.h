@@ -2,7 +2,7 @@
 // rank, resumable at any step, optionally shuffled, and independent of how a step's samples are
 // split over ranks.
 //
-// Shard format (FORMATS.md): int32 header[256] with magic 20240520 / version 1 / N, then N uint16
+// Shard format (docs/formats.md): int32 header[256] with magic 20240520 / version 1 / N, then N uint16
 // tokens; or magic 20240801 / version 7 / N, then N uint32 tokens. File size = 1024 + N*tokensize.
 //
 // The data is a sequence of SAMPLES. A sample is T+1 consecutive tokens of one shard (inputs are

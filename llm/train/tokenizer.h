@@ -1,7 +1,7 @@
 // tokenizer.h: decodes token ids to text with an llm.c tokenizer file, for printing samples.
 // There is no encoder here: data is tokenized by the Python scripts in dev/data/.
 //
-// File format (FORMATS.md): uint32 header[256]: [0] magic 20240328, [1] version 1 or 2, [2] number
+// File format (docs/formats.md): uint32 header[256]: [0] magic 20240328, [1] version 1 or 2, [2] number
 // of tokens n, [3] (version 2 only) the end-of-text token id; version 1 implies 50256. Then for
 // each id 0..n-1: one uint8 length, then that many bytes of the token's text (not 0-terminated;
 // a token may be a partial UTF-8 sequence). Nothing may follow the last token.
