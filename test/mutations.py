@@ -977,10 +977,29 @@ MUTATIONS = [
       "    WdWait w = wd_collective(c, comm_kind_name(h->kind), h->group, h->seq, comm_here());",
       "comm_wait's watchdog line names comm.h's own line instead of its caller's file:line",
       "faults"),
+    # --- the headers of llm/ (test/test_headers.sh): each compiles alone, no include cycle, no dev/ ---
+    M("hd-ledger-no-types", "headers", "llm/comm/comm_ledger.h",
+      '#include "comm_types.h"',
+      "",
+      "comm_ledger.h stops including what it uses (Comm): it compiles only after comm.h's earlier includes",
+      "headers"),
+    M("hd-cycle-p2p-comm", "headers", "llm/comm/comm_p2p.h",
+      '#include "comm_engine.h"',
+      '#include "comm.h"  // (for comm_run)',
+      "comm_p2p.h includes comm.h, which includes it: an include cycle (every program still compiles)",
+      "headers"),
+    M("hd-dev-include", "headers", "llm/comm/comm_transport.h",
+      '#include "nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
+      '#include "../../dev/emu/nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
+      "the library names dev/ (the emulated NCCL by its path, not through -Idev/emu)",
+      "headers"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
 # what the tests run: each test/run_tests.sh entry and the programs it needs built
+
+# the tests that read the sources themselves, no program: a mutation of a file under the prefix affects them
+SOURCE_TESTS = {"headers": "llm/"}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -1014,6 +1033,7 @@ TEST_BINARIES = {
     "fp8_linear_cpu": ["build/test_fp8_linear_cpu"],
     "fp8_linear_emu": ["build/test_fp8_linear_emu"],
     "nompi": ["build/train_gpt_emu_nompi", "build/train_gpt_emu"],
+    "headers": [],
     "bad_input": ["train_gpt_cpu"],
     "emulator": ["build/emu/test_emu", "build/emu/test_emu_asan", "build/emu/test_emu_tsan", "build/emu/test_emu_racecheck"],
     "cublaslt": ["build/test_cublaslt"],
@@ -1384,7 +1404,8 @@ def run_mutation(runner, m, base, base_info, names, work):
                         os.remove(os.path.join(work, p))
             else:  # test_comm.sh rebuilds it with nvcc when it is older than its sources
                 os.utime(path, None)
-        affected_tests = [n for n in names if set(TEST_BINARIES[n]) & set(affected)]
+        affected_tests = [n for n in names if set(TEST_BINARIES[n]) & set(affected)
+                          or m.file.startswith(SOURCE_TESTS.get(n, "\0"))]
     healthy = {n for n in names if base_info["tests"][n]["passed"]}
     res = {"id": m.id, "component": m.component, "file": m.file, "description": m.description,
            "listed": m.tests, "status": "SURVIVED", "test": "", "line": "", "phase": "", "ran": []}

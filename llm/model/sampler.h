@@ -15,6 +15,7 @@
 #include "tensors.h"
 #include "linear.h"
 #include "block.h"
+#include "stage.h"  // StageRange: which stage holds which layers (the pipeline's decoding)
 #include "../ops/encoder.cuh"
 #include "../ops/layernorm.cuh"
 #include "../ops/attention.cuh"

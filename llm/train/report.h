@@ -14,6 +14,7 @@
 #include "../comm/comm.h"
 #include "../parallel/dp.h"
 #include "../model/block.h"
+#include "../model/stage.h"
 #include "../ckpt/checkpoint.h"
 
 static const char* stage_name(int stage) {
