@@ -13,7 +13,7 @@
 ifndef COMM_MK_INCLUDED
 COMM_MK_INCLUDED := 1
 
-COMM_TEST_DEPS := test/test_comm.cu $(wildcard llm/comm/*.h) llm/comm/watchdog.h llm/core/half_cpu.h llm/core/common.h llm/core/device.h
+COMM_TEST_DEPS := test/test_comm.cu $(wildcard llm/comm/*.h) llm/core/half_cpu.h llm/core/common.h llm/core/device.h
 
 build/test_comm_cpu: $(COMM_TEST_DEPS)
 	@mkdir -p build

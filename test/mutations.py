@@ -668,12 +668,12 @@ MUTATIONS = [
       "    int ok = ckpt_check_dir(dir, &step, &world, &e, why, cap, 0, c->world_size);",
       "resume: every rank checks the checksums of rank 0's share of the shards only (a corrupt shard 1 is taken)",
       "checkpoint"),
-    M("w-nccl-thread-no-side", "faults", "llm/comm/watchdog.h",
+    M("w-nccl-thread-no-side", "faults", "llm/comm/watchdog_mpi.h",
       "    c->wd.thread_multiple = level >= MPI_THREAD_MULTIPLE;",
       "    c->wd.thread_multiple = 0;",
       "the NCCL watchdog thread never uses the side channel (its line cannot name the missing rank)",
       "faults"),
-    M("w-nccl-thread-no-report", "faults", "llm/comm/watchdog.h",
+    M("w-nccl-thread-no-report", "faults", "llm/comm/watchdog_nccl.h",
       "                wd_tell(c, WD_WAITING, &rep_w);",
       "",
       "the NCCL watchdog thread never says where it waits (its peers name it missing, not waiting)",
@@ -899,12 +899,12 @@ MUTATIONS = [
       "the lr schedule follows AdamW's update count, not the step number: every skipped step shifts the rest of the schedule",
       "health"),
     # --- fault tolerance: the watchdog (llm/comm/watchdog.h) and the straggler detector (llm/faults/straggler.h) ---
-    M("w-missing-none", "faults", "llm/comm/watchdog.h",
+    M("w-missing-none", "faults", "llm/comm/watchdog_mpi.h",
       "        if (r == c->world_rank || wd_at_same_point(c, r, w)) continue;",
       "        if (1) continue;",
       "the watchdog's line names no missing rank (every rank of the group taken as present)",
       "faults"),
-    M("w-no-timeout", "faults", "llm/comm/watchdog.h",
+    M("w-no-timeout", "faults", "llm/comm/watchdog_mpi.h",
       "        if (waited > c->wd.timeout_s || c->wd.expired_by >= 0) wd_expire(c, w, waited);",
       "        if (c->wd.expired_by >= 0) wd_expire(c, w, waited);",
       "the watchdog never expires: a dead or hung rank leaves the others waiting forever",
@@ -989,10 +989,39 @@ MUTATIONS = [
       "| `preempt.h` | |",
       "the reading guide no longer names a file of the library by its path",
       "docs"),
+    M("w-site-of-api", "faults", "llm/comm/comm.h",
+      "    WdWait w = wd_collective(c, comm_kind_name(h->kind), h->group, h->seq, at);",
+      "    WdWait w = wd_collective(c, comm_kind_name(h->kind), h->group, h->seq, comm_here());",
+      "comm_wait's watchdog line names comm.h's own line instead of its caller's file:line",
+      "faults"),
+    M("w-site-dotdot", "faults", "llm/comm/watchdog.h",
+      "    wd_drop_dotdot(line);",
+      "",
+      "the watchdog line names a header by the path it was included through (llm/model/../parallel/tensor_parallel.h)",
+      "faults"),
+    # --- the headers of llm/ (test/test_headers.sh): each compiles alone, no include cycle, no dev/ ---
+    M("hd-ledger-no-types", "headers", "llm/comm/comm_ledger.h",
+      '#include "comm_types.h"',
+      "",
+      "comm_ledger.h stops including what it uses (Comm): it compiles only after comm.h's earlier includes",
+      "headers"),
+    M("hd-cycle-p2p-comm", "headers", "llm/comm/comm_p2p.h",
+      '#include "comm_engine.h"',
+      '#include "comm.h"  // (for comm_run)',
+      "comm_p2p.h includes comm.h, which includes it: an include cycle (every program still compiles)",
+      "headers"),
+    M("hd-dev-include", "headers", "llm/comm/comm_transport.h",
+      '#include "nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
+      '#include "../../dev/emu/nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
+      "the library names dev/ (the emulated NCCL by its path, not through -Idev/emu)",
+      "headers"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
 # what the tests run: each test/run_tests.sh entry and the programs it needs built
+
+# the tests that read the sources themselves, no program: a mutation of a file under the prefix affects them
+SOURCE_TESTS = {"headers": "llm/"}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -1026,6 +1055,7 @@ TEST_BINARIES = {
     "fp8_linear_cpu": ["build/test_fp8_linear_cpu"],
     "fp8_linear_emu": ["build/test_fp8_linear_emu"],
     "nompi": ["build/train_gpt_emu_nompi", "build/train_gpt_emu"],
+    "headers": [],
     "bad_input": ["train_gpt_cpu"],
     "emulator": ["build/emu/test_emu", "build/emu/test_emu_asan", "build/emu/test_emu_tsan", "build/emu/test_emu_racecheck"],
     "cublaslt": ["build/test_cublaslt"],
@@ -1398,7 +1428,8 @@ def run_mutation(runner, m, base, base_info, names, work):
                         os.remove(os.path.join(work, p))
             else:  # test_comm.sh rebuilds it with nvcc when it is older than its sources
                 os.utime(path, None)
-        affected_tests = [n for n in names if set(TEST_BINARIES[n]) & set(affected)]
+        affected_tests = [n for n in names if set(TEST_BINARIES[n]) & set(affected)
+                          or m.file.startswith(SOURCE_TESTS.get(n, "\0"))]
     healthy = {n for n in names if base_info["tests"][n]["passed"]}
     res = {"id": m.id, "component": m.component, "file": m.file, "description": m.description,
            "listed": m.tests, "status": "SURVIVED", "test": "", "line": "", "phase": "", "ran": []}

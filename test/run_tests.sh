@@ -85,6 +85,8 @@ run pp bash test/test_pp.sh
 run split_backward_tp bash test/test_split_backward.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
+# the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
+run headers bash test/test_headers.sh
 run bad_input bash test/test_bad_input.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
 # every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model

@@ -3,9 +3,21 @@
 // layouts), adds the call to the ledger, numbers it for the watchdog, then copies locally (a group of
 // one), enqueues it on NCCL's communication stream (after the compute stream's work, an event; its
 // completion event timed for the wait) or starts it over MPI (16-bit buffers: llm/comm/comm_mpi16.h).
-// Part of llm/comm/comm.h, which includes it after the types, the watchdog, the mesh, the ledger and
-// llm/comm/comm_mpi16.h; comm.h's API and llm/comm/comm_p2p.h call it.
+// Its transport's files come with it: the watchdog of the transport (llm/comm/watchdog_nccl.h, or
+// llm/comm/watchdog_mpi.h and the CPU build's 16-bit reductions llm/comm/comm_mpi16.h), so that the API
+// above it (llm/comm/comm.h, llm/comm/comm_p2p.h) reaches them here.
 #pragma once
+
+#include "../core/device.h"
+#include "comm_types.h"
+#include "comm_ledger.h"
+#include "watchdog.h"
+#if COMM_NCCL
+#include "watchdog_nccl.h"
+#elif COMM_MPI
+#include "watchdog_mpi.h"
+#include "comm_mpi16.h"
+#endif
 
 static inline int comm_ranges_overlap(const void* a, size_t na, const void* b, size_t nb) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -58,9 +70,11 @@ static inline int comm_stream_end(Comm* c) {
 #endif
 
 // n: elements of all_reduce / broadcast / send / recv; the block (per-rank) count of reduce_scatter
-// and all_gather. peer: the root of broadcast, the destination of send, the source of recv.
+// and all_gather. peer: the root of broadcast, the destination of send, the source of recv. at: the
+// API call's site (the watchdog's line).
 static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
-                                CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking) {
+                                CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking,
+                                CommSite at) {
     CommHandle h;
     memset(&h, 0, sizeof(h));
 #if COMM_MPI && !COMM_NCCL
@@ -100,8 +114,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     h.kind = kind;
     h.group = g;
     h.seq = p2p ? 0 : ++c->wd.seq[g];
-    h.file = c->wd.site_file ? c->wd.site_file : "?";
-    h.line = c->wd.site_line;
+    h.at = at;
 
     // a group of one: local copies (and an average over one rank is the identity)
     if (N == 1) {
@@ -117,7 +130,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     ncclRedOp_t nop = op == COMM_AVG ? ncclAvg : (op == COMM_MAX ? ncclMax : ncclSum);
     comm_stream_begin(c, stream);
     double t0 = wall_ms();
-    int wi = wd_nccl_begin(c, name, g, h.seq);
+    int wi = wd_nccl_begin(c, name, g, h.seq, at);
     ncclResult_t r = ncclSuccess;
     switch (kind) {
         case COMM_ALL_REDUCE: r = ncclAllReduce(send, recv, n, nt, nop, nc, c->stream); break;
@@ -128,7 +141,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
         case COMM_RECV: r = ncclRecv(recv, n, nt, peer, nc, c->stream); break;
         default: fatal("comm: unknown collective %d", (int)kind);
     }
-    nccl_settle(c, nc, r, __FILE__, __LINE__);
+    nccl_settle(nc, r, __FILE__, __LINE__);
     wd_nccl_end(c, wi);
     // emulated streams are synchronous: the collective ran inside the call, the host stalled there
     if (LLM_BUILD_EMU && nonblocking) c->wait_ms += wall_ms() - t0;
@@ -187,7 +200,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
         default: fatal("comm: unknown collective %d", (int)kind);
     }
     if (!nonblocking) {
-        WdWait w = p2p ? wd_p2p(c, name, g, &peer, 1) : wd_collective(c, name, g, h.seq);
+        WdWait w = p2p ? wd_p2p(c, name, g, &peer, 1, at) : wd_collective(c, name, g, h.seq, at);
         MPI_Status st;
         wd_wait(c, 1, req, &st, &w);
         if (kind == COMM_RECV) {
@@ -210,9 +223,9 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
 
 // every collective: the body above, the host time of the blocking ones counted per group
 static CommHandle comm_run(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
-                           CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking) {
+                           CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking, CommSite at) {
     double t0 = wall_ms();
-    CommHandle h = comm_run_body(c, kind, g, send, recv, n, dt, op, peer, stream, nonblocking);
+    CommHandle h = comm_run_body(c, kind, g, send, recv, n, dt, op, peer, stream, nonblocking, at);
     if (!nonblocking) c->blocking_ms[g] += wall_ms() - t0;  // (g was checked by the body)
     return h;
 }

@@ -1,5 +1,4 @@
-// comm_ledger.h: what every collective of this rank moved, per kind and group. Part of llm/comm/comm.h,
-// which includes it after the types (Comm, CommLedger).
+// comm_ledger.h: what every collective of this rank moved, per kind and group (Comm's CommLedger).
 //
 // The ledger. Every collective adds to a per-rank table, per kind and per group: the number of
 // calls, the payload bytes (the size of the full logical buffer: n elements for all_reduce,
@@ -22,6 +21,8 @@
 // gradients: 3 Psi (N-1)/N, i.e. 1.5x DDP (ZeRO sec. 7.2); ZeRO-1/2 send a reduce-scatter and an
 // all-gather, 2 Psi (N-1)/N, the same as DDP (sec. 7.2.1).
 #pragma once
+
+#include "comm_types.h"
 
 static inline void ledger_reset(Comm* c) { memset(&c->ledger, 0, sizeof(c->ledger)); }
 

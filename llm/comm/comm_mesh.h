@@ -1,6 +1,6 @@
 // comm_mesh.h: the process mesh: the dp x pp x tp layout of the ranks, the groups, and starting and
-// ending the processes (MPI, one GPU per process, NCCL's communicators). Part of llm/comm/comm.h, which
-// includes it after the types (Comm, CommGroup) and the checks.
+// ending the processes (MPI, one GPU per process, NCCL's communicators, the watchdog's side channel and
+// thread: comm_init, wd_set_timeout, comm_free, comm_exit).
 //
 // The mesh. World size = dp * pp * tp. Rank order puts tp innermost (the ranks of a Megatron tensor-
 // parallel group are consecutive, so they share a node and its NVLink: Shoeybi et al. 2019,
@@ -19,6 +19,13 @@
 //                  middle stage is a group of one it never uses, and with pp = 1 it is the rank itself
 // "rank" and "root"/"peer" arguments of the collectives are ranks within the named group.
 #pragma once
+
+#include "comm_types.h"
+#if COMM_NCCL
+#include "watchdog_nccl.h"  // (it includes watchdog_mpi.h: the side channel)
+#elif COMM_MPI
+#include "watchdog_mpi.h"
+#endif
 
 static inline int comm_world_rank_of(const Comm* c, int dp_rank, int pp_rank, int tp_rank) {
     return (dp_rank * c->pp + pp_rank) * c->tp + tp_rank;
@@ -220,9 +227,19 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) 
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0;
         ncclResult_t r = ncclCommInitRankConfig(&c->nccl[g], c->group_size[g], id, c->group_rank[g], &config);
-        nccl_settle(c, c->nccl[g], r, __FILE__, __LINE__);
+        nccl_settle(c->nccl[g], r, __FILE__, __LINE__);
         c->nccl_owned[g] = 1;
     }
+#endif
+}
+
+// --comm-timeout: 0 turns the watchdog off; reports start after a fifth of it (at most 1 s). Over
+// NCCL (more than one process) it starts the watchdog thread.
+static void wd_set_timeout(Comm* c, double timeout_s) {
+    c->wd.timeout_s = timeout_s;
+    c->wd.report_s = timeout_s / 5 < 1.0 ? timeout_s / 5 : 1.0;
+#if COMM_NCCL
+    if (timeout_s > 0.0 && c->world_size > 1 && c->wd.nccl == NULL) wd_nccl_start(c);
 #endif
 }
 
@@ -232,7 +249,7 @@ static void comm_free(Comm* c) {
     cudaCheck(cudaStreamSynchronize(c->stream));
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         if (c->nccl_owned[g]) {
-            nccl_settle(c, c->nccl[g], ncclCommFinalize(c->nccl[g]), __FILE__, __LINE__);  // flushes its work
+            nccl_settle(c->nccl[g], ncclCommFinalize(c->nccl[g]), __FILE__, __LINE__);  // flushes its work
             ncclCheck(ncclCommDestroy(c->nccl[g]));
         }
         c->nccl[g] = NULL;
@@ -253,37 +270,6 @@ static void comm_free(Comm* c) {
     c->owns_mpi = 0;
 }
 
-// Host doubles of every rank to every rank: all (world_size values) gets rank r's at r. Plain host
-// data, outside the ledger (the straggler detector, llm/faults/straggler.h).
-static void comm_all_gather_host(Comm* c, double mine, double* all) {
-#if COMM_MPI
-    WdWait w = wd_collective(c, "all_gather", GROUP_WORLD, ++c->wd.seq[GROUP_WORLD]);
-    MPI_Request req;
-    mpiCheck(MPI_Iallgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi[GROUP_WORLD], &req));
-    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
-#else
-    (void)c;
-    all[0] = mine;
-#endif
-}
-
-// The minimum of one int over the world's ranks, on every rank: the host-side agreements (a failed save,
-// a damaged checkpoint, a signal received: llm/ckpt/ckpt_dir.h, llm/faults/preempt.h), bounded by the watchdog like
-// every collective. Plain host data, outside the ledger.
-static int comm_host_min(Comm* c, int x) {
-#if COMM_MPI
-    WdWait w = wd_collective(c, "all_reduce (host)", GROUP_WORLD, ++c->wd.seq[GROUP_WORLD]);
-    MPI_Request req;
-    int y = x;
-    mpiCheck(MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_MIN, c->mpi[GROUP_WORLD], &req));
-    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
-    return y;
-#else
-    (void)c;
-    return x;
-#endif
-}
-
 // Every rank calls it together (same arguments, e.g. after rank 0 printed why): finalize MPI and
 // exit with status. For an error seen by one rank alone use comm_abort_all.
 [[noreturn]] static inline void comm_exit(Comm* c, int status) {
@@ -294,19 +280,4 @@ static int comm_host_min(Comm* c, int x) {
     MPI_Finalize();
 #endif
     exit(status);
-}
-
-// Host bytes of every rank to world rank 0: `all` (world_size * bytes, rank r's at r * bytes) is
-// written on rank 0 only (NULL elsewhere). Plain host data, outside the ledger (reports, logs).
-static void comm_gather_bytes(Comm* c, const void* mine, size_t bytes, void* all) {
-    if (bytes > (size_t)INT_MAX) fatal("comm_gather_bytes: %zu bytes exceed MPI's int count", bytes);
-#if COMM_MPI
-    WdWait w = wd_collective(c, "gather", GROUP_WORLD, ++c->wd.seq[GROUP_WORLD]);
-    MPI_Request req;
-    mpiCheck(MPI_Igather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, c->mpi[GROUP_WORLD], &req));
-    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
-#else
-    (void)c;
-    if (bytes > 0) memcpy(all, mine, bytes);
-#endif
 }

@@ -1,12 +1,15 @@
 // comm_mpi16.h: the CPU build's MPI path on host buffers: 16-bit (BF16, FP16) reductions as MPI user
 // ops (each partial result rounded to the buffer's type, as NCCL reduces bf16 and fp16), the MPI type
 // and count that carry a buffer, and the work MPI leaves to the host when a request completes
-// (comm_finish_host: the average's 1/N, the in-place reduce_scatter's move). Compiled only in the CPU
-// build (MPI without NCCL). Part of llm/comm/comm.h, which includes it after the types (CommDtype,
-// CommHandle), before the engine (llm/comm/comm_engine.h) that calls it.
+// (comm_finish_host: the average's 1/N, the in-place reduce_scatter's move). The CPU build's alone
+// (MPI without NCCL): the engine (llm/comm/comm_engine.h) includes it there.
 #pragma once
 
-#if COMM_MPI && !COMM_NCCL
+#include "comm_types.h"
+#if !(COMM_MPI && !COMM_NCCL)
+#error "llm/comm/comm_mpi16.h is the CPU build's MPI path: include it only in builds with MPI and without NCCL"
+#endif
+
 // 16-bit buffers over MPI (BF16, FP16): moved as MPI_UINT16_T, reduced by user ops that add (or take
 // the max) in float and round each partial result to the buffer's type (to nearest even), as NCCL
 // reduces bf16 and fp16. The average multiplies the sum by 1/N in float and rounds once more.
@@ -58,4 +61,3 @@ static inline int comm_mpi_count(size_t n, const char* op) {
     }
     return (int)n;
 }
-#endif

@@ -1,24 +1,29 @@
 // comm_p2p.h: point to point within a group (pipeline stages): a blocking send and receive, an
 // exchange (sendrecv), and batches of sends and receives posted together (comm_p2p_batch), whose
-// sends may start early (comm_p2p_post_send). Part of llm/comm/comm.h, which includes it after the
-// collectives' engine (llm/comm/comm_engine.h: comm_run, the stream ordering, the ledger).
+// sends may start early (comm_p2p_post_send). Over the collectives' engine (llm/comm/comm_engine.h:
+// comm_run, the stream ordering, the ledger, the watchdog); each call takes its caller's site as its
+// last argument (CommSite, llm/comm/comm_types.h), which the caller leaves out.
 #pragma once
+
+#include "comm_engine.h"
 
 // point to point; dst / src are ranks within the group. A matching recv must be posted by the peer
 // (blocking sends of two ranks to each other can deadlock: use comm_sendrecv for exchanges).
 template <typename T>
-static void comm_send(Comm* c, CommGroup g, const T* buf, size_t n, int dst, cudaStream_t stream) {
-    comm_run(c, COMM_SEND, g, buf, NULL, n, comm_dtype_of(buf), COMM_SUM, dst, stream, 0);
+static void comm_send(Comm* c, CommGroup g, const T* buf, size_t n, int dst, cudaStream_t stream,
+                      CommSite at = comm_here()) {
+    comm_run(c, COMM_SEND, g, buf, NULL, n, comm_dtype_of(buf), COMM_SUM, dst, stream, 0, at);
 }
 template <typename T>
-static void comm_recv(Comm* c, CommGroup g, T* buf, size_t n, int src, cudaStream_t stream) {
-    comm_run(c, COMM_RECV, g, NULL, buf, n, comm_dtype_of(buf), COMM_SUM, src, stream, 0);
+static void comm_recv(Comm* c, CommGroup g, T* buf, size_t n, int src, cudaStream_t stream,
+                      CommSite at = comm_here()) {
+    comm_run(c, COMM_RECV, g, NULL, buf, n, comm_dtype_of(buf), COMM_SUM, src, stream, 0, at);
 }
 // send n_send elements to dst and receive n_recv elements from src at once (no ordering deadlock);
 // dst == src == own rank copies. Counted in the ledger as one send and one recv.
 template <typename T>
 static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, int dst, T* recv, size_t n_recv,
-                          int src, cudaStream_t stream) {
+                          int src, cudaStream_t stream, CommSite at = comm_here()) {
     if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("sendrecv: invalid group %d", (int)g);
     const int N = c->group_size[g], me = c->group_rank[g];
     if (dst < 0 || dst >= N || src < 0 || src >= N) {
@@ -39,11 +44,11 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
 #if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
-    int wi = wd_nccl_begin(c, "sendrecv", g, 0);
+    int wi = wd_nccl_begin(c, "sendrecv", g, 0, at);
     ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
     ncclCheck(ncclSend(send, n_send, nt, dst, c->nccl[g], c->stream));
     ncclCheck(ncclRecv(recv, n_recv, nt, src, c->nccl[g], c->stream));
-    nccl_settle(c, c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    nccl_settle(c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
     wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
@@ -55,7 +60,7 @@ static void comm_sendrecv(Comm* c, CommGroup g, const T* send, size_t n_send, in
     mpiCheck(MPI_Irecv(recv, nr, mt, src, 0, c->mpi[g], &req[0]));
     mpiCheck(MPI_Isend(send, comm_mpi_count(n_send, "sendrecv"), mt, dst, 0, c->mpi[g], &req[1]));
     int peers[2] = {src, dst};
-    WdWait w = wd_p2p(c, "sendrecv", g, peers, 2);
+    WdWait w = wd_p2p(c, "sendrecv", g, peers, 2, at);
     wd_wait(c, 2, req, st, &w);
     int got = 0;
     mpiCheck(MPI_Get_count(&st[0], mt, &got));
@@ -101,7 +106,8 @@ static CommHandle comm_p2p_post_send(Comm* c, CommGroup g, const void* buf, size
 // waits for them over NCCL): no message of the batch waits for another, so two ranks may send to
 // each other in one batch. Each is counted in the ledger as a send or a recv of the group. A send
 // posted early (MPI) is only waited here.
-static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, CommDtype dt, cudaStream_t stream) {
+static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, CommDtype dt, cudaStream_t stream,
+                           CommSite at = comm_here()) {
     if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("p2p_batch: invalid group %d", (int)g);
     const int N = c->group_size[g], me = c->group_rank[g];
     size_t esz = comm_dtype_size(dt);
@@ -118,13 +124,13 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
 #if COMM_NCCL
     ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
-    int wi = wd_nccl_begin(c, "p2p_batch", g, 0);
+    int wi = wd_nccl_begin(c, "p2p_batch", g, 0, at);
     ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
     for (int i = 0; i < n; i++) {
         if (ops[i].send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
         else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nt, ops[i].peer, c->nccl[g], c->stream));
     }
-    nccl_settle(c, c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    nccl_settle(c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
     wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI
@@ -139,7 +145,7 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
     }
     int* peers = (int*)mallocCheck((size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) peers[i] = ops[i].peer;
-    WdWait w = wd_p2p(c, "p2p_batch", g, peers, n);
+    WdWait w = wd_p2p(c, "p2p_batch", g, peers, n, at);
     wd_wait(c, n, req, MPI_STATUSES_IGNORE, &w);
     c->blocking_ms[g] += wall_ms() - t0;
     free(peers);

@@ -1,9 +1,14 @@
-// comm_types.h: the types of llm/comm/comm.h: the groups of the mesh (CommGroup), the kinds of collective
-// (CommKind), the reductions and element types (CommReduce, CommDtype), a rank's state (Comm, with its
-// ledger and the watchdog's state) and what a non-blocking collective returns (CommHandle); the element
-// type of a buffer (comm_dtype_of) and the transport's name for logs. Part of llm/comm/comm.h, which
-// includes it first, after the transport's headers (mpi.h, nccl.h) and the checks.
+// comm_types.h: the types of llm/comm/: the groups of the mesh (CommGroup), the kinds of collective
+// (CommKind), the reductions and element types (CommReduce, CommDtype), a call's site (CommSite), a
+// rank's state (Comm, with its ledger and the watchdog's state) and what a non-blocking collective
+// returns (CommHandle); the element type of a buffer (comm_dtype_of) and the transport's name for logs.
 #pragma once
+
+#include "comm_transport.h"
+#include <stddef.h>
+#if COMM_MPI
+#include <pthread.h>
+#endif
 
 typedef enum { GROUP_ALL = -1, GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4 } CommGroup;
 #define COMM_NUM_GROUPS 5
@@ -36,10 +41,22 @@ typedef struct {
     double sent_bytes[COMM_NUM_KINDS][COMM_NUM_GROUPS];     // this rank's sends, ring model (top)
 } CommLedger;
 
+// Where an API call of llm/comm/ was made: its last parameter, `CommSite at = comm_here()`, so that
+// the watchdog's line names the caller's file:line (llm/comm/watchdog.h). As a default argument
+// __builtin_FILE() and __builtin_LINE() are evaluated at the call, like C++20's
+// std::source_location::current(), which they stand in for under C++17 (g++, clang, nvcc).
+typedef struct {
+    const char* file;
+    int line;
+} CommSite;
+static inline CommSite comm_here(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return CommSite{file, line};
+}
+
 #define COMM_NUM_EVENTS 64  // completion events recorded on the comm stream, reused round robin
 
 // the communication watchdog's state (llm/comm/watchdog.h)
-struct WdNccl;  // its thread over NCCL's in-flight collectives (NCCL builds)
+struct WdNccl;  // its thread over NCCL's in-flight collectives (NCCL builds: llm/comm/watchdog_nccl.h)
 #define WD_MSG 6    // a report: type, step, group, seq, collective, unused
 #define WD_POOL 64  // reports in flight
 typedef struct {
@@ -47,8 +64,6 @@ typedef struct {
     double report_s;                   // a wait longer than this is reported to the other ranks
     int step;                          // the training step now running (train_gpt.cu sets it; 0 before)
     long long seq[COMM_NUM_GROUPS];    // collectives called on each group so far (equal on its ranks)
-    const char* site_file;             // the call site of the API call in progress (the macros of
-    int site_line;                     // llm/comm/comm_sites.h record it)
 #if COMM_MPI
     MPI_Comm side;                     // the side channel: a duplicate of MPI_COMM_WORLD
     int* where;                        // (world_size, WD_MSG): the last report of each rank
@@ -59,7 +74,7 @@ typedef struct {
                                        // watchdog thread both use them
     int thread_multiple;               // MPI gave MPI_THREAD_MULTIPLE: the NCCL watchdog thread may
                                        // use the side channel
-    int* err_state;                    // (world_size) while this rank ends on an error line (llm/comm/watchdog.h):
+    int* err_state;                    // (world_size) while this rank ends on an error line (llm/comm/watchdog_mpi.h):
                                        // 1 a rank that has one too, 2 one that said it is done; else NULL
 #endif
     struct WdNccl* nccl;               // NCCL builds: the watchdog thread, NULL when off
@@ -103,11 +118,10 @@ typedef struct {
 // What a non-blocking collective returns; pass it to comm_wait exactly once (more is harmless).
 typedef struct {
     int pending;
-    CommKind kind;     // what was started, where, and its number in its group (the watchdog's line)
-    CommGroup group;
+    CommKind kind;     // what was started, in which group, its number there and its call site (the
+    CommGroup group;   // watchdog's line)
     long long seq;
-    const char* file;
-    int line;
+    CommSite at;
 #if COMM_NCCL
     cudaEvent_t event;    // recorded on the comm stream after the collective (done_events[slot])
     cudaStream_t stream;  // the compute stream that comm_wait makes wait on it

@@ -329,7 +329,7 @@ static inline void omp_thread_share(int n, int* lo, int* hi) {
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // FNV-1a 64 of n bytes, going on from h (FNV_START for a new hash): the parameters' hash of the SDC check
-// (llm/faults/health.h), version-1 manifests' checksums (llm/ckpt/ckpt_dir.h), an error line's identity (llm/comm/watchdog.h)
+// (llm/faults/health.h), version-1 manifests' checksums (llm/ckpt/ckpt_dir.h), an error line's identity (llm/comm/watchdog_mpi.h)
 #define FNV_START 14695981039346656037ull
 static inline uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
     const unsigned char* b = (const unsigned char*)p;

@@ -32,26 +32,16 @@
 #include "../core/context.h"  // the cuBLASLt handle and workspace
 #include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar: the one definition of GELU
 #include "../core/cuda_utils.cuh"
+#include "matmul_epilogue.h"   // MatmulEpilogue, MATMUL_DBIAS_MAX_SPLITS
+#include "matmul_cpu.h"        // 1. the plain loops (oracle) and the CPU build's sgemm implementation
+#include "matmul_kernels.cuh"  // 2. the bias-gradient and GELU / dGELU kernels (kernel builds)
+#include "matmul_cublaslt.cuh" // 3. the cuBLASLt wrapper (FP8 scale modes included) and matmul_cublaslt
 
 #if LLM_BUILD_CPU
 #include <cblas.h>
 #endif  // the kernel builds get cuBLASLt (real, or dev/emu's subset run on the CPU) from context.h
 
-// the bias gradient of the CUDA builds sums dout in at most this many row splits, so matmul_backward's
-// dbias_scratch needs MATMUL_DBIAS_MAX_SPLITS * OC floats (defined in every build, for the model's sizes)
-#define MATMUL_DBIAS_MAX_SPLITS 32
-
-// what follows a generic product (matmul_batched)
-typedef enum {
-    MATMUL_EPILOGUE_NONE = 0,  // C = alpha op(A) op(B) + beta C [+ bias]
-    MATMUL_EPILOGUE_GELU = 1,  // aux = alpha op(A) op(B) + beta C [+ bias] (if aux != NULL), C = gelu(that)
-    MATMUL_EPILOGUE_DGELU = 2, // C = (alpha op(A) op(B) + beta C) * gelu'(aux)  (aux read; no bias)
-} MatmulEpilogue;
-
 // the three forms, one file each (the op-file order: CPU, CUDA kernels, cuBLASLt), then the launchers
-#include "matmul_cpu.h"       // 1. the plain loops (oracle) and the CPU build's sgemm implementation
-#include "matmul_kernels.cuh" // 2. the bias-gradient and GELU / dGELU kernels (kernel builds)
-#include "matmul_cublaslt.cuh" // 3. the cuBLASLt wrapper (FP8 scale modes included) and matmul_cublaslt
 
 // ----------------------------------------------------------------------------
 // 4. launchers: the same signatures in every build

@@ -1,5 +1,5 @@
-// matmul_cpu.h: the CPU forms of llm/ops/matmul.cuh's products (one part of matmul.cuh; include
-// matmul.cuh, which defines MatmulEpilogue and includes this file first):
+// matmul_cpu.h: the CPU forms of llm/ops/matmul.cuh's products (one part of matmul.cuh, which includes
+// it first; users include matmul.cuh):
 //   - the math as plain loops (*_naive_cpu: FP32, always compiled, the oracle of the tests);
 //   - the CPU build's implementation (*_cpu: OpenBLAS sgemm for the products; bias, GELU and dbias
 //     in OpenMP loops), and its 16-bit floatX views (*_cpu_x: FP32 copies, each output rounded once;
@@ -9,6 +9,7 @@
 #pragma once
 #include "../core/common.h"
 #include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar
+#include "matmul_epilogue.h"  // MatmulEpilogue
 
 #if LLM_BUILD_CPU
 #include <cblas.h>

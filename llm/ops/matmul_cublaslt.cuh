@@ -1,5 +1,5 @@
-// matmul_cublaslt.cuh: the cuBLASLt wrapper of llm/ops/matmul.cuh (one part of matmul.cuh; include
-// matmul.cuh, which defines MatmulEpilogue and includes llm/ops/matmul_kernels.cuh before this file):
+// matmul_cublaslt.cuh: the cuBLASLt wrapper of llm/ops/matmul.cuh (one part of matmul.cuh; users
+// include matmul.cuh):
 //   - MatmulLtArgs and matmul_cublaslt_call: one cuBLASLt product in cuBLAS's column-major terms, with
 //     any cudaDataType, bias / GELU / dGELU epilogues, and the FP8 plumbing (scale pointers, the
 //     block-scaling scale modes of cuBLAS >= 12.8, D's scale and amax; llm/precision/matmul_fp8.cuh calls it);
@@ -10,6 +10,7 @@
 #include "../core/common.h"
 #include "../core/context.h"  // the cuBLASLt handle and workspace, cublasCheck
 #include "../core/cuda_utils.cuh"
+#include "matmul_epilogue.h"  // MatmulEpilogue
 #include "matmul_kernels.cuh"  // MATMUL_X128, matmul_gelu_forward_kernel, matmul_dgelu_inplace_kernel
 
 // ----------------------------------------------------------------------------

@@ -6,8 +6,7 @@
 #include "../core/common.h"
 #include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar
 #include "../core/cuda_utils.cuh"
-
-// MATMUL_DBIAS_MAX_SPLITS: llm/ops/matmul.cuh (defined in every build)
+#include "matmul_epilogue.h"  // MATMUL_DBIAS_MAX_SPLITS (defined in every build)
 
 // ----------------------------------------------------------------------------
 // 2. CUDA kernels
