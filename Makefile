@@ -7,7 +7,7 @@
 #   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp: see test/test.mk)
 #
 # MPI and NCCL are optional: without MPI (none found, or NO_MPI=1) every build is single-process
-# (-DLLM_NO_MPI, see llm/comm.h); the CUDA build is multi-process only with both MPI and NCCL
+# (-DLLM_NO_MPI, see llm/comm/comm.h); the CUDA build is multi-process only with both MPI and NCCL
 # (NCCL_HOME=... if NCCL is elsewhere, NO_NCCL=1 to leave it out). A program built without them
 # says so when it is built ("note: ..."). The tests need MPI (mpirun).
 
@@ -74,7 +74,7 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 
 # --- CPU build ---
 # FP32 unless PRECISION is given on the command line (make train_gpt_cpu PRECISION=BF16 or FP16:
-# 16-bit parameters, activations and gradients, llm/half_cpu.h). cblas_sbgemm is used for the BF16
+# 16-bit parameters, activations and gradients, llm/core/half_cpu.h). cblas_sbgemm is used for the BF16
 # products when OpenBLAS's library has it and the CPU has AVX512_BF16 (-DLLM_HAVE_SBGEMM; checked only
 # for BF16 builds, by linking a call).
 CPU_PREC_BF16 = -DENABLE_BF16 $(if $(filter yes,$(HAVE_SBGEMM)),-DLLM_HAVE_SBGEMM)
@@ -99,8 +99,9 @@ else
 PREC_FLAGS :=
 endif
 # (with MPI it runs comm.h's NCCL code against dev/emu/nccl_emu.h, which needs NCCL's header only)
+# (-Idev/emu: the library reaches the emulator through the include path only: emu.h, cublaslt_emu.h, nccl_emu.h)
 EMU_FLAGS := -std=c++17 -O2 -g -x c++ -DLLM_EMU -fno-strict-aliasing -Wno-unknown-pragmas \
-             -fopenmp -I$(CUDA_HOME)/include $(MPI_CFLAGS) $(MPI_DEFS) $(NCCL_CFLAGS) $(BLAS_CFLAGS) $(PREC_FLAGS)
+             -fopenmp -Idev/emu -I$(CUDA_HOME)/include $(MPI_CFLAGS) $(MPI_DEFS) $(NCCL_CFLAGS) $(BLAS_CFLAGS) $(PREC_FLAGS)
 EMU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm -lpthread
 
 # --- CUDA build ---
@@ -108,7 +109,7 @@ NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -gencode arch=compute_80,code=sm_80
               -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
 NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
-LLM_HEADERS := $(wildcard llm/*.h llm/*.cuh)
+LLM_HEADERS := $(wildcard llm/*/*.h llm/*/*.cuh)
 
 .PHONY: all train test bench-cpu clean fixtures
 

@@ -1,30 +1,30 @@
 /*
 train_gpt.cu: trains a GPT-2 model, on one process or data-parallel over many (mpirun). Read it top
 to bottom:
-  1. arguments, processes (llm/args.h: flags with llm.c's short aliases; llm/comm.h: the dp x tp x pp
-                           mesh; the layout checked before anything is allocated; llm/context.h: the
+  1. arguments, processes (llm/train/args.h: flags with llm.c's short aliases; llm/comm/comm.h: the dp x tp x pp
+                           mesh; the layout checked before anything is allocated; llm/core/context.h: the
                            process's context)
   2. the model            (an llm.c checkpoint, or a fresh GPT-2 from a descriptor like d12;
-                           llm/tensors.h: the parameter tensors as one table)
+                           llm/model/tensors.h: the parameter tensors as one table)
   3. data                 (llm.c token shards, each dp rank reading its slice of every step's batch;
                            tokenizer for decoding)
-  4. the parts            (llm/pipeline.h: which layers this pipeline rank runs; llm/dp.h: what this
+  4. the parts            (llm/parallel/pipeline.h: which layers this pipeline rank runs; llm/parallel/dp.h: what this
                            rank holds of their parameters, gradients and optimizer state: DDP, or
-                           ZeRO-1/2/3, llm/zero.h; llm/gpt.h: the stage that runs the embedding, the
-                           blocks (llm/block.h, with --recompute) and the head on one micro-batch;
-                           llm/sampler.h: generation with its own KV cache)
+                           ZeRO-1/2/3, llm/parallel/zero.h; llm/model/stage.h: the stage that runs the embedding, the
+                           blocks (llm/model/block.h, with --recompute) and the head on one micro-batch;
+                           llm/model/sampler.h: generation, block_decode with a KV cache)
   5. the training loop    (val loss, samples, checkpoints; then one optimizer step: this rank's
                            micro-batches forward + backward in the order of the pipeline schedule
-                           (llm/schedule.h; one rank: forward, backward, forward, ...), the gradients
+                           (llm/parallel/schedule.h; one rank: forward, backward, forward, ...), the gradients
                            averaged over the dp ranks as they are ready, the global norm, the
-                           health check (llm/health.h: a NaN/inf or spike step is skipped, a streak
+                           health check (llm/faults/health.h: a NaN/inf or spike step is skipped, a streak
                            of them or a parameter mismatch between replicas rolls back to the last
-                           good checkpoint), clip, AdamW; faults on purpose with --inject, llm/inject.h;
+                           good checkpoint), clip, AdamW; faults on purpose with --inject, llm/faults/inject.h;
                            log)
   6. held-out exact-match evaluation (optional), memory and communication report, clean-up
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and
 every rank prints the errors it sees itself.
-The same file builds three ways (see DESIGN.md): g++ -> train_gpt_cpu, nvcc -> train_gpt, and the
+The same file builds three ways (docs/architecture.md): g++ -> train_gpt_cpu, nvcc -> train_gpt, and the
 emulated CUDA build used by the tests.
 
 Bytes moved per training step on a GPU (GPT-2 124M, B=64, T=1024, BF16; X = B*T*C*2 = 100.7 MB, one
@@ -42,30 +42,84 @@ and writes, weights excluded (7 MB per layer, read once or twice):
   plus attention), ~80 ms at a dense BF16 peak of ~650 TFLOP/s. The attention matrix is the largest
   single item: a fused (flash) attention kernel would remove ~140 GB of it (see attention.cuh).
 */
-#include "llm/common.h"
-#include "llm/context.h"
-#include "llm/device.h"
-#include "llm/rand.h"
-#include "llm/args.h"
-#include "llm/comm.h"
-#include "llm/tensors.h"
-#include "llm/gpt.h"
-#include "llm/dp.h"
-#include "llm/pipeline.h"
-#include "llm/pipeline_report.h"
-#include "llm/optimizer.h"
-#include "llm/loss_scale.h"
-#include "llm/dataloader.h"
-#include "llm/tokenizer.h"
-#include "llm/logger.h"
-#include "llm/inject.h"
-#include "llm/ckpt_run.h"
-#include "llm/sampler.h"
-#include "llm/eval.h"
-#include "llm/report.h"
-#include "llm/health.h"
-#include "llm/straggler.h"
-#include "llm/preempt.h"
+#include "llm/core/common.h"
+#include "llm/core/context.h"
+#include "llm/core/device.h"
+#include "llm/core/rand.h"
+#include "llm/train/args.h"
+#include "llm/comm/comm.h"
+#include "llm/model/tensors.h"
+#include "llm/model/stage.h"
+#include "llm/parallel/dp.h"
+#include "llm/parallel/dp_step.h"
+#include "llm/parallel/dp_export.h"
+#include "llm/parallel/pipeline.h"
+#include "llm/parallel/pipeline_report.h"
+#include "llm/ops/optimizer.h"
+#include "llm/precision/loss_scale.h"
+#include "llm/train/dataloader.h"
+#include "llm/train/tokenizer.h"
+#include "llm/train/logger.h"
+#include "llm/faults/inject.h"
+#include "llm/ckpt/ckpt_run.h"
+#include "llm/model/sampler.h"
+#include "llm/train/eval.h"
+#include "llm/train/report.h"
+#include "llm/faults/health.h"
+#include "llm/faults/straggler.h"
+#include "llm/faults/preempt.h"
+
+// One optimizer step, the data-parallel training step of the papers (PyTorch DDP's Algorithm 1, ZeRO
+// sec. 5): this rank's micro-batches forward and backward in the pipeline schedule's order, the backward
+// seeded with the loss gradient times the loss scale and each unit's gradients averaged over the dp ranks
+// as soon as they are ready (llm/parallel/pipeline.h, dp.h); the gradients finished; the global norm over
+// every rank; the health verdict on the loss and norm (llm/faults/health.h: a NaN/inf or a spike skips the
+// update); unscale, clip and AdamW on what this rank owns (llm/parallel/dp_step.h).
+typedef struct {
+    float loss, norm, lr, scale;  // the loss averaged over the ranks, the gradient norm, the lr and loss scale used
+    const char* skipped;          // why the update was skipped, or NULL
+} StepResult;
+
+static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,
+                             const OptimConfig* oc, const InjectPlan* faults, const int* inputs, const int* targets,
+                             float dloss, int step, unsigned int seed) {
+    StepResult r;
+    dp_step_begin(dp);
+    fp8_step_begin(fp8);
+    r.scale = scaler->scale;
+    float loss = pipeline_step(pipe, inputs, targets, loss_scaler_seed(scaler, dloss));  // forward, backward
+    inject_before_reductions(faults, step, dp->comm->world_rank);
+    double t = wall_ms();
+    dp_finish_grads(dp);
+    pipe_event(pipe, "gradient reductions", "collective", t);  // (the last ones, waited)
+    t = wall_ms();
+    r.loss = dp_mean(dp, loss);
+    r.norm = dp_grad_norm(dp);
+    float unscale;
+    loss_scaler_unscale(scaler, &r.norm, &unscale);
+    r.skipped = health_verdict(health, r.loss, r.norm);
+    loss_scaler_update(scaler, !isfinite(r.norm), r.skipped != NULL);
+    fp8_step_end(fp8, r.skipped != NULL);  // (a skipped step's amaxes stay out of the histories)
+    r.lr = lr_schedule(oc, step - 1);
+    if (r.skipped == NULL) dp_update(dp, oc, r.lr, r.norm, seed, unscale);  // clip, AdamW
+    device_synchronize();
+    pipe_event(pipe, "optimizer", "optimizer", t);
+    return r;
+}
+
+// the step's line on the console (rank 0) and in log.jsonl; wait: NaN without data parallelism
+static void report_step(Logger* lg, int rank0, int step, int steps, const StepResult* r, float vloss, double ms, double tok_s,
+                        double wait, int scaled) {
+    if (rank0) {
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, r->loss, r->lr, r->norm, ms, tok_s);
+        if (!isnan(wait)) printf(" | comm wait %.1f ms", wait);
+        if (scaled) printf(" | loss scale %g", r->scale);
+        if (r->skipped) printf(" | skipped (%s)", r->skipped);
+        if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
+        printf("\n");
+    }
+    logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)wait, scaled ? r->scale : NAN, r->skipped);
+}
 
 int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
@@ -76,7 +130,7 @@ int main(int argc, char** argv) {
     args_check_layout(&args, &comm);
     InjectPlan inject_plan;
     inject_parse(&inject_plan, args.inject, comm.world_size);
-    wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/watchdog.h)
+    wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/comm/watchdog.h)
     context_init();
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
@@ -112,8 +166,8 @@ int main(int argc, char** argv) {
     }
     int eot = have_tok ? (int)tok.eot_token : 50256;
 
-    // 4. the parts: the units this pipeline rank runs (llm/pipeline.h), what it holds of them
-    // (llm/dp.h), its stages that run them on a micro-batch (llm/gpt.h) and the executor of the
+    // 4. the parts: the units this pipeline rank runs (llm/parallel/pipeline.h), what it holds of them
+    // (llm/parallel/dp.h), its stages that run them on a micro-batch (llm/model/stage.h) and the executor of the
     // schedule, and the sampler
     int* held = (int*)mallocCheck((size_t)num_units(cfg) * sizeof(int));
     pipe_held_units(cfg, comm.pp, args.vpp, comm.pp_rank, held);
@@ -124,15 +178,13 @@ int main(int argc, char** argv) {
     Pipeline pipe;
     pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), args.schedule, args.vpp, grad_accum, B, T,
                   (Recompute)args.recompute);
-    Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/fp8_linear.h)
+    Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)
     Fp8Config fp8_cfg = {(Fp8Recipe)args.fp8, args.fp8_e4m3, args.fp8_history, args.fp8_reduce, args.fp8_margin};
     pipeline_enable_fp8(&pipe, &fp8, fp8_cfg);
     const Stage* stage = pipeline_first(&pipe);  // the memory report's per-layer figures
-    StageRange* ranges = (StageRange*)mallocCheck((size_t)args.vpp * sizeof(StageRange));
-    for (int c = 0; c < args.vpp; c++) ranges[c] = pipe.chunks[c].range;
-    Sampler sampler;
-    sampler_init_pp(&sampler, &dp.lay, &dp.hooks, dp.comm, ranges, args.vpp);
-    free(ranges);
+    Sampler sampler;  // decodes the chunks' stages, FP8 linears included, over the pipeline's messages
+    sampler_init(&sampler, pipe.chunks, pipe.V);
+    pipeline_sampler_link(&pipe, &sampler);
     int steps = args.steps;
     if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));
     if (steps <= 0) steps = 1;
@@ -140,9 +192,9 @@ int main(int argc, char** argv) {
         printf("model: %s | L=%d NH=%d C=%d maxT=%d V=%d (Vp %d) | %.2fM parameters | %s %s\n", args.model,
                cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
                dp.lay.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
-        if (comm.world_size > 1 || args.zero > 0) {
+        if (comm.world_size > 1 || dp.zero.shard_optim) {
             printf("processes: %d = dp %d x tp %d x pp %d | %s | MPI start %.0f ms\n", comm.world_size, comm.dp,
-                   comm.tp, comm.pp, stage_name(args.zero), comm.init_ms);
+                   comm.tp, comm.pp, zero_name(dp.zero.level), comm.init_ms);
         }
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
@@ -153,7 +205,7 @@ int main(int argc, char** argv) {
 
     // the parameters and optimizer state: fresh, or resumed (each rank keeps its part of the state file)
     OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, 0.9f, 0.95f, 1e-8f, args.weight_decay, args.grad_clip};
-    LossScaler scaler;  // loss scaling (llm/loss_scale.h): --loss-scale, default dynamic in FP16 builds
+    LossScaler scaler;  // loss scaling (llm/precision/loss_scale.h): --loss-scale, default dynamic in FP16 builds
     loss_scaler_init(&scaler, (LossScaleMode)args.loss_scale, args.loss_scale_init, args.loss_scale_window);
     if (rank0 && scaler.mode != LOSS_SCALE_NONE) {
         printf("loss scaling: %s, scale %g", loss_scale_mode_name(scaler.mode), scaler.scale);
@@ -163,18 +215,18 @@ int main(int argc, char** argv) {
     Rng sample_rng;
     rng_init(&sample_rng, (uint64_t)args.seed * 0x2545F4914F6CDD1Dull + 1);
     int start_step = 0;
-    // the health checks (llm/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
+    // the health checks (llm/faults/health.h): spikes and NaN/inf skip a step, streaks and SDC roll back
     HealthConfig hcfg = {args.spike_zscore, args.spike_window, args.spike_factor, args.max_bad_steps, args.sdc_check_every};
     Health health;
     health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
-    // the checkpoints (llm/ckpt_run.h): what they hold, where the run keeps it, and how they are written
+    // the checkpoints (llm/ckpt/ckpt_run.h): what they hold, where the run keeps it, and how they are written
     RunState run = {&dp, &fp8, &scaler, &sample_rng, &health, &train_loader};
     RunCkpt ck;
     run_ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.checkpoint_format, args.async_checkpoint,
                   args.keep_checkpoints, args.schedule, args.vpp);
     char resumed_from[1100] = "";
     if (args.resume) {
-        // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt_resume.h)
+        // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt/ckpt_resume.h)
         start_step = run_resume(&comm, args.resume, args.output_dir, &run, resumed_from, sizeof(resumed_from));
     } else {
         if (from_descriptor) {
@@ -184,6 +236,7 @@ int main(int argc, char** argv) {
         dp_import_params(&dp, init_params, 0);
     }
     free(init_params);
+    inject_plan.reached = start_step;  // an injected fault of a step run before (by an earlier process) does not strike again
     // read one batch of each loader now (then rewind), so that a bad shard is reported before the
     // log or any checkpoint is written
     DataPosition first = dataloader_position(&train_loader);
@@ -211,18 +264,17 @@ int main(int argc, char** argv) {
         logger_init(&logger, NULL, 0);
     }
     if (rank0) print_memory(&dp, stage);
-    if (rank0 && args.sdc_check_every > 0 && args.zero == 3 && comm.dp > 1) {
+    if (rank0 && args.sdc_check_every > 0 && dp.zero.shard_params && comm.dp > 1) {
         printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
     }
 
     // 5. the training loop: optimizer steps start_step+1 .. steps. Every rank runs all of it (val
     // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
-    int* gen = (int*)mallocCheck((size_t)cfg.max_seq_len * sizeof(int));
     int* step_inputs = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));   // (m, B, T)
     int* step_targets = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));  // (m, B, T)
     double total_ms = 0.0, total_wait = 0.0;
     int timed_steps = 0;
-    Straggler straggler;  // every N steps, the ranks' compute times compared (llm/straggler.h)
+    Straggler straggler;  // every N steps, the ranks' compute times compared (llm/faults/straggler.h)
     straggler_init(&straggler, args.straggler_every, args.straggler_factor);
     CommLedger step_ledger;  // the collectives of the last optimizer step
     memset(&step_ledger, 0, sizeof(step_ledger));
@@ -233,157 +285,59 @@ int main(int argc, char** argv) {
         if (rank0) printf("step %d: val loss %.6f\n", start_step, vloss);
         logger_log_eval(&logger, start_step, "val_loss", vloss);
     }
-    int reached = start_step;  // the highest step begun: a step repeated after a rollback is not new
-    preempt_install(args.save_on_signal);  // from now on SIGTERM / SIGINT save the step in flight (llm/preempt.h)
+    preempt_install(args.save_on_signal);  // from now on SIGTERM / SIGINT save the step in flight (llm/faults/preempt.h)
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
         comm.wd.step = step;  // the watchdog's line names it
-        // the injected gradient, batch and parameter faults strike the first time a step runs only (a
-        // transient fault; a rollback repeats the step numbers)
-        int fresh = step > reached;
-        if (fresh) reached = step;
-        // one optimizer step: this rank's micro-batches forward and backward in the schedule's order
-        // (the gradients averaged over the dp ranks as each unit's are ready), then the global norm,
-        // clipping and AdamW
         ledger_reset(&comm);
         comm_take_wait_ms(&comm);  // what val, samples and checkpoints waited is not this step's
         pipe.trace_on = args.trace != NULL && last;
-        size_t BT = (size_t)B * T;
-        for (int micro = 0; micro < grad_accum; micro++) {  // every rank reads the step's batches
-            dataloader_next_batch(&train_loader);
-            memcpy(step_inputs + micro * BT, train_loader.inputs, BT * sizeof(int));
-            memcpy(step_targets + micro * BT, train_loader.targets, BT * sizeof(int));
-        }
-        // a spike on a rank is a bad batch of its dp slice: every tp and pp rank of that slice reads it
-        int spike = 0;
-        for (int q = 0; q < comm.tp * comm.pp; q++) {
-            spike |= fresh && inject_find(&inject_plan, INJECT_SPIKE, step, comm_world_rank_of(&comm, comm.dp_rank, q / comm.tp, q % comm.tp)) != NULL;
-        }
-        if (spike) {  // the slice's targets: random tokens
-            Rng r;
-            rng_init(&r, 0x5bd1e995u + (uint64_t)step);
-            for (size_t i = 0; i < (size_t)grad_accum * BT; i++) step_targets[i] = (int)(rng_u64(&r) % (uint64_t)cfg.vocab_size);
-        }
-        dp.inject_nan = fresh && inject_find(&inject_plan, INJECT_NAN, step, comm.world_rank) != NULL;
-        const InjectFault* gradspike = fresh ? inject_find(&inject_plan, INJECT_GRADSPIKE, step, comm.world_rank) : NULL;
-        dp.inject_grad_factor = gradspike ? gradspike->factor : 0.0f;
+        dataloader_next_step(&train_loader, grad_accum, step_inputs, step_targets);  // every rank reads the step's batches
+
+        // the step, timed: faults first (--inject: die, hang, slow, spike, NaN), then the update, then a flipped bit
         double t0 = wall_ms();
         straggler_step_begin(&straggler, &comm);
-        inject_step_begin(&inject_plan, step, comm.world_rank);  // die, hang, slow (llm/inject.h)
-        dp_step_begin(&dp);
-        fp8_step_begin(&fp8);
-        // the backward starts from the loss gradient times the loss scale (llm/loss_scale.h)
-        float step_scale = scaler.scale, dloss = loss_scaler_seed(&scaler, 1.0f / ((float)B * T * grad_accum));
-        float train_loss = pipeline_step(&pipe, step_inputs, step_targets, dloss);
-        inject_stop(&inject_plan, step, comm.world_rank, INJECT_AT_REDUCE);  // die, hang with at=reduce (llm/inject.h)
-        double t_opt = wall_ms();
-        dp_finish_grads(&dp);
-        pipe_event(&pipe, "gradient reductions", "collective", t_opt);  // (the last ones, waited)
-        t_opt = wall_ms();
-        train_loss = dp_mean(&dp, train_loss);  // over all ranks
-        float norm = dp_grad_norm(&dp), unscale;
-        loss_scaler_unscale(&scaler, &norm, &unscale);
-        // the health check on the reduced loss and norm, the same on every rank: NaN/inf (an overflow
-        // under a loss scaler) or a spike skips the update (llm/health.h)
-        const char* skipped = health_verdict(&health, train_loss, norm);
-        int apply = skipped == NULL;
-        loss_scaler_update(&scaler, !isfinite(norm), !apply);
-        fp8_step_end(&fp8, !apply);  // (a skipped step's amaxes stay out of the histories)
-        float lr = lr_schedule(&oc, step - 1);
-        if (apply) dp_update(&dp, &oc, lr, norm, (unsigned int)(args.seed + 7919u * (unsigned)step), unscale);
-        const InjectFault* flip = fresh ? inject_find(&inject_plan, INJECT_BITFLIP, step, comm.world_rank) : NULL;
-        if (flip) {
-            health_bitflip(&dp, flip->index, flip->bit);
-            fprintf(stderr, "inject: rank %d flips bit %d of parameter %ld after step %d (--inject bitflip)\n", comm.world_rank,
-                    flip->bit, flip->index, step);
-        }
-        device_synchronize();
-        pipe_event(&pipe, "optimizer", "optimizer", t_opt);
+        inject_before_step(&inject_plan, &comm, &dp, step, step_targets, (size_t)grad_accum * B * T, cfg.vocab_size);
+        StepResult r = train_step(&pipe, &dp, &scaler, &fp8, &health, &oc, &inject_plan, step_inputs, step_targets,
+                                  1.0f / ((float)B * T * grad_accum), step, (unsigned int)(args.seed + 7919u * (unsigned)step));
+        inject_after_update(&inject_plan, &dp, step);
         double ms = wall_ms() - t0;
+        double wait = comm_take_wait_ms(&comm);  // how long the computation waited for reductions and gathers
         step_ledger = comm.ledger;
         *step_trace = dp.trace;
-        // how long the computation waited for gradient reductions and parameter gathers (llm/comm.h)
-        double wait = comm_take_wait_ms(&comm);
-        if (step > start_step + 1) {  // the first step warms up
-            total_ms += ms;
-            total_wait += wait;
-            timed_steps++;
-        }
+        if (step > start_step + 1) { total_ms += ms; total_wait += wait; timed_steps++; }  // the first step warms up
         straggler_step_end(&straggler, &comm, &logger, step, ms, wait);
-        float tok_s = (float)(args.total_batch / (ms / 1e3));
-        // a SIGTERM or SIGINT on any rank (llm/preempt.h): this step is saved, then the run ends
+
+        // a SIGTERM or SIGINT on any rank saves this step and ends the run (llm/faults/preempt.h); silent data
+        // corruption: the replicas' parameter hashes, every N steps and before a checkpoint (llm/faults/health.h)
         int sig_rank = -1, sig = args.save_on_signal ? preempt_agree(&comm, &sig_rank) : 0;
         int ckpt_step = sig || (args.checkpoint_every > 0 && (step % args.checkpoint_every == 0 || last));
-        // silent data corruption: the replicas' parameter hashes, every N steps and before a checkpoint
         char sdc_msg[400] = "";
         if (args.sdc_check_every > 0 && (step % args.sdc_check_every == 0 || ckpt_step) && sdc_check(&dp, sdc_msg, sizeof(sdc_msg))) {
             if (rank0) printf("step %d: %s\n", step, sdc_msg);
         }
 
-        // val loss, log line, sample and checkpoint of the model after this step
+        // val loss, the step's line, a sample, the checkpoint of the model after this step with the health
+        // checks' verdict on it (llm/ckpt/ckpt_run.h)
         float vloss = NAN;
         if (!sig && args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
             vloss = val_loss(&pipe, &val_loader, args.val_steps);
         }
-        int data_parallel = comm.dp > 1 || args.zero > 0;
-        if (rank0) {
-            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, train_loss, lr,
-                   norm, ms, tok_s);
-            if (data_parallel) printf(" | comm wait %.1f ms", wait);
-            if (scaler.mode != LOSS_SCALE_NONE) printf(" | loss scale %g", step_scale);
-            if (skipped) printf(" | skipped (%s)", skipped);
-            if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
-            printf("\n");
-        }
-        logger_log_step(&logger, step, train_loss, vloss, lr, norm, (float)ms, tok_s, data_parallel ? (float)wait : NAN,
-                        scaler.mode != LOSS_SCALE_NONE ? step_scale : NAN, skipped);
+        report_step(&logger, rank0, step, steps, &r, vloss, ms, (float)(args.total_batch / (ms / 1e3)),
+                    comm.dp > 1 || dp.zero.shard_optim ? wait : NAN, scaler.mode != LOSS_SCALE_NONE);
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
-            gen[0] = eot;
-            int len = sampler_generate(&sampler, gen, 1, args.sample_len, -1, &sample_rng);
-            if (rank0) {
-                printf("sample: ");
-                print_tokens(have_tok ? &tok : NULL, gen + 1, len - 1);
-                printf("\n");
-            }
+            print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0);
         }
-        // the checkpoint of the model after this step, with the health checks' verdict on it (llm/ckpt_run.h)
-        if (ckpt_step) {
-            int verdict = sdc_msg[0] != '\0' ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY;
-            run_ckpt_save(&ck, &run, step, verdict);
-        }
+        if (ckpt_step) run_ckpt_save(&ck, &run, step, sdc_msg[0] ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY);
         run_ckpt_poll(&ck);  // an async save done on every rank gets its manifest
-        if (sig) {  // preempted: the save finished, one line, and every rank ends
-            run_ckpt_finish(&ck);
-            if (rank0) {
-                printf("step %d: %s on rank %d: the state after step %d is saved in %s; exiting with status %d (128 + %s); "
-                       "--resume latest goes on from here\n", step, preempt_signal_name(sig), sig_rank, step, args.output_dir,
-                       128 + sig, preempt_signal_name(sig));
-            }
-            comm_exit(&comm, 128 + sig);
-        }
-        // the rollback (llm/health.h): after max_bad_steps bad steps in a row, or an SDC mismatch, to the
-        // newest last-known-good checkpoint; the data go on from where they are
-        if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) {
-            run_ckpt_finish(&ck);  // the save in flight completes first
-            char why[500], path[1100];
-            LoadedState st;
-            int to = health_rollback(&health, &comm, args.output_dir, step, sdc_msg, &dp.lay, &st, why, sizeof(why), path, sizeof(path));
-            run_state_import(&run, &st, 0, path);  // (or the line and exit 3, above); the data stay where they are
-            loaded_state_free(&st);
-            DataPosition at = dataloader_position(&train_loader);
-            if (rank0) {
-                printf("step %d: rollback: %s: restored %s (step %d); the data go on from epoch %lld sample %lld\n", step, why,
-                       path, to, (long long)at.epoch, (long long)at.sample);
-            }
-            logger_log_rollback(&logger, step, to, why);
-            step = to;  // the loop goes on with step to + 1
-            continue;
-        }
+        if (sig) run_preempted_exit(&ck, step, sig, sig_rank);
+        // after max_bad_steps bad steps in a row, or an SDC mismatch: back to the newest last-known-good checkpoint
+        if (sdc_msg[0] != '\0' || health_needs_rollback(&health)) step = run_rollback(&ck, &run, &logger, step, sdc_msg);
     }
     run_ckpt_finish(&ck);  // the last save, waited for
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
-        if (comm.dp > 1 || args.zero > 0) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
+        if (comm.dp > 1 || dp.zero.shard_optim) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
         printf("\n");
     }
 
@@ -403,7 +357,7 @@ int main(int argc, char** argv) {
     // the memory and the collectives of the last step, beside the papers' numbers
     comm.ledger = step_ledger;
     if (rank0) print_memory(&dp, stage);  // the peaks now include the training steps
-    if (rank0 && (comm.dp > 1 || args.zero > 0)) {
+    if (rank0 && (comm.dp > 1 || dp.zero.shard_optim)) {
         ledger_print(&comm, stdout);
         double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
         printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "
@@ -425,7 +379,6 @@ int main(int argc, char** argv) {
     }
 
     health_free(&health);
-    free(gen);
     free(step_inputs);
     free(step_targets);
     free(step_trace);

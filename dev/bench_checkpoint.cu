@@ -1,4 +1,4 @@
-// bench_checkpoint.cu: what checking a checkpoint costs (llm/checkpoint.h, llm/atomic_file.h). The state of a
+// bench_checkpoint.cu: what checking a checkpoint costs (llm/ckpt/checkpoint.h, llm/core/atomic_file.h). The state of a
 // model of the given size (default GPT-2 124M: d12) is saved the way the trainer saves a gathered checkpoint
 // (llm.c's model file, then the resumable state: FP32 parameters, m, v; each through a temporary name,
 // fsynced, renamed) and read back, with the checksums and without them:
@@ -11,9 +11,9 @@
 // printed. The reads come from the page cache (the files were just written): a read from a cold disk is
 // slower, and the checksum's share of it smaller.
 //   make build/bench_checkpoint && ./build/bench_checkpoint [--model d12] [--dir /tmp] [--reps 3]
-#include "../llm/common.h"
-#include "../llm/tensors.h"
-#include "../llm/checkpoint.h"
+#include "../llm/core/common.h"
+#include "../llm/model/tensors.h"
+#include "../llm/ckpt/checkpoint.h"
 
 static double median(double* x, int n) {
     for (int i = 1; i < n; i++) for (int j = i; j > 0 && x[j] < x[j - 1]; j--) { double t = x[j]; x[j] = x[j - 1]; x[j - 1] = t; }

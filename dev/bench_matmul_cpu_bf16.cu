@@ -9,8 +9,8 @@
 //   sbgemm  cblas_sbgemm on the BF16 operands, FP32 output, then rounded to BF16 (only with LLM_HAVE_SBGEMM)
 // and the ratios conv / fp32 and conv / sbgemm.
 //   ./build/bench_matmul_cpu_bf16 [BT] [repeats]     (defaults 1024, 5)
-#include "../llm/common.h"
-#include "../llm/matmul.cuh"
+#include "../llm/core/common.h"
+#include "../llm/ops/matmul.cuh"
 #include <algorithm>
 #include <vector>
 

@@ -7,7 +7,7 @@
 // RECOMPUTE: a comma-separated list of none, selective, full (default none); each is timed in turn,
 // in this one process, and the step times are printed as ratios to the first, beside the expected
 // cost from the FLOPs each recomputes.
-// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/tensor_parallel.h);
+// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/parallel/tensor_parallel.h);
 // rank 0 prints, and each step's time spent inside the tp group's blocking collectives (the host time
 // in comm.h: in the CPU build the collectives' whole duration, waiting for the other rank included)
 // is printed beside the step (dev/bench_tp.sh compares tp 2 with tp 1 in one run).
@@ -16,14 +16,16 @@
 //   plus 6 L T C per token for attention's QK^T and AV (forward 2 L T C, backward twice that),
 // against PEAK_TFLOPS (e.g. the measured dense bf16 matmul peak of the GPU). Recomputed FLOPs are not
 // model FLOPs: MFU falls by the recompute's cost.
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
-#include "../llm/tensors.h"
-#include "../llm/gpt.h"
-#include "../llm/dp.h"
-#include "../llm/optimizer.h"
-#include "../llm/report.h"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
+#include "../llm/model/tensors.h"
+#include "../llm/model/stage.h"
+#include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
+#include "../llm/parallel/dp_export.h"
+#include "../llm/ops/optimizer.h"
+#include "../llm/train/report.h"
 #include <algorithm>
 #include <vector>
 

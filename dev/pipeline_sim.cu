@@ -1,11 +1,11 @@
-// pipeline_sim.cu: run a pipeline schedule of llm/schedule.h in the simulator, no model, and look at it.
+// pipeline_sim.cu: run a pipeline schedule of llm/parallel/schedule.h in the simulator, no model, and look at it.
 //   build/pipeline_sim --schedule 1f1b --pp 4 -m 8 [--vpp V] [--f 1 --b 2 --w 0 --p2p 0] [--trace FILE]
 // Prints each rank's ops, busy and idle time and peak of live micro-batches, the bubble fraction
 // beside the formula of the schedule, and with --trace writes a Chrome/Perfetto trace
 // (scripts/plot_trace.py draws it as a PNG). Costs: one chunk's F, B and W (with a schedule that does
 // not split the backward, B is the whole backward and W is ignored).
-#include "../llm/common.h"
-#include "../llm/schedule.h"
+#include "../llm/core/common.h"
+#include "../llm/parallel/schedule.h"
 
 int main(int argc, char** argv) {
     const char* name = "1f1b";

@@ -8,8 +8,8 @@
 #   bash dev/precision_numerics.sh [--data addition|pytext] [--out DIR] [--model SPEC] [-b B] [-t T]
 #                                  [--steps N] [--lr LR] [--runs fp32,bf16,fp16,delayed,current,block,mx]
 #
-# Defaults: the issue's size, d6 C=384 T=256, 300 steps on the addition task (tens of minutes on 2
-# cores). test/test_precision.sh runs a small model through this script and bounds the gaps.
+# Defaults: d6 C=384 T=256, 300 steps on the addition task (tens of minutes on 2 cores).
+# test/test_precision.sh runs a small model through this script and bounds the gaps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

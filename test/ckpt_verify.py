@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """ckpt_verify.py: the checkpoints' checksums, recomputed independently of the trainer.
 
-  ckpt_verify.py DIR            every ckpt_* directory of DIR that has a manifest, against it (llm/ckpt_shard.h's
+  ckpt_verify.py DIR            every ckpt_* directory of DIR that has a manifest, against it (llm/ckpt/ckpt_shard.h's
                                 format): the first line, the "complete" line, each listed shard's size and checksum.
                                 Prints "ok" or what is wrong, then the complete directories. (test_checkpoint.sh,
                                 test_faults_precision.sh)
   ckpt_verify.py --file F...    state files (state_<step>.bin) and llm.c model files: the checksum their header holds
-                                (llm/checkpoint.h: state header[35..37], model header[253..255]) against the bytes.
+                                (llm/ckpt/checkpoint.h: state header[35..37], model header[253..255]) against the bytes.
                                 Prints "F: ok", "F: no checksum" or "F: checksum X, header says Y"; exit 1 on a mismatch.
   ckpt_verify.py --seal F       recomputes and writes the checksum of a state file whose header a test changed on
                                 purpose (so that the trainer's range checks, not its checksum, must refuse it)
 
-The checksum (llm/atomic_file.h's ckpt_sum): FNV-1a's step h = (h ^ w) * P over the little-endian 64-bit words of
+The checksum (llm/core/atomic_file.h's ckpt_sum): FNV-1a's step h = (h ^ w) * P over the little-endian 64-bit words of
 the bytes in 4 lanes (word i to lane i mod 4; lane k starts at the FNV offset basis ^ k; the bytes zero-padded to a
 multiple of 32), then the 4 lanes and the byte count, as 40 little-endian bytes, folded by FNV-1a of bytes. Manifests
 of version 1 hold FNV-1a 64 of the bytes instead."""

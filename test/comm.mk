@@ -1,4 +1,4 @@
-# test/comm.mk: the tests of llm/comm.h (process mesh, collectives, byte ledger).
+# test/comm.mk: the tests of llm/comm/comm.h (process mesh, collectives, byte ledger).
 # Included by the top Makefile (CXX, CPU_FLAGS, CPU_LIBS, EMU_FLAGS, EMU_LIBS, NVCC, NVCC_FLAGS, NVCC_LIBS).
 #
 #   make test-comm              build both programs and run test/test_comm.sh (every layout, ~30 s)
@@ -13,7 +13,7 @@
 ifndef COMM_MK_INCLUDED
 COMM_MK_INCLUDED := 1
 
-COMM_TEST_DEPS := test/test_comm.cu $(wildcard llm/comm*.h) llm/watchdog.h llm/half_cpu.h llm/common.h llm/device.h
+COMM_TEST_DEPS := test/test_comm.cu $(wildcard llm/comm/*.h) llm/core/half_cpu.h llm/core/common.h llm/core/device.h
 
 build/test_comm_cpu: $(COMM_TEST_DEPS)
 	@mkdir -p build

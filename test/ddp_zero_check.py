@@ -16,7 +16,7 @@
   ledger NAME REPORT                          each rank's collectives of one step against sec. 7
   ratio NAME REPORT_ZERO3 REPORT_DDP          ZeRO-3's bytes sent per step / DDP's = 1.5 (x padding)
   order NAME REPORT                           the order of the last step's data-parallel operations
-                                              (llm/ddp.h's trace): what the numbers cannot show
+                                              (llm/parallel/ddp.h's trace): what the numbers cannot show
   tp_ledger NAME REPORT                       each rank's tensor-parallel traffic of one step against
                                               Megatron-LM's count (test/test_tp.sh)
   p2p NAME REPORT                             each rank's point-to-point rows of one step (pipeline) against
@@ -90,7 +90,7 @@ def first(name, run, ref, tol):
 
 def state_split(raw):
     """a state file's bytes but its checksum (header[35..37], checked here against the bytes: test/ckpt_verify.py)
-    and its last H gradient norms (the health window, llm/checkpoint.h header[31]), and those norms; None when the
+    and its last H gradient norms (the health window, llm/ckpt/checkpoint.h header[31]), and those norms; None when the
     checksum does not match"""
     if len(raw) >= 1024:
         held, got = ckpt_verify.file_sum(raw, 35)
@@ -167,7 +167,7 @@ def fp8_state(path):  # (recipe, layers, the FP8 floats: [pos, recorded, per ent
 
 
 def fp8(name, run, ref, tol, below1=False):
-    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/fp8_linear.h); 1 delayed, 2 current.
+    # entry (l * 4 + linear) * 3 + tensor, tensor 0 x, 1 W, 2 dy (llm/precision/fp8_linear.h); 1 delayed, 2 current.
     # below1: REF must also hold, in every layer, a scale below 1 (an amax above the format's max): a
     # pipeline stage that exported the layers it does not hold (their scales still the initial 1) into the
     # max over the pipeline would raise exactly those to 1; scales >= 1 cannot show it
@@ -228,27 +228,27 @@ def memory(name, report):
 
 def ledger(name, report):
     r = json.load(open(report))
-    stage, N, x = r["stage"], r["dp"], r["bytes_per_value"]
+    zero, N, x = r["stage"], r["dp"], r["bytes_per_value"]
     S, P, accum = x * r.get("shard_parameters", r["num_parameters"]), x * r["packed_parameters"], r["grad_accum"]
     loss = 4 if N > 1 else 0
     # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
-    # (the loss average; the norm's sum of squares in stages 1-3)
+    # (the loss average; the norm's sum of squares in ZeRO-1/2/3)
     want = {0: {"all_reduce": S + loss},
             1: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
             2: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": P},
-            3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[stage]
+            3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[zero]
     for rk in r["ranks"]:
         got = {row["kind"]: row["payload_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp"}
         other = [row for row in rk["ledger_step"]["rows"] if row["group"] not in ("dp", "tp")]  # tp: tp_ledger
         if got != want or other:
             return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
         sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp")
-        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if stage == 0 else 0))
+        scalars = (2.0 * (N - 1) / N) * (want["all_reduce"] - (S if zero == 0 else 0))
         if abs(sent - scalars - r["paper_sent_bytes_per_step"]) > 1.0:
             return False, "%s: rank %d sent %.1f B per step, paper %.1f B + scalars %.1f B" % (
                 name, rk["rank"], sent, r["paper_sent_bytes_per_step"], scalars)
     formula = {0: "2(N-1)/N S", 1: "2(N-1)/N P", 2: "2(N-1)/N P",
-               3: "%d(N-1)/N P" % (2 * accum + 1)}[stage]
+               3: "%d(N-1)/N P" % (2 * accum + 1)}[zero]
     return True, "%s: payload per step %s; sent %.0f B = %s (S = %d B gradient, P = %d B padded)" % (
         name, " ".join("%s %d" % kv for kv in sorted(want.items())), r["paper_sent_bytes_per_step"], formula, S, P)
 
@@ -305,13 +305,13 @@ def tp_ledger(name, report):
 
 
 def p2p(name, report):
-    """The pipeline's messages of one step (llm/pipeline.h, llm/schedule.h), from the layout alone: the S = P V
+    """The pipeline's messages of one step (llm/parallel/pipeline.h, llm/parallel/schedule.h), from the layout alone: the S = P V
     virtual stages run in a chain, virtual stage s = c P + r on rank r (its chunk c). Every micro-batch's
     forward sends its output activation from s to s + 1 and its backward the input gradient from s to
     s - 1: per step, virtual stage s sends m activations if s < S - 1 and m gradients if s > 0, and
     receives as many from its neighbours; each message is one (R, C) tensor, R = B T (B T / t with
     sequence parallelism: the stages exchange the sequence-parallel shards), of bytes_per_value each.
-    The ledger (llm/comm_ledger.h) counts a send's payload as sent, a receive's as 0 sent. The loss goes
+    The ledger (llm/comm/comm_ledger.h) counts a send's payload as sent, a receive's as 0 sent. The loss goes
     from the last stage to the others by one 4-byte broadcast on the pp group (sent by its root)."""
     r = json.load(open(report))
     P, m, x, C = r["pp"], r["grad_accum"], r["bytes_per_value"], r["C"]
@@ -339,13 +339,13 @@ PEAK_KINDS = STATIC_KINDS + ("comm_buffers", "workspace")
 
 
 def peaks(name, report):
-    """The tagged allocator's peaks (llm/context.h: *_peak_bytes, the most of a kind live at once) against
+    """The tagged allocator's peaks (llm/core/context.h: *_peak_bytes, the most of a kind live at once) against
     what must have been live: every peak at least the bytes live at the end; the parameters, gradients,
-    optimizer states and activations are allocated once at the start and held to the end (llm/dp.h,
-    llm/optimizer.h, the stages' activation slots: llm/gpt.h, llm/pipeline.h), so their peak is what is
+    optimizer states and activations are allocated once at the start and held to the end (llm/parallel/dp.h,
+    llm/ops/optimizer.h, the stages' activation slots: llm/model/stage.h, llm/parallel/pipeline.h), so their peak is what is
     live at the end, and a pipeline's activations are its slots (pipeline_activation_bytes, measured as
     they were allocated). Communication buffers: with a pipeline every rank sends its units to the first
-    stage for each gathered checkpoint in one (Psi + U) float buffer (llm/dp_export.h dp_pp_to_first_stage)
+    stage for each gathered checkpoint in one (Psi + U) float buffer (llm/parallel/dp_export.h dp_pp_to_first_stage)
     while its message buffers are live: the peak is at least live + 4 (Psi + U); without data or tensor
     parallelism (no other temporaries: ZeRO's gathers, the tp gather of a checkpoint, sequence
     parallelism's LayerNorm all-reduce) it is exactly that, the largest of the temporaries (the tied
@@ -391,7 +391,7 @@ def order(name, report):
     all-gather of unit u starts, R u: the reduction of unit u's gradients starts, E: the backward is
     over). Units: 0 the embedding, 1..L the layers, L+1 the final LayerNorm."""
     r = json.load(open(report))
-    stage, U, accum = r["stage"], r["num_units"], r["grad_accum"]
+    zero, U, accum = r["stage"], r["num_units"], r["grad_accum"]
     bwd = [0, U - 1] + list(range(U - 2, 0, -1))  # the LM head (embedding), final, layers L..1
     for rk in r["ranks"]:
         ev = [(t[0], int(t[1:]) if len(t) > 1 else -1) for t in rk["dp_events"].split()]
@@ -421,11 +421,11 @@ def order(name, report):
             if not R[u] < B[nxt]:
                 return False, "%s: the reduction of unit %d starts at event %d, after the backward of unit %d (%d)" % (where, u, R[u], nxt, B[nxt])
         G = [(i, u) for i, (w, u) in enumerate(ev) if w == "G"]
-        if stage == 0 and G:
+        if zero == 0 and G:
             return False, "%s: DDP gathered parameters: %s" % (where, G)
-        if stage in (1, 2) and (len(G) != U or min(i for i, _ in G) < e[0] or sorted(u for _, u in G) != list(range(U))):
-            return False, "%s: ZeRO-%d must gather each updated unit once after the backward; gathers %s, backward over at %d" % (where, stage, G, e[0])
-        if stage == 3:
+        if zero in (1, 2) and (len(G) != U or min(i for i, _ in G) < e[0] or sorted(u for _, u in G) != list(range(U))):
+            return False, "%s: ZeRO-%d must gather each updated unit once after the backward; gathers %s, backward over at %d" % (where, zero, G, e[0])
+        if zero == 3:
             # 2. each pass (a micro-step's forward, or its backward) gathers every unit once, and the next
             # unit's gather starts before the current unit is computed (prefetch), ZeRO sec. 5.3
             # micro-step m: from after micro-step m-1's last backward event to its own last one
@@ -446,7 +446,7 @@ def order(name, report):
                             return False, "%s: micro-step %d: unit %d is gathered at event %d, after unit %d's %s began (%d): no prefetch" % (
                                 where, m, nxt, gi[nxt], u, "forward" if kind == "F" else "backward", i)
     what = {0: "no gathers", 1: "each updated unit gathered once after the backward", 2: "each updated unit gathered once after the backward",
-            3: "every pass gathers each unit once, the next one before the current one is computed"}[stage]
+            3: "every pass gathers each unit once, the next one before the current one is computed"}[zero]
     return True, "%s: %d ranks; each unit's gradients reduced once, in the last of %d micro-step(s), before the next unit's " \
                  "backward begins, driven by polls during the backward; %s" % (name, len(r["ranks"]), accum, what)
 

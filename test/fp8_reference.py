@@ -3,7 +3,7 @@
 
 Reads DIR/cases.bin (written by test_fp8), recomputes every case's scales and FP8 codes with numpy
 float32 arithmetic and ml_dtypes' float8_e4m3fn / float8_e5m2 rounding, and writes DIR/ref.bin for
-the test to compare bit for bit. It implements the recipes from their definitions (llm/fp8.cuh's top
+the test to compare bit for bit. It implements the recipes from their definitions (llm/precision/fp8.cuh's top
 comment), not from the C++ code.
 
 cases.bin: int32 ncases, then per case: char name[64]; int32 recipe, fmt, rows, cols, nsteps, H,

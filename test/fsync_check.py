@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """fsync_check.py TRACE DIR [--no-manifest]: the order of the fsync and rename calls (test/fsync_trace.c's lines) that saving the
-checkpoints in DIR made, against what a crash at any moment needs (llm/atomic_file.h):
+checkpoints in DIR made, against what a crash at any moment needs (llm/core/atomic_file.h):
   1. every file renamed into DIR (or a ckpt_* directory in it) was fsynced, under its temporary name, by the
      process that renamed it, before the rename: else a crash right after the rename can leave the name on a
      file whose bytes never reached the disk;

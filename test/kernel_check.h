@@ -19,9 +19,9 @@
 //   (> 1 - 1e-9 for n <= 10^4) when rounding errors are independent and of mean zero, as they are on
 //   random data (not on adversarial data, which these tests do not use).
 #pragma once
-#include "../llm/common.h"
-#include "../llm/device.h"
-#include "../llm/rand.h"
+#include "../llm/core/common.h"
+#include "../llm/core/device.h"
+#include "../llm/core/rand.h"
 #include "test_common.h"
 #include <vector>
 

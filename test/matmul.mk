@@ -1,4 +1,4 @@
-# test/matmul.mk: the tests of llm/matmul.cuh and of the emulated cuBLASLt (dev/emu/cublaslt_emu.h).
+# test/matmul.mk: the tests of llm/ops/matmul.cuh and of the emulated cuBLASLt (dev/emu/cublaslt_emu.h).
 # Included by the top Makefile (CXX, CPU_FLAGS, CPU_LIBS, EMU_FLAGS, EMU_LIBS).
 #
 #   make test-matmul                  build and run all four programs
@@ -9,8 +9,8 @@
 
 # matmul.cuh and its parts (matmul_cpu.h, matmul_kernels.cuh, matmul_cublaslt.cuh), and every header they
 # include, so that a change in any of them rebuilds the tests
-MATMUL_TEST_DEPS := llm/matmul.cuh llm/matmul_cpu.h llm/matmul_kernels.cuh llm/matmul_cublaslt.cuh \
-                    llm/common.h llm/context.h llm/gelu.cuh llm/cuda_utils.cuh llm/half_cpu.h llm/device.h \
+MATMUL_TEST_DEPS := llm/ops/matmul.cuh llm/ops/matmul_cpu.h llm/ops/matmul_kernels.cuh llm/ops/matmul_cublaslt.cuh \
+                    llm/core/common.h llm/core/context.h llm/ops/gelu.cuh llm/core/cuda_utils.cuh llm/core/half_cpu.h llm/core/device.h \
                     test/test_common.h
 MATMUL_EMU_DEPS := $(MATMUL_TEST_DEPS) $(wildcard dev/emu/*.h)
 

@@ -41,7 +41,7 @@ run() {  # run NAME CMD...
 }
 
 run ops_grad ./build/test_ops_grad_cpu
-# pipeline schedules as data and their simulator (llm/schedule.h): structure, deadlock freedom, bubble formulas
+# pipeline schedules as data and their simulator (llm/parallel/schedule.h): structure, deadlock freedom, bubble formulas
 run schedule ./build/test_schedule_cpu
 # scripts/plot_trace.py: the simulator's traces and a real run's shape drawn as PNGs, checked against the trace
 run plot_trace bash test/test_plot_trace.sh
@@ -51,13 +51,13 @@ run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm 
 run data ./build/test_data
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
-# the CPU build with 16-bit storage (llm/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
+# the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
 run half_cpu ./build/test_half_cpu
 run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
 run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
 run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
-# sharded and asynchronous checkpoints (llm/ckpt_shard.h): a resharding matrix of 6 layouts, kill -9 at 20 random
+# sharded and asynchronous checkpoints (llm/ckpt/ckpt_shard.h): a resharding matrix of 6 layouts, kill -9 at 20 random
 # moments then resume, a failing and a full disk
 run checkpoint bash test/test_checkpoint.sh
 # checkpoints a run can trust, across the lifetimes of a job: a checkpoint rejected by the SDC check or saved inside a
@@ -85,6 +85,8 @@ run pp bash test/test_pp.sh
 run split_backward_tp bash test/test_split_backward.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
+# the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
+run headers bash test/test_headers.sh
 run bad_input bash test/test_bad_input.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
 # every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model
@@ -119,38 +121,41 @@ run model_vs_pytorch_emu ./build/test_gpt_emu
 run model_vs_pytorch_emu_bf16 ./build/test_gpt_emu_bf16
 run model_vs_pytorch_emu_fp16 ./build/test_gpt_emu_fp16
 run sampler_emu_bf16 ./build/test_sampler_emu
-# FP8 formats and the quantizers of the delayed, current, block and mx recipes (llm/fp8.cuh), bit for bit
+# FP8 formats and the quantizers of the delayed, current, block and mx recipes (llm/precision/fp8.cuh), bit for bit
 # against ml_dtypes (test/fp8_reference.py): the CPU reference, and the kernels emulated in three thread orders
 run fp8_cpu ./build/test_fp8_cpu
 run fp8_emu_forward env EMU_ORDER=forward ./build/test_fp8_emu
 run fp8_emu_reverse env EMU_ORDER=reverse ./build/test_fp8_emu
 run fp8_emu_random env EMU_ORDER=random ./build/test_fp8_emu
-# the FP8 GEMM of every recipe (llm/matmul_fp8.cuh) against an FP64 GEMM of the unquantized inputs, with
+# the FP8 GEMM of every recipe (llm/precision/matmul_fp8.cuh) against an FP64 GEMM of the unquantized inputs, with
 # the bound from the formats' rounding; emulated: on sm_90 (cuBLASLt per-tensor and block scales, mx by the
 # fallback), sm_100 (mx by cuBLASLt's E8M0 mode, block by the fallback) and sm_80 (no FP8: all fallback)
 run fp8_gemm_cpu ./build/test_fp8_gemm_cpu
 run fp8_gemm_emu_sm90 env EMU_ORDER=random CUBLASLT_EMU_ARCH=90 ./build/test_fp8_gemm_emu
 run fp8_gemm_emu_sm100 env EMU_ORDER=reverse CUBLASLT_EMU_ARCH=100 ./build/test_fp8_gemm_emu
 run fp8_gemm_emu_sm80 env EMU_ORDER=forward CUBLASLT_EMU_ARCH=80 ./build/test_fp8_gemm_emu
-# the FP8 linear layer (llm/fp8_linear.h) through the library, steps of two linears: each GEMM operand's
+# the FP8 linear layer (llm/precision/fp8_linear.h) through the library, steps of two linears: each GEMM operand's
 # format, scale and amax entry under current, delayed, block and mx scaling against a reference that
 # quantizes every operand itself (FP64 GEMM), and the scales / amax rings after each step, bit for bit
 run fp8_linear_cpu ./build/test_fp8_linear_cpu
 run fp8_linear_emu env EMU_ORDER=random ./build/test_fp8_linear_emu
 run fp8_train bash test/test_fp8_train.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
-# FP16 loss scaling (llm/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
+# FP16 loss scaling (llm/precision/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
 # back-off and growth, a loss spike's skip (neither halves nor restarts the run), the FP8 histories, resume,
 # bad flags; CPU build (FP32 and FP16) and emulated FP16
 run loss_scale bash test/test_loss_scale.sh
 # training numerics of every precision on one run (FP32, BF16, FP16, the four FP8 recipes): the final losses'
 # gaps to FP32 bounded, memory per precision against the ZeRO paper's bytes per parameter
 run precision bash test/test_precision.sh
-# training health (llm/health.h) with injected faults (llm/inject.h), 1, 2 and 4 processes: NaN and spike steps
+# training health (llm/faults/health.h) with injected faults (llm/faults/inject.h), 1, 2 and 4 processes: NaN and spike steps
 # skipped on every rank, rollback to the last-known-good checkpoint bit-identical to a resumed run, exit 3
 # without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, a spike of the
 # gradient norm alone (--inject gradspike) skipped by the grad-norm rule, the lr after skipped steps, bad flags
 run health bash test/test_health.sh
+# the docs against the tree and the programs (dev/doc_figures.py): every deterministic figure of the fast groups
+# where the docs quote it, every llm/ file named in the reading guide, no path the docs name missing, no ../shared/
+run docs bash test/test_docs.sh
 
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"

@@ -1,4 +1,4 @@
-// split_backward_check.h: the split backward of zero-bubble pipeline schedules (llm/gpt.h:
+// split_backward_check.h: the split backward of zero-bubble pipeline schedules (llm/model/stage.h:
 // stage_backward_input = B, stage_backward_weight = W; Qi et al. 2023) against the unsplit
 // stage_backward, on the stages of one rank. Included by test/test_gpt.cu (one process: the CPU build,
 // the emulated CUDA builds FP32 and BF16) and test/test_split_backward.cu (tp 2 under mpirun, with and
@@ -28,13 +28,14 @@
 //             and fc's inputs (2 per block and micro-batch, moved from B: dW needs the gathered
 //             input, dinp does not), and without it none
 //   memory    split_w_bytes, the bytes B keeps for W per layer and micro-batch as allocated, against
-//             the formula written next to it in llm/gpt.h (each of the <= 8 fields rounded up to 64
+//             the formula written next to it in llm/model/stage.h (each of the <= 8 fields rounded up to 64
 //             bytes: + <= 8 * 63 B), and stage_enable_split_backward's whole allocation = that times
 //             slots x layers
 // Each check goes through `verdict` (test_gpt: one process's check(); the tp test: every rank's).
 #pragma once
-#include "../llm/gpt.h"
-#include "../llm/dp.h"
+#include "../llm/model/stage.h"
+#include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
 
 typedef int (*SplitVerdict)(int ok, const char* what);
 
@@ -299,7 +300,7 @@ static void split_compare(SplitVerdict verdict, const char* tag, DataParallel* d
     }
 }
 
-// split_w_bytes against llm/gpt.h's formula, and the whole allocation against it
+// split_w_bytes against llm/model/stage.h's formula, and the whole allocation against it
 static void split_memory_check(SplitVerdict verdict, const char* tag, DataParallel* dp, TPGroup tp, Recompute r, int B, int T) {
     GPTConfig cfg = dp->lay.cfg;
     int slots = 2;

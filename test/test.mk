@@ -11,7 +11,7 @@ build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h test/world_check.h
 build/test_gpt_cpu build/test_split_backward_cpu: test/split_backward_check.h
 
 # the pipeline simulator: run a schedule with op costs, print it, write a Chrome/Perfetto trace
-build/pipeline_sim: dev/pipeline_sim.cu llm/schedule.h llm/common.h
+build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/core/common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
@@ -19,7 +19,7 @@ build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-# the CPU build with 16-bit storage (llm/half_cpu.h): the trainer and the model test in BF16 and FP16
+# the CPU build with 16-bit storage (llm/core/half_cpu.h): the trainer and the model test in BF16 and FP16
 build/train_gpt_cpu_bf16: train_gpt.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
@@ -39,8 +39,8 @@ build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu $(LLM_HEADERS)
 .PHONY: bench-matmul-bf16
 bench-matmul-bf16: build/bench_matmul_cpu_bf16
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_matmul_cpu_bf16 1024 5
-# llm/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
-build/test_half_cpu: test/test_half_cpu.cpp llm/half_cpu.h
+# llm/core/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
+build/test_half_cpu: test/test_half_cpu.cpp llm/core/half_cpu.h
 	@mkdir -p build
 	$(CXX) -std=c++17 -O2 -fopenmp -I$(CUDA_HOME)/include $< -o $@
 HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \
@@ -124,15 +124,15 @@ build/test_split_backward_emu_bf16: test/test_split_backward.cu test/split_backw
 build/test_sampler_emu: test/test_sampler.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-# FP8 formats and quantizers (llm/fp8.cuh) against ml_dtypes, the kernels emulated
+# FP8 formats and quantizers (llm/precision/fp8.cuh) against ml_dtypes, the kernels emulated
 build/test_fp8_emu: test/test_fp8.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-# the FP8 GEMM (llm/matmul_fp8.cuh) of every recipe against FP64, the emulated cuBLASLt's scale modes
+# the FP8 GEMM (llm/precision/matmul_fp8.cuh) of every recipe against FP64, the emulated cuBLASLt's scale modes
 build/test_fp8_gemm_emu: test/test_fp8_gemm.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-# the FP8 linear layer (llm/fp8_linear.h): each GEMM operand's format, scale and amax entry, in BF16
+# the FP8 linear layer (llm/precision/fp8_linear.h): each GEMM operand's format, scale and amax entry, in BF16
 build/test_fp8_linear_emu: test/test_fp8_linear.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)

@@ -69,7 +69,7 @@ expect "T larger than the model's context" "--seq-len|maxT = 64|found 128" \
 expect "non-numeric flag value" "--batch|expected an integer|found 'four'" \
     "$BIN" "${model[@]}" "${good[@]}" -b four
 expect "unknown flag" "unknown flag '--bogus'" "$BIN" "${model[@]}" "${good[@]}" --bogus 1
-# numbers: the whole value, in the flag's range (llm/args.h): values that once went through (a negative or huge
+# numbers: the whole value, in the flag's range (llm/train/args.h): values that once went through (a negative or huge
 # learning rate, a negative clip, a padded integer) and, for every numeric flag --help lists with its range,
 # the values just outside it and malformed ones: one line naming the flag, the range and the value
 expect "--lr -2147483648" "--lr: expected a number in [0, 1], found '-2147483648'" "$BIN" "${model[@]}" "${good[@]}" --lr -2147483648

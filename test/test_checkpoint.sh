@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_checkpoint.sh: sharded and asynchronous checkpoints (llm/ckpt_shard.h) survive kill -9, a
+# test_checkpoint.sh: sharded and asynchronous checkpoints (llm/ckpt/ckpt_shard.h) survive kill -9, a
 # failing or full disk, and a change of layout. CPU build, d2 C=32 models, tiny batches.
 #  1. Resharding matrix: a run saves under each of 6 layouts (one process; dp 2 DDP; dp 2 ZeRO-3; tp 2;
 #     pp 2 1f1b; dp 2 x pp 2 ZeRO-1 gpipe), in both formats (sharded, and the gathered state file that

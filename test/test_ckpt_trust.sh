@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_ckpt_trust.sh: a run never continues from a rejected, damaged or foreign checkpoint, across the
 # lifetimes of a job (kill, restart from elsewhere, rotate, resume, roll back). CPU build, d2 C=32 models.
-#  1. Rejected checkpoints (llm/ckpt_dir.h's one notion of good): the SDC check fails at step 6 (a bit
+#  1. Rejected checkpoints (llm/ckpt/ckpt_dir.h's one notion of good): the SDC check fails at step 6 (a bit
 #     flipped on rank 0 after step 5), the run writes state_6 / ckpt_6 marked rejected (header[34] = 2),
 #     leaves it off the list, rolls back to 3; the job is killed (-9) before the next save; --resume latest
 #     takes step 3, not 6: steps 4..12 are bit-identical to a clean run (one that never flipped a bit),

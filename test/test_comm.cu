@@ -1,4 +1,4 @@
-// test_comm.cu: tests of llm/comm.h, the process mesh, its collectives and the byte ledger.
+// test_comm.cu: tests of llm/comm/comm.h, the process mesh, its collectives and the byte ledger.
 // Run under mpirun with any world size and layout (test/test_comm.sh runs them all):
 //
 //   mpirun -np 4 build/test_comm_cpu --dp 2 --tp 2 --pp 1 [--seed S]
@@ -26,7 +26,7 @@
 //                                 all-reduce; mpirun must end the job (non-zero) promptly
 //   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
 //   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
-#include "../llm/comm.h"
+#include "../llm/comm/comm.h"
 #include <stdarg.h>
 #include <signal.h>
 #include <unistd.h>
@@ -122,8 +122,8 @@ template <> struct TT<__half> {  // FP16 (ncclFloat16), in every kernel build
 #endif
 #if COMM_MPI && !COMM_NCCL
 // This program is built in FP32: these stand for 16-bit buffers, so that the MPI path's user ops
-// (llm/comm.h) are tested. comm_dtype_of is found for them by argument-dependent lookup. The
-// conversions are llm/half_cpu.h's (checked against the toolkit's __half in test_gpt's FP16 build).
+// (llm/comm/comm.h) are tested. comm_dtype_of is found for them by argument-dependent lookup. The
+// conversions are llm/core/half_cpu.h's (checked against the toolkit's __half in test_gpt's FP16 build).
 struct Bf16Bits { uint16_t b; };
 struct Fp16Bits { uint16_t b; };
 static inline CommDtype comm_dtype_of(const Bf16Bits*) { return COMM_BF16; }
@@ -538,7 +538,7 @@ static void test_barrier(void) {
     }
 }
 
-// comm_take_wait_ms: the time the computation waited in comm_wait (see llm/comm.h)
+// comm_take_wait_ms: the time the computation waited in comm_wait (see llm/comm/comm.h)
 static void test_wait(void) {
     if (C.world_size < 2) return;
     const size_t n = 1024;
@@ -837,7 +837,7 @@ int main(int argc, char** argv) {
     test_all_collectives<__half>();  // fp16 over the (emulated) NCCL
 #endif
 #if COMM_MPI && !COMM_NCCL
-    test_all_collectives<Bf16Bits>();  // 16-bit buffers over MPI: the user ops of llm/comm.h
+    test_all_collectives<Bf16Bits>();  // 16-bit buffers over MPI: the user ops of llm/comm/comm.h
     test_all_collectives<Fp16Bits>();
 #endif
     test_embed_group();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_comm.sh: llm/comm.h under every layout, and the failure paths of the launcher.
+# test_comm.sh: llm/comm/comm.h under every layout, and the failure paths of the launcher.
 #
 #   bash test/test_comm.sh        (builds build/test_comm_cpu and build/test_comm_emu if needed)
 #

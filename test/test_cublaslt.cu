@@ -27,10 +27,10 @@
 #include <math.h>
 #include <time.h>
 #include "../dev/emu/cublaslt_emu.h"
-#include "../llm/rand.h"
+#include "../llm/core/rand.h"
 #include "test_common.h"
 
-static Rng g_rand;  // llm/rand.h's splitmix64, seeded from argv[1] or the clock
+static Rng g_rand;  // llm/core/rand.h's splitmix64, seeded from argv[1] or the clock
 static uint64_t rng_u64(void) { return rng_u64(&g_rand); }
 static float rng_uniform(float lo, float hi) { return lo + (hi - lo) * rng_f32(&g_rand); }
 static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }

@@ -1,4 +1,4 @@
-// test_data.cpp: tests of the data side: llm/dataloader.h, llm/tokenizer.h, llm/logger.h and the
+// test_data.cpp: tests of the data side: llm/train/dataloader.h, llm/train/tokenizer.h, llm/train/logger.h and the
 // files dev/data/addition.py writes. No model, no MPI, no GPU.
 //
 //   make test-data          (or: build/test_data, run from the repository root)
@@ -7,9 +7,9 @@
 // Bad inputs run in child processes (this binary re-executed with "--child MODE ARGS...") whose
 // exit status and stderr are checked: non-zero, exactly one line, naming the file or flag and
 // saying what was expected and what was found.
-#include "../llm/dataloader.h"
-#include "../llm/tokenizer.h"
-#include "../llm/logger.h"
+#include "../llm/train/dataloader.h"
+#include "../llm/train/tokenizer.h"
+#include "../llm/train/logger.h"
 
 #include <stdarg.h>
 #include <unistd.h>
@@ -177,7 +177,7 @@ static std::string keys_str(const std::vector<int>& v, size_t max = 12) {
 }
 
 // ----------------------------------------------------------------------------
-// the shuffle as llm/dataloader.h's header comment specifies it, written again here from that text
+// the shuffle as llm/train/dataloader.h's header comment specifies it, written again here from that text
 // (splitmix64, Steele, Lea & Flood 2014; Fisher-Yates from the last place down), so that the loader's
 // orders are checked against the specification and not only for their properties
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# test_ddp_zero.sh: data parallelism (llm/ddp.h) and ZeRO stages 1-3 (llm/zero.h) under mpirun, rung 4
-# and 5 of the verification ladder (DESIGN.md): every layout against one process, and the program's
+# test_ddp_zero.sh: data parallelism (llm/parallel/ddp.h) and ZeRO-1/2/3 (llm/parallel/zero.h) under mpirun, rung 4
+# and 5 of the verification ladder (docs/architecture.md): every layout against one process, and the program's
 # own accounting against the ZeRO paper (Rajbhandari et al. 2019, Table 1 and sec. 7).
 #
 #   bash test/test_ddp_zero.sh          (needs ./train_gpt_cpu; build/train_gpt_emu for the emulated run)
 #
 # Checked, one line each:
-#  1. For 2 and 4 processes, each stage 0 (DDP), 1, 2, 3, with one micro-step and with gradient
+#  1. For 2 and 4 processes, each --zero 0 (DDP), 1, 2, 3, with one micro-step and with gradient
 #     accumulation (2 micro-steps per rank): from the same seed checkpoint and data as one process
 #     on the same global batch, the train and val losses and grad norms of 4 steps, and every
 #     parameter of the final model, match the one-process run. The 4-process runs clip the gradient
@@ -14,19 +14,19 @@
 #  2. At 2 processes ZeRO-1, ZeRO-2 (and ZeRO-3) against DDP: the final model and state files are the
 #     same bytes. They hold because with 2 ranks every element of the averaged gradient is one float
 #     addition a+b (then * 1/2, exact), the same in an all-reduce and a reduce-scatter, and everything
-#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of stages 1-3 sums the
+#     after it is elementwise. The 2-process runs use --grad-clip 0: the norm of ZeRO-1/2/3 sums the
 #     shards' squares in another order than DDP's one sum, so its last bit may differ, and an active
 #     clip would scale the update by that.
 #  3. Memory per rank of parameters + gradients + optimizer state (--report-json) against the paper:
 #     formula <= measured <= formula + (p + g + K) * padding (16 bytes per parameter in FP32).
-#  4b. The order of each rank's data-parallel operations in the last step (the trace of llm/ddp.h):
+#  4b. The order of each rank's data-parallel operations in the last step (the trace of llm/parallel/ddp.h):
 #     each unit's reduction starts before the next unit's backward begins (overlap), only in the last
 #     micro-step; ZeRO-3 gathers each unit once per pass, the next one before the current one runs;
 #     ZeRO-1/2 gather the updated units after the backward.
 #  4. Bytes per step in the comm ledger: DDP = one gradient all-reduce, 2 (N-1)/N * 4 Psi sent;
 #     ZeRO-1 and ZeRO-2 = reduce-scatter + all-gather (= DDP's volume, sec. 7.2.1);
 #     ZeRO-3 = all-gather (forward) + all-gather (backward) + reduce-scatter = 1.5 x DDP.
-#  4c. The tagged allocator's peaks (llm/context.h, *_peak_bytes in the report): every kind's peak >= its
+#  4c. The tagged allocator's peaks (llm/core/context.h, *_peak_bytes in the report): every kind's peak >= its
 #     bytes live at the end; parameters, gradients, optimizer states and activations, allocated once and
 #     held, peak = live (test/ddp_zero_check.py peaks).
 #  5. Resuming across layouts: a 2-process ZeRO-2 run from a 1-process state, a 1-process run from a
@@ -119,7 +119,7 @@ for np in 2 4; do
 done
 check ratio "ledger ZeRO-3 / DDP at 4 processes" "$tmp/np4_z3_acc1.json" "$tmp/np4_z0_acc1.json"
 
-# activation recompute (llm/block.h) changes no bit: DDP and ZeRO-3 at 2 processes with gradient
+# activation recompute (llm/model/block.h) changes no bit: DDP and ZeRO-3 at 2 processes with gradient
 # accumulation, selective and full, against the same runs without recompute
 for z in 0 3; do
     for r in selective full; do
@@ -184,11 +184,11 @@ else
     echo "skip BF16 emulated runs: $EMU16 not built (make build/train_gpt_emu_bf16)"; skipped=$((skipped+1))
 fi
 
-# The CPU build in BF16 (llm/half_cpu.h; make build/train_gpt_cpu_bf16): BF16 parameters and gradients,
-# FP32 master weights and moments, BF16 gradient averages over MPI (the user ops of llm/comm_mpi16.h). The
+# The CPU build in BF16 (llm/core/half_cpu.h; make build/train_gpt_cpu_bf16): BF16 parameters and gradients,
+# FP32 master weights and moments, BF16 gradient averages over MPI (the user ops of llm/comm/comm_mpi16.h). The
 # memory the tagged allocator counted against ZeRO's Table 1 with 2 + 2 + 12 bytes per parameter
 # (16 under DDP, 2 + 2 + 12/2 = 10 under ZeRO-1, 2 + 14/2 = 9 under ZeRO-2, 16/2 = 8 under ZeRO-3,
-# within the padding); the activations per layer measured == the formula (llm/report.h, 2 bytes a
+# within the padding); the activations per layer measured == the formula (llm/train/report.h, 2 bytes a
 # value) and below the FP32 run's; and, as in the emulated BF16 build, ZeRO-1/2/3 give DDP's bytes.
 CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
 if [ -x "$CPU16" ]; then

@@ -184,7 +184,7 @@ if srbits "emulated CUDA (BF16) vs CPU build in BF16" "$tmp/cpu16" "$tmp/emu16";
 # The same under ZeRO-1 over 2 processes: the optimizer state is sharded, so each rank updates pieces
 # of tensors and must draw the stochastic-rounding bits of an element's place in the whole tensor
 # (adamw_update's index0: srbits), and the BF16 gradients are averaged over MPI (the user ops of
-# llm/comm_mpi16.h) on the CPU and over emulated NCCL on the other side, one more rounding point in both.
+# llm/comm/comm_mpi16.h) on the CPU and over emulated NCCL on the other side, one more rounding point in both.
 # The same bounds (the same noise; observed: relative L2 1.3e-3, max 3.0e-4 on the well-conditioned
 # elements, losses within 2.3e-4). A sum that drops one rank's gradients scores 0.49, a buffer half sent
 # 0.90. Index0 lost is within them (relative L2 2.1e-3 on an AVX2 EPYC, the correct builds 1.3e-3 there:

@@ -1,10 +1,10 @@
-// test_fatal.cu: error lines under mpirun (llm/common.h's fatal and llm_job): run by test_ckpt_trust.sh as
+// test_fatal.cu: error lines under mpirun (llm/core/common.h's fatal and llm_job): run by test_ckpt_trust.sh as
 //   mpirun -np N build/test_fatal_cpu alike|one|each
 // alike: every rank fails with the same line (it must be printed once, by rank 0); one: only rank N-1 fails (it
 // must print its line, after waiting at most about a second for a lower rank's); each: every rank fails with its
 // own line (each is printed). The other ranks of "one" wait in a barrier until mpirun ends them.
-#include "../llm/common.h"
-#include "../llm/comm.h"
+#include "../llm/core/common.h"
+#include "../llm/comm/comm.h"
 
 int main(int argc, char** argv) {
     Comm c;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_faults.sh: dead and hung ranks (the communication watchdog, llm/watchdog.h, --comm-timeout) and
-# stragglers (llm/straggler.h, --straggler-every), caused on purpose with --inject (llm/inject.h).
+# test_faults.sh: dead and hung ranks (the communication watchdog, llm/comm/watchdog.h, --comm-timeout) and
+# stragglers (llm/faults/straggler.h, --straggler-every), caused on purpose with --inject (llm/faults/inject.h).
 #
 #   bash test/test_faults.sh   (needs ./train_gpt_cpu; builds build/train_gpt_emu)
 #
@@ -10,7 +10,8 @@
 #     exits non-zero (not killed by the test's own 90 s limit) and the job ends at most 4 + 8 s after the
 #     faulty rank's line (the grace of the side channel and the others' lines take ~2 s; the rest is
 #     slack for this loaded machine); every surviving rank prints exactly one watchdog line, naming step
-#     3, a collective or P2P with its file:line, its group, and "no report from rank 1" (the only rank
+#     3, a collective or P2P with its caller's file:line (a file of llm/ outside llm/comm/: the API's
+#     call site, not its own code), its group, and "no report from rank 1" (the only rank
 #     that never reported waiting); at least one line names rank 1 as the missing rank of its own group;
 #     the faulty rank prints none. For die, mpirun's own abort on a non-zero exit is turned off
 #     (--mca orte_abort_on_non_zero_status 0) so that the watchdog is what ends the job (the default,
@@ -95,7 +96,8 @@ fault() {
         [ "$n" -eq 1 ] || { problems+=" rank $r: $n lines;"; continue; }
         [[ "$l" == *"step 3: "* ]] || problems+=" rank $r: no step 3;"
         [[ "$l" =~ in\ [a-z_2]+\ (#[0-9]+\ )?of\ the\ [a-z]+\ group ]] || problems+=" rank $r: no collective and group;"
-        [[ "$l" =~ (called|waited)\ at\ llm/[a-z_0-9]+\.h:[0-9]+ ]] || problems+=" rank $r: no file:line;"
+        [[ "$l" =~ (called|waited)\ at\ llm/[a-z]+/[a-z_0-9]+\.h:[0-9]+ ]] && [[ ! "$l" =~ (called|waited|started)\ at\ [^\ ]*/comm/ ]] \
+            || problems+=" rank $r: no caller's file:line;"
         [[ "$l" == *"; no report from rank $fr" ]] || problems+=" rank $r: the silent ranks are not just rank $fr;"
     done
     grep -q " watchdog: rank $fr:" "$LOG/$name.log" && problems+=" the faulty rank printed a watchdog line;"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# test_faults_precision.sh: every fault of --inject (llm/inject.h) in every precision of the CPU trainer:
+# test_faults_precision.sh: every fault of --inject (llm/faults/inject.h) in every precision of the CPU trainer:
 # FP32 (./train_gpt_cpu), BF16 and FP16 storage (build/train_gpt_cpu_bf16, build/train_gpt_cpu_fp16:
-# llm/half_cpu.h), at 2 processes and, for the NaN skip and the SDC check, at 4. test_health.sh,
+# llm/core/half_cpu.h), at 2 processes and, for the NaN skip and the SDC check, at 4. test_health.sh,
 # test_faults.sh and test_checkpoint.sh check the same faults in depth in FP32; this checks that the
 # 16-bit builds handle each of them the same way (what differs is FP16's dynamic loss scaler).
 #
@@ -24,7 +24,7 @@
 #     to step 6's checkpoint, saved inside the streak) in FP32 and BF16 ("(the last: grad norm nan)") and
 #     in FP16 under a fixed scale (--loss-scale 8192: "(the last: overflow)"); FP16 under its dynamic
 #     scaler (the default): the three overflows are skipped, the scale halves on each (8192 -> 1024), no
-#     rollback, the run ends normally (llm/health.h: overflows do not count toward the streak); spikes at
+#     rollback, the run ends normally (llm/faults/health.h: overflows do not count toward the streak); spikes at
 #     steps 20, 21, 22 with checkpoints every 6 roll back to step 18 in every precision.
 #  4. bitflip@step=4,rank=1 (bit 30 of an FP32 value, bit 14 of a 16-bit one: the top exponent bit) with
 #     --sdc-check-every 2: "step 4: sdc: parameters differ: layer 0: ranks 0, 1 disagree", then the
@@ -41,7 +41,7 @@
 #  7. after every rollback of 3 and 4 (NaN, fixed-scale overflow, spike, SDC): the steps after the
 #     rollback (losses and norms, printed with repr: every bit) and the final model and state bytes equal
 #     those of a run resumed from the checkpoint the rollback restored, with the data position the
-#     rollback printed patched into that state file (the data go on after a rollback; llm/health.h).
+#     rollback printed patched into that state file (the data go on after a rollback; llm/faults/health.h).
 set -u
 cd "$(dirname "$0")/.."
 FP32=${FP32:-./train_gpt_cpu}
@@ -146,7 +146,7 @@ open(sys.argv[2], "wb").write(b)
 PY
     python3 test/ckpt_verify.py --seal "$tmp/${name}_ref/start.bin"  # (its checksum, for the changed header)
     # the reference needs no fault and no spike rule: it must not skip a step (checked by the comparison);
-    # it keeps --spike-window, whose last values the state files hold (llm/health.h)
+    # it keeps --spike-window, whose last values the state files hold (llm/faults/health.h)
     local keep=() i args=("$@")
     for ((i = 0; i < ${#args[@]}; i++)); do
         case "${args[$i]}" in --zero|--tp|--loss-scale|--lr|--spike-window) keep+=("${args[$i]}" "${args[$((i + 1))]}"); i=$((i + 1));; esac

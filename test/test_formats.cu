@@ -4,8 +4,8 @@
 // holds the FP32 values rounded to nearest-even bf16; the resumable state written, read and written
 // again is the same file; a state file with one byte changed anywhere is refused by its checksum.
 // Temporary files go to argv[1] (a scratch directory).
-#include "../llm/common.h"
-#include "../llm/checkpoint.h"
+#include "../llm/core/common.h"
+#include "../llm/ckpt/checkpoint.h"
 #include "test_common.h"
 
 #ifndef FIXTURES

@@ -1,4 +1,4 @@
-// test_fp8.cu: llm/fp8.cuh's FP8 formats and quantizers, bit for bit against an independent
+// test_fp8.cu: llm/precision/fp8.cuh's FP8 formats and quantizers, bit for bit against an independent
 // reference: test/fp8_reference.py, which recomputes every case with numpy float32 and ml_dtypes'
 // float8_e4m3fn / float8_e5m2 rounding. The test writes its cases to a scratch directory, runs the
 // script once, and compares the CPU reference (both builds) and the CUDA kernels (emulated build, or a
@@ -6,8 +6,8 @@
 // subnormals, saturation at and beyond max, inf, NaN), and each recipe's scales and codes on random
 // tensors of several magnitudes and on the edge cases (amax 0, inf, NaN, tiny amax).
 // Built as build/test_fp8_cpu and build/test_fp8_emu; run from the repository root.
-#include "../llm/common.h"
-#include "../llm/fp8.cuh"
+#include "../llm/core/common.h"
+#include "../llm/precision/fp8.cuh"
 #include "test_common.h"
 #include <vector>
 #include <string>
@@ -285,7 +285,7 @@ static int check_scales_e8m0(const char* what, const Case& c, const uint8_t* s, 
 }
 
 // ----------------------------------------------------------------------------
-// the CPU reference of llm/fp8.cuh against the Python reference
+// the CPU reference of llm/precision/fp8.cuh against the Python reference
 
 static void test_cpu(std::vector<Case>& cases) {
     for (int fmt = 0; fmt < 2; fmt++) {

@@ -1,4 +1,4 @@
-// test_fp8_gemm.cu: llm/matmul_fp8.cuh's FP8 GEMM of every recipe against an FP64 GEMM of the
+// test_fp8_gemm.cu: llm/precision/matmul_fp8.cuh's FP8 GEMM of every recipe against an FP64 GEMM of the
 // UNquantized inputs, with an error bound derived from the formats' rounding.
 //
 // Cases: the three GEMMs of an FP8 linear layer with each recipe's scalings and formats,
@@ -32,11 +32,11 @@
 // path against the fallback within one floatX ulp; a zero tile and an all-zero operand; the start-up
 // description of each recipe's path.
 // Built as build/test_fp8_gemm_cpu, build/test_fp8_gemm_emu and build/test_fp8_gemm_gpu.
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/device.h"
-#include "../llm/fp8_matrix.cuh"
-#include "../llm/matmul_fp8.cuh"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/core/device.h"
+#include "../llm/precision/fp8_matrix.cuh"
+#include "../llm/precision/matmul_fp8.cuh"
 #include "test_common.h"
 #include <time.h>
 #include <vector>

@@ -1,4 +1,4 @@
-// test_fp8_linear.cu: llm/fp8_linear.h's FP8 linear layer through the library, against an independent
+// test_fp8_linear.cu: llm/precision/fp8_linear.h's FP8 linear layer through the library, against an independent
 // reference of the recipes' operand assignment: which format (E4M3 / E5M2), which scale and which amax
 // entry each operand of each of the three GEMMs takes, and the scale/amax state after each step.
 //
@@ -9,8 +9,8 @@
 // entry stride shows) run a few training steps on fresh random inputs whose magnitudes change from step to
 // step (so delayed scaling's history-based scales differ from each tensor's own): fp8_step_begin, both
 // forwards, both backwards (dgrad and wgrad, dW accumulating), fp8_step_end. The reference, written from
-// the recipes' definitions (llm/fp8_linear.h's top comment; it uses only fp8_encode / fp8_decode of
-// llm/fp8.cuh, which test/test_fp8.cu checks bit for bit against ml_dtypes):
+// the recipes' definitions (llm/precision/fp8_linear.h's top comment; it uses only fp8_encode / fp8_decode of
+// llm/precision/fp8.cuh, which test/test_fp8.cu checks bit for bit against ml_dtypes):
 //   formats   x, W: E4M3; dy: E5M2 under hybrid, E4M3 under e4m3 -- in the forward (x, W), the dgrad
 //             (dy, W^T) and the wgrad (dy^T, x^T)
 //   current   s = fp8_max / amax(the operand), per tensor
@@ -42,11 +42,11 @@
 // Built as build/test_fp8_linear_cpu (FP32), build/test_fp8_linear_emu (BF16: the kernels and the
 // emulated cuBLASLt of sm_90: per-tensor via cuBLASLt, block where K is a multiple of 128, mx by the
 // fallback) and build/test_fp8_linear_gpu (scripts/gpu_check.sh). About 1 s (CPU) and 2-4 s (emulated).
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/device.h"
-#include "../llm/comm.h"
-#include "../llm/fp8_linear.h"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/core/device.h"
+#include "../llm/comm/comm.h"
+#include "../llm/precision/fp8_linear.h"
 #include "test_common.h"
 #include <vector>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_fp8_train.sh: the FP8 linear layers (llm/fp8_linear.h) in the trainer: every layout quantizes as
+# test_fp8_train.sh: the FP8 linear layers (llm/precision/fp8_linear.h) in the trainer: every layout quantizes as
 # one process does, the FP8 state resumes bit for bit, bad FP8 flags are refused.
 #
 #   bash test/test_fp8_train.sh   (needs ./train_gpt_cpu, build/train_gpt_cpu_bf16 and _fp16; mpirun)
@@ -165,7 +165,7 @@ for t in (2, 8):  # ln1w, ln2w
     struct.pack_into("<%df" % (L * C), raw, off, *[v * 300.0 for v in w])
 open(sys.argv[2], "wb").write(raw)
 PY
-    python3 test/ckpt_verify.py --seal "$tmp/big64.bin"  # (its checksum, for the changed weights: llm/checkpoint.h)
+    python3 test/ckpt_verify.py --seal "$tmp/big64.bin"  # (its checksum, for the changed weights: llm/ckpt/checkpoint.h)
     common=("${base[@]}" --model "$tmp/big64.bin" --fp8 current --steps 1 --checkpoint-every 1 --val-every 0 --total-batch 256)
     train big_one 0 "$CPU" && train big_pp2 2 "$CPU" --pp 2 &&
         check fp8 "--fp8 current, LayerNorm weights x300 (amaxes > 448): pp 2 vs 1 process, per layer" "$tmp/big_pp2" \

@@ -2,10 +2,10 @@
 // stored as float32): logits, loss, the gradients of all 16 parameter tensors, the losses of 10
 // AdamW steps, and the update those steps made (parameters after minus before); the same 10 steps with
 // global-norm gradient clipping, and clipping's effect on AdamW's moments. The model runs as
-// the trainer runs it: a stage (llm/gpt.h) whose parameters come from the data-parallel policy
-// (llm/dp.h) over one rank. The gradients are also checked under each activation-recompute policy
-// (llm/block.h): bit-identical to no recompute. And the split backward of zero-bubble schedules (B and
-// W, llm/gpt.h) against the unsplit one, bit for bit, under each policy, on one and two stages, with
+// the trainer runs it: a stage (llm/model/stage.h) whose parameters come from the data-parallel policy
+// (llm/parallel/dp.h) over one rank. The gradients are also checked under each activation-recompute policy
+// (llm/model/block.h): bit-identical to no recompute. And the split backward of zero-bubble schedules (B and
+// W, llm/model/stage.h) against the unsplit one, bit for bit, under each policy, on one and two stages, with
 // one and two micro-batches in flight (test/split_backward_check.h says what and why). Builds as the
 // CPU build and as the emulated CUDA build, FP32, BF16 and FP16.
 //
@@ -44,15 +44,17 @@
 // 1e-3 (observed 1.2e-4 and 5.6e-5 relative); the update's relative L2 within 0.02 (observed 0.0052).
 // The update's elementwise bound stays 5e-3 (observed 2.1e-3, as in BF16): the parameters whose
 // gradient is near 0 move by AdamW's noise-driven m / sqrt(v), which more bits do not shrink.
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
-#include "../llm/tensors.h"
-#include "../llm/gpt.h"
-#include "../llm/dp.h"
-#include "../llm/optimizer.h"
-#include "../llm/checkpoint.h"
-#include "../llm/report.h"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
+#include "../llm/model/tensors.h"
+#include "../llm/model/stage.h"
+#include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
+#include "../llm/parallel/dp_export.h"
+#include "../llm/ops/optimizer.h"
+#include "../llm/ckpt/checkpoint.h"
+#include "../llm/train/report.h"
 #include "test_common.h"
 #include "split_backward_check.h"
 
@@ -161,7 +163,7 @@ int main(int argc, char** argv) {
     }
 
     // activation recompute: the bytes each layer keeps, as allocated, against the paper's per-layer
-    // formula adapted to this model (llm/report.h), each field rounded up to its 64-byte alignment
+    // formula adapted to this model (llm/train/report.h), each field rounded up to its 64-byte alignment
     // at most (13 fields + x_in); then the same gradients, bit for bit, under each policy
     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
         Stage sr;
@@ -184,7 +186,7 @@ int main(int argc, char** argv) {
     }
     stage_take_loss(&st);
 
-    // the stage seam (llm/gpt.h): two stages, the embedding and layer 0 | layer 1 and the head, the
+    // the stage seam (llm/model/stage.h): two stages, the embedding and layer 0 | layer 1 and the head, the
     // activation handed forward and its gradient back, give the one stage's loss and gradients bit for bit
     {
         StageRange ra = {0, 1, 1, 0}, rb = {1, cfg.num_layers, 0, 1};
@@ -505,7 +507,7 @@ int main(int argc, char** argv) {
     }
 
 #if LLM_HAS_KERNELS && defined(ENABLE_FP16)
-    // The resumable state's FP16 conversions (llm/checkpoint.h, written without CUDA headers) against
+    // The resumable state's FP16 conversions (llm/ckpt/checkpoint.h, written without CUDA headers) against
     // the toolkit's __half: every one of the 65536 codes decodes to the same float and encodes back to
     // itself (NaNs: to a NaN), and floats at and between neighbours (ties, the subnormals, the overflow
     // threshold 65520) round to nearest even as __float2half_rn does.
@@ -531,7 +533,7 @@ int main(int argc, char** argv) {
         }
         const float edges[] = {65504.0f, 65519.0f, 65520.0f, 1e6f, INFINITY, 0x1p-25f, 0x1.8p-25f, 0x1p-26f};
         for (float e : edges) { if (fp16_bits_from_float(e) != __half_as_ushort(__float2half_rn(e))) bad++; checked++; }
-        check(bad == 0, "state file FP16 encoding (llm/checkpoint.h) = __half on all 65536 codes and %zu values between them (%zu differ)",
+        check(bad == 0, "state file FP16 encoding (llm/ckpt/checkpoint.h) = __half on all 65536 codes and %zu values between them (%zu differ)",
               checked, bad);
     }
 #endif

@@ -1,4 +1,4 @@
-// test_half_cpu.cpp: llm/half_cpu.h's BF16 and FP16 conversions against the CUDA toolkit's own
+// test_half_cpu.cpp: llm/core/half_cpu.h's BF16 and FP16 conversions against the CUDA toolkit's own
 // (the host code of cuda_bf16.h / cuda_fp16.h, compiled here by g++), bit for bit:
 //   decode: every one of the 2^16 bit patterns of each type (NaNs: both NaN);
 //   encode: for every 16-bit pattern, the float it stands for, the midpoints to its neighbours and one
@@ -13,7 +13,7 @@
 #include <math.h>
 #include <float.h>
 #include <vector>
-#include "../llm/half_cpu.h"
+#include "../llm/core/half_cpu.h"
 
 static int fails = 0, passes = 0;
 static void check(bool ok, const char* what) {
@@ -117,7 +117,7 @@ int main(void) {
     }
     snprintf(msg, sizeof(msg), "stochastic rounding (bf16, fp16): only the two neighbours, the mean unbiased (%d wrong)", bad_sr);
     check(bad_sr == 0, msg);
-    // the bf16 rule is the kernels' (llm/adamw.cuh adamw_round<__nv_bfloat16>): add the low 16 random bits, truncate
+    // the bf16 rule is the kernels' (llm/ops/adamw.cuh adamw_round<__nv_bfloat16>): add the low 16 random bits, truncate
     int bad_rule = 0;
     for (uint32_t i = 0; i < 100000; i++) {
         float x = half_cpu_u2f(0x3f800000u + i * 977u) * ((i & 1) ? -1.0f : 1.0f);

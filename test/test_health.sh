@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_health.sh: the health checks of llm/health.h in the CPU build, faults caused with --inject
-# (llm/inject.h), at 1, 2, 4 and 8 (dp 2 x tp 2 x pp 2) processes:
+# test_health.sh: the health checks of llm/faults/health.h in the CPU build, faults caused with --inject
+# (llm/faults/inject.h), at 1, 2, 4 and 8 (dp 2 x tp 2 x pp 2) processes:
 # - nan (a NaN in one rank's gradients before their reduction): that step is logged skipped
 #   ("grad norm nan") and no other; the model, the moments and AdamW's step after it are the bytes of
 #   those before it (ZeRO-1 and ZeRO-2: each rank updates its own part, so every rank skipped); the
@@ -322,7 +322,7 @@ for np in 0 2; do
 done
 
 # --- the learning rate after a skipped step: lr follows the step number, not AdamW's update count ---
-# (llm/optimizer.h lr_schedule(step - 1)). NaNs at steps 2 (in the warm-up) and 6 (in the cosine): every
+# (llm/ops/optimizer.h lr_schedule(step - 1)). NaNs at steps 2 (in the warm-up) and 6 (in the cosine): every
 # step logs the lr of the schedule's formula, computed here (linear warm-up over 3 steps, then the
 # cosine from lr to lr x --lr-final over the rest), and the lr of the same step of a run without them
 lrs=(--steps 10 --warmup 3 --lr-final 0.1)

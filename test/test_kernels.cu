@@ -9,7 +9,7 @@
 // the tests from the papers' formulas (GELU, LayerNorm with eps = 1e-5, attention, softmax and
 // cross-entropy, AdamW, the embedding sums, the sum of squares), within a per-element bound on the
 // error of one float evaluation (test/kernel_check.h, kc_check_bound).
-#include "../llm/common.h"
+#include "../llm/core/common.h"
 #include "kernel_check.h"
 
 #include "kernels/encoder.h"

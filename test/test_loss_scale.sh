@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# test_loss_scale.sh: loss scaling (llm/loss_scale.h, Micikevicius et al. 2018 sec. 3.2) in the CPU
+# test_loss_scale.sh: loss scaling (llm/precision/loss_scale.h, Micikevicius et al. 2018 sec. 3.2) in the CPU
 # build (FP32, --loss-scale forced on) and the emulated FP16 build (where it is the default):
 # - FP32: scaling by a power of two is exact, so runs with a fixed scale and with a dynamic scale that
 #   doubles every 2 steps give the same losses, norms and final model bytes as a run without scaling
 #   (the gradients are unscaled before the norm, the clipping and the update);
 # - a forced overflow (--inject nan@step=k,rank=<the last>: a NaN in that rank's gradients before their
-#   reduction, llm/inject.h) is logged skipped ("overflow", llm/health.h's one skip rule) at step k and
+#   reduction, llm/faults/inject.h) is logged skipped ("overflow", llm/faults/health.h's one skip rule) at step k and
 #   only there; the model and the AdamW moments after step k are the bytes of
 #   those after step k-1 (the update was not applied); the scale of every step follows the rule
 #   (halved after the overflow, doubled after `window` good steps in a row), written out here; under
@@ -129,7 +129,7 @@ import json, sys
 r = [(o["loss_scale"], o.get("skipped")) for o in map(json.loads, open(sys.argv[1])) if "train_loss" in o]
 sys.exit(0 if r == [(256, None), (256, "overflow")] + [(256, None)] * 6 else 1)' "$tmp/skip_fixed/log.jsonl" \
     && ok "--loss-scale 256: step 2 skipped, the scale stays 256" || bad "fixed scale with an overflow: $(fields "$tmp/skip_fixed/log.jsonl" | awk '{printf "%s/%s ", $5, $6}')"
-# FP8 delayed scaling (llm/fp8_linear.h): the skipped step's amaxes stay out of the histories: the FP8
+# FP8 delayed scaling (llm/precision/fp8_linear.h): the skipped step's amaxes stay out of the histories: the FP8
 # state after step 3 holds the same position, count and histories as after step 2 (the NaN comes after
 # the backward, so its amaxes are finite here: what is checked is that nothing is recorded)
 run fp8_skip 0 "$CPU" --fp8 delayed --fp8-history 4 --loss-scale dynamic --inject nan@step=3 --checkpoint-every 1 && {
@@ -150,7 +150,7 @@ PY
     then ok "--fp8 delayed: the skipped step records no amax (histories after step 3 = after step 2, all finite; step 4 records again)"
     else bad "--fp8 delayed: the skipped step's amaxes reached the histories"; fi
 }
-# without a scaler the same skip rule (llm/health.h) catches it, as a NaN norm (the scale is not touched)
+# without a scaler the same skip rule (llm/faults/health.h) catches it, as a NaN norm (the scale is not touched)
 run noscale_nan 0 "$CPU" --loss-scale none --inject nan@step=2 && python3 -c '
 import json, sys
 r = [(o["step"], o.get("skipped"), "loss_scale" in o) for o in map(json.loads, open(sys.argv[1])) if "train_loss" in o]
@@ -220,9 +220,9 @@ else
     bad "$FP16 not built (make $FP16)"
 fi
 
-# --- a loss spike skipped under a dynamic scaler (llm/health.h's spike rule; --inject spike: the targets
+# --- a loss spike skipped under a dynamic scaler (llm/faults/health.h's spike rule; --inject spike: the targets
 # random at step 20): its gradients are finite, S fitted them, so it is no overflow: the scale is not
-# halved, and the step counts in the run of good steps (llm/loss_scale.h loss_scaler_update: overflow 0,
+# halved, and the step counts in the run of good steps (llm/precision/loss_scale.h loss_scaler_update: overflow 0,
 # skipped 1). So every step's scale is the one of a run without the spike, S0 x 2^floor((step-1)/W)
 # (window 4: the doubling after step 20 comes at step 21 as without the spike; halving, restarting the
 # run or not counting the step would log S0 x 2^3 or 2^4 there), and the state saved after step 20

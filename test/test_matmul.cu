@@ -1,4 +1,4 @@
-// test_matmul.cu: the launchers of llm/matmul.cuh against the plain loops of the same file.
+// test_matmul.cu: the launchers of llm/ops/matmul.cuh against the plain loops of the same file.
 //   CPU build (build/test_matmul_cpu): matmul_forward / matmul_backward / matmul_batched, i.e. the
 //     OpenBLAS sgemm + OpenMP path, against matmul_*_naive_cpu.
 //   emulated build (build/test_matmul_emu, BF16; build/test_matmul_emu_fp32): the same launchers
@@ -38,8 +38,8 @@
 // the GELU epilogue is also checked on its own: the output against the float64 GELU of the
 // pre-activation the same call wrote (aux / pre_gelu), within the GELU bound alone (FP32: ~1e-6; BF16:
 // plus the two roundings), for the launchers and for the plain loops alike.
-#include "../llm/matmul.cuh"
-#include "../llm/device.h"
+#include "../llm/ops/matmul.cuh"
+#include "../llm/core/device.h"
 #include "test_common.h"
 #include <stdint.h>
 #include <time.h>

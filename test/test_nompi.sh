@@ -2,7 +2,7 @@
 # test_nompi.sh: the trainer built without MPI (-DLLM_NO_MPI), as `make train_gpt` builds it on a
 # one-GPU machine that has no MPI or no NCCL. Here it is the emulated CUDA build
 # (build/train_gpt_emu_nompi, FP32), compiled without MPI's include path or libraries, which runs
-# the same llm/comm.h code as such a CUDA build: a one-process mesh.
+# the same llm/comm/comm.h code as such a CUDA build: a one-process mesh.
 #
 # Checked, one line each: the binary links no libmpi; it trains 3 steps and its checkpoint and
 # resumable state are the same bytes as the MPI build's one-process run (build/train_gpt_emu); its

@@ -11,14 +11,14 @@
 // bound, the second covers the O(h^4) truncation of curved ops (GELU, softmax).
 // Every check also asserts that the analytic gradient it compares is not all near zero, so a backward
 // that writes nothing cannot pass. A wrong term, index or sign gives errors of the size of the gradient.
-#include "../llm/common.h"
-#include "../llm/rand.h"
-#include "../llm/encoder.cuh"
-#include "../llm/layernorm.cuh"
-#include "../llm/gelu.cuh"
-#include "../llm/matmul.cuh"
-#include "../llm/attention.cuh"
-#include "../llm/fused_classifier.cuh"
+#include "../llm/core/common.h"
+#include "../llm/core/rand.h"
+#include "../llm/ops/encoder.cuh"
+#include "../llm/ops/layernorm.cuh"
+#include "../llm/ops/gelu.cuh"
+#include "../llm/ops/matmul.cuh"
+#include "../llm/ops/attention.cuh"
+#include "../llm/ops/fused_classifier.cuh"
 #include "test_common.h"
 #include <functional>
 #include <vector>

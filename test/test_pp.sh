@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_pp.sh: pipeline parallelism (llm/pipeline.h, the schedules of llm/schedule.h) under mpirun,
+# test_pp.sh: pipeline parallelism (llm/parallel/pipeline.h, the schedules of llm/parallel/schedule.h) under mpirun,
 # against one process, the simulator and the formulas.
 #
 #   bash test/test_pp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16}, build/train_gpt_cpu_bf16)
@@ -32,10 +32,10 @@
 #     interleaved with m not a multiple of P, --vpp without interleaved, --vpp with --pp 1, an unknown
 #     schedule.
 #  8. The reports of the runs of 1 (no new runs): each rank's point-to-point rows of the comm ledger
-#     (llm/comm_ledger.h: sends and receives on the pp group, calls, payload and sent bytes) against the
+#     (llm/comm/comm_ledger.h: sends and receives on the pp group, calls, payload and sent bytes) against the
 #     messages the schedule's chain implies (m activations forward and m gradients back per neighbour of
 #     each virtual stage, (R, C) values each: R = B T, or B T / t with sequence parallelism), and the
-#     loss's 4-byte broadcast; the tagged allocator's peaks (llm/context.h, *_peak_bytes): every peak >=
+#     loss's 4-byte broadcast; the tagged allocator's peaks (llm/core/context.h, *_peak_bytes): every peak >=
 #     what is live at the end, the kinds allocated once (parameters, gradients, moments, activations)
 #     peak = live, the activation peak = the pipeline's slots and, per rank, GPipe's / 1F1B's = m /
 #     min(P - r, m); the communication buffers' peak >= live + the checkpoint's (Psi + U)-float gather

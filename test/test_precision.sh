@@ -5,7 +5,7 @@
 #
 #   bash test/test_precision.sh     (builds what it needs; about 2 minutes on 2 cores)
 #
-# The model is smaller than the d6 C=384 T=256 (which dev/precision_numerics.sh runs by
+# The model is smaller than dev/precision_numerics.sh's default d6 C=384 T=256 (which it runs by
 # default, tens of minutes on 2 cores): d2, C=128, T=64, B=8, 200 steps of the addition task, lr 3e-3,
 # where the loss falls from ln(257) = 5.55 to about 1.32.
 #

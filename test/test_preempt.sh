@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_preempt.sh: saving on preemption (llm/preempt.h). A signal mid-run (steps slowed to ~150 ms so that
+# test_preempt.sh: saving on preemption (llm/faults/preempt.h). A signal mid-run (steps slowed to ~150 ms so that
 # it lands inside one) must end the run after the step in flight with that step saved, one line, and exit
 # status 128 + the signal; --resume latest then gives, for every later step, the loss and gradient norm of
 # the uninterrupted run, bit for bit. No checkpoint is saved but on the signal (--checkpoint-every 0: so

@@ -1,6 +1,6 @@
-// test_sampler.cu: generation (llm/sampler.h) against independent references.
+// test_sampler.cu: generation (llm/model/sampler.h) against independent references.
 //   1. The KV-cache forward: the logits it computes at each position equal those of the stage's full
-//      forward of the whole sequence (llm/gpt.h: causal attention, so position t of one full forward
+//      forward of the whole sequence (llm/model/stage.h: causal attention, so position t of one full forward
 //      sees exactly tokens 0..t), for a random model and sequence.
 //   2. Its cost: generating n tokens after a prompt of p runs p + n - 1 single-position forwards.
 //   3. Greedy generation: every generated token is the argmax of the full forward's logits.
@@ -9,18 +9,22 @@
 //      chi-square against the softmax of the full forward's logits. A sampler that is greedy, or uses
 //      another temperature (logits scaled by 2 or 1/2), or an off-by-one cdf, fails by a wide margin
 //      (the checks show the same draws rejected against temperatures 2 and 1/2).
+//   5. FP8: the sampler of a stage with FP8 linears (an --fp8 run's) decodes through them: its logits
+//      equal the FP8 stage's full forward's within the tolerance of 1, and differ from the floatX
+//      model's by more than twice that tolerance (FP32 builds; every build: the sampler's linears are the FP8 stage's).
 // Tolerances of 1. FP32: the decode path multiplies one row at a time (other BLAS blocking, other
 // summation order) and sums attention over the cache in its own order: ~1e-6 of the logits' scale:
 // 1e-5 * scale + 1e-4 relative. BF16: activations are rounded to bf16 at every op in both paths, but
 // at different points of different kernels: 3e-2 * scale (observed up to 1% of the scale over seeds;
 // a wrong position, a missing cache entry or a misplaced head changes logits by O(scale)).
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
-#include "../llm/tensors.h"
-#include "../llm/gpt.h"
-#include "../llm/dp.h"
-#include "../llm/sampler.h"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
+#include "../llm/model/tensors.h"
+#include "../llm/model/stage.h"
+#include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_export.h"
+#include "../llm/model/sampler.h"
 #include "test_common.h"
 
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
@@ -103,8 +107,6 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < dp.lay.num_parameters; i++) params[i] *= 3.0f;
     dp_import_params(&dp, params, 0);
     free(params);
-    Sampler sp;
-    sampler_init(&sp, &dp.lay, &dp.hooks, dp.comm);
     int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, N = 20;
     int tokens[32];
     for (int i = 0; i < N; i++) tokens[i] = (int)(rng_u64(&rng) % V);
@@ -112,6 +114,8 @@ int main(int argc, char** argv) {
     // 1. the cache's logits at each position vs one full forward of the sequence
     Stage st;
     stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+    Sampler sp;
+    sampler_init(&sp, &st, 1);
     stage_forward(&st, 0, tokens, NULL, NULL, 0.0f);
     float* full = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
     copy_to_host_float(full, st.slots[0].logits, (size_t)N * Vp);
@@ -197,6 +201,61 @@ int main(int argc, char** argv) {
         free(ph);
         free(counts);
         free(probs);
+    }
+
+    // 5. FP8: the sampler of a stage with FP8 linears (--fp8) decodes through them: its KV-cache logits
+    //    equal the FP8 stage's full forward's (tolerance of 1: the mx recipe scales 32-element blocks
+    //    along each row's inner dimension, so one token's row is quantized as it is in the whole
+    //    sequence) and differ from the floatX model's (section 1's full forward) by more than twice that
+    //    tolerance: E4M3 keeps 3 bits of mantissa (each operand moves by up to 2^-4 relative), which moves
+    //    these logits by 11-16% of their scale (measured in FP32), against the tolerance's 1e-3 %;
+    //    decoding in floatX stays within the tolerance (section 1). FP32 builds only: BF16 rounds
+    //    the two paths' activations at different points (a bf16 ulp, 2^-8), which FP8's steps
+    //    (2^-4 to 2^-3) turn into whole steps on the elements near a boundary: measured 0.23 = 7% of the
+    //    scale between the FP8 decode and the FP8 full forward, about as far as FP8 is from BF16 (0.38).
+    //    Every build checks that the sampler's linears are the FP8 stage's (recipe state, slot, precision).
+    {
+        Stage st8;
+        stage_init(&st8, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+        Fp8State fp8;
+        Fp8Config fc = {FP8_RECIPE_MX, 0, 1, FP8_AMAX_REDUCE_MAX, 0};
+        fp8_init(&fp8, fc, dp.comm, cfg.num_layers, stage_fp8_max_operand(&st8));
+        stage_enable_fp8(&st8, &fp8);
+        Sampler sp8;
+        sampler_init(&sp8, &st8, 1);
+        // every build: each of the sampler's linears is the FP8 stage's (its recipe state and precision)
+        int same = 0;
+        for (int l = 0; l < cfg.num_layers; l++) {
+            const LinearSpec* d[4] = {&sp8.lin[l].qkv, &sp8.lin[l].attproj, &sp8.lin[l].fc, &sp8.lin[l].fcproj};
+            const BlockLinears* sl = stage_linears(&st8, l);
+            const LinearSpec* w[4] = {&sl->qkv, &sl->attproj, &sl->fc, &sl->fcproj};
+            for (int k = 0; k < 4; k++) same += d[k]->fp8 == &fp8 && d[k]->fp8_slot == w[k]->fp8_slot && d[k]->precision == w[k]->precision;
+        }
+        check(same == 4 * cfg.num_layers, "--fp8 mx: %d of the sampler's %d linears decode with the FP8 stage's recipe and precision", same,
+              4 * cfg.num_layers);
+        if (!BF16) {  // FP32 builds: the logits themselves (in BF16 they cannot tell the two apart: see above)
+            stage_forward(&st8, 0, tokens, NULL, NULL, 0.0f);
+            float* full8 = (float*)mallocCheck((size_t)N * Vp * sizeof(float));
+            copy_to_host_float(full8, st8.slots[0].logits, (size_t)N * Vp);
+            float* c8 = (float*)mallocCheck((size_t)N * V * sizeof(float));
+            float* f8 = (float*)mallocCheck((size_t)N * V * sizeof(float));
+            double off = 0.0;  // the largest difference of the FP8 decode from the floatX model's logits
+            for (int t = 0; t < N; t++) {
+                sampler_forward(&sp8, tokens[t], t, 1);
+                memcpy(c8 + (size_t)t * V, sp8.logits_host, V * sizeof(float));
+                memcpy(f8 + (size_t)t * V, full8 + (size_t)t * Vp, V * sizeof(float));
+                for (int v = 0; v < V; v++) off = fmax(off, fabs((double)sp8.logits_host[v] - full[(size_t)t * Vp + v]));
+            }
+            float tol = 1e-5f * scale;
+            check_close("--fp8 mx: KV-cache logits at positions 0..19 vs the FP8 stage's full forward", c8, f8, (size_t)N * V, tol,
+                        1e-4f);
+            check(off > 2.0 * tol, "--fp8 mx: the KV-cache logits differ from the %s model's by up to %.3g = %.1fx the tolerance "
+                  "(the FP8 linears are used)", PRECISION_MODE, off, off / tol);
+            free(c8); free(f8); free(full8);
+        }
+        sampler_free(&sp8);
+        stage_free(&st8);
+        fp8_free(&fp8);
     }
 
     free(full); free(cached); free(a); free(b); free(full2);

@@ -1,4 +1,4 @@
-// test_schedule.cu: the pipeline schedules of llm/schedule.h and their simulator, no model.
+// test_schedule.cu: the pipeline schedules of llm/parallel/schedule.h and their simulator, no model.
 //  1. Every schedule for P in {1, 2, 3, 4, 8}, m in 1..17, V in {1, 2, 3} where it is defined: every op
 //     exactly once per rank; on each rank a micro-batch chunk's F before its B, and B before W; the
 //     sends between every ordered pair of ranks matched one to one, in the same order, by the
@@ -11,23 +11,23 @@
 //       bubble time over the ideal time is (1/V)(P-1)/m, Narayanan et al. 2021 sec. 2.2.2;
 //     zb-h1 with F = B = W = 1 against 1f1b with F = 1, B = 2 (the same work): for m >= P the bubble
 //       time is about a third of 1f1b's (Qi et al. 2023: (P-1)(F+B-W) against (P-1)(F+B+W)), with
-//       at most 2P - 1 micro-batches between their F and W (llm/schedule.h says why), and with the
+//       at most 2P - 1 micro-batches between their F and W (llm/parallel/schedule.h says why), and with the
 //       costs this project's CPU measures (F = 1, B = 1.1, W = 0.4) still less bubble time than 1F1B
 //       for every P and m (a list that defers W's without a bound piles them up at the end and loses);
 //     peak live micro-batches per rank: gpipe m, 1f1b min(P - r, m).
-//  3. The communication plan (llm/schedule.h: pipe_plan) for every case of item 1 with P >= 2: every
+//  3. The communication plan (llm/parallel/schedule.h: pipe_plan) for every case of item 1 with P >= 2: every
 //     message once as a send on its producer's rank and once as a receive on its consumer's, each
 //     receive in the batch just before its consumer, each send after its producer; and, played with
 //     rendezvous messages (a batch finishes only when every message of it meets its partner in the
 //     peer's current batch: NCCL's and large MPI messages' behaviour), every rank gets through. The
 //     naive order (each send alone right after its producer) played the same way deadlocks in some
 //     cases (ZB-H1 at P = 2 among them): the player can see a deadlock.
-//  4. The split of L layers over S virtual stages (llm/pipeline.h): contiguous, each layer once, sizes
+//  4. The split of L layers over S virtual stages (llm/parallel/pipeline.h): contiguous, each layer once, sizes
 //     differing by at most one, the last stage (with the head) never larger than another.
 //  Prints the bubble table for P = 4, 8 and m = 4, 8, 16, 32 beside the formulas.
-#include "../llm/common.h"
-#include "../llm/schedule.h"
-#include "../llm/pipeline.h"
+#include "../llm/core/common.h"
+#include "../llm/parallel/schedule.h"
+#include "../llm/parallel/pipeline.h"
 #include "test_common.h"
 #include <vector>
 #include <map>
@@ -278,7 +278,7 @@ int main(void) {
     // 2. the simulator against the formulas (no P2P latency)
     int formula_ok = 1, peak_ok = 1;
     double worst_zb = 0.0, best_zb = 1e9;
-    int zb_peak = 0, zb_peak_ok = 1;  // micro-batches between F and W, at most 2P - 1 (llm/schedule.h)
+    int zb_peak = 0, zb_peak_ok = 1;  // micro-batches between F and W, at most 2P - 1 (llm/parallel/schedule.h)
     int zb_cpu_ok = 1, zb_cpu_cases = 0;  // with the CPU's costs, never more bubble time than 1F1B
     double zb_cpu_worst = 0.0;
     for (int P : Ps)

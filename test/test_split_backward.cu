@@ -1,5 +1,5 @@
 // test_split_backward.cu: the split backward of zero-bubble pipeline schedules (B = stage_backward_input,
-// W = stage_backward_weight, llm/gpt.h) under tensor parallelism, with and without sequence
+// W = stage_backward_weight, llm/model/stage.h) under tensor parallelism, with and without sequence
 // parallelism: on every tp rank, B then W give that rank's unsplit stage_backward's gradients and dx
 // bit for bit, and the tp group's traffic of B + W is the unsplit backward's:
 //
@@ -11,14 +11,16 @@
 // sequence parallelism), tokens drawn from a fixed seed (the same on every rank). No tolerance: see there.
 // Each check runs on every rank; rank 0 prints one line per check with the number of ranks that failed
 // it, then "test_split_backward: N passed, M failed, 0 skipped".
-#include "../llm/common.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
-#include "../llm/tensors.h"
-#include "../llm/gpt.h"
-#include "../llm/dp.h"
-#include "../llm/checkpoint.h"
-#include "../llm/rand.h"
+#include "../llm/core/common.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
+#include "../llm/model/tensors.h"
+#include "../llm/model/stage.h"
+#include "../llm/parallel/dp.h"
+#include "../llm/parallel/dp_step.h"
+#include "../llm/parallel/dp_export.h"
+#include "../llm/ckpt/checkpoint.h"
+#include "../llm/core/rand.h"
 #include "split_backward_check.h"
 #include "world_check.h"
 

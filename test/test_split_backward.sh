@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_split_backward.sh: the split backward of zero-bubble schedules (B = stage_backward_input, W =
-# stage_backward_weight, llm/gpt.h) under tensor parallelism, with and without sequence parallelism
+# stage_backward_weight, llm/model/stage.h) under tensor parallelism, with and without sequence parallelism
 # (test/test_split_backward.cu: on every rank, B then W against the rank's unsplit backward, bit for
 # bit; the tp traffic of B + W against the unsplit backward's), under mpirun:
 #   cpu_tp2        the CPU build, tp 2 (2 heads and 16 channels per rank)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_tp.sh: Megatron tensor parallelism (llm/tensor_parallel.h; Shoeybi et al. 2019, sec. 3) under
+# test_tp.sh: Megatron tensor parallelism (llm/parallel/tensor_parallel.h; Shoeybi et al. 2019, sec. 3) under
 # mpirun, against one process and the paper's counts.
 #
 #   bash test/test_tp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16}, build/test_tp_ops_{cpu,emu})
@@ -7,7 +7,7 @@
 # Checked, one line each:
 #  0. Megatron's operators exactly (test/test_tp_ops.cu, tp 2 and 4, CPU and emulated): f and g forward
 #     and backward on integer-valued inputs, every sum exact, against the unsplit layer.
-#  1. tp 2 and tp 4 (one dp rank), and dp 2 x tp 2 with every ZeRO stage 0-3 and gradient accumulation,
+#  1. tp 2 and tp 4 (one dp rank), and dp 2 x tp 2 with every --zero 0-3 and gradient accumulation,
 #     each without and with sequence parallelism (--sequence-parallel 1, Korthikanti et al. sec. 4.2.2)
 #     (2 micro-steps per rank): from the same seed checkpoint and data as one process on the same global
 #     batch, the train and val losses and the grad norms of 4 steps, and every parameter of the final
@@ -18,10 +18,10 @@
 #     collectives rerun on the same inputs).
 #  2. The samples printed during training and the greedy answers of the exact-match evaluation
 #     (--eval-file) are the same text as one process's (the gathered logits of the KV-cache sampler,
-#     llm/sampler.h).
+#     llm/model/sampler.h).
 #  3. Memory: each rank's parameters + gradients + optimizer state (the tagged allocator) against the
 #     ZeRO paper's Table 1 with Psi = the parameters of one tp rank's shards; the activations per
-#     layer against Korthikanti et al. 2022 sec. 4.2.1 adapted (llm/report.h), measured == formula.
+#     layer against Korthikanti et al. 2022 sec. 4.2.1 adapted (llm/train/report.h), measured == formula.
 #  4. Traffic: the tp group's all-reduces and all-gathers of one step against Megatron's count
 #     (4 all-reduces of (B,T,C) per layer and micro-batch, sec. 3), and the dp group's against ZeRO's.
 #  5. Checkpoints are layout-independent: resume tp 2 -> 1 and 1 -> tp 4 and dp 2 x tp 2 ZeRO-1 ->
@@ -104,7 +104,7 @@ for z in 0 1 2 3; do
         check tp_ledger "dp 2 x tp 2 sp $sp ZeRO-$z tp traffic" "$tmp/$n.json"
     done
 done
-# activations per layer: measured (the tagged allocator) == formula (llm/report.h), every rank, and
+# activations per layer: measured (the tagged allocator) == formula (llm/train/report.h), every rank, and
 # less than one process's, with sequence parallelism less again (everything / t)
 for n in tp2 tp4 tp2sp tp4sp tp2_selective tp2sp_selective tp2_full tp2sp_full; do
     python3 - "$tmp" "$n" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))

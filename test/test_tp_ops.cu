@@ -1,5 +1,5 @@
 // test_tp_ops.cu: Megatron's conjugate operators exactly (Shoeybi et al. 2019, sec. 3, fig. 3), as the
-// column- and row-parallel linear layers of llm/linear.h run them on the tp group of llm/comm.h:
+// column- and row-parallel linear layers of llm/model/linear.h run them on the tp group of llm/comm/comm.h:
 //
 //   mpirun -np 2 build/test_tp_ops_cpu --tp 2        (and -np 4 --tp 4; the emulated build the same)
 //
@@ -15,12 +15,12 @@
 // and the tp ledger counts exactly one all-reduce of BT*in values (column backward) and one of BT*out
 // values (row forward), none elsewhere. Each check runs on every rank; rank 0 prints one line per
 // check with the number of ranks that failed it, then "test_tp_ops: N passed, M failed".
-#include "../llm/common.h"
-#include "../llm/device.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
-#include "../llm/linear.h"
-#include "../llm/rand.h"
+#include "../llm/core/common.h"
+#include "../llm/core/device.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
+#include "../llm/model/linear.h"
+#include "../llm/core/rand.h"
 #include <vector>
 #include "world_check.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # watchdog_lines.py: checks the watchdog lines of a run with a dead or hung rank (test/test_faults.sh)
-# against the process mesh computed here, independently of llm/comm_mesh.h and llm/watchdog.h:
+# against the process mesh computed here, independently of llm/comm/comm_mesh.h and llm/comm/watchdog.h:
 # world_rank = (dp_rank * pp + pp_rank) * tp + tp_rank (tp innermost, then pp, then dp; the mesh's
 # documented order), and the groups of a rank: dp (same pp, tp), tp (same dp, pp), pp (same dp, tp),
 # embed (the first and the last stage with the same dp and tp, pp > 1; else the rank alone), world.

@@ -1,10 +1,10 @@
 // world_check.h: a check made on every rank of an mpirun test program: each rank's verdict is summed
 // over the world (one all-reduce), counted once, and printed by rank 0 with how many ranks failed it.
 #pragma once
-#include "../llm/common.h"
-#include "../llm/device.h"
-#include "../llm/context.h"
-#include "../llm/comm.h"
+#include "../llm/core/common.h"
+#include "../llm/core/device.h"
+#include "../llm/core/context.h"
+#include "../llm/comm/comm.h"
 
 static int g_world_pass = 0, g_world_fail = 0;
 

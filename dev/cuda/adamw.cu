@@ -1,5 +1,5 @@
 // dev/cuda/adamw.cu: versions of the AdamW update kernel side by side, each checked against the CPU
-// reference and timed. The last version is the one the trainer uses (llm/adamw.cuh).
+// reference and timed. The last version is the one the trainer uses (llm/ops/adamw.cuh).
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
 //           ./build/cuda/adamw [version 1..2, default all] [n, default 124475904 (GPT-2 124M)]
@@ -9,15 +9,15 @@
 // version 1: one thread per element, scalar loads and stores (BF16: 2-byte parameter and gradient
 //            accesses, half-used 32-byte sectors per warp instruction)
 // version 2: one thread per 16 bytes of parameters (8 bf16 / 4 float) with 128-bit loads and stores
-//            of every array (llm/adamw.cuh); the stochastic-rounding bits are the same function of
+//            of every array (llm/ops/adamw.cuh); the stochastic-rounding bits are the same function of
 //            (seed, index), so versions 1 and 2 produce the same bits
 //
 // Timing: median over runs (cudaEvents around the kernel only), L2 flushed (128 MiB written) before
 // each run. Bytes per element: BF16 with master: read 2 (grad) + 12 (m, v, master), write 12 + 2
 // (m, v, master, params) = 28; FP32: read 16 (param, grad, m, v), write 12 = 28.
 #include "common.h"
-#include "../../llm/cuda_utils.cuh"
-#include "../../llm/adamw.cuh"
+#include "../../llm/core/cuda_utils.cuh"
+#include "../../llm/ops/adamw.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: one element per thread, scalar. Bytes per element as version 2 (28), in 2- and 4-byte

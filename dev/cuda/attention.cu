@@ -1,4 +1,4 @@
-// dev/cuda/attention.cu: the pieces of the CUDA attention path (llm/attention.cuh) in versions side
+// dev/cuda/attention.cu: the pieces of the CUDA attention path (llm/ops/attention.cuh) in versions side
 // by side, each checked against the CPU reference and timed, then the whole forward and backward
 // with and without the causal cut of the batched products.
 //
@@ -13,12 +13,12 @@
 //   version 2: one warp per row, one pass with an online max (each lane rescales its running sum
 //              when its max grows, lanes merged with shuffles), then one pass that writes the
 //              probabilities and the zeros; 128-bit accesses when T is a multiple of 8 (BF16) / 4;
-//              the longest rows scheduled first (llm/attention.cuh)
+//              the longest rows scheduled first (llm/ops/attention.cuh)
 // causal softmax backward (datt in place -> dpreatt):
 //   version 1: one thread per row, two scalar passes
-//   version 2: one warp per row, 128-bit accesses (llm/attention.cuh)
+//   version 2: one warp per row, 128-bit accesses (llm/ops/attention.cuh)
 // permute (B,T,3C) -> 3 x (B,NH,T,hs):
-//   version 1: one element per thread; version 2: 16 bytes per thread (llm/attention.cuh)
+//   version 1: one element per thread; version 2: 16 bytes per thread (llm/ops/attention.cuh)
 // batched products (cuBLASLt through matmul_batched): the full T x T products, and the causal cut
 // into chunks of rows (chunk [r0,r1) only involves keys [0,r1)), as attention_forward runs them.
 //
@@ -28,8 +28,8 @@
 // triangle and writes all of it), against the device's peak. Products: TFLOP/s of the FLOPs the
 // call computes (2 M N K per product), and of the full T x T products' FLOPs for comparison.
 #include "common.h"
-#include "../../llm/cuda_utils.cuh"
-#include "../../llm/attention.cuh"
+#include "../../llm/core/cuda_utils.cuh"
+#include "../../llm/ops/attention.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1 kernels: one thread per row

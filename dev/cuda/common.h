@@ -16,9 +16,9 @@
 // real, the times are CPU times and no peak bandwidth is known). Every CUDA call is checked
 // (file:line); the header is included once per program, so it keeps its state in static variables.
 #pragma once
-#include "../../llm/common.h"
-#include "../../llm/device.h"
-#include "../../llm/rand.h"
+#include "../../llm/core/common.h"
+#include "../../llm/core/device.h"
+#include "../../llm/core/rand.h"
 #include <vector>
 #include <algorithm>
 #include <limits.h>

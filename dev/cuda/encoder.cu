@@ -1,15 +1,15 @@
 // dev/cuda/encoder.cu: versions of the encoder (token + position embedding) kernels side by side,
-// each checked against the CPU reference (llm/encoder.cuh) and timed. The chosen versions are the
-// ones in llm/encoder.cuh, without a version number.
+// each checked against the CPU reference (llm/ops/encoder.cuh) and timed. The chosen versions are the
+// ones in llm/ops/encoder.cuh, without a version number.
 //
 //   forward  1: one thread per element, scalar loads and stores
-//            2: one thread per 16 bytes (x128)                                         (llm/encoder.cuh)
+//            2: one thread per 16 bytes (x128)                                         (llm/ops/encoder.cuh)
 //   backward 1: one thread per 16 bytes of dout, atomicAdd into dwte and dwpe: fast to write, but
 //               the order of the additions changes from run to run (not deterministic), and in BF16
 //               every addition rounds the gradient to bf16
 //            2: dwpe by one thread per (t, 16 bytes) summing over b; dwte by buckets of positions per
 //               token built on the host, a block per (bucket, channel chunk), sums in a fixed order:
-//               deterministic                                                           (llm/encoder.cuh)
+//               deterministic                                                           (llm/ops/encoder.cuh)
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
 //           ./build/cuda/encoder [B] [T] [C] [V]   (default 64 1024 768 50257: GPT-2 124M)
@@ -23,7 +23,7 @@
 // element) and updates the touched rows of dwte and the T rows of dwpe (read + write); version 2 reads
 // dout twice (once per kernel), which the count does not include.
 #include "common.h"
-#include "../../llm/encoder.cuh"
+#include "../../llm/ops/encoder.cuh"
 
 // ----------------------------------------------------------------------------
 // forward, version 1: one thread per element. Per element: reads 1 floatX of wte and of wpe, writes 1.

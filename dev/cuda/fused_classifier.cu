@@ -1,6 +1,6 @@
 // dev/cuda/fused_classifier.cu: versions of the fused softmax + cross-entropy + dlogits kernel, side by
 // side, each checked against the CPU reference and timed. The last version is the one the trainer
-// uses (llm/fused_classifier.cuh).
+// uses (llm/ops/fused_classifier.cuh).
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
 //           ./build/cuda/fused_classifier [version 1..3, default all] [BT, default 8192]
@@ -11,14 +11,14 @@
 // version 2: one block per row, three passes with block reductions (max, then sum, then write), scalar
 //            loads: three reads of every logit
 // version 3: one block per row, online softmax (running max with rescaled sum) in one pass with
-//            128-bit loads, then one pass that writes dlogits in place (llm/fused_classifier.cuh)
+//            128-bit loads, then one pass that writes dlogits in place (llm/ops/fused_classifier.cuh)
 //
 // Timing: median of the runs (cudaEvents around the kernel only), the logits restored and L2 flushed
 // (128 MiB written) before every run. Bandwidth counts the minimum traffic: one read and one write
 // of every logit (the second read of version 3 should come from L2), against the device's peak.
 #include "common.h"
-#include "../../llm/cuda_utils.cuh"
-#include "../../llm/fused_classifier.cuh"
+#include "../../llm/core/cuda_utils.cuh"
+#include "../../llm/ops/fused_classifier.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: one thread per row. Bytes per logit: 3 reads + 1 write of sizeof(floatX), uncoalesced

@@ -1,11 +1,11 @@
 // dev/cuda/gelu.cu: versions of the GELU kernels side by side, each checked against the CPU reference
-// (gelu_forward_cpu / gelu_backward_cpu of llm/gelu.cuh) and timed. The chosen version is the one in
-// llm/gelu.cuh, without a version number.
+// (gelu_forward_cpu / gelu_backward_cpu of llm/ops/gelu.cuh) and timed. The chosen version is the one in
+// llm/ops/gelu.cuh, without a version number.
 //
 //   forward  1: one thread per element, scalar loads and stores, tanhf
-//            2: one thread per 16 bytes (x128 loads and stores), tanh through expf   (llm/gelu.cuh)
+//            2: one thread per 16 bytes (x128 loads and stores), tanh through expf   (llm/ops/gelu.cuh)
 //   backward 1: one thread per element, scalar, in place
-//            2: one thread per 16 bytes, in place                                      (llm/gelu.cuh)
+//            2: one thread per 16 bytes, in place                                      (llm/ops/gelu.cuh)
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
 //           ./build/cuda/gelu [N]          (default N = 64*1024*3072: the fch of GPT-2 124M at B=64, T=1024)
@@ -16,7 +16,7 @@
 // so that inputs come from DRAM; GB/s counts the bytes each kernel must move (bytes per element:
 // forward 2 sizeof(floatX), backward 3 sizeof(floatX)) against the device's peak.
 #include "common.h"
-#include "../../llm/gelu.cuh"
+#include "../../llm/ops/gelu.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: one thread per element. Per element: reads 1 floatX, writes 1 floatX (forward);
@@ -49,7 +49,7 @@ static void gelu_forward1(floatX* out, const floatX* inp, size_t N) {
 static void gelu_backward1(floatX* d, const floatX* inp, size_t N) {
     LAUNCH(gelu_backward_inplace_kernel1, dim3((unsigned)ceil_div_sz(N, 256)), dim3(256), 0, (cudaStream_t)0, d, inp, N);
 }
-// version 2: the launchers of llm/gelu.cuh
+// version 2: the launchers of llm/ops/gelu.cuh
 static void gelu_forward2(floatX* out, const floatX* inp, size_t N) { gelu_forward(out, inp, N, 0); }
 static void gelu_backward2(floatX* d, const floatX* inp, size_t N) { gelu_backward_inplace(d, inp, N, 0); }
 

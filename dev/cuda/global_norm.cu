@@ -1,6 +1,6 @@
 // dev/cuda/global_norm.cu: versions of the squared-global-norm reduction (out += sum of squares)
 // side by side, each checked against the CPU reference and timed. The last version is the one the
-// trainer uses (llm/global_norm.cuh).
+// trainer uses (llm/ops/global_norm.cuh).
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
 //           ./build/cuda/global_norm [version 1..3, default all] [n, default 124475904 (GPT-2 124M)]
@@ -12,13 +12,13 @@
 // version 2: a capped grid (one wave of the device), grid-stride over 128-bit chunks, block sum,
 //            atomicAdd per block: far fewer atomics, still not reproducible
 // version 3: as version 2, but each block writes its partial to a scratch buffer and a second
-//            one-block kernel adds them in a fixed order: reproducible bit for bit (llm/global_norm.cuh)
+//            one-block kernel adds them in a fixed order: reproducible bit for bit (llm/ops/global_norm.cuh)
 //
 // Timing: median over runs (cudaEvents around the launches only), L2 flushed (128 MiB written)
 // before each run. Bytes per element: sizeof(floatX) read.
 #include "common.h"
-#include "../../llm/cuda_utils.cuh"
-#include "../../llm/global_norm.cuh"
+#include "../../llm/core/cuda_utils.cuh"
+#include "../../llm/ops/global_norm.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1: one element per thread. Bytes per element: sizeof(floatX) read (scalar loads).

@@ -1,17 +1,17 @@
 // dev/cuda/layernorm.cu: versions of the LayerNorm kernels side by side, each checked against the CPU
-// reference (llm/layernorm.cuh) and timed. The chosen versions are the ones in llm/layernorm.cuh,
+// reference (llm/ops/layernorm.cuh) and timed. The chosen versions are the ones in llm/ops/layernorm.cuh,
 // without a version number.
 //
 //   forward        1: one thread per row, three loops over the row in global memory (uncoalesced)
 //                  2: one warp per row, scalar coalesced loads, three passes over the row (mean,
 //                     variance, output): DRAM once, then the L1/L2 cache
-//                  3: one warp per row, the row in registers as x128 (llm/layernorm.cuh)
+//                  3: one warp per row, the row in registers as x128 (llm/ops/layernorm.cuh)
 //   fused residual 1: a residual-add kernel, then forward 3 (the residual goes to memory and back)
-//                  2: one pass, the residual kept in registers (llm/layernorm.cuh)
+//                  2: one pass, the residual kept in registers (llm/ops/layernorm.cuh)
 //   backward       1: one thread per row for dinp, then one thread per channel for dweight/dbias
 //                     (reads dout and inp a second time; deterministic)
 //                  2: a block per row, row reductions in the block, per-block partial sums of
-//                     dweight/dbias in registers, then a reduction kernel (llm/layernorm.cuh)
+//                     dweight/dbias in registers, then a reduction kernel (llm/ops/layernorm.cuh)
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
 //           ./build/cuda/layernorm [N] [C]      (default N = 64*1024 rows, C = 768: GPT-2 124M, B=64, T=1024)
@@ -22,7 +22,7 @@
 // so that inputs come from DRAM. GB/s counts the bytes a kernel must move: forward 2 floatX per element
 // (+ 8 bytes per row), fused 4 floatX, backward 4 floatX (dout, inp, dinp read; dinp written).
 #include "common.h"
-#include "../../llm/layernorm.cuh"
+#include "../../llm/ops/layernorm.cuh"
 
 // ----------------------------------------------------------------------------
 // forward, version 1: one thread per row. Per element: reads 1 floatX three times (uncoalesced

@@ -1,4 +1,4 @@
-// dev/cuda/matmul.cu: the linear layers of GPT-2 (llm/matmul.cuh) on the GPU: the versions of the
+// dev/cuda/matmul.cu: the linear layers of GPT-2 (llm/ops/matmul.cuh) on the GPU: the versions of the
 // bias-gradient reduction side by side, the cuBLASLt launchers the model calls (matmul_forward,
 // matmul_backward) checked against the CPU reference (matmul_forward_naive_cpu /
 // matmul_backward_naive_cpu) and timed at GPT-2 124M's shapes in TFLOP/s, and the device's dense BF16
@@ -7,7 +7,7 @@
 // bias gradient (dbias (OC) += the column sums of dout (BT,OC)):
 //   version 1: one thread per column walks all BT rows: coalesced across a warp, but only OC threads
 //              (OC = 768: 3 blocks, most SMs idle), each a long serial chain of loads
-//   version 2: two stages (llm/matmul.cuh): blocks of 8 warps own 4 x 16 bytes of columns and a
+//   version 2: two stages (llm/ops/matmul.cuh): blocks of 8 warps own 4 x 16 bytes of columns and a
 //              split of the rows, FP32 partial sums to scratch; then one thread per column adds the
 //              splits in order. The split depends only on the shape: deterministic
 // products (cuBLASLt), the model's layers with the model's epilogues (B*T = BT rows):
@@ -32,7 +32,7 @@
 // 3.3e9 elements). Timing: the median over runs, cudaEvents around the timed call only, L2 flushed
 // by writing 128 MiB before each run.
 #include "common.h"
-#include "../../llm/matmul.cuh"
+#include "../../llm/ops/matmul.cuh"
 
 // ----------------------------------------------------------------------------
 // bias gradient, version 1: one thread per column. Per element: reads 1 floatX.

@@ -1,4 +1,4 @@
-// dev/cuda/matmul_fp8.cu: the FP8 GEMM (llm/matmul_fp8.cuh) against the BF16 GEMM (llm/matmul.cuh) at
+// dev/cuda/matmul_fp8.cu: the FP8 GEMM (llm/precision/matmul_fp8.cuh) against the BF16 GEMM (llm/ops/matmul.cuh) at
 // GPT-2 124M's linear-layer shapes: each recipe's path on this GPU (cuBLASLt FP8 with its scale mode,
 // or the fallback), its time and TFLOP/s, and the ratio to BF16's time. The operands are quantized
 // before the timed call (the quantizers are timed on their own line, per operand pair).
@@ -14,8 +14,8 @@
 // GPU:      make dev-cuda, then ./build/cuda/matmul_fp8 [BT [C]]   (default 8192 768)
 // emulated: make dev-cuda-emu, then ./build/cuda_emu/matmul_fp8     (default 128 128; CPU times)
 #include "common.h"
-#include "../../llm/matmul.cuh"
-#include "../../llm/matmul_fp8.cuh"
+#include "../../llm/ops/matmul.cuh"
+#include "../../llm/precision/matmul_fp8.cuh"
 
 typedef struct { const char* name; Fp8Scaling act, w; } BenchRecipe;
 static const BenchRecipe RECIPES[3] = {{"per-tensor", FP8_SCALE_TENSOR, FP8_SCALE_TENSOR},

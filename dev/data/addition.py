@@ -21,7 +21,7 @@ function of (a, b) only (not of --seed): h = mix64(mix64(a) ^ b) % 100; h < 5 ->
 h < 10 -> val pool, else train pool. So test and val problems never occur in train. Train and val
 problems are drawn with replacement from their pools; test problems are distinct.
 
-Random numbers: splitmix64 (the same mixer as llm/dataloader.h), one stream per split seeded from
+Random numbers: splitmix64 (the same mixer as llm/train/dataloader.h), one stream per split seeded from
 (--seed, split), so changing --train does not change val or test.
 
 Files written into --out (default data/addition/), llm.c formats (dev/data/README.md):

@@ -1,7 +1,7 @@
 // cublaslt_emu.h: the subset of cuBLASLt that the trainer calls, run on the CPU for the emulated build.
 //
 // The functions below have the toolkit's own signatures (declared extern "C" by <cublasLt.h>) and
-// cuBLAS's semantics, so llm/matmul.cuh compiles unchanged against either this file or the real
+// cuBLAS's semantics, so llm/ops/matmul.cuh compiles unchanged against either this file or the real
 // library. What is emulated:
 //
 //   D = epilogue(alpha * scaleA * scaleB * op(A) @ op(B) + beta * scaleC * C [+ bias])   per batch
@@ -23,7 +23,7 @@
 //     (CUBLAS_STATUS_INVALID_VALUE), as the real library reports.
 //   - FP8 scale modes (CUBLASLT_MATMUL_DESC_A/B_SCALE_MODE, cuBLAS 12.8+): the A/B scale pointer is then
 //     a tensor of dequantization factors, one per block of op(A) (m x k) / op(B) (k x n) along k, each
-//     element multiplied by its block's factor before the product. Layouts (as llm/fp8_matrix.cuh
+//     element multiplied by its block's factor before the product. Layouts (as llm/precision/fp8_matrix.cuh
 //     states them, with "outer" = m for A, n for B, and p the index along k):
 //       SCALAR_32F      one float (the default, as above)
 //       VEC128_32F      float at (p/128) * round_up(outer, 4) + outer_index
@@ -60,7 +60,7 @@
 // register-tiled loop with OpenMP over output tiles computes the products, then the epilogue.
 // Accumulation runs over k in order 0..k-1 for every element.
 //
-// Header-only; include it once per program (the emulated build includes it from llm/matmul.cuh).
+// Header-only; include it once per program (the emulated build includes it from llm/ops/matmul.cuh).
 // The extern "C" functions are defined `inline`, so a second translation unit would not clash.
 #pragma once
 

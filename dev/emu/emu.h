@@ -1,4 +1,4 @@
-// emu.h: the CUDA subset of this project, run on the CPU. Included by llm/common.h in the emulated
+// emu.h: the CUDA subset of this project, run on the CPU. Included by llm/core/common.h in the emulated
 // build (g++ -DLLM_EMU, never __CUDACC__): the project's CUDA kernel source compiles unchanged with
 // g++ and every emulated CUDA thread runs as a user-space fiber. Header-only: every function is
 // static or inline and all global state is inline variables, so any number of translation units
@@ -149,7 +149,7 @@
 // previous block's contents, where a GPU's is undefined).
 #define __shared__ static thread_local
 
-// Dynamic shared memory (llm/common.h defines it as `extern __shared__` for nvcc): a pointer to the
+// Dynamic shared memory (llm/core/common.h defines it as `extern __shared__` for nvcc): a pointer to the
 // block's heap buffer of exactly the launch's byte count, filled with 0xFF. Use it inside kernels.
 #define EXTERN_SHARED(type, name) type* const name = reinterpret_cast<type*>(emu_dynamic_smem())
 

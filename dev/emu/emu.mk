@@ -6,11 +6,11 @@
 #   make test-emu-nvcc   check that the same test source also compiles with nvcc (no GPU needed)
 #   build/emu/test_nccl_emu   the tests of nccl_emu.h (NCCL over MPI), run by test/test_comm.sh
 #
-# The emulator is header-only (dev/emu/emu.h, included by llm/common.h when -DLLM_EMU): a program
+# The emulator is header-only (dev/emu/emu.h, included by llm/core/common.h when -DLLM_EMU): a program
 # built with $(EMU_FLAGS) needs no extra objects. EMU_OBJS stays empty for targets that link it;
 # EMU_LINK is what the emulator itself needs at link time.
 
-EMU_HEADERS := $(wildcard dev/emu/*.h) llm/common.h
+EMU_HEADERS := $(wildcard dev/emu/*.h) llm/core/common.h
 EMU_OBJS :=
 EMU_LINK := -lpthread -ldl
 EMU_BUILD := build/emu

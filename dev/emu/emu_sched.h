@@ -824,7 +824,7 @@ EMU_NOTSAN static inline void emu_run_launch(EmuLaunch* L) {
 }
 
 // ----------------------------------------------------------------------------
-// launch_kernel: what LAUNCH(kernel, grid, block, smem, stream, args...) calls (llm/common.h)
+// launch_kernel: what LAUNCH(kernel, grid, block, smem, stream, args...) calls (llm/core/common.h)
 
 template <typename... KArgs, size_t... I>
 static inline void emu_call(void (*fn)(KArgs...), const std::tuple<KArgs...>& args, std::index_sequence<I...>) {

@@ -1,4 +1,4 @@
-// nccl_emu.h: the subset of NCCL that llm/comm.h calls, run over MPI, for the emulated build. With it
+// nccl_emu.h: the subset of NCCL that llm/comm/comm.h calls, run over MPI, for the emulated build. With it
 // the emulated build (g++ -DLLM_EMU) runs comm.h's NCCL code path, the one every multi-GPU run takes,
 // so that a wrong reduction op, count, root, datatype or in-place layout there fails a CI test
 // instead of only compiling.
@@ -75,13 +75,13 @@
 // operation (MPI counts are ints); custom reduction ops (ncclRedOpCreatePreMulSum) and the rest of
 // NCCL's API are not emulated (declared by <nccl.h>, left undefined: a call fails to link).
 //
-// Header-only, like the rest of dev/emu: llm/comm.h includes it in the emulated build, after
-// llm/common.h has included dev/emu/emu.h. Needs MPI (mpi.h) and NCCL's header (nccl.h, from
+// Header-only, like the rest of dev/emu: llm/comm/comm.h includes it in the emulated build, after
+// llm/core/common.h has included dev/emu/emu.h. Needs MPI (mpi.h) and NCCL's header (nccl.h, from
 // NCCL's package or the toolkit's include directory); not the NCCL library.
 #pragma once
 
 #ifndef EMU_CHECK_STREAM
-#error "dev/emu/nccl_emu.h is part of the emulated build: include llm/common.h (with -DLLM_EMU) first"
+#error "dev/emu/nccl_emu.h is part of the emulated build: include llm/core/common.h (with -DLLM_EMU) first"
 #endif
 
 #ifndef OMPI_SKIP_MPICXX

@@ -12,7 +12,7 @@
 //                 right results (checked, "results <hash>"); racecheck reports the racy ones
 //   bench         timings of the emulator: switch cost per thread per barrier, per shuffle, per launch
 // Compiles with g++ in the emulated build and with nvcc (where the planted bugs are not detected).
-#include "../../llm/common.h"
+#include "../../llm/core/common.h"
 
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \

@@ -1,5 +1,5 @@
 // test_nccl_emu.cu: tests of dev/emu/nccl_emu.h, the NCCL subset over MPI, called directly (not
-// through llm/comm.h). Run under mpirun with 2 or more processes, one emulated device each:
+// through llm/comm/comm.h). Run under mpirun with 2 or more processes, one emulated device each:
 //
 //   EMU_DEVICES=4 mpirun -np 3 build/emu/test_nccl_emu
 //
@@ -13,7 +13,7 @@
 // disagree on a count, a receive count that differs from the send, two ranks on one device, and the
 // communicator's asynchronous error after a failed operation. Ends with "test_nccl_emu: N passed,
 // M failed" (printed by rank 0); exit status 1 on any failure.
-#include "../../llm/common.h"
+#include "../../llm/core/common.h"
 #include "nccl_emu.h"
 #include <stdarg.h>
 

@@ -5,7 +5,7 @@ It writes the fixtures the C++ model test compares against (see README.md here).
 
     python3 dev/reference/gpt2_reference.py --out test/fixtures
 
-Files written (all little-endian, formats as in FORMATS.md / llm.c):
+Files written (all little-endian, formats as in docs/formats.md / llm.c):
     tiny_model.bin          llm.c checkpoint (magic 20240326, version 3, fp32, padded vocab)
     tiny_debug_state.bin    llm.c debug state (magic 20240327, version 2): x, y, logits, loss, grads
     tiny_adamw_losses.txt   the losses of 10 AdamW steps on the same batch
@@ -295,7 +295,7 @@ def torch_adamw_check(params, x, y, cfg, final, steps, lr, beta1, beta2, eps, we
 
 
 # ----------------------------------------------------------------------------------------------
-# writers (llm.c formats, FORMATS.md)
+# writers (llm.c formats, docs/formats.md)
 
 def f32_bytes(t):
     return t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()

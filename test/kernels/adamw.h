@@ -39,7 +39,7 @@
 // - determinism: the same seed gives the same params bit for bit; another seed gives other params.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/adamw.cuh"
+#include "../../llm/ops/adamw.cuh"
 #include <string>
 
 typedef struct {

@@ -55,7 +55,7 @@
 // of the outputs dominate.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/attention.cuh"
+#include "../../llm/ops/attention.cuh"
 
 // (B,T,3C) -> q, k, v as (B,NH,T,hs) each, one after the other: what qkvr must hold
 static std::vector<float> attn_heads(const std::vector<float>& inp, int B, int T, int C, int NH) {

@@ -30,7 +30,7 @@
 //   A position dropped or counted twice, or a row added to the wrong token, moves an element by ~1.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/encoder.cuh"
+#include "../../llm/ops/encoder.cuh"
 
 static void test_encoder(void) {
     struct { int B, T, C, maxT, Vp; } shapes[] = {

@@ -39,7 +39,7 @@
 // counted in the sum are off by orders of magnitude.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/fused_classifier.cuh"
+#include "../../llm/ops/fused_classifier.cuh"
 
 static void fused_classifier_case(int BT, int V, int write_dlogits) {
     int Vp = ((V + 127) / 128) * 128;

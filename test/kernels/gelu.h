@@ -31,7 +31,7 @@
 // bound is ~1e-6; a dropped factor 3 in gelu' moves it by ~2e-2.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/gelu.cuh"
+#include "../../llm/ops/gelu.cuh"
 
 static const double GELU64_S = sqrt(2.0 / M_PI);
 static const double GELU64_C = 0.044715;

@@ -22,7 +22,7 @@
 // 16-byte alignment (the head elements before the first aligned chunk) are summed too.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/global_norm.cuh"
+#include "../../llm/ops/global_norm.cuh"
 
 // the kernel's summation depth for n values (see above)
 static double global_norm_depth(size_t n) {

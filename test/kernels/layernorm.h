@@ -50,7 +50,7 @@
 // unbiased variance (1/(C-1): a relative 1/(2C) on rstd, at least 6e-5 here, against bounds of ~2e-5).
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/layernorm.cuh"
+#include "../../llm/ops/layernorm.cuh"
 
 // rows with an offset and a scale each, rounded to floatX
 static std::vector<float> ln_random_rows(int N, int C) {

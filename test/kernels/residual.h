@@ -7,7 +7,7 @@
 // arithmetic (a dropped operand, a scale, a wrong index) shows as a mismatch.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/residual.cuh"
+#include "../../llm/ops/residual.cuh"
 
 static void test_residual(void) {
     const size_t sizes[] = {1, 7, 33, 4103, 257 * 64};

@@ -1,5 +1,5 @@
 // test/kernels/vocab_parallel.h: the vocabulary-parallel pieces of tensor parallelism
-// (llm/tensor_parallel.h), each rank's kernels run here one rank after another on its slice, with the
+// (llm/parallel/tensor_parallel.h), each rank's kernels run here one rank after another on its slice, with the
 // all-gather done on the host:
 // - vp_classifier_stats + vp_classifier_finish over T ranks' slices of the logits against the one-rank
 //   classifier fused_classifier_cpu on the whole rows (the independent reference: one pass over the
@@ -16,9 +16,9 @@
 //   on every rank.
 #pragma once
 #include "../kernel_check.h"
-#include "../../llm/fused_classifier.cuh"
-#include "../../llm/vocab_parallel_classifier.cuh"
-#include "../../llm/encoder.cuh"
+#include "../../llm/ops/fused_classifier.cuh"
+#include "../../llm/ops/vocab_parallel_classifier.cuh"
+#include "../../llm/ops/encoder.cuh"
 
 static void vp_classifier_case(int BT, int V, int T, int write_dlogits) {
     int Vp = ((V + 127) / 128) * 128, Vl = Vp / T;

@@ -1,0 +1,382 @@
+// pipeline.h: pipeline parallelism: the layers split over the P ranks of the pp group, and one
+// executor that runs a rank's list of the schedule (llm/parallel/schedule.h: GPipe, 1F1B, interleaved 1F1B,
+// ZB-H1) on the micro-batches of an optimizer step (Huang et al. 2019, "GPipe"; Narayanan et al.
+// 2019 "PipeDream" and 2021 "Efficient Large-Scale Language Model Training on GPU Clusters" sec. 2.2;
+// Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
+//
+// The split. The schedule's S = P V virtual stages (V chunks per rank: virtual stage s runs on rank
+// s % P as its chunk s / P) take the L layers in order, as evenly as possible: each gets L / S, and the
+// first L % S one more. The embedding (a lookup, no matmul) and the head (the final LayerNorm, the LM
+// head's matmul and the loss) are not counted as layers: the embedding goes with virtual stage 0, the
+// head with S - 1, and since the extra layers go to the first stages, the last stage, which has the
+// head, never has more layers than another. The tied token embedding lives on both the first and the
+// last rank: both start from the same values, their gradients are summed over GROUP_EMBED
+// (llm/parallel/dp.h: dp_reduce_tied_embedding) and both take the same update, so they stay identical.
+//
+// A step. The m micro-batches of the step are its gradient-accumulation steps; the first rank reads
+// their tokens, the last their targets (every rank's data loader reads the same batches). The executor
+// walks its list: F(mb, c) runs chunk c's stage forward on a free micro-batch slot (its input received
+// from the previous virtual stage, or the tokens), B(mb, c) the backward (fused, or only the input
+// gradient when the schedule splits W out), W(mb, c) the deferred weight gradients; a slot is free
+// again after B (or W). Messages go as the communication plan says (llm/parallel/schedule.h: pipe_plan):
+// batches of sends and receives on GROUP_PP, posted together, each just before the op that needs it,
+// in one global order that cannot deadlock. A rank keeps as many slots per chunk as its list ever has
+// micro-batches alive there (GPipe m, 1F1B min(P - rank, m)): the activation memory the allocator
+// measures is the schedule's peak. The data-parallel policy (llm/parallel/dp.h) is told before each backward
+// whether it is the micro-batch's last (its gradients then communicate). The loss is summed on the
+// last stage, averaged over the micro-batches, and sent to the other stages (a broadcast on GROUP_PP).
+//
+// The trace. With tracing on (--trace), each rank records its ops, its message batches and the
+// optimizer step with wall-clock times (the device synchronized after each, so the times are the
+// work's own); llm/parallel/pipeline_report.h writes them out.
+#pragma once
+#include "../core/common.h"
+#include "../core/device.h"
+#include "../comm/comm.h"
+#include "../model/stage.h"
+#include "../model/sampler.h"
+#include "dp.h"
+#include "dp_step.h"
+#include "schedule.h"
+
+// ----------------------------------------------------------------------------
+// the split
+
+// layers [l0, l1) of virtual stage s of S
+static void pipe_stage_layers(int L, int S, int s, int* l0, int* l1) {
+    int base = L / S, extra = L % S;
+    *l0 = s * base + (s < extra ? s : extra);
+    *l1 = *l0 + base + (s < extra ? 1 : 0);
+}
+
+static StageRange pipe_stage_range(GPTConfig c, int P, int V, int rank, int chunk) {
+    int S = P * V, s = chunk * P + rank;
+    StageRange r;
+    pipe_stage_layers(c.num_layers, S, s, &r.first_layer, &r.last_layer);
+    r.has_embedding = s == 0;
+    r.has_head = s == S - 1;
+    return r;
+}
+
+// held (num_units(c)): 1 for the units rank's chunks use (the embedding on the first and the last rank)
+static void pipe_held_units(GPTConfig c, int P, int V, int rank, int* held) {
+    for (int u = 0; u < num_units(c); u++) held[u] = 0;
+    for (int k = 0; k < V; k++) {
+        StageRange r = pipe_stage_range(c, P, V, rank, k);
+        for (int l = r.first_layer; l < r.last_layer; l++) held[unit_of_layer(l)] = 1;
+        if (r.has_embedding || r.has_head) held[UNIT_EMBED] = 1;
+        if (r.has_head) held[unit_final(c)] = 1;
+    }
+}
+
+// why P ranks x V chunks cannot run `schedule` on this model with m micro-batches, or NULL
+static const char* pipe_layout_error(GPTConfig c, int P, int V, int m, const char* schedule, char* buf, size_t n) {
+    if (P < 1 || V < 1) { snprintf(buf, n, "--pp %d --vpp %d: expected both >= 1", P, V); return buf; }
+    if (V > 1 && P == 1) { snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", V); return buf; }
+    if ((long long)P * V > c.num_layers) {
+        snprintf(buf, n, "--pp %d x --vpp %d = %d pipeline stages, but the model has %d layers: expected at most one stage "
+                 "per layer", P, V, P * V, c.num_layers);
+        return buf;
+    }
+    return schedule_error(schedule, P, m, V, buf, n);
+}
+
+// ----------------------------------------------------------------------------
+// the executor
+
+typedef struct {
+    char name[40];  // "F3", "B3.1", "send F3>1 recv B2<1", "optimizer"
+    char cat[12];   // F, B, W, p2p, optimizer
+    double ts, dur; // ms, wall clock
+} PipeEvent;
+
+#define PIPE_MAX_EVENTS 4096
+
+typedef struct {
+    Comm* comm;
+    DataParallel* dp;
+    GPTConfig cfg;
+    int P, rank, V, m, B, T;
+    size_t R;             // rows of an activation message: B*T, or B*T/tp with sequence parallelism
+    Schedule sched;       // every rank's list; this rank runs sched.ops[rank]
+    PipePlan plan;
+    Stage* chunks;        // (V) chunk c runs virtual stage c P + rank
+    int* slot_of;         // (V, m) the slot micro-batch mb holds in chunk c this step; -1: none
+    int** slot_free;      // (V) 1 for each free slot of chunk c
+    floatX* act_recv;     // (R, C) the activation received for the next F
+    floatX* grad_recv;    // (R, C) the gradient received for the next B
+    int num_send;         // B outputs kept until their sends: the most a rank ever has waiting
+    floatX* grad_send;    // (num_send, R, C)
+    int* send_of;         // (V, m) which grad_send buffer holds B(mb, c)'s output; -1: none
+    int* send_busy;       // (num_send)
+    float* scalar;        // (2) device: the loss sent from the last stage
+    CommHandle* posted;   // (this rank's plan entries) the sends started as soon as their data was ready
+    int trace_on;
+    PipeEvent* events;    // (PIPE_MAX_EVENTS) this step's
+    int num_events;
+    size_t act_bytes;     // measured: the activations (MEM_ACTIVATIONS) the chunks' slots took
+} Pipeline;
+
+static inline const Stage* pipeline_first(const Pipeline* pp) { return &pp->chunks[0]; }
+static inline int pipeline_is_last(const Pipeline* pp) { return pp->rank == pp->P - 1; }
+
+// the most micro-batches alive at once in each chunk of rank's list (after F, until B, or W when split)
+static void pipe_peak_slots(const Schedule* s, int rank, int* peak /*(V)*/) {
+    int* live = (int*)calloc((size_t)s->V, sizeof(int));
+    for (int c = 0; c < s->V; c++) peak[c] = 0;
+    for (int i = 0; i < s->n[rank]; i++) {
+        PipeOp op = s->ops[rank][i];
+        if (op.kind == PIPE_F && ++live[op.chunk] > peak[op.chunk]) peak[op.chunk] = live[op.chunk];
+        if ((op.kind == PIPE_B && !s->split_w) || op.kind == PIPE_W) live[op.chunk]--;
+    }
+    free(live);
+}
+
+// the most B outputs this rank holds before their sends, walking its ops and messages in plan order
+static int pipe_peak_sends(const Schedule* s, const PipePlan* p, int rank) {
+    int held = 0, peak = 0, k = 0;
+    for (int i = 0; i <= s->n[rank]; i++) {
+        for (; k < p->n[rank] && p->x[rank][k].before == i; k++) if (p->x[rank][k].send && p->x[rank][k].kind == PIPE_B) held--;
+        if (i == s->n[rank]) break;
+        PipeOp op = s->ops[rank][i];
+        if (op.kind == PIPE_B && op.chunk * s->P + rank > 0 && ++held > peak) peak = held;
+    }
+    return peak;
+}
+
+// The stages of this pp rank for `schedule` (P = the pp group's size; m micro-batches of B x T), their
+// parameters and gradients from dp (made with pipe_held_units' units). The layout was checked with
+// pipe_layout_error.
+static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char* schedule, int V, int m, int B, int T,
+                          Recompute recompute) {
+    memset(pp, 0, sizeof(*pp));
+    pp->comm = dp->comm;
+    pp->dp = dp;
+    pp->cfg = dp->lay.cfg;
+    pp->P = dp->pp;
+    pp->rank = dp->pp_rank;
+    pp->V = V; pp->m = m; pp->B = B; pp->T = T;
+    schedule_make(&pp->sched, schedule, pp->P, m, V);
+    pp->plan = pipe_plan(&pp->sched);
+    int* peak = (int*)mallocCheck((size_t)V * sizeof(int));
+    pipe_peak_slots(&pp->sched, pp->rank, peak);
+    size_t before = mem_live(MEM_ACTIVATIONS);
+    pp->chunks = (Stage*)mallocCheck((size_t)V * sizeof(Stage));
+    pp->slot_free = (int**)mallocCheck((size_t)V * sizeof(int*));
+    for (int c = 0; c < V; c++) {
+        int slots = peak[c] > 0 ? peak[c] : 1;
+        stage_init(&pp->chunks[c], &dp->lay, &dp->hooks, tp, pipe_stage_range(pp->cfg, pp->P, V, pp->rank, c), B, T,
+                   recompute, slots);
+        if (pp->sched.split_w) stage_enable_split_backward(&pp->chunks[c]);
+        pp->slot_free[c] = (int*)mallocCheck((size_t)slots * sizeof(int));
+        for (int k = 0; k < slots; k++) pp->slot_free[c][k] = 1;
+    }
+    pp->act_bytes = mem_live(MEM_ACTIVATIONS) - before;
+    free(peak);
+    pp->slot_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
+    pp->send_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
+    for (int i = 0; i < V * m; i++) pp->slot_of[i] = pp->send_of[i] = -1;
+    const Stage* st = &pp->chunks[0];
+    pp->R = (size_t)tp_rows(&st->tp, B * T);
+    size_t msg = pp->R * pp->cfg.channels;
+    pp->num_send = pipe_peak_sends(&pp->sched, &pp->plan, pp->rank);
+    pp->act_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
+    pp->grad_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
+    pp->grad_send = (floatX*)device_malloc((size_t)(pp->num_send > 0 ? pp->num_send : 1) * msg * sizeof(floatX), MEM_COMM);
+    pp->send_busy = (int*)calloc((size_t)(pp->num_send > 0 ? pp->num_send : 1), sizeof(int));
+    pp->scalar = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
+    pp->events = (PipeEvent*)mallocCheck(PIPE_MAX_EVENTS * sizeof(PipeEvent));
+    pp->posted = (CommHandle*)calloc((size_t)(pp->plan.n[pp->rank] + 1), sizeof(CommHandle));
+}
+
+// FP8 linear layers in every chunk (llm/precision/fp8_linear.h): fp8_init's state, its operand workspace sized
+// for this rank's largest GEMM operand. Once, after pipeline_init.
+static void pipeline_enable_fp8(Pipeline* pp, Fp8State* fp8, Fp8Config cfg) {
+    size_t max_elems = 0;
+    for (int c = 0; c < pp->V; c++) {
+        size_t e = stage_fp8_max_operand(&pp->chunks[c]);
+        if (e > max_elems) max_elems = e;
+    }
+    fp8_init(fp8, cfg, pp->comm, pp->cfg.num_layers, max_elems);
+    for (int c = 0; c < pp->V; c++) stage_enable_fp8(&pp->chunks[c], fp8);
+}
+
+static void pipeline_free(Pipeline* pp) {
+    for (int c = 0; c < pp->V; c++) { stage_free(&pp->chunks[c]); free(pp->slot_free[c]); }
+    free(pp->chunks); free(pp->slot_free); free(pp->slot_of); free(pp->send_of); free(pp->send_busy); free(pp->events);
+    free(pp->posted);
+    device_free(pp->act_recv); device_free(pp->grad_recv); device_free(pp->grad_send); device_free(pp->scalar);
+    schedule_free(&pp->sched);
+    pipe_plan_free(&pp->plan);
+    memset(pp, 0, sizeof(*pp));
+}
+
+static void pipe_event(Pipeline* pp, const char* name, const char* cat, double t0) {
+    if (!pp->trace_on || pp->num_events >= PIPE_MAX_EVENTS) return;
+    device_synchronize();
+    PipeEvent* e = &pp->events[pp->num_events++];
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    snprintf(e->cat, sizeof(e->cat), "%s", cat);
+    e->ts = t0;
+    e->dur = wall_ms() - t0;
+}
+
+// v (n <= 2 floats, host) of the last stage, on every stage of the pp group (a broadcast)
+static void pipe_from_last_stage(Pipeline* pp, float* v, int n) {
+    copy_to_device(pp->scalar, v, (size_t)n * sizeof(float));
+    comm_broadcast(pp->comm, GROUP_PP, pp->scalar, (size_t)n, pp->P - 1, llm_ctx.stream);
+    copy_to_host(v, pp->scalar, (size_t)n * sizeof(float));
+}
+
+// a message's MPI tag: unique within the step
+static inline int pipe_tag(const Pipeline* pp, const PipeXfer* x) { return (x->kind * pp->m + x->mb) * pp->V * pp->P + x->stage; }
+
+// Starts the sends of op (kind, mb, virtual stage vs)'s output now that it is ready (MPI: posted, then
+// waited in their batch; NCCL: issued in their batch, see comm_p2p_post_send). buf: the output.
+static void pipe_post_sends(Pipeline* pp, int kind, int mb, int vs, const void* buf) {
+    for (int i = 0; i < pp->plan.n[pp->rank]; i++) {
+        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        if (!x->send || x->kind != kind || x->mb != mb || x->stage != vs) continue;
+        pp->posted[i] = comm_p2p_post_send(pp->comm, GROUP_PP, buf, pp->R * pp->cfg.channels, x->peer, pipe_tag(pp, x),
+                                           comm_dtype_of((floatX*)NULL));
+    }
+}
+
+// the messages of plan entries [k, e) of this rank, one batch
+static void pipe_run_batch(Pipeline* pp, int k, int e) {
+    CommP2P ops[64];
+    int n = 0;
+    size_t msg = pp->R * pp->cfg.channels;
+    double t0 = wall_ms();
+    char label[40] = "";  // e.g. "send F3>1 recv B2<1": what went to / came from which rank
+    for (int i = k; i < e; i++) {
+        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        if (n == 64) fatal("pipeline: more than 64 messages in one batch");
+        size_t at = strlen(label);
+        snprintf(label + at, sizeof(label) - at, "%s%s %c%d%c%d", at ? " " : "", x->send ? "send" : "recv",
+                 PIPE_OP_NAMES[x->kind], x->mb, x->send ? '>' : '<', x->peer);
+        int chunk = x->stage / pp->P, idx = chunk * pp->m + x->mb;  // the producer's chunk, when this rank sends
+        void* buf;
+        if (!x->send) buf = x->kind == PIPE_F ? pp->act_recv : pp->grad_recv;
+        else if (x->kind == PIPE_F) buf = (void*)stage_output(&pp->chunks[chunk], pp->slot_of[idx]);
+        else buf = pp->grad_send + (size_t)pp->send_of[idx] * msg;
+        CommP2P o = {x->send, buf, msg, x->peer, pipe_tag(pp, x), x->send ? &pp->posted[i] : NULL};
+        ops[n++] = o;
+    }
+    comm_p2p_batch(pp->comm, GROUP_PP, ops, n, comm_dtype_of((floatX*)NULL), llm_ctx.stream);
+    for (int i = k; i < e; i++) {  // the sent gradients' buffers are free again
+        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        int idx = (x->stage / pp->P) * pp->m + x->mb;
+        if (x->send && x->kind == PIPE_B) { pp->send_busy[pp->send_of[idx]] = 0; pp->send_of[idx] = -1; }
+    }
+    pipe_event(pp, label, "p2p", t0);
+}
+
+// One step's forwards and backwards: inputs and targets (m, B, T) on the host (the first rank reads
+// inputs, the last targets; others may pass NULL). dloss: the factor of each micro-batch's mean loss
+// in the step's loss (1 / (m * dp ranks) ... as the caller scales). Returns the step's mean loss on
+// every rank of the pp group (the sum over micro-batches of their mean losses / m).
+static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, float dloss) {
+    const Schedule* s = &pp->sched;
+    int r = pp->rank, P = pp->P, S = P * pp->V, BT = pp->B * pp->T, k = 0;
+    const PipePlan* plan = &pp->plan;
+    size_t msg = pp->R * pp->cfg.channels;
+    pp->num_events = 0;
+    for (int i = 0; i <= s->n[r]; i++) {
+        while (k < plan->n[r] && plan->x[r][k].before == i) {  // the batches due before op i, in time order
+            int e = k + 1;
+            while (e < plan->n[r] && plan->x[r][e].before == i && plan->x[r][e].t == plan->x[r][k].t) e++;
+            pipe_run_batch(pp, k, e);
+            k = e;
+        }
+        if (i == s->n[r]) break;
+        PipeOp op = s->ops[r][i];
+        Stage* st = &pp->chunks[op.chunk];
+        int vs = op.chunk * P + r, idx = op.chunk * pp->m + op.mb;
+        char name[40];
+        if (pp->V > 1) snprintf(name, sizeof(name), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
+        else snprintf(name, sizeof(name), "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
+        char cat[2] = {PIPE_OP_NAMES[op.kind], 0};
+        double t0 = wall_ms();
+        if (op.kind == PIPE_F) {
+            int slot = 0;
+            while (slot < st->num_slots && !pp->slot_free[op.chunk][slot]) slot++;
+            if (slot == st->num_slots) fatal("pipeline: no free slot for F%d on chunk %d (rank %d)", op.mb, op.chunk, r);
+            pp->slot_free[op.chunk][slot] = 0;
+            pp->slot_of[idx] = slot;
+            const int* tok = vs == 0 ? inputs + (size_t)op.mb * BT : NULL;
+            const int* tgt = vs == S - 1 ? targets + (size_t)op.mb * BT : NULL;
+            stage_forward(st, slot, tok, vs == 0 ? NULL : pp->act_recv, tgt, dloss);
+            if (vs < S - 1) pipe_post_sends(pp, PIPE_F, op.mb, vs, stage_output(st, slot));
+        } else {
+            dp_micro_begin(pp->dp, op.mb, pp->m);  // the micro-batch's last backward communicates
+            int slot = pp->slot_of[idx];
+            if (op.kind == PIPE_W) stage_backward_weight(st, slot);
+            else if (s->split_w) stage_backward_input(st, slot, vs == S - 1 ? NULL : pp->grad_recv);
+            else stage_backward(st, slot, vs == S - 1 ? NULL : pp->grad_recv);
+            if (op.kind == PIPE_B && vs > 0) {  // keep the input gradient until its send
+                int b = 0;
+                while (b < pp->num_send && pp->send_busy[b]) b++;
+                if (b == pp->num_send) fatal("pipeline: no free send buffer for B%d (rank %d)", op.mb, r);
+                pp->send_busy[b] = 1;
+                pp->send_of[idx] = b;
+                copy_device_to_device(pp->grad_send + (size_t)b * msg, st->dx, msg * sizeof(floatX), llm_ctx.stream);
+                pipe_post_sends(pp, PIPE_B, op.mb, vs, pp->grad_send + (size_t)b * msg);
+            }
+            if (op.kind == PIPE_W || !s->split_w) { pp->slot_free[op.chunk][slot] = 1; pp->slot_of[idx] = -1; }
+        }
+        pipe_event(pp, name, cat, t0);
+    }
+    // the loss: the last stage's, to every stage
+    float loss = 0.0f;
+    if (pipeline_is_last(pp)) loss = (float)(stage_take_loss(&pp->chunks[pp->V - 1]) / pp->m);
+    if (P > 1) {
+        pipe_from_last_stage(pp, &loss, 1);
+    }
+    return loss;
+}
+
+// The chain of a forward without a schedule (validation, and the sampler's positions): the virtual
+// stages in order, each receiving its input from the one before (virtual stage s - 1 is on the pp rank
+// before, wrapping from the last rank to the first between chunks) and sending its output to the next,
+// blocking. n: elements of x.
+static void pipe_recv_prev(Pipeline* pp, floatX* x, size_t n) {
+    comm_recv(pp->comm, GROUP_PP, x, n, (pp->rank + pp->P - 1) % pp->P, llm_ctx.stream);
+}
+static void pipe_send_next(Pipeline* pp, const floatX* x, size_t n) {
+    comm_send(pp->comm, GROUP_PP, x, n, (pp->rank + 1) % pp->P, llm_ctx.stream);
+}
+
+// the sampler's link to the other stages (llm/model/sampler.h): this chain, and the sampled token from
+// the last stage. One stage (P = 1): none, the sampler runs everything.
+static void pipe_link_recv(void* ctx, floatX* x, size_t n) { pipe_recv_prev((Pipeline*)ctx, x, n); }
+static void pipe_link_send(void* ctx, const floatX* x, size_t n) { pipe_send_next((Pipeline*)ctx, x, n); }
+static void pipe_link_from_last(void* ctx, float* v, int n) { pipe_from_last_stage((Pipeline*)ctx, v, n); }
+static void pipeline_sampler_link(Pipeline* pp, Sampler* sp) {
+    SamplerLink none = {NULL, NULL, NULL, NULL}, link = {pp, pipe_link_recv, pipe_link_send, pipe_link_from_last};
+    sp->link = pp->P > 1 ? link : none;
+}
+
+// The mean loss of one batch without gradients (validation): inputs, targets (B, T) host. The forward
+// goes through the virtual stages in order, each receiving from the one before (blocking: one chain).
+// The loss reaches the other stages as two floats (its value and its rounding error), so every rank
+// has the last stage's double.
+static double pipeline_eval_loss(Pipeline* pp, const int* inputs, const int* targets) {
+    int P = pp->P, S = P * pp->V;
+    size_t msg = pp->R * pp->cfg.channels;
+    for (int c = 0; c < pp->V; c++) {
+        int vs = c * P + pp->rank;
+        Stage* st = &pp->chunks[c];
+        if (vs > 0) pipe_recv_prev(pp, pp->act_recv, msg);
+        stage_forward(st, 0, vs == 0 ? inputs : NULL, vs == 0 ? NULL : pp->act_recv, vs == S - 1 ? targets : NULL, 0.0f);
+        if (vs < S - 1) pipe_send_next(pp, stage_output(st, 0), msg);
+    }
+    double loss = 0.0;
+    if (pipeline_is_last(pp)) loss = stage_take_loss(&pp->chunks[pp->V - 1]);
+    if (P > 1) {
+        float two[2] = {(float)loss, (float)(loss - (double)(float)loss)};
+        pipe_from_last_stage(pp, two, 2);
+        loss = (double)two[0] + (double)two[1];
+    }
+    return loss;
+}

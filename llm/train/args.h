@@ -1,0 +1,302 @@
+// args.h: the trainer's flags: their table (long name, llm.c's short alias, where the value goes, its
+// valid range, help), the one parser, and the checks of the layout that need the process count (run
+// once the processes are known, before anything is allocated). Bad values end the program with one
+// line naming the flag, what was expected (the range) and what was found.
+#pragma once
+#include <stddef.h>
+#include <ctype.h>
+#include "../core/common.h"
+#include "../comm/comm.h"
+
+typedef struct {
+    const char* model;          // checkpoint path or descriptor
+    const char* train_data;
+    const char* val_data;
+    const char* tokenizer;
+    const char* output_dir;
+    const char* log_path;
+    const char* resume;         // state file, "latest"/"1" (newest in output dir), or NULL/"0"
+    const char* eval_file;      // held-out exact-match problems (shard)
+    int B, T;
+    long total_batch;
+    int steps;
+    float lr, lr_final, weight_decay, grad_clip;
+    int warmup;
+    int seed;
+    int shuffle;
+    int val_every, val_steps, sample_every, sample_len, checkpoint_every;
+    int checkpoint_format;      // 0 gathered (model_/state_ files), 1 sharded (ckpt_<step>/, llm/ckpt/ckpt_shard.h), 2 both
+    int async_checkpoint;       // 1: sharded saves written by a background thread while training goes on
+    int keep_checkpoints;       // sharded: keep the K newest good checkpoints and the K newest of any kind (0: all)
+    int save_on_signal;         // 1: SIGTERM/SIGINT save the step in flight and exit 128 + signal (llm/faults/preempt.h)
+    int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
+    int zero;                   // ZeRO level: 0 = DDP, 1, 2, 3 (its switches: llm/parallel/zero.h)
+    const char* report_json;    // memory and communication report, or NULL
+    int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/model/block.h)
+    int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/parallel/tensor_parallel.h)
+    const char* schedule;       // the pipeline schedule (llm/parallel/schedule.h): gpipe, 1f1b, interleaved, zb-h1
+    int vpp;                    // chunks of layers per pipeline rank (interleaved)
+    const char* trace;          // Chrome/Perfetto trace of the last training step, or NULL
+    int fp8;                    // FP8 linear layers (llm/precision/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
+    int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
+    int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
+    const char* inject;         // --inject: faults to cause on purpose (llm/faults/inject.h), or NULL
+    int loss_scale;             // llm/precision/loss_scale.h LossScaleMode: 0 none, 1 fixed (loss_scale_init), 2 dynamic
+    float loss_scale_init;      // the fixed scale, or dynamic scaling's first one
+    int loss_scale_window;      // dynamic: good steps in a row before the scale doubles
+    float spike_zscore;         // llm/faults/health.h: a step is bad when its loss or norm has a z-score above this (0: off)
+    int spike_window;           // over the last this many healthy steps
+    float spike_factor;         // or is more than this times their max (0: off)
+    int max_bad_steps;          // bad steps in a row before the rollback to the last good checkpoint (0: never)
+    int sdc_check_every;        // parameter hashes compared over the dp replicas every N steps (0: never)
+    float comm_timeout;         // seconds a collective or P2P may wait before the job ends (llm/comm/watchdog.h); 0 = off
+    int straggler_every;        // compare the ranks' compute time every N steps (llm/faults/straggler.h); 0 = off
+    float straggler_factor;     // a rank slower than the median by more than this is named
+} Args;
+
+// One row per flag: its names, what it stores where in Args, its valid range (numbers: inclusive bounds;
+// choices: the words, stored as their index), and its help. One parser reads them all: a number must be
+// the whole value (no spaces, no unit), an integer has no decimal point, and anything outside the row's
+// range ends the program with one line naming the flag, the range and the value.
+typedef enum { FLAG_STRING, FLAG_INT, FLAG_LONG, FLAG_FLOAT, FLAG_CHOICE, FLAG_LOSS_SCALE } FlagKind;
+
+typedef struct {
+    const char* long_name;
+    char short_name;        // llm.c's flag with the same meaning, 0 if none
+    FlagKind kind;
+    size_t offset;          // of the field in Args
+    double lo, hi;          // FLAG_INT, FLAG_LONG, FLAG_FLOAT: the valid range, inclusive
+    const char* choices;    // FLAG_CHOICE: "none|selective|full" (stored: the index)
+    const char* help;
+} FlagDoc;
+
+#define A_(field) offsetof(Args, field)
+#define BIG 1e9             // "any sensible count"
+static const FlagDoc FLAGS[] = {
+    {"--model", 'e', FLAG_STRING, A_(model), 0, 0, NULL, "llm.c checkpoint path, or a fresh model: dN[,C=..][,NH=..][,maxT=..][,V=..] (default d12)"},
+    {"--train-data", 'i', FLAG_STRING, A_(train_data), 0, 0, NULL, "glob of train token shards"},
+    {"--val-data", 'j', FLAG_STRING, A_(val_data), 0, 0, NULL, "glob of val token shards (empty: no validation)"},
+    {"--tokenizer", 0, FLAG_STRING, A_(tokenizer), 0, 0, NULL, "llm.c tokenizer file for decoding samples (empty: print token ids)"},
+    {"--batch", 'b', FLAG_INT, A_(B), 1, 1 << 20, NULL, "micro-batch size B per process (default 4)"},
+    {"--seq-len", 't', FLAG_INT, A_(T), 1, 1 << 24, NULL, "sequence length T (default 1024, at most the model's maxT)"},
+    {"--total-batch", 'd', FLAG_LONG, A_(total_batch), 1, 1e15, NULL, "tokens per optimizer step; a multiple of B*T*dp (default B*T*dp): gradient accumulation"},
+    {"--steps", 'x', FLAG_INT, A_(steps), -1, BIG, NULL, "optimizer steps (default -1: one epoch of the train data)"},
+    {"--lr", 'l', FLAG_FLOAT, A_(lr), 0, 1, NULL, "peak learning rate (default 3e-4)"},
+    {"--warmup", 'u', FLAG_INT, A_(warmup), 0, BIG, NULL, "linear warm-up steps (default 0)"},
+    {"--lr-final", 'q', FLAG_FLOAT, A_(lr_final), 0, 1, NULL, "final learning rate as a fraction of --lr, the end of the cosine decay (default 1.0)"},
+    {"--weight-decay", 'c', FLAG_FLOAT, A_(weight_decay), 0, 1, NULL, "AdamW decoupled weight decay of the 2-D tensors (default 0.0)"},
+    {"--grad-clip", 0, FLAG_FLOAT, A_(grad_clip), 0, 1e6, NULL, "clip the global gradient norm to this, 0 = off (default 1.0)"},
+    {"--seed", 0, FLAG_INT, A_(seed), 0, 2147483647.0, NULL, "seed of initialisation, data order and sampling (default 1337)"},
+    {"--shuffle", 0, FLAG_INT, A_(shuffle), 0, 1, NULL, "1: shuffle shards and samples each epoch, from the seed; 0: in order (default 1)"},
+    {"--val-every", 'v', FLAG_INT, A_(val_every), 0, BIG, NULL, "val loss every N steps, 0 = never (default 20)"},
+    {"--val-steps", 'm', FLAG_INT, A_(val_steps), 1, BIG, NULL, "batches per val loss (default 20)"},
+    {"--sample-every", 's', FLAG_INT, A_(sample_every), 0, BIG, NULL, "print a sample every N steps, 0 = never (default 20)"},
+    {"--sample-len", 'g', FLAG_INT, A_(sample_len), 1, 1 << 24, NULL, "tokens per sample (default 64)"},
+    {"--checkpoint-every", 'n', FLAG_INT, A_(checkpoint_every), 0, BIG, NULL, "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
+    {"--checkpoint-format", 0, FLAG_CHOICE, A_(checkpoint_format), 0, 0, "gathered|sharded|both",
+     "gathered (model_<step>.bin + state_<step>.bin), sharded (ckpt_<step>/: a shard per rank + manifest) or both (default gathered)"},
+    {"--async-checkpoint", 0, FLAG_INT, A_(async_checkpoint), 0, 1, NULL, "1: sharded checkpoints copied aside and written by a background thread while training goes on (default 0)"},
+    {"--keep-checkpoints", 0, FLAG_INT, A_(keep_checkpoints), 0, 1e6, NULL, "sharded checkpoints: keep the K newest good ones and the K newest of any kind, 0 = all (default 0)"},
+    {"--save-on-signal", 0, FLAG_INT, A_(save_on_signal), 0, 1, NULL, "1: SIGTERM / SIGINT finish the step, save it, and exit with 128 + the signal; 0: end at once (default 1)"},
+    {"--output-dir", 'o', FLAG_STRING, A_(output_dir), 0, 0, NULL, "directory for the log and checkpoints (default out)"},
+    {"--resume", 'y', FLAG_STRING, A_(resume), 0, 0, NULL, "resume from a state file or checkpoint directory, or 1/latest = the newest good one in --output-dir (default 0)"},
+    {"--log", 0, FLAG_STRING, A_(log_path), 0, 0, NULL, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
+    {"--eval-file", 0, FLAG_STRING, A_(eval_file), 0, 0, NULL, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
+    {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp)); world size = dp*tp*pp"},
+    {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/parallel/tensor_parallel.h)"},
+    {"--sequence-parallel", 0, FLAG_INT, A_(sequence_parallel), 0, 1, NULL, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
+    {"--pp", 0, FLAG_INT, A_(pp), 1, 1 << 16, NULL, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/parallel/pipeline.h)"},
+    {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
+    {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
+    {"--trace", 0, FLAG_STRING, A_(trace), 0, 0, NULL, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
+    {"--zero", 0, FLAG_INT, A_(zero), 0, 3, NULL, "ZeRO over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
+    {"--report-json", 0, FLAG_STRING, A_(report_json), 0, 0, NULL, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
+    {"--recompute", 0, FLAG_CHOICE, A_(recompute), 0, 0, "none|selective|full", "activation recompute: none, selective (attention core + LayerNorms) or full (default none)"},
+    {"--fp8", 0, FLAG_CHOICE, A_(fp8), 0, 0, "none|delayed|current|block|mx", "FP8 block linears (llm/precision/fp8_linear.h): none, delayed, current, block (DeepSeek-V3 tiles) or mx (default none)"},
+    {"--fp8-format", 0, FLAG_CHOICE, A_(fp8_e4m3), 0, 0, "hybrid|e4m3", "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (E4M3 everywhere) (default hybrid)"},
+    {"--fp8-history", 0, FLAG_INT, A_(fp8_history), 1, 4096, NULL, "delayed scaling: amax history length in steps (default 16)"},
+    {"--fp8-amax-reduce", 0, FLAG_CHOICE, A_(fp8_reduce), 0, 0, "max|most_recent", "delayed scaling: the history's reduction, max or most_recent (default max)"},
+    {"--fp8-margin", 0, FLAG_INT, A_(fp8_margin), 0, 32, NULL, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
+    {"--loss-scale", 0, FLAG_LOSS_SCALE, A_(loss_scale), 0x1p-24, 0x1p64, NULL, "loss scaling (llm/precision/loss_scale.h): dynamic, none or a fixed scale (default dynamic in FP16 builds, else none)"},
+    {"--loss-scale-init", 0, FLAG_FLOAT, A_(loss_scale_init), 0x1p-24, 0x1p64, NULL, "dynamic loss scaling: the first scale (default 65536)"},
+    {"--loss-scale-window", 0, FLAG_INT, A_(loss_scale_window), 1, BIG, NULL, "dynamic loss scaling: good steps in a row before the scale doubles (default 1000)"},
+    {"--inject", 0, FLAG_STRING, A_(inject), 0, 0, NULL, "faults on purpose, ';'-separated (llm/faults/inject.h): die@step=N,rank=R[,at=reduce]  hang@..  nan@..[,count=C]  spike@..[,count=C]  "
+                    "gradspike@..[,count=C,factor=F]  slow@rank=R,ms=M[,step=N]  bitflip@step=N,rank=R[,index=I,bit=B]  diskfail@step=N,rank=R,bytes=B  "
+                    "slowdisk@rank=R,ms=M[,step=N]"},
+    {"--spike-zscore", 0, FLAG_FLOAT, A_(spike_zscore), 0, 1e6, NULL, "a step whose loss or grad norm is more than Z std above the window's mean is skipped, 0 = off (default 0)"},
+    {"--spike-window", 0, FLAG_INT, A_(spike_window), 2, 1000000, NULL, "the healthy steps the spike rules look back over (default 100)"},
+    {"--spike-factor", 0, FLAG_FLOAT, A_(spike_factor), 0, 1e6, NULL, "a step whose loss or grad norm is more than K (> 1) times the window's max is skipped, 0 = off (default 0)"},
+    {"--max-bad-steps", 0, FLAG_INT, A_(max_bad_steps), 0, BIG, NULL, "this many skipped steps in a row roll back to the last good checkpoint, or stop with exit 3; 0 = never (default 5)"},
+    {"--sdc-check-every", 0, FLAG_INT, A_(sdc_check_every), 0, BIG, NULL, "compare parameter hashes over the dp replicas every N steps (and at checkpoints), 0 = never (default 0)"},
+    {"--comm-timeout", 0, FLAG_FLOAT, A_(comm_timeout), 0, 86400, NULL, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
+    {"--straggler-every", 0, FLAG_INT, A_(straggler_every), 0, BIG, NULL, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
+    {"--straggler-factor", 0, FLAG_FLOAT, A_(straggler_factor), 1.000001, 1000, NULL, "a rank whose compute time exceeds the median's by more than this factor (> 1) is a straggler (default 1.5)"},
+};
+#undef A_
+#undef BIG
+#define NUM_FLAGS ((int)(sizeof(FLAGS) / sizeof(FLAGS[0])))
+
+// the row's valid values as text: "an integer in [1, 4096]", "0 or 1", "none, delayed, ... or mx"
+static void flag_range_text(const FlagDoc* f, char* out, size_t cap) {
+    if (f->kind == FLAG_CHOICE) {
+        size_t k = 0;
+        out[0] = '\0';
+        for (const char* p = f->choices; *p && k + 8 < cap;) {
+            const char* bar = strchr(p, '|');
+            size_t n = bar ? (size_t)(bar - p) : strlen(p);
+            k += snprintf(out + k, cap - k, "%s%.*s", p == f->choices ? "" : (bar ? ", " : " or "), (int)n, p);
+            p += n + (bar ? 1 : 0);
+        }
+    } else if (f->kind == FLAG_LOSS_SCALE) {
+        snprintf(out, cap, "dynamic, none or a positive number in [%g, %g]", f->lo, f->hi);
+    } else if ((f->kind == FLAG_INT || f->kind == FLAG_LONG) && f->lo == 0 && f->hi == 1) {
+        snprintf(out, cap, "0 or 1");
+    } else {
+        snprintf(out, cap, "%s in [%.10g, %.10g]", f->kind == FLAG_FLOAT ? "a number" : "an integer", f->lo, f->hi);
+    }
+}
+
+static void print_usage(void) {
+    printf("usage: train_gpt [flags]   (%s build, %s)\n", LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char shortf[8] = "", range[200] = "";
+        if (FLAGS[i].short_name) snprintf(shortf, sizeof(shortf), "-%c", FLAGS[i].short_name);
+        if (FLAGS[i].kind != FLAG_STRING && FLAGS[i].kind != FLAG_CHOICE) flag_range_text(&FLAGS[i], range, sizeof(range));
+        printf("  %-20s %-3s %s%s%s\n", FLAGS[i].long_name, shortf, FLAGS[i].help, range[0] ? "; " : "", range);
+    }
+    printf("  --help                   this text\n");
+}
+
+// a value out of its row's range, or not a number: one line naming the flag, the range and the value
+[[noreturn]] static void flag_bad(const FlagDoc* f, const char* v) {
+    char range[300];
+    flag_range_text(f, range, sizeof(range));
+    fatal("%s: expected %s, found '%s'", f->long_name, range, v);
+}
+
+// v as a number of the row's kind within its range, or flag_bad: the whole value, no spaces
+static double flag_number(const FlagDoc* f, const char* v) {
+    if (v[0] == '\0' || isspace((unsigned char)v[0])) flag_bad(f, v);
+    char* end;
+    errno = 0;
+    double x;
+    if (f->kind == FLAG_FLOAT || f->kind == FLAG_LOSS_SCALE) {
+        x = strtod(v, &end);
+        if (!isfinite(x)) flag_bad(f, v);
+    } else {
+        long long i = strtoll(v, &end, 10);
+        x = (double)i;
+    }
+    if (errno != 0 || *end != '\0' || x < f->lo || x > f->hi) flag_bad(f, v);
+    return x;
+}
+
+// the value v of flag row f into a
+static void flag_set(Args* a, const FlagDoc* f, const char* v, float* fixed_scale) {
+    char* field = (char*)a + f->offset;
+    switch (f->kind) {
+        case FLAG_STRING: *(const char**)field = v; break;
+        case FLAG_INT: *(int*)field = (int)flag_number(f, v); break;
+        case FLAG_LONG: *(long*)field = (long)flag_number(f, v); break;
+        case FLAG_FLOAT: *(float*)field = (float)flag_number(f, v); break;
+        case FLAG_CHOICE: {
+            int k = 0, found = -1;
+            for (const char* p = f->choices; *p; k++) {
+                const char* bar = strchr(p, '|');
+                size_t n = bar ? (size_t)(bar - p) : strlen(p);
+                if (strlen(v) == n && !strncmp(v, p, n)) found = k;
+                p += n + (bar ? 1 : 0);
+            }
+            if (found < 0) flag_bad(f, v);
+            *(int*)field = found;
+            break;
+        }
+        case FLAG_LOSS_SCALE:  // dynamic, none, or a fixed scale
+            if (!strcmp(v, "none")) *(int*)field = 0;
+            else if (!strcmp(v, "dynamic")) *(int*)field = 2;
+            else { *fixed_scale = (float)flag_number(f, v); *(int*)field = 1; }
+            break;
+    }
+}
+
+static void parse_args(Args* a, int argc, char** argv) {
+    a->model = "d12";
+    a->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    a->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    a->tokenizer = "gpt2_tokenizer.bin";
+    a->output_dir = "out";
+    a->log_path = NULL;
+    a->resume = NULL;
+    a->eval_file = NULL;
+    a->B = 4; a->T = 1024; a->total_batch = -1; a->steps = -1;
+    a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
+    a->seed = 1337; a->shuffle = 1;
+    a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->recompute = 0;
+    a->sequence_parallel = 0;
+    a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
+    a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
+    a->inject = NULL;
+    a->checkpoint_format = 0; a->async_checkpoint = 0; a->keep_checkpoints = 0; a->save_on_signal = 1;
+#if defined(ENABLE_FP16)
+    a->loss_scale = 2;  // FP16 needs it (llm/precision/loss_scale.h)
+#else
+    a->loss_scale = 0;
+#endif
+    a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000;
+    a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
+    a->comm_timeout = 300.0f; a->straggler_every = 0; a->straggler_factor = 1.5f;
+    float fixed_scale = 0.0f;
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
+        // a short alias or a long name: the flag's row
+        const FlagDoc* f = NULL;
+        for (int k = 0; k < NUM_FLAGS; k++) {
+            if (strcmp(arg, FLAGS[k].long_name) == 0 ||
+                (FLAGS[k].short_name && arg[0] == '-' && arg[1] == FLAGS[k].short_name && arg[2] == '\0')) {
+                f = &FLAGS[k];
+            }
+        }
+        if (f == NULL) fatal("unknown flag '%s' (see --help)", arg);
+        if (i + 1 >= argc) fatal("%s: expected a value, found the end of the command line", arg);
+        flag_set(a, f, argv[++i], &fixed_scale);
+    }
+    // what a row's range cannot say
+    if (a->spike_factor != 0.0f && !(a->spike_factor > 1.0f)) fatal("--spike-factor: expected 0 (off) or a number in (1, 1e+06], found %g", a->spike_factor);
+    if (a->loss_scale == 1) a->loss_scale_init = fixed_scale;
+    if (a->async_checkpoint && a->checkpoint_format == 0) a->checkpoint_format = 1;  // async saves are sharded
+    if (a->resume && (!strcmp(a->resume, "0") || !strcmp(a->resume, ""))) a->resume = NULL;
+    if (a->val_data && a->val_data[0] == '\0') a->val_data = NULL;
+    if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
+    if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
+    if (a->trace && a->trace[0] == '\0') a->trace = NULL;
+}
+
+// The layout, once the processes are known and before anything is allocated: the ZeRO level, the
+// parallelisms implemented so far, the batch over the dp ranks (comm_init, which builds the groups,
+// has checked dp * tp * pp against the world size). On an error rank 0 prints one line and every
+// rank exits non-zero. Sets a->total_batch when it was left to its default.
+static void args_check_layout(Args* a, Comm* c) {
+    char err[512] = "";
+    long bt = (long)a->B * a->T, btdp = bt * c->dp;
+    if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
+    if (a->sequence_parallel && c->tp > 1 && a->T % c->tp != 0) {
+        snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
+                 a->T, c->tp);
+    } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
+        if (c->dp == 1) {
+            snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",
+                     a->B, a->T, bt, a->total_batch);
+        } else {
+            snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T*dp = %d*%d*%d = %ld "
+                     "(every dp rank reads B*T tokens per micro-step), found %ld", a->B, a->T, c->dp, btdp, a->total_batch);
+        }
+    }
+    if (err[0] == '\0') return;
+    if (c->world_rank == 0) {
+        fprintf(stderr, "error: %s\n", err);
+        fflush(stderr);
+    }
+    comm_exit(c, EXIT_FAILURE);  // every rank gets here (same arguments), then all exit non-zero
+}

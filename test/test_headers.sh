@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# test_headers.sh: the library's headers are real headers (../shared/DESIGN.md, "Layout"): each compiles
+# alone, the includes of llm/ form no cycle, and no file under llm/ names dev/.
+#
+#   1. every llm/*/*.h and llm/*/*.cuh, included first and alone in a translation unit, passes
+#      `g++ -fsyntax-only` in three builds, with the Makefile's own flags: the CPU build with MPI
+#      (CPU_FLAGS_FP32), the CPU build without MPI (NO_MPI=1: -DLLM_NO_MPI) and the emulated CUDA
+#      build (EMU_FLAGS: -DLLM_EMU -Idev/emu, NCCL's code against dev/emu/nccl_emu.h). A header that
+#      leans on what an earlier include happened to bring fails here. The headers of one transport
+#      (TRANSPORT_ONLY below: llm/comm/watchdog_mpi.h needs MPI, ...) are compiled in the builds that
+#      have it, and in the others must stop first on a transport's #error (so that one included by
+#      mistake where its transport is missing says so).
+#   2. the include graph of llm/ (the #include "..." lines, resolved relative to the including file)
+#      has no cycle; the cycle is printed if there is one.
+#   3. no #include line under llm/ names dev/ (the emulated build reaches dev/emu/ through -Idev/emu).
+# One line per check; about a minute on 2 cores (the compiles run two at a time).
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0
+ok()  { echo "ok   $*"; pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+LOG=build/test_logs/headers
+mkdir -p "$LOG"
+CXX=${CXX:-g++}
+
+# the flags of each build, from the Makefile itself
+flags() { make -s --no-print-directory "$@" --eval='llm-print-flags: ; @echo $(FLAGS_OF_BUILD)' llm-print-flags; }
+CPU_FLAGS=$(flags 'FLAGS_OF_BUILD=$(CPU_FLAGS_FP32)')
+NOMPI_FLAGS=$(flags NO_MPI=1 'FLAGS_OF_BUILD=$(CPU_FLAGS_FP32)')
+EMU_FLAGS=$(flags 'FLAGS_OF_BUILD=$(EMU_FLAGS)')
+[[ "$CPU_FLAGS" == *-std=c++17* && "$EMU_FLAGS" == *-DLLM_EMU* && "$NOMPI_FLAGS" == *-DLLM_NO_MPI* ]] \
+    || { echo "FAIL could not read the builds' flags from the Makefile"; echo "headers: 0 passed, 1 failed"; exit 1; }
+if [[ "$CPU_FLAGS" == *-DLLM_NO_MPI* ]]; then
+    echo "note: no MPI found: the MPI build is the NO_MPI build here"
+fi
+
+# headers of one transport: the builds that have it (cpu = CPU with MPI, emu = emulated CUDA with NCCL
+# over MPI, nompi = without MPI)
+declare -A TRANSPORT_ONLY=(
+    [llm/comm/watchdog_mpi.h]="cpu emu"
+    [llm/comm/watchdog_nccl.h]="emu"
+    [llm/comm/comm_mpi16.h]="cpu"
+)
+
+# HEADERS="llm/comm/*.h" checks only those (while working on them); the graph is always the whole of llm/
+headers=$(ls ${HEADERS:-llm/*/*.h llm/*/*.cuh} | sort)
+
+# 1. each header alone, in each build: a translation unit whose first line includes it
+compile_one() {  # BUILD HEADER: writes $LOG/BUILD/<header path with / as _>.{rc,err}
+    local build=$1 h=$2 f out
+    case $build in cpu) f=$CPU_FLAGS ;; nompi) f=$NOMPI_FLAGS ;; emu) f=$EMU_FLAGS ;; esac
+    out=$LOG/$build/$(echo "$h" | tr / _)
+    # shellcheck disable=SC2086
+    printf '#include "%s"\n' "$h" | $CXX $f -I. -fsyntax-only -x c++ - > "$out.err" 2>&1
+    echo $? > "$out.rc"
+}
+export -f compile_one
+export LOG CXX CPU_FLAGS NOMPI_FLAGS EMU_FLAGS
+t0=$SECONDS
+for b in cpu nompi emu; do
+    rm -rf "${LOG:?}/$b"; mkdir -p "$LOG/$b"
+    for h in $headers; do echo "$b $h"; done
+done | xargs -P "${JOBS:-2}" -n 2 bash -c 'compile_one "$0" "$1"'
+for b in cpu nompi emu; do
+    nok=0
+    for h in $headers; do
+        out=$LOG/$b/$(echo "$h" | tr / _)
+        rc=$(cat "$out.rc" 2>/dev/null || echo 99)
+        only=${TRANSPORT_ONLY[$h]:-}
+        if [ -n "$only" ] && [[ " $only " != *" $b "* ]]; then
+            # not this build's transport: its first error must be the #error of a transport's file
+            if [ "$rc" -ne 0 ] && grep -m1 'error' "$out.err" | grep -q '^llm/[a-z_0-9/]*\.h:[0-9]*:[0-9]*: error: #error'; then
+                nok=$((nok+1))
+            else bad "$b build: $h is for the builds '$only' only but its first error here is not a transport's #error: $(grep -m1 error "$out.err")"; fi
+        elif [ "$rc" -eq 0 ]; then
+            nok=$((nok+1))
+        else
+            bad "$b build: $h does not compile alone: $(grep -m1 'error' "$out.err") (see $out.err)"
+        fi
+    done
+    [ "$nok" -eq "$(echo "$headers" | wc -l)" ] && ok "$b build: each of the $nok headers of llm/ compiles alone (g++ -fsyntax-only, the Makefile's flags)"
+done
+echo "(compiles: $((SECONDS - t0)) s)"
+
+# 2 and 3: the include graph
+graph=$(python3 - $(ls llm/*/*.h llm/*/*.cuh) <<'EOF'
+import os, re, sys
+files = sys.argv[1:]
+edges, devs = {}, []
+for f in files:
+    edges[f] = []
+    for n, line in enumerate(open(f, encoding="utf-8"), 1):
+        m = re.match(r'\s*#\s*include\s*"([^"]+)"', line)
+        if not m:
+            continue
+        inc = m.group(1)
+        if re.search(r'(^|/)dev/', inc):
+            devs.append(f"{f}:{n} includes \"{inc}\"")
+        target = os.path.normpath(os.path.join(os.path.dirname(f), inc))
+        if target in edges or os.path.exists(target) and target.startswith("llm/"):
+            edges[f].append(target)
+nedges = sum(len(v) for v in edges.values())
+# a depth-first search; a grey node reached again closes a cycle
+state, stack, cycle = {}, [], None
+def visit(u):
+    global cycle
+    state[u] = 1; stack.append(u)
+    for v in edges.get(u, []):
+        if cycle: return
+        if state.get(v) == 1:
+            cycle = stack[stack.index(v):] + [v]; return
+        if not state.get(v): visit(v)
+    stack.pop(); state[u] = 2
+for f in files:
+    if not state.get(f) and not cycle: visit(f)
+print(f"EDGES {len(files)} {nedges}")
+print("CYCLE " + (" -> ".join(cycle) if cycle else ""))
+for d in devs: print("DEV " + d)
+EOF
+)
+read -r _ nfiles nedges <<< "$(grep '^EDGES' <<< "$graph")"
+cycle=$(sed -n 's/^CYCLE //p' <<< "$graph")
+if [ -z "$nedges" ]; then bad "include graph: could not compute it"
+elif [ -z "$cycle" ]; then ok "include graph of llm/: $nfiles files, $nedges includes, no cycle"
+else bad "include graph of llm/ has a cycle: $cycle"; fi
+devs=$(grep '^DEV' <<< "$graph" | sed 's/^DEV //')
+if [ -z "$devs" ]; then ok "no #include under llm/ names dev/ (the emulator comes through -Idev/emu)"
+else bad "files under llm/ name dev/: $(echo $devs)"; fi
+
+echo "headers: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
