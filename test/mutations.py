@@ -1025,6 +1025,7 @@ SOURCE_TESTS = {"headers": "llm/"}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
+    "attention_blocks": ["build/test_attention_blocks_cpu"],
     "schedule": ["build/test_schedule_cpu"],
     "plot_trace": ["build/pipeline_sim"],
     "model_vs_pytorch": ["build/test_gpt_cpu"],
@@ -1099,6 +1100,7 @@ BINARY_SOURCES = {
     "build/test_half_cpu": "test/test_half_cpu.cpp",
     "build/test_matmul_cpu_bf16": "test/test_matmul.cu",
     "build/test_ops_grad_cpu": "test/test_ops_grad.cu",
+    "build/test_attention_blocks_cpu": "test/test_attention_blocks.cu",
     "build/test_formats_cpu": "test/test_formats.cu",
     "build/test_fatal_cpu": "test/test_fatal.cu",
     "build/fsync_trace.so": "test/fsync_trace.c",

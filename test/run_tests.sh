@@ -41,6 +41,8 @@ run() {  # run NAME CMD...
 }
 
 run ops_grad ./build/test_ops_grad_cpu
+# FlashAttention's blocks on the CPU (llm/ops/attention_blocks.h): merged in any order = the plain attention, forward and backward
+run attention_blocks ./build/test_attention_blocks_cpu
 # pipeline schedules as data and their simulator (llm/parallel/schedule.h): structure, deadlock freedom, bubble formulas
 run schedule ./build/test_schedule_cpu
 # scripts/plot_trace.py: the simulator's traces and a real run's shape drawn as PNGs, checked against the trace

@@ -59,7 +59,7 @@ build/fsync_trace.so: test/fsync_trace.c
 	@mkdir -p build
 	$(CC) -O2 -shared -fPIC $< -o $@ -ldl
 
-TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
                  build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so
 

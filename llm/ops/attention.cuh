@@ -108,6 +108,12 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
 // attention_backward below): attention_forward_x16_cpu / attention_backward_x16_cpu.
 #include "attention_x16_cpu.h"
 
+// FlashAttention's pieces on the CPU (a block of queries against a block of keys, the online-softmax merge,
+// the finalisation, the block backward from the row log-sum-exp): attention_block_cpu, attention_merge_cpu,
+// attention_finalise_cpu, attention_block_backward_cpu. Their own file: the fused kernels and ring
+// attention (later) are checked against them piece by piece.
+#include "attention_blocks.h"
+
 // One query against a KV cache (the sampler's decode step): for each head h,
 //   out[h] = sum_{t < len} softmax_t(q[h] . k[t,h] / sqrt(hs)) v[t,h]
 // the last row of attention_forward_cpu when the cache holds the keys and values of positions
