@@ -8,6 +8,13 @@
 #include <float.h>
 #include "../core/common.h"
 #include "../core/context.h"
+// the CPU build with 16-bit floatX (the CUDA path's rounding points, attention_forward / attention_backward
+// below): attention_forward_x16_cpu / attention_backward_x16_cpu
+#include "attention_x16_cpu.h"
+// FlashAttention's pieces on the CPU (a block of queries against a block of keys, the online-softmax merge,
+// the finalisation, the block backward from the row log-sum-exp), in their own file: the fused kernels and
+// ring attention are checked against them piece by piece
+#include "attention_blocks.h"
 #if LLM_HAS_KERNELS
 #include "../core/cuda_utils.cuh"
 #include "matmul.cuh"  // matmul_batched: the products QK^T, AV and their gradients
@@ -103,16 +110,6 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
         free(datt);
     }
 }
-
-// The CPU build with 16-bit floatX (the CUDA path's rounding points, attention_forward /
-// attention_backward below): attention_forward_x16_cpu / attention_backward_x16_cpu.
-#include "attention_x16_cpu.h"
-
-// FlashAttention's pieces on the CPU (a block of queries against a block of keys, the online-softmax merge,
-// the finalisation, the block backward from the row log-sum-exp): attention_block_cpu, attention_merge_cpu,
-// attention_finalise_cpu, attention_block_backward_cpu. Their own file: the fused kernels and ring
-// attention (later) are checked against them piece by piece.
-#include "attention_blocks.h"
 
 // One query against a KV cache (the sampler's decode step): for each head h,
 //   out[h] = sum_{t < len} softmax_t(q[h] . k[t,h] / sqrt(hs)) v[t,h]
