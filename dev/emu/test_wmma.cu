@@ -5,8 +5,10 @@
 //             on the CPU ("ok ..." / "FAIL ..." lines), then "results <hash>" (must not change with
 //             EMU_ORDER); also a kernel that reads x[i] assuming NVIDIA's accumulator mapping, which
 //             must get wrong results here (the point of the opaque mapping)
-//   misaligned bad_ldm bad_ldm_float skip_mma lane_returns partial_warp nonuniform
-//             planted bugs: each must exit non-zero with its "emu: error:" line (test_wmma.sh)
+//   misaligned bad_ldm bad_ldm_float skip_mma lane_returns partial_warp nonuniform smem_nosync
+//             planted bugs: each must exit non-zero with its "emu: error:" line (test_wmma.sh);
+//             smem_nosync (a missing __syncwarp after store_matrix_sync) is reported by racecheck
+//   smem_sync  smem_nosync's fix: right results, no racecheck report
 // The same source compiles with nvcc (`make test-wmma-nvcc`), where the planted bugs are not detected
 // and the NVIDIA-mapping kernel happens to be right.
 #include "../../llm/core/common.h"
@@ -71,8 +73,10 @@ __global__ void nvidia_mapping_kernel(const T* A, const T* B, float* D) {
 
 // planted bugs, chosen by `bug`: 0 misaligned A, 1 ldm 20 for bf16, 2 ldm 18 for a float store,
 // 3 lane 5 skips mma_sync, 4 lane 7 returns before mma_sync, 5 (launched with 16 threads) a partial
-// warp, 6 lane 3 passes another pointer
+// warp, 6 lane 3 passes another pointer, 7 the tile stored to shared memory and read back by other
+// lanes without a __syncwarp (a race racecheck reports), 8 the same with the __syncwarp (no race)
 __global__ void wmma_bug_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* D, int bug) {
+    __shared__ __align__(32) float s[256];
     int lane = threadIdx.x & 31;
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
@@ -83,6 +87,12 @@ __global__ void wmma_bug_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, 
     wmma::load_matrix_sync(b, B, 32);
     if (bug == 4 && lane == 7) return;
     if (!(bug == 3 && lane == 5)) wmma::mma_sync(acc, a, b, acc);
+    if (bug == 7 || bug == 8) {
+        wmma::store_matrix_sync(s, acc, 16, wmma::mem_row_major);
+        if (bug == 8) __syncwarp();
+        for (int i = 0; i < 8; i++) D[lane * 8 + i] = s[lane * 8 + i];  // row lane / 2: other lanes' elements
+        return;
+    }
     wmma::store_matrix_sync(D, acc, bug == 2 ? 18 : 16, wmma::mem_row_major);
 }
 
@@ -247,9 +257,9 @@ static uint64_t run_type(uint64_t h) {
 
 static int run_bug(const char* mode) {
     const char* names[] = {"misaligned", "bad_ldm", "bad_ldm_float", "skip_mma", "lane_returns", "partial_warp",
-                           "nonuniform"};
+                           "nonuniform", "smem_nosync", "smem_sync"};
     int bug = -1;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 9; i++)
         if (strcmp(mode, names[i]) == 0) bug = i;
     if (bug < 0) {
         fprintf(stderr, "test_wmma: unknown case '%s'\n", mode);
@@ -262,6 +272,14 @@ static int run_bug(const char* mode) {
     cudaCheck(cudaMalloc((void**)&dD, 16 * 32 * sizeof(float)));
     LAUNCH(wmma_bug_kernel, 1, bug == 5 ? 16 : 32, 0, 0, dA, dB, dD, bug);
     cudaCheck(cudaDeviceSynchronize());
+    if (bug == 8) {  // the fixed twin: every element of D is 16 (a tile of ones times a tile of ones: K = 16)
+        std::vector<float> D(256);
+        cudaCheck(cudaMemcpy(D.data(), dD, 256 * sizeof(float), cudaMemcpyDeviceToHost));
+        int wrong = 0;
+        for (float v : D) wrong += v != 16.0f;
+        printf("smem_sync: %d of 256 elements differ from 16\n", wrong);
+        return wrong == 0 ? 0 : 1;
+    }
     printf("planted bug '%s' ran to the end without a report\n", mode);
     return 0;
 }

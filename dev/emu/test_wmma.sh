@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # test_wmma.sh: the tests of the emulated WMMA subset (dev/emu/mma.h), from dev/emu/test_wmma.cu built
-# plain and with ASan+UBSan. The correct cases (tile product and tiled GEMMs in bf16 and half against a
+# plain, with ASan+UBSan and with racecheck. The correct cases (tile product and tiled GEMMs in bf16 and half against a
 # double reference, every row/col-major combination, fill + accumulate, element-wise x[i] scaling and
 # relu, a kernel assuming NVIDIA's lane mapping that must get wrong results) run in the forward, reverse
-# and random thread orders and under ASan+UBSan: each of their lines counts, and the results must not
+# and random thread orders, under ASan+UBSan and under racecheck: each of their lines counts, and the results must not
 # change with the order. The planted bugs (misaligned pointer, bad ldm for bf16 and float, a lane that
 # skips mma_sync, a lane that returns before it, a partial warp, lanes with different pointers) must
-# each exit non-zero with their "emu: error:" line. Ends with "wmma: N passed, M failed".
-# Usage: dev/emu/test_wmma.sh [dir with test_wmma, test_wmma_asan]   (test/run_tests.sh: wmma)
+# each exit non-zero with their "emu: error:" line; racecheck reports a tile stored to shared memory and
+# read by other lanes without a __syncwarp, and not the same with it. Ends with "wmma: N passed, M failed".
+# Usage: dev/emu/test_wmma.sh [dir with test_wmma, test_wmma_asan, test_wmma_racecheck]   (test/run_tests.sh: wmma)
 set -u
 B=${1:-build/emu}
 T=$B/test_wmma
 A=$B/test_wmma_asan
-for bin in "$T" "$A"; do
+R=$B/test_wmma_racecheck
+for bin in "$T" "$A" "$R"; do
     if [ ! -x "$bin" ]; then
         echo "error: $bin not found: build it with 'make $bin' ($0:${LINENO})" >&2
         exit 1
@@ -57,12 +59,13 @@ correct() {
     ok "$label: results identical to the forward order's"
 }
 
-# check_fail NAME ARG PATTERN...: non-zero exit and every PATTERN (grep -E) in the output
+# check_fail NAME ARG PATTERN...: non-zero exit and every PATTERN (grep -E) in the output (BIN: the
+# program, $T unless set)
 check_fail() {
     local name=$1 arg=$2
     local out="$tmp/f$((pass + fail)).out"
     shift 2
-    timeout 120 "$T" "$arg" > "$out" 2>&1
+    timeout 120 "${BIN:-$T}" "$arg" > "$out" 2>&1
     local rc=$?
     if [ "$rc" -eq 0 ]; then bad "$name" "exit status 0: the bug was not caught" "$out"; return; fi
     if [ "$rc" -eq 124 ]; then bad "$name" "timed out" "$out"; return; fi
@@ -79,6 +82,7 @@ correct "EMU_ORDER=forward" "$T" "forward"
 correct "EMU_ORDER=reverse" "$T" "reverse" "$ref"
 correct "EMU_ORDER=random EMU_SEED=3" "$T" "random" "$ref"
 correct "EMU_ORDER=random EMU_SEED=5" "$A" "ASan+UBSan random" "$ref"
+correct "EMU_ORDER=random EMU_SEED=7" "$R" "racecheck random" "$ref"
 
 check_fail "misaligned pointer to load_matrix_sync" misaligned \
     "emu: error: wmma::load_matrix_sync at .*test_wmma.cu:[0-9]+: pointer 0x[0-9a-f]+ is not 256-bit \(32-byte\) aligned" \
@@ -95,6 +99,16 @@ check_fail "WMMA in a warp of 16 threads" partial_warp \
     "emu: error: wmma::fill_fragment at .*test_wmma.cu:[0-9]+: WMMA needs a full warp of 32 threads"
 check_fail "lanes pass different pointers to load_matrix_sync" nonuniform \
     "emu: error: wmma::load_matrix_sync at .*test_wmma.cu:[0-9]+: lanes of one warp pass different arguments: lane 0 .*, lane 3"
+BIN=$R check_fail "racecheck: store_matrix_sync to shared memory read by other lanes without __syncwarp" smem_nosync \
+    "racecheck: shared-memory race \(read after write\) in kernel wmma_bug_kernel" "the earlier write: .*mma.h:[0-9]+"
+out="$tmp/smem_sync.out"
+EMU_ORDER=reverse timeout 120 "$R" smem_sync > "$out" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "smem_sync: 0 of 256 elements differ" "$out" && grep -q "no race found" "$out"; then
+    ok "racecheck: the same with the __syncwarp: right results, no race reported"
+else
+    bad "racecheck: the same with the __syncwarp" "exit status $rc" "$out"
+fi
 
 echo "time $(($(date +%s) - start)) s"
 echo "wmma: $pass passed, $fail failed"
