@@ -52,7 +52,7 @@ $(EMU_BUILD)/test_nccl_emu: dev/emu/test_nccl_emu.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) -Wall -Wextra $< -o $@ $(EMU_LIBS) $(EMU_LINK)
 
-# the emulated WMMA subset (dev/emu/mma.h): dev/emu/test_wmma.cu built plain, with ASan+UBSan and with racecheck, run by
+# the emulated WMMA subset (dev/emu/mma.h): dev/emu/test_wmma.cu built plain, with ASan+UBSan, TSan and racecheck, run by
 # dev/emu/test_wmma.sh (test/run_tests.sh: wmma); test-wmma-nvcc checks that it compiles with nvcc
 $(EMU_BUILD)/test_wmma: dev/emu/test_wmma.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)
@@ -61,6 +61,10 @@ $(EMU_BUILD)/test_wmma: dev/emu/test_wmma.cu $(EMU_HEADERS)
 $(EMU_BUILD)/test_wmma_asan: dev/emu/test_wmma.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=address,undefined -Wall $< -o $@ $(EMU_LINK)
+
+$(EMU_BUILD)/test_wmma_tsan: dev/emu/test_wmma.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=thread -DEMU_TSAN -Wall $< -o $@ $(EMU_LINK)
 
 $(EMU_BUILD)/test_wmma_racecheck: dev/emu/test_wmma.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)

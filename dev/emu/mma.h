@@ -154,7 +154,34 @@ static inline void store_matrix_sync_emu(const char* file, int line, float* p,
     }
 }
 
-// the last lane to arrive: gather the three tiles from all lanes, compute, scatter D
+// bf16 / half bits to float, by hand: the hook below must not call the toolkit's (instrumented)
+// conversions, see there
+EMU_NOTSAN static inline float emu_wmma_to_float(const __nv_bfloat16& v) {
+    uint16_t h;
+    __builtin_memcpy(&h, &v, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+EMU_NOTSAN static inline float emu_wmma_to_float(const __half& v) {
+    uint16_t h;
+    __builtin_memcpy(&h, &v, 2);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu, u;
+    if (e == 0) {  // zero or subnormal: m * 2^-24, exact in float
+        float f = (float)m * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    u = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112u) << 23) | (m << 13);
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
+// the last lane to arrive: gather the three tiles from all lanes, compute, scatter D. It runs on that
+// lane's fiber and touches the other lanes' fragments (on their stacks) before they resume: in the
+// TSan mode that looks unordered, so nothing here is instrumented (EMU_NOTSAN, no calls into
+// instrumented code); the lanes' own accesses to their fragments stay checked.
 template <typename T, typename LA, typename LB>
 EMU_NOTSAN static inline void emu_wmma_mma_run(EmuWarpHook* const* lanes, const char*, int) {
     typedef fragment<matrix_a, 16, 16, 16, T, LA> FA;
@@ -164,8 +191,8 @@ EMU_NOTSAN static inline void emu_wmma_mma_run(EmuWarpHook* const* lanes, const 
     for (int l = 0; l < 32; l++) {
         const EmuWmmaCall* c = (const EmuWmmaCall*)lanes[l];
         for (int i = 0; i < 8; i++) {
-            A[emu_wmma_elem<matrix_a>(l, i)] = (float)((const FA*)c->a)->x[i];
-            B[emu_wmma_elem<matrix_b>(l, i)] = (float)((const FB*)c->b)->x[i];
+            A[emu_wmma_elem<matrix_a>(l, i)] = emu_wmma_to_float(((const FA*)c->a)->x[i]);
+            B[emu_wmma_elem<matrix_b>(l, i)] = emu_wmma_to_float(((const FB*)c->b)->x[i]);
             C[emu_wmma_elem<accumulator>(l, i)] = ((const FC*)c->c)->x[i];
         }
     }

@@ -3,7 +3,8 @@
 //             combination of A, B, the loaded C and the stored D, fill + accumulate, element-wise
 //             scaling and a function applied through x[i]; each checked against a double reference
 //             on the CPU ("ok ..." / "FAIL ..." lines), then "results <hash>" (must not change with
-//             EMU_ORDER); also a kernel that reads x[i] assuming NVIDIA's accumulator mapping, which
+//             EMU_ORDER); mma.h's bf16/half -> float conversion against the toolkit's for every bit
+//             pattern; also a kernel that reads x[i] assuming NVIDIA's accumulator mapping, which
 //             must get wrong results here (the point of the opaque mapping)
 //   misaligned bad_ldm bad_ldm_float skip_mma lane_returns partial_warp nonuniform smem_nosync
 //             planted bugs: each must exit non-zero with its "emu: error:" line (test_wmma.sh);
@@ -284,9 +285,35 @@ static int run_bug(const char* mode) {
     return 0;
 }
 
+#ifdef LLM_EMU
+// mma.h's own bf16/half -> float conversion (written by hand so that mma_sync's hook calls nothing
+// instrumented) against the toolkit's, for every bit pattern
+static void check_conversions(void) {
+    int bad_b = 0, bad_h = 0;
+    for (uint32_t u = 0; u < 65536; u++) {
+        uint16_t bits = (uint16_t)u;
+        __nv_bfloat16 b;
+        __half h;
+        memcpy((void*)&b, &bits, 2);
+        memcpy((void*)&h, &bits, 2);
+        float rb = __bfloat162float(b), eb = wmma::emu_wmma_to_float(b);
+        float rh = __half2float(h), eh = wmma::emu_wmma_to_float(h);
+        // equal values with equal signs (so -0 is -0); any NaN for a NaN (the toolkit's half conversion
+        // drops a NaN's sign, mma.h keeps it: a NaN's sign means nothing to the arithmetic)
+        if (isnan(rb) ? !isnan(eb) : (rb != eb || signbit(rb) != signbit(eb))) bad_b++;
+        if (isnan(rh) ? !isnan(eh) : (rh != eh || signbit(rh) != signbit(eh))) bad_h++;
+    }
+    check(bad_b == 0 && bad_h == 0, "mma.h's bf16/half to float equal the toolkit's for all 65536 bit patterns "
+                                    "(%d bf16, %d half differ)", bad_b, bad_h);
+}
+#else
+static void check_conversions(void) {}
+#endif
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "correct";
     if (strcmp(mode, "correct") != 0) return run_bug(mode);
+    check_conversions();
     uint64_t h = 1469598103934665603ull;
     h = run_type<__nv_bfloat16>(h);
     h = run_type<__half>(h);

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # test_wmma.sh: the tests of the emulated WMMA subset (dev/emu/mma.h), from dev/emu/test_wmma.cu built
-# plain, with ASan+UBSan and with racecheck. The correct cases (tile product and tiled GEMMs in bf16 and half against a
+# plain, with ASan+UBSan, with TSan (-DEMU_TSAN) and with racecheck. The correct cases (tile product and tiled GEMMs in bf16 and half against a
 # double reference, every row/col-major combination, fill + accumulate, element-wise x[i] scaling and
 # relu, a kernel assuming NVIDIA's lane mapping that must get wrong results) run in the forward, reverse
-# and random thread orders, under ASan+UBSan and under racecheck: each of their lines counts, and the results must not
+# and random thread orders, under ASan+UBSan, TSan (2 OS threads) and racecheck: each of their lines counts, and the results must not
 # change with the order. The planted bugs (misaligned pointer, bad ldm for bf16 and float, a lane that
 # skips mma_sync, a lane that returns before it, a partial warp, lanes with different pointers) must
 # each exit non-zero with their "emu: error:" line; racecheck reports a tile stored to shared memory and
 # read by other lanes without a __syncwarp, and not the same with it. Ends with "wmma: N passed, M failed".
-# Usage: dev/emu/test_wmma.sh [dir with test_wmma, test_wmma_asan, test_wmma_racecheck]   (test/run_tests.sh: wmma)
+# Usage: dev/emu/test_wmma.sh [dir with test_wmma, test_wmma_asan, test_wmma_tsan, test_wmma_racecheck]   (test/run_tests.sh: wmma)
 set -u
 B=${1:-build/emu}
 T=$B/test_wmma
 A=$B/test_wmma_asan
+S=$B/test_wmma_tsan
 R=$B/test_wmma_racecheck
-for bin in "$T" "$A" "$R"; do
+for bin in "$T" "$A" "$S" "$R"; do
     if [ ! -x "$bin" ]; then
         echo "error: $bin not found: build it with 'make $bin' ($0:${LINENO})" >&2
         exit 1
@@ -27,6 +28,7 @@ fail=0
 start=$(date +%s)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0}
 
 ok() { pass=$((pass + 1)); printf 'ok   %s\n' "$1"; }
 bad() {
@@ -51,7 +53,7 @@ correct() {
         esac
     done < "$out"
     if [ "$rc" -ne 0 ]; then bad "$label" "exit status $rc" "$out"; return; fi
-    if grep -qE "ERROR: AddressSanitizer|runtime error:" "$out"; then bad "$label" "a sanitizer reported an error" "$out"; return; fi
+    if grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer" "$out"; then bad "$label" "a sanitizer reported an error" "$out"; return; fi
     local got
     got=$(grep '^results ' "$out" | head -n 1)
     if [ -z "$got" ]; then bad "$label" "no results line" "$out"; return; fi
@@ -83,6 +85,7 @@ correct "EMU_ORDER=reverse" "$T" "reverse" "$ref"
 correct "EMU_ORDER=random EMU_SEED=3" "$T" "random" "$ref"
 correct "EMU_ORDER=random EMU_SEED=5" "$A" "ASan+UBSan random" "$ref"
 correct "EMU_ORDER=random EMU_SEED=7" "$R" "racecheck random" "$ref"
+correct "EMU_ORDER=random EMU_SEED=9 EMU_THREADS=2" "$S" "TSan random EMU_THREADS=2" "$ref"
 
 check_fail "misaligned pointer to load_matrix_sync" misaligned \
     "emu: error: wmma::load_matrix_sync at .*test_wmma.cu:[0-9]+: pointer 0x[0-9a-f]+ is not 256-bit \(32-byte\) aligned" \
