@@ -1004,6 +1004,48 @@ MUTATIONS = [
       "racecheck keeps the access records across __syncthreads (reports races the barrier prevents)",
       "emulator kernels_racecheck"),
 
+    # --- the emulated WMMA subset (dev/emu/mma.h) ---
+    M("e-wmma-mma-ignores-c", "emulator", "dev/emu/mma.h",
+      "            float acc = C[m * 16 + n];",
+      "            float acc = 0.0f;",
+      "the emulated wmma::mma_sync computes D = A*B, ignoring the accumulator C",
+      "wmma"),
+    M("e-wmma-load-wrong-major", "emulator", "dev/emu/mma.h",
+      "    emu_wmma_load(file, line, a, p, ldm, std::is_same<L, col_major>::value);",
+      "    emu_wmma_load(file, line, a, p, ldm, std::is_same<L, row_major>::value);",
+      "the emulated wmma::load_matrix_sync of matrix_a/matrix_b reads a row_major fragment as col_major and back",
+      "wmma"),
+    M("e-wmma-nvidia-mapping", "emulator", "dev/emu/mma.h",
+      "    return (j * 173 + 91) & 255;",
+      "    return ((lane >> 2) + 8 * ((i >> 1) & 1)) * 16 + 2 * (lane & 3) + (i & 1) + 8 * (i >> 2);",
+      "the emulated accumulator fragment uses NVIDIA's lane mapping: a kernel relying on it passes in the emulator",
+      "wmma"),
+    M("e-wmma-hook-instrumented", "emulator", "dev/emu/mma.h",
+      "            B[emu_wmma_elem<matrix_b>(l, i)] = emu_wmma_to_float(((const FB*)c->b)->x[i]);",
+      "            B[emu_wmma_elem<matrix_b>(l, i)] = (float)((const FB*)c->b)->x[i];",
+      "mma_sync's hook converts B through the toolkit's (instrumented) operator: TSan reports a race that is not the kernel's",
+      "wmma"),
+    M("e-wmma-half-bias", "emulator", "dev/emu/mma.h",
+      "    u = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112u) << 23) | (m << 13);",
+      "    u = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 113u) << 23) | (m << 13);",
+      "mma.h's half -> float conversion with the wrong exponent bias (every half product doubled)",
+      "wmma"),
+    M("e-wmma-align-16", "emulator", "dev/emu/mma.h",
+      "        if ((uintptr_t)call->p % 32 != 0)",
+      "        if ((uintptr_t)call->p % 16 != 0)",
+      "WMMA loads and stores accept 16-byte aligned pointers (the API demands 256-bit, 32 bytes)",
+      "wmma"),
+    M("e-wmma-no-ldm-check", "emulator", "dev/emu/mma.h",
+      "        if (call->ldm % mult != 0)",
+      "        if (false)",
+      "WMMA loads and stores accept any ldm (the API demands a multiple of 16 bytes)",
+      "wmma"),
+    M("e-wmma-uniform-no-pointer", "emulator", "dev/emu/mma.h",
+      "        if (c->p != c0->p || c->ldm != c0->ldm || c->col != c0->col)",
+      "        if (c->ldm != c0->ldm || c->col != c0->col)",
+      "lanes of a warp may pass different pointers to one WMMA load or store unreported",
+      "wmma"),
+
     # --- the docs (test/test_docs.sh: the figures of dev/doc_figures.py, the files the reading guide names) ---
     M("d-stale-token-count", "docs", "dev/data/README.md",
       "With the defaults: train 200000 problems / 2,800,000 tokens, val 5000 / 70,000, test 1000 / 14,000",
@@ -1085,6 +1127,7 @@ TEST_BINARIES = {
     "headers": [],
     "bad_input": ["train_gpt_cpu"],
     "emulator": ["build/emu/test_emu", "build/emu/test_emu_asan", "build/emu/test_emu_tsan", "build/emu/test_emu_racecheck"],
+    "wmma": ["build/emu/test_wmma", "build/emu/test_wmma_asan", "build/emu/test_wmma_tsan", "build/emu/test_wmma_racecheck"],
     "cublaslt": ["build/test_cublaslt"],
     "matmul_cpu": ["build/test_matmul_cpu"],
     "matmul_emu_bf16_forward": ["build/test_matmul_emu"],
@@ -1167,6 +1210,10 @@ BINARY_SOURCES = {
     "build/emu/test_emu_asan": "dev/emu/test_emu.cu",
     "build/emu/test_emu_tsan": "dev/emu/test_emu.cu",
     "build/emu/test_emu_racecheck": "dev/emu/test_emu.cu",
+    "build/emu/test_wmma": "dev/emu/test_wmma.cu",
+    "build/emu/test_wmma_asan": "dev/emu/test_wmma.cu",
+    "build/emu/test_wmma_tsan": "dev/emu/test_wmma.cu",
+    "build/emu/test_wmma_racecheck": "dev/emu/test_wmma.cu",
     "build/test_comm_cpu": "test/test_comm.cu",
     "build/test_comm_emu": "test/test_comm.cu",
     "build/emu/test_nccl_emu": "dev/emu/test_nccl_emu.cu",
@@ -1260,11 +1307,14 @@ def check_tables(root):
 # ----------------------------------------------------------------------------------------------------
 # the include graph
 
-INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"]+)"|<([^>]+)>)', re.M)
+# the emulated build's include path (EMU_FLAGS: -Idev/emu): "emu.h" from llm/core/common.h, <mma.h>
+EMU_INCLUDE_DIR = "dev/emu"
 
 
 def include_closure(root, src, cache={}):
-    """src and every file it includes with #include "...", transitively (paths relative to root);
+    """src and every file it includes with #include "..." (beside the includer, else in dev/emu) or
+    #include <...> (in dev/emu: the emulated build's -Idev/emu), transitively (paths relative to root);
     conditional includes count too, so this is a superset of what one build compiles"""
     if src in cache:
         return cache[src]
@@ -1278,10 +1328,14 @@ def include_closure(root, src, cache={}):
             text = open(os.path.join(root, f), encoding="utf-8", errors="replace").read()
         except OSError:
             continue
-        for inc in INCLUDE_RE.findall(text):
-            p = os.path.normpath(os.path.join(os.path.dirname(f), inc))
-            if os.path.isfile(os.path.join(root, p)):
-                stack.append(p)
+        for quoted, angled in INCLUDE_RE.findall(text):
+            cands = [os.path.join(os.path.dirname(f), quoted)] if quoted else []
+            cands.append(os.path.join(EMU_INCLUDE_DIR, quoted or angled))
+            for c in cands:
+                p = os.path.normpath(c)
+                if os.path.isfile(os.path.join(root, p)):
+                    stack.append(p)
+                    break
     cache[src] = seen
     return seen
 

@@ -93,6 +93,9 @@ run bad_input bash test/test_bad_input.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
 # every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model
 run emulator bash dev/emu/test_emu.sh build/emu
+# the emulated WMMA subset (dev/emu/mma.h): tile products and GEMMs against a double reference, the opaque
+# lane mapping, planted misuse (alignment, ldm, a lane skipping a collective)
+run wmma bash dev/emu/test_wmma.sh build/emu
 run cublaslt ./build/test_cublaslt
 run matmul_cpu ./build/test_matmul_cpu
 run matmul_emu_bf16_forward env EMU_ORDER=forward ./build/test_matmul_emu

@@ -143,7 +143,7 @@ TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_e
                  build/test_fp8_emu build/test_fp8_gemm_emu build/test_fp8_linear_emu \
                  build/test_split_backward_emu build/test_split_backward_emu_bf16 \
                  $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu_tsan \
-                 $(EMU_BUILD)/test_emu_racecheck \
+                 $(EMU_BUILD)/test_emu_racecheck $(EMU_BUILD)/test_wmma $(EMU_BUILD)/test_wmma_asan $(EMU_BUILD)/test_wmma_tsan $(EMU_BUILD)/test_wmma_racecheck \
                  build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu
 
 # the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU

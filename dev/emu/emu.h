@@ -12,6 +12,7 @@
 //   emu_runtime.h  the CUDA runtime API (memory, copies, streams, events, device properties)
 //   emu_symbol.h   a kernel's name from its address, for error messages
 //   emu_racecheck.h  the shared-memory race detector (-DEMU_RACECHECK builds)
+//   mma.h          the WMMA subset (nvcuda::wmma), included by kernels as <mma.h> (-Idev/emu)
 // See README.md beside this file for the supported subset and the environment variables.
 #pragma once
 

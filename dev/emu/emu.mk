@@ -21,7 +21,7 @@ EMU_SAN_FLAGS := -O1 -g -fno-omit-frame-pointer
 EMU_RACECHECK_FLAGS := -DEMU_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 EMU_RACECHECK_LINK := -fopenmp
 
-.PHONY: test-emu test-emu-nvcc
+.PHONY: test-emu test-emu-nvcc test-wmma-nvcc
 
 $(EMU_BUILD)/test_emu: dev/emu/test_emu.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)
@@ -51,3 +51,26 @@ test-emu-nvcc: dev/emu/test_emu.cu $(EMU_HEADERS)
 $(EMU_BUILD)/test_nccl_emu: dev/emu/test_nccl_emu.cu $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_FLAGS) -Wall -Wextra $< -o $@ $(EMU_LIBS) $(EMU_LINK)
+
+# the emulated WMMA subset (dev/emu/mma.h): dev/emu/test_wmma.cu built plain, with ASan+UBSan, TSan and racecheck, run by
+# dev/emu/test_wmma.sh (test/run_tests.sh: wmma); test-wmma-nvcc checks that it compiles with nvcc
+$(EMU_BUILD)/test_wmma: dev/emu/test_wmma.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) -Wall -Wextra $< -o $@ $(EMU_LINK)
+
+$(EMU_BUILD)/test_wmma_asan: dev/emu/test_wmma.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=address,undefined -Wall $< -o $@ $(EMU_LINK)
+
+$(EMU_BUILD)/test_wmma_tsan: dev/emu/test_wmma.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_SAN_FLAGS) -fsanitize=thread -DEMU_TSAN -Wall $< -o $@ $(EMU_LINK)
+
+$(EMU_BUILD)/test_wmma_racecheck: dev/emu/test_wmma.cu $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_FLAGS) $(EMU_RACECHECK_FLAGS) -Wall -Wextra -c $< -o $@.o
+	$(CXX) $(EMU_RACECHECK_LINK) $@.o -o $@ $(EMU_LINK)
+
+test-wmma-nvcc: dev/emu/test_wmma.cu $(EMU_HEADERS)
+	@mkdir -p $(EMU_BUILD)
+	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_wmma_nvcc.o
