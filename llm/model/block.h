@@ -22,8 +22,7 @@
 //   ln1         BTC             kept  -          -      x_in (LayerNorm, with its mean and rstd)
 //   ln1 stats   2 BT (FP32)     kept  -          -
 //   qkv         3 BTC           kept  kept       -      (full: the whole forward from x_in)
-//   qkvr        3 BTC (kernels) kept  -          -      qkv (the attention core, rerun)
-//   att         B NH T T        kept  -          -      qkv
+//   lse         B NH T (FP32)   kept  -          -      qkv (the attention core, rerun)
 //   atty        BTC             kept  -          -      qkv
 //   residual2   BTC             kept  kept       -
 //   ln2         BTC             kept  -          -      residual2 (LayerNorm)
@@ -33,10 +32,13 @@
 // plus x_in itself (BTC), which the stage keeps in every policy (the stream, llm/model/stage.h).
 //
 // selective = the paper's choice (sec. 5: recompute the attention core, QK^T, softmax and the
-// product with V, whose (B, NH, T, T) matrix is the largest activation, 2 NH T / C times the size of
+// product with V, whose (B, NH, T, T) matrix was the largest activation, 2 NH T / C times the size of
 // x_in, while its products cost 4 B T^2 C FLOPs, half of them masked, beside the layer's 24 B T C^2
 // of matmuls: ~9% of a GPT-2 124M layer's forward at T = 1024) plus the two LayerNorm outputs (llm.c's -r 2: a LayerNorm
-// is one read and one write of (B,T,C), nothing next to a matmul). GELU's output stays: the forward
+// is one read and one write of (B,T,C), nothing next to a matmul). With the fused attention kernels
+// that matrix is never stored (llm/ops/attention.cuh keeps lse, NH/C of x_in's size), so the paper's
+// 5 a s / h term is gone from every policy; selective still saves atty, ln1 and ln2 (3 BTC, plus lse
+// and the LayerNorm statistics) for one attention forward and two LayerNorms per layer. GELU's output stays: the forward
 // gets it from the fc matmul's epilogue (cuBLASLt fuses GELU into the product), and recomputing it
 // with the separate GELU kernel would not round the same way, so the bit-identity would be lost;
 // recomputing the matmul instead would cost a third of the layer's matmul FLOPs.
@@ -90,8 +92,7 @@ typedef struct {
     float* ln1_mean;    // (B,T)
     float* ln1_rstd;    // (B,T)
     floatX* qkv;        // (B,T,3C) q, k, v per position
-    floatX* qkvr;       // (B,T,3C) kernel builds: q, k, v permuted to (B,NH,T,hs); unused by the CPU build
-    floatX* att;        // (B,NH,T,T) softmax probabilities
+    float* lse;         // (B,NH,T) attention's row log-sum-exp: the backward recomputes the probabilities
     floatX* atty;       // (B,T,C)  attention's output, the input of the attention projection
     floatX* residual2;  // (B,T,C)  x_in + attproj
     floatX* ln2;        // (B,T,C)
@@ -136,20 +137,18 @@ typedef struct {
     unsigned char kept[3];  // by Recompute: none, selective, full
 } ActField;
 
-#define BLOCK_ACT_FIELDS 13
+#define BLOCK_ACT_FIELDS 12
 static void block_act_fields(BlockActs* a, const BlockLinears* lin, int B, int T, ActField* f /*(BLOCK_ACT_FIELDS)*/) {
     size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, NH = (size_t)lin->heads;
     size_t R = (size_t)tp_rows(&lin->qkv.tp, (int)BT);  // the tokens of the sequence-parallel regions
     size_t F = (size_t)lin->fc.out_local;  // 4C / T
-    size_t qkvr = LLM_HAS_KERNELS ? 3 * BT * Ca : 0;  // the CPU reference attention works on qkv directly
     ActField fields[BLOCK_ACT_FIELDS] = {
         {(void**)&a->ln1, R * C, 0, {1, 0, 0}},          {(void**)&a->ln1_mean, R, 1, {1, 0, 0}},
         {(void**)&a->ln1_rstd, R, 1, {1, 0, 0}},         {(void**)&a->qkv, 3 * BT * Ca, 0, {1, 1, 0}},
-        {(void**)&a->qkvr, qkvr, 0, {1, 0, 0}},          {(void**)&a->att, (size_t)B * NH * T * T, 0, {1, 0, 0}},
-        {(void**)&a->atty, BT * Ca, 0, {1, 0, 0}},       {(void**)&a->residual2, R * C, 0, {1, 1, 0}},
-        {(void**)&a->ln2, R * C, 0, {1, 0, 0}},          {(void**)&a->ln2_mean, R, 1, {1, 0, 0}},
-        {(void**)&a->ln2_rstd, R, 1, {1, 0, 0}},         {(void**)&a->fch, BT * F, 0, {1, 1, 0}},
-        {(void**)&a->fch_gelu, BT * F, 0, {1, 1, 0}},
+        {(void**)&a->lse, (size_t)B * NH * T, 1, {1, 0, 0}}, {(void**)&a->atty, BT * Ca, 0, {1, 0, 0}},
+        {(void**)&a->residual2, R * C, 0, {1, 1, 0}},    {(void**)&a->ln2, R * C, 0, {1, 0, 0}},
+        {(void**)&a->ln2_mean, R, 1, {1, 0, 0}},         {(void**)&a->ln2_rstd, R, 1, {1, 0, 0}},
+        {(void**)&a->fch, BT * F, 0, {1, 1, 0}},         {(void**)&a->fch_gelu, BT * F, 0, {1, 1, 0}},
     };
     memcpy(f, fields, sizeof(fields));
 }
@@ -193,15 +192,12 @@ static void block_acts_share(BlockActs* a, const BlockActs* shared, const BlockL
 
 // what a block borrows during one call; shared by every block of a stage (workspace)
 typedef struct {
-    floatX* proj;      // (B,T,C)  forward: the attention and MLP projections' outputs; attention's scratch
+    floatX* proj;      // (B,T,C)  forward: the attention and MLP projections' outputs
     floatX* x_scratch; // (B,T,C)  full recompute: the recomputed x_out, not needed again
     floatX* dbuf_c;    // (B,T,C)
     floatX* dbuf_4c;   // (B,T,4C)
     floatX* dqkv;      // (B,T,3C)
-    floatX* dqkvr;     // (B,T,3C) kernel builds
-    floatX* datt;      // (B,NH,T,T)
-    floatX* dscratch;  // (B,T,C)
-    float* scratch;    // FP32 scratch of the parameter-gradient reductions (one op at a time)
+    float* scratch;    // FP32 scratch of the parameter-gradient reductions and attention's backward (one op at a time)
 } BlockBuffers;
 
 // ----------------------------------------------------------------------------
@@ -212,7 +208,7 @@ static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, 
     int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
     linear_forward(&lin->qkv, a->qkv, NULL, a->ln1, w.qkvw, w.qkvb, BT, s);
-    attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, lin->att_c, lin->heads, s);
+    attention_forward(a->atty, a->lse, a->qkv, B, T, lin->att_c, lin->heads, s);
     linear_forward(&lin->attproj, buf->proj, NULL, a->atty, w.attprojw, w.attprojb, BT, s);
     fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
                                      R, C, s);
@@ -277,7 +273,7 @@ static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, L
         block_forward(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, s);
     } else if (r == RECOMPUTE_SELECTIVE) {
         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
-        attention_forward(a->atty, a->qkvr, a->att, buf->proj, a->qkv, B, T, lin->att_c, lin->heads, s);
+        attention_forward(a->atty, a->lse, a->qkv, B, T, lin->att_c, lin->heads, s);
         // the forward's fused kernel normalised the rounded residual2: the plain LayerNorm of it is the same
         layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, R, C, s);
     }
@@ -344,8 +340,7 @@ static void block_backward_impl(const BlockLinears* lin, GPTConfig c, LayerTenso
     // dx is now the gradient of residual2 = x_in + attproj
     linear_backward(&lin->attproj, buf->dbuf_c, gl.attprojw, gl.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
     if (d != NULL) copy_device_to_device(d->dattproj, linear_dout_for_weight(&lin->attproj, dx), (size_t)BT * C * x, s);
-    attention_backward(dqkv, buf->dqkvr, buf->datt, buf->dscratch, buf->dbuf_c, a->qkv, a->qkvr, a->att, B, T,
-                       lin->att_c, lin->heads, s);
+    attention_backward(dqkv, buf->scratch, buf->dbuf_c, a->qkv, a->atty, a->lse, B, T, lin->att_c, lin->heads, s);
     linear_backward(&lin->qkv, buf->dbuf_c, gl.qkvw, gl.qkvb, dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
     layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, R, C, s);
     if (d == NULL) return;

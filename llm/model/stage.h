@@ -200,8 +200,7 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     ActField bufs[] = {
         {(void**)&b->proj, BT * C, 0, {1, 1, 1}},        {(void**)&b->x_scratch, recompute == RECOMPUTE_FULL ? R * C : 0, 0, {1, 1, 1}},
         {(void**)&b->dbuf_c, BT * C, 0, {1, 1, 1}},      {(void**)&b->dbuf_4c, BT * F, 0, {1, 1, 1}},
-        {(void**)&b->dqkv, 3 * BT * Ca, 0, {1, 1, 1}},   {(void**)&b->dqkvr, LLM_HAS_KERNELS ? 3 * BT * Ca : 0, 0, {1, 1, 1}},
-        {(void**)&b->datt, B * NH * T * T, 0, {1, 1, 1}}, {(void**)&b->dscratch, BT * C, 0, {1, 1, 1}},
+        {(void**)&b->dqkv, 3 * BT * Ca, 0, {1, 1, 1}},
         {(void**)&st->vp_stats, head && st->tp.size > 1 ? (size_t)(st->tp.size + 1) * 3 * BT : 0, 1, {1, 1, 1}},
         {(void**)&b->scratch, scratch_n, 1, {1, 1, 1}},  {(void**)&st->dx, R * C, 0, {1, 1, 1}},
         {(void**)&st->loss_acc, 2 * sizeof(double) / sizeof(float), 1, {1, 1, 1}},

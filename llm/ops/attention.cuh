@@ -1,78 +1,96 @@
 // attention.cuh: causal multi-head self-attention (Vaswani et al. 2017, section 3.2) as GPT-2 uses it.
 // inp holds the fused QKV projection, per position [q | k | v], each C wide, head h in channels
 // [h*hs, (h+1)*hs) with hs = C/NH.
-//   att[b,h,t,:] = softmax_{t2 <= t}(q[b,t,h] . k[b,t2,h] / sqrt(hs)),   out[b,t,h] = sum_t2 att * v[b,t2,h]
-// The CUDA path permutes q,k,v into (B,NH,T,hs), uses batched cuBLASLt products for QK^T and AV,
-// and runs the causal softmax (and its backward) as kernels.
+//   p[b,h,t,:] = softmax_{t2 <= t}(q[b,t,h] . k[b,t2,h] / sqrt(hs)),   out[b,t,h] = sum_t2 p * v[b,t2,h]
+// What the forward keeps for the backward is one FP32 number per row, the log-sum-exp of its scores
+//   lse[b,h,t] = log sum_{t2 <= t} exp(q[b,t,h] . k[b,t2,h] / sqrt(hs)),
+// never the (B,NH,T,T) probabilities: the backward recomputes them, p = exp(score - lse).
+// The CUDA path is fused (FlashAttention-2, Dao 2023): tiles of q, k and v in shared memory, the
+// scores and probabilities of a tile never written to global memory (section "CUDA kernels" below).
+// The unfused path it replaced (batched cuBLASLt products and softmax kernels through a (B,NH,T,T)
+// matrix) is version 1 in dev/cuda/attention_unfused.cuh, measured against this one by
+// dev/cuda/attention.cu.
 #pragma once
 #include <float.h>
 #include "../core/common.h"
 #include "../core/context.h"
-// the CPU build with 16-bit floatX (the CUDA path's rounding points, attention_forward / attention_backward
-// below): attention_forward_x16_cpu / attention_backward_x16_cpu
+// the CPU build with 16-bit floatX (the fused kernels' rounding points, attention_forward /
+// attention_backward below): attention_forward_x16_cpu / attention_backward_x16_cpu
 #include "attention_x16_cpu.h"
 // FlashAttention's pieces on the CPU (a block of queries against a block of keys, the online-softmax merge,
 // the finalisation, the block backward from the row log-sum-exp), in their own file: the fused kernels and
 // ring attention are checked against them piece by piece
 #include "attention_blocks.h"
 #if LLM_HAS_KERNELS
+#include <type_traits>
 #include "../core/cuda_utils.cuh"
-#include "matmul.cuh"  // matmul_batched: the products QK^T, AV and their gradients
+#if !defined(ENABLE_FP32)
+#include <mma.h>  // nvcuda::wmma: the tile products of 16-bit floatX on tensor cores (dev/emu/mma.h emulated)
+#endif
 #endif
 
 // ----------------------------------------------------------------------------
 // CPU reference
 
+// out and lse; the probabilities of row t live in one row of scratch (T floats per thread)
 static void attention_forward_cpu(float* out,        // (B,T,C)
-                                  float* att,        // (B,NH,T,T) softmax probabilities, 0 above the diagonal
+                                  float* lse,        // (B,NH,T) log-sum-exp of each row's scaled scores
                                   const float* inp,  // (B,T,3C)
                                   int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
-                    s *= scale;
-                    a[t2] = s;
-                    if (s > maxv) maxv = s;
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-                float* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float w = a[t2];
-                    for (int i = 0; i < hs; i++) o[i] += w * v[i];
+    #pragma omp parallel
+    {
+        float* a = (float*)mallocCheck((size_t)(T > 0 ? T : 1) * sizeof(float));  // (T) one row of probabilities
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int t = 0; t < T; t++) {
+                    const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                    float maxv = -INFINITY;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        float s = 0.0f;
+                        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                        s *= scale;
+                        a[t2] = s;
+                        if (s > maxv) maxv = s;
+                    }
+                    float sum = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                    lse[((size_t)b * NH + h) * T + t] = maxv + logf(sum);
+                    float* o = out + ((size_t)b * T + t) * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                        float w = a[t2];
+                        for (int i = 0; i < hs; i++) o[i] += w * v[i];
+                    }
                 }
             }
         }
+        free(a);
     }
 }
 
-// dinp = d loss / d inp (overwritten), from dout and the forward's att
+// dinp = d loss / d inp (overwritten), from dout and the forward's input. The FP32 reference recomputes
+// each row's probabilities exactly as attention_forward_cpu computed them (its max, its sum, in its
+// order), so its gradients are bit for bit those of a backward that kept them; the fused kernels
+// recompute them from lse instead (p = exp(score - lse)), which rounds differently (test/kernels/attention.h
+// bounds both against float64).
 static void attention_backward_cpu(float* dinp,        // (B,T,3C)
                                    const float* dout,  // (B,T,C)
                                    const float* inp,   // (B,T,3C)
-                                   const float* att,   // (B,NH,T,T)
                                    int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     // each (b,h) owns a disjoint slice of dinp: no races
     #pragma omp parallel
     {
-        float* datt = (float*)mallocCheck((size_t)T * sizeof(float));  // (T) one row of d att
+        float* a = (float*)mallocCheck((size_t)(T > 0 ? 2 * T : 1) * sizeof(float));  // (2,T) p and d p of one row
+        float* datt = a + T;
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
@@ -83,9 +101,23 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
                     }
                 }
                 for (int t = 0; t < T; t++) {
-                    const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                    // the forward's row of probabilities, recomputed
+                    float maxv = -INFINITY;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        float s = 0.0f;
+                        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                        s *= scale;
+                        a[t2] = s;
+                        if (s > maxv) maxv = s;
+                    }
+                    float sum = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
                     const float* dy = dout + ((size_t)b * T + t) * C + h * hs;
-                    // out = att @ v:  datt = dy . v,  dv += att * dy
+                    // out = p @ v:  dp = dy . v,  dv += p * dy
                     for (int t2 = 0; t2 <= t; t2++) {
                         const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                         float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
@@ -93,10 +125,9 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
                         for (int i = 0; i < hs; i++) { s += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
                         datt[t2] = s;
                     }
-                    // softmax backward: dpre = att * (datt - sum_j att_j datt_j)
+                    // softmax backward: dpre = p * (dp - sum_j p_j dp_j)
                     float dot = 0.0f;
                     for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * datt[t2];
-                    const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
                     float* dq = dinp + ((size_t)b * T + t) * 3 * C + h * hs;
                     for (int t2 = 0; t2 <= t; t2++) {
                         float dpre = a[t2] * (datt[t2] - dot) * scale;
@@ -107,7 +138,7 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
                 }
             }
         }
-        free(datt);
+        free(a);
     }
 }
 
@@ -147,196 +178,358 @@ static void attention_decode_cpu(float* out,          // (C)
 }
 
 // ----------------------------------------------------------------------------
-// CUDA kernels
+// CUDA kernels: fused causal attention (Dao 2023, "FlashAttention-2", Algorithm 1 for the forward,
+// Algorithm 2 for the backward, with its work split: section 3.2)
 //
-// The CUDA path runs attention as separate steps, each through global memory:
-//   forward:  permute qkv -> q,k,v (B,NH,T,hs);  preatt = q k^T (cuBLASLt, into att);
-//             softmax in place (att);  y = att v (cuBLASLt, into scratch);  unpermute y -> out
-//   backward: dy = unpermute^-1(dout);  datt = dy v^T;  dv = att^T dy;  softmax backward in place
-//             (datt -> dpreatt);  dq = dpreatt k;  dk = dpreatt^T q;  permute^-1 dq,dk,dv -> dinp
-// The causal products skip the blocks above the diagonal: rows are cut into chunks of
-// attention_chunk_rows(T) rows, and chunk [r0,r1) only involves key positions [0,r1) (see
-// attention_for_chunks). For T = 1024 in 4 chunks that is 10/16 of the full products' FLOPs and bytes.
+// Every kernel works on tiles of BR positions of one head (b, h): BR = 64 (32 when floatX is float
+// and hs > 64, for shared memory), 16 rows per warp, BR/16 warps. A tile's q, k, v (and dy) rows are
+// copied from the model's token layout (B,T,3C) into shared memory (no permute), zero-padded past T
+// and past hs to HD, the head size rounded up to 16 (16, 32, 64 or 128). Tile products run through
+// attention_warp_mma: WMMA 16x16x16 fragments with FP32 accumulation for 16-bit floatX (tensor
+// cores), plain FP32 loops on CUDA cores for the FP32 build. Each warp owns 16 rows of every tile it
+// computes, so within a tile the warps only meet at the __syncthreads around the tile loads.
 //
-// What a fused (flash-attention) kernel would save: every tensor of shape (B,NH,T,T) here crosses
-// global memory several times per layer. In BF16, GPT-2 124M at B = 64, T = 1024 (NH = 12, C = 768):
-// one (B,NH,T,T) tensor is 64*12*1024^2*2 B = 1.61 GB, against 0.40 GB for q, k, v and y together.
-// Per layer, in units of one such tensor, with the products cut in 4 chunks (each touching 10/16 of
-// the matrix) and the softmax passes reading the lower half and writing whole rows:
-//   forward:  QK^T writes 0.625, softmax reads 0.5 and writes 1, AV reads 0.625          2.75 = 4.4 GB
-//   backward: dy v^T writes 0.625, att^T dy reads 0.625, softmax backward reads 0.5 + 0.5
-//             (att, datt) and writes 1, dpre k and dpre^T q read 0.625 each               4.5 = 7.2 GB
-// about 11.7 GB per layer: 3.5 ms at H100 SXM's 3.35 TB/s, 42 ms per step for 12 layers, plus
-// 12 x 1.61 = 19 GB of memory to keep att for the backward. A fused kernel keeps each tile of the
-// (T,T) scores in registers and shared memory and moves only q, k, v, y and their gradients plus
-// one FP32 log-sum-exp per row (B*NH*T*4 B = 3 MB), recomputing the probabilities in the backward.
-// It needs tensor-core instructions (mma/wmma) for the tile products, which are outside the CUDA
-// subset that the emulated build runs, so it is not written here.
+//   forward  (grid: query tiles x B*NH): for query tile i, for key tiles j = 0..i (the tiles above the
+//            diagonal skipped): S = Q K_j^T; per row the online softmax (running max m, sum l, the
+//            output rescaled by e^(m_old - m_new)); O += P V_j with P rounded to floatX. Then
+//            out = O / l and lse = m + log l. Neither S nor P leaves shared memory.
+//   backward, FlashAttention-2's split without atomics, so the gradients are the same bits on every
+//            run: D = rowsum(dy * out) first (one warp per row), then
+//     dk, dv (grid: key tiles x B*NH): for key tile j, for query tiles i = j..last: P^T = e^(S^T - lse)
+//            recomputed, dV += P^T dY; dP^T = V dY^T; dS^T = P^T (dP^T - D); dK += dS^T Q
+//     dq     (grid: query tiles x B*NH): for query tile i, for key tiles j = 0..i: P and dS again,
+//            dQ += dS K. FlashAttention-2 adds dQ from the dk/dv kernel with atomics instead, saving
+//            the second recomputation (2 of the backward's 5 tile products) at the price of
+//            run-to-run differences in the last bits; resume, recompute and layout tests compare bits.
+// Blocks start from the longest rows (the last query tiles, the first key tiles).
+//
+// Traffic, GPT-2 124M at B = 64, T = 1024, BF16, per layer: the forward reads q, k, v (k and v once
+// per query tile that needs them: 8.5 times on average at T/BR = 16 tiles, mostly from L2) and writes
+// out and lse; no (B,NH,T,T) tensor (1.61 GB each, 11.7 GB per layer moved by the unfused path,
+// dev/cuda/attention_unfused.cuh).
+//
+// What it does not do that FlashAttention-3 (Shah et al. 2024) does on Hopper: warp specialisation
+// (producer warps loading tiles with TMA while consumer warps compute, asynchronously), wgmma (warpgroup
+// products straight from shared memory, larger than WMMA's 16x16x16 and without the register round
+// trip), FP8 tiles, and overlapping the softmax of one tile with the products of the next (ping-pong
+// scheduling). The paper reports 1.5-2x over FlashAttention-2 on H100 in BF16 from these.
 #if LLM_HAS_KERNELS
 
-// 1. permutes. "tokens" is the layout of the model, (B,T,nmat*C) with head h of matrix m in channels
-// [m*C + h*hs, m*C + (h+1)*hs); "heads" is nmat matrices of (B,NH,T,hs), one after the other, the
-// layout the batched products want. One thread moves VEC consecutive elements of one head (VEC
-// divides hs; VEC = x128::size: one 128-bit load and store). The index runs over the heads layout,
-// so consecutive threads write (permute) or read (unpermute) consecutive addresses there, and hs/VEC
-// consecutive threads cover one head's contiguous slice of a token row on the other side.
+// the tile shape for a head size rounded up to HD
+template <int HD>
+struct AttentionTile {
+    static constexpr int HDIM = HD;
+    static constexpr int BR = (sizeof(floatX) == 4 && HD > 64) ? 32 : 64;  // positions per tile
+    static constexpr int WARPS = BR / 16;
+    // row strides in elements, padded by 16 bytes (32 for FP32 S) against shared memory bank conflicts;
+    // they keep every 16-row, 16-column fragment 32-byte aligned, as WMMA wants
+    static constexpr int LDX = HD + 8;  // floatX (BR, HD) tiles: q, k, v, dy
+    static constexpr int LDS = BR + 8;  // float (BR, BR) scores, dP
+    static constexpr int LDP = BR + 8;  // floatX (BR, BR) probabilities, dS
+    static constexpr int LDO = HD + 8;  // float (BR, HD) accumulators: O, dQ, dK, dV
+    static constexpr size_t X = (size_t)BR * LDX * sizeof(floatX), S = (size_t)BR * LDS * sizeof(float),
+                            P = (size_t)BR * LDP * sizeof(floatX), O = (size_t)BR * LDO * sizeof(float),
+                            R = (size_t)BR * sizeof(float);
+    // dynamic shared memory of each kernel (+128: the base is aligned up to 128 bytes)
+    static constexpr size_t FORWARD = 3 * X + S + P + O + 2 * R + 128;       // q, k, v, S, P, O, m, l
+    static constexpr size_t DKDV = 4 * X + 2 * S + 2 * P + 2 * O + 2 * R + 128;  // k, v, q, dy, S, dP, P, dS, dK, dV, lse, D
+    static constexpr size_t DQ = 4 * X + 2 * S + P + O + 2 * R + 128;        // q, dy, k, v, S, dP, dS, dQ, lse, D
+};
 
-// offset in the tokens layout of element idx of the heads layout (idx < nmat*B*NH*T*hs)
-__device__ __forceinline__ size_t attention_token_offset(size_t idx, int B, int T, int NH, int hs, int nmat) {
-    int d = (int)(idx % hs);
-    size_t r = idx / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    r /= NH;
-    int b = (int)(r % B);
-    int m = (int)(r / B);
-    size_t C = (size_t)NH * hs;
-    return ((size_t)b * T + t) * nmat * C + m * C + (size_t)h * hs + d;
+// the next buffer of `bytes` from the shared memory cursor p (every buffer starts 128-byte aligned)
+template <class T>
+__device__ __forceinline__ T* attention_carve(char*& p, size_t bytes) {
+    T* r = (T*)p;
+    p += (bytes + 127) / 128 * 128;
+    return r;
 }
 
-template <int VEC>
-__device__ __forceinline__ void attention_copy(floatX* dst, const floatX* src) {
-    if constexpr (VEC == x128::size) {
-        store128(dst, load128(src));
-    } else {
-        for (int k = 0; k < VEC; k++) dst[k] = src[k];
-    }
-}
-
-// tokens (B,T,nmat*C) -> heads nmat x (B,NH,T,hs)
-template <int VEC>
-__global__ void attention_permute_kernel(floatX* heads /*(nmat,B,NH,T,hs)*/, const floatX* tokens /*(B,T,nmat*C)*/,
-                                         int B, int T, int NH, int hs, int nmat) {
-    size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
-    if (idx >= (size_t)nmat * B * NH * T * hs) return;
-    attention_copy<VEC>(heads + idx, tokens + attention_token_offset(idx, B, T, NH, hs, nmat));
-}
-
-// heads nmat x (B,NH,T,hs) -> tokens (B,T,nmat*C)
-template <int VEC>
-__global__ void attention_unpermute_kernel(floatX* tokens /*(B,T,nmat*C)*/, const floatX* heads /*(nmat,B,NH,T,hs)*/,
-                                           int B, int T, int NH, int hs, int nmat) {
-    size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
-    if (idx >= (size_t)nmat * B * NH * T * hs) return;
-    attention_copy<VEC>(tokens + attention_token_offset(idx, B, T, NH, hs, nmat), heads + idx);
-}
-
-// 2. the causal softmax and its backward: one warp per row (b,h,t) of a (B,NH,T,T) tensor, FP32 math
-// whatever floatX is. Lane l handles the chunks l, l+32, ... of VEC columns (VEC = x128::size when T
-// is a multiple of it: one 128-bit access per chunk; else 1). Only columns 0..t are read; columns
-// t+1..T-1 are written with 0 and never read (the chunked products leave some of them unwritten).
-// A block of ATTENTION_SOFTMAX_WARPS warps takes that many consecutive rows t of one head; blocks
-// run from the last (longest) rows to the first, heads innermost, so the long rows start early and
-// the short ones fill the tail of the grid.
-#define ATTENTION_SOFTMAX_WARPS 8
-
-template <int VEC>
-__device__ __forceinline__ void attention_load(float (&x)[VEC], const floatX* p) {
-    if constexpr (VEC == x128::size) {
-        x128 v = load128(p);
-        for (int k = 0; k < VEC; k++) x[k] = (float)v[k];
-    } else {
-        for (int k = 0; k < VEC; k++) x[k] = (float)p[k];
-    }
-}
-
-template <int VEC>
-__device__ __forceinline__ void attention_store(floatX* p, const float (&x)[VEC]) {
-    if constexpr (VEC == x128::size) {
-        x128 v;
-        for (int k = 0; k < VEC; k++) v[k] = (floatX)x[k];
-        store128(p, v);
-    } else {
-        for (int k = 0; k < VEC; k++) p[k] = (floatX)x[k];
-    }
-}
-
-// the row this warp owns: its (b,h) index and t; false if t is past the end (last block of a head)
-__device__ __forceinline__ bool attention_softmax_row(int BNH, int T, int* bh, int* t) {
-    int groups = (T + ATTENTION_SOFTMAX_WARPS - 1) / ATTENTION_SOFTMAX_WARPS;
-    int group = groups - 1 - (int)(blockIdx.x / BNH);
-    *bh = (int)(blockIdx.x % BNH);
-    *t = group * ATTENTION_SOFTMAX_WARPS + (int)(threadIdx.x / 32);
-    return *t < T;
-}
-
-// att (B,NH,T,T): in: preatt = q k^T (unscaled) on and below the diagonal; out: the probabilities
-// softmax_{t2 <= t}(scale * preatt[t, t2]) on and below, exactly 0 above.
-// One pass with an online max: each lane keeps a running max m and a sum s of exp(x - m) over its
-// columns, rescaling s when m grows (once per chunk); the lanes' (m, s) are then merged.
-template <int VEC>
-__global__ void attention_softmax_forward_kernel(floatX* att /*(B,NH,T,T)*/, int BNH, int T, float scale) {
-    int bh, t;
-    if (!attention_softmax_row(BNH, T, &bh, &t)) return;
-    int lane = threadIdx.x % 32;
-    floatX* row = att + ((size_t)bh * T + t) * T;
-    int nvalid = t / VEC + 1;  // chunks holding columns 0..t
-    float m = -FLT_MAX, s = 0.0f;
-    for (int c = lane; c < nvalid; c += 32) {
-        float x[VEC];
-        attention_load<VEC>(x, row + c * VEC);
-        float cmax = -FLT_MAX;
-        for (int k = 0; k < VEC; k++) {
-            x[k] = c * VEC + k <= t ? x[k] * scale : -FLT_MAX;
-            cmax = fmaxf(cmax, x[k]);
+// rows [r0, r0 + BR) of one head's q, k, v or dy (position t at src + t * stride, hs elements) into a
+// (BR, LDX) tile, zeros past T and past hs. The whole block calls it. vec: 128-bit copies (hs a
+// multiple of x128::size and src 16-byte aligned, checked by the launcher).
+template <int HD>
+__device__ __forceinline__ void attention_load_tile(floatX* dst, const floatX* src, size_t stride, int r0, int T,
+                                                    int hs, int vec) {
+    typedef AttentionTile<HD> F;
+    if (vec) {
+        const int V = x128::size, CH = HD / V;  // chunks per row
+        for (int e = threadIdx.x; e < F::BR * CH; e += blockDim.x) {
+            int r = e / CH, c = (e % CH) * V, t = r0 + r;
+            x128 x = x128::constant((floatX)0.0f);
+            if (t < T && c < hs) x = load128(src + (size_t)t * stride + c);
+            store128(dst + r * F::LDX + c, x);
         }
-        if (cmax > m) {
-            s *= expf(m - cmax);
-            m = cmax;
+    } else {
+        for (int e = threadIdx.x; e < F::BR * HD; e += blockDim.x) {
+            int r = e / HD, c = e % HD, t = r0 + r;
+            dst[r * F::LDX + c] = (t < T && c < hs) ? src[(size_t)t * stride + c] : (floatX)0.0f;
         }
-        for (int k = 0; k < VEC; k++) s += c * VEC + k <= t ? expf(x[k] - m) : 0.0f;
     }
-    float row_max = warp_reduce_max(m);
-    float sum = warp_reduce_sum(s * expf(m - row_max));  // a lane with no columns has s = 0
-    float inv_sum = 1.0f / sum;
-    for (int c = lane; c < T / VEC; c += 32) {
-        float p[VEC];
-        if (c < nvalid) {
-            attention_load<VEC>(p, row + c * VEC);
-            for (int k = 0; k < VEC; k++) p[k] = c * VEC + k <= t ? expf(p[k] * scale - row_max) * inv_sum : 0.0f;
+}
+
+// One warp: D (16, N) = (acc ? D : 0) + A B, D float row-major (row stride ldd), A (16, K) floatX row-major
+// (lda), B (K, N) floatX: B[k][n] = b[k * ldb + n] (BT false) or b[n * ldb + k] (BT true: the transpose
+// of a row-major (N, K) tile, e.g. K^T from the k tile). N and K multiples of 16. Ends with __syncwarp,
+// so every lane then sees all of D.
+template <int N, int K, bool BT>
+__device__ __forceinline__ void attention_warp_mma(float* d, int ldd, const floatX* a, int lda, const floatX* b, int ldb,
+                                                   bool acc) {
+#if !defined(ENABLE_FP32)
+    using namespace nvcuda;
+    typedef typename std::conditional<BT, wmma::col_major, wmma::row_major>::type BLayout;
+    for (int n = 0; n < N; n += 16) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        if (acc) {
+            wmma::load_matrix_sync(c, d + n, ldd, wmma::mem_row_major);
         } else {
-            for (int k = 0; k < VEC; k++) p[k] = 0.0f;
+            wmma::fill_fragment(c, 0.0f);
         }
-        attention_store<VEC>(row + c * VEC, p);
+        for (int k = 0; k < K; k += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, BLayout> fb;
+            wmma::load_matrix_sync(fa, a + k, lda);
+            wmma::load_matrix_sync(fb, BT ? b + (size_t)n * ldb + k : b + (size_t)k * ldb + n, ldb);
+            wmma::mma_sync(c, fa, fb, c);
+        }
+        wmma::store_matrix_sync(d + n, c, ldd, wmma::mem_row_major);
+    }
+#else
+    for (int e = threadIdx.x % 32; e < 16 * N; e += 32) {
+        int r = e / N, n = e % N;
+        float s = acc ? d[r * ldd + n] : 0.0f;
+        for (int k = 0; k < K; k++) s += (float)a[r * lda + k] * (float)(BT ? b[n * ldb + k] : b[k * ldb + n]);
+        d[r * ldd + n] = s;
+    }
+#endif
+    __syncwarp();
+}
+
+// the (b, h) of this block and its head's pointers
+struct AttentionHead {
+    int b, h, bh;
+    size_t tok;  // offset of (b, t = 0) in the token layout, in rows
+};
+
+__device__ __forceinline__ AttentionHead attention_head(int NH, int T) {
+    AttentionHead r;
+    r.bh = blockIdx.x;
+    r.b = r.bh / NH;
+    r.h = r.bh % NH;
+    r.tok = (size_t)r.b * T;
+    return r;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
+attention_forward_kernel(floatX* out,        // (B,T,C)
+                         float* lse,         // (B,NH,T)
+                         const floatX* inp,  // (B,T,3C)
+                         int T, int C, int NH, float scale, int vec) {
+    typedef AttentionTile<HD> F;
+    const int BR = F::BR;
+    EXTERN_SHARED(char, smem);
+    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    floatX* V = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    float* S = attention_carve<float>(p, F::S);    // (BR, LDS) scores of the current key tile
+    floatX* P = attention_carve<floatX>(p, F::P);  // (BR, LDP) their probabilities, rounded
+    float* O = attention_carve<float>(p, F::O);    // (BR, LDO) unnormalised output
+    float* m = attention_carve<float>(p, F::R);    // (BR) running max of the scaled scores
+    float* l = attention_carve<float>(p, F::R);    // (BR) running sum of e^(score - m)
+    AttentionHead hd = attention_head(NH, T);
+    int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;  // the longest rows first
+    const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    for (int e = threadIdx.x; e < BR * HD; e += blockDim.x) O[(e / HD) * F::LDO + e % HD] = 0.0f;
+    for (int r = threadIdx.x; r < BR; r += blockDim.x) { m[r] = -INFINITY; l[r] = 0.0f; }
+    for (int j = 0; j <= i; j++) {
+        __syncthreads();  // every warp is done with the previous K, V
+        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, j * BR, T, hs, vec);
+        attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, j * BR, T, hs, vec);
+        __syncthreads();
+        attention_warp_mma<BR, HD, true>(S + r0 * F::LDS, F::LDS, Q + r0 * F::LDX, F::LDX, K, F::LDX, false);  // S = Q K^T
+        // the online softmax of the warp's 16 rows. Row t always has key j*BR <= t unmasked (j <= i),
+        // so the new max is finite and the rescale factor e^(m_old - m_new) is 0 on the first tile.
+        for (int r = r0; r < r0 + 16; r++) {
+            int t = q0 + r;
+            float x[BR / 32], mx = -INFINITY;
+            for (int c = 0; c < BR / 32; c++) {
+                int key = j * BR + lane + 32 * c;
+                x[c] = key <= t && key < T ? S[r * F::LDS + lane + 32 * c] * scale : -INFINITY;
+                mx = fmaxf(mx, x[c]);
+            }
+            float m_old = m[r], m_new = fmaxf(m_old, warp_reduce_max(mx)), sum = 0.0f;
+            for (int c = 0; c < BR / 32; c++) {
+                float e = expf(x[c] - m_new);
+                sum += e;
+                P[r * F::LDP + lane + 32 * c] = (floatX)e;
+            }
+            float alpha = expf(m_old - m_new);
+            sum = warp_reduce_sum(sum);  // every lane has read m[r] and l[r] before lane 0 writes them
+            if (lane == 0) { m[r] = m_new; l[r] = l[r] * alpha + sum; }
+            for (int c = lane; c < HD; c += 32) O[r * F::LDO + c] *= alpha;
+        }
+        __syncwarp();
+        attention_warp_mma<HD, BR, false>(O + r0 * F::LDO, F::LDO, P + r0 * F::LDP, F::LDP, V, F::LDX, true);  // O += P V
+    }
+    for (int r = r0; r < r0 + 16; r++) {
+        int t = q0 + r;
+        if (t >= T) break;
+        float inv = 1.0f / l[r];
+        floatX* o = out + (hd.tok + t) * C + hd.h * hs;
+        for (int c = lane; c < hs; c += 32) o[c] = (floatX)(O[r * F::LDO + c] * inv);
+        if (lane == 0) lse[(size_t)hd.bh * T + t] = m[r] + logf(l[r]);
     }
 }
 
-// datt (B,NH,T,T): in: d loss / d att on and below the diagonal; out: d loss / d preatt =
-// scale * att * (datt - sum_t2 att[t2] datt[t2]) on and below, exactly 0 above.
-template <int VEC>
-__global__ void attention_softmax_backward_kernel(floatX* datt /*(B,NH,T,T)*/, const floatX* att /*(B,NH,T,T)*/,
-                                                  int BNH, int T, float scale) {
-    int bh, t;
-    if (!attention_softmax_row(BNH, T, &bh, &t)) return;
-    int lane = threadIdx.x % 32;
-    size_t off = ((size_t)bh * T + t) * T;
-    floatX* drow = datt + off;
-    const floatX* arow = att + off;
-    int nvalid = t / VEC + 1;
-    float dot = 0.0f;
-    for (int c = lane; c < nvalid; c += 32) {
-        float a[VEC], d[VEC];
-        attention_load<VEC>(a, arow + c * VEC);
-        attention_load<VEC>(d, drow + c * VEC);
-        for (int k = 0; k < VEC; k++) dot += c * VEC + k <= t ? a[k] * d[k] : 0.0f;
-    }
-    dot = warp_reduce_sum(dot);
-    for (int c = lane; c < T / VEC; c += 32) {
-        float g[VEC];
-        if (c < nvalid) {
-            float a[VEC];
-            attention_load<VEC>(a, arow + c * VEC);
-            attention_load<VEC>(g, drow + c * VEC);
-            for (int k = 0; k < VEC; k++) g[k] = c * VEC + k <= t ? a[k] * (g[k] - dot) * scale : 0.0f;
-        } else {
-            for (int k = 0; k < VEC; k++) g[k] = 0.0f;
+// D[b,h,t] = sum_c dy[b,t,h,c] out[b,t,h,c] (= sum_t2 p dp, the softmax backward's row dot product):
+// one warp per (b, h, t)
+__global__ void attention_backward_dot_kernel(float* D,             // (B,NH,T)
+                                              const floatX* dout,   // (B,T,C)
+                                              const floatX* out,    // (B,T,C)
+                                              int B, int T, int C, int NH) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b*NH + h)*T + t
+    if (row >= (size_t)B * NH * T) return;
+    int lane = threadIdx.x % 32, hs = C / NH, t = (int)(row % T), bh = (int)(row / T);
+    size_t o = ((size_t)(bh / NH) * T + t) * C + (size_t)(bh % NH) * hs;
+    float s = 0.0f;
+    for (int c = lane; c < hs; c += 32) s += (float)dout[o + c] * (float)out[o + c];
+    s = warp_reduce_sum(s);
+    if (lane == 0) D[row] = s;
+}
+
+// dk and dv of key tile j = blockIdx.y, over the query tiles i >= j
+template <int HD>
+__global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
+attention_backward_dkdv_kernel(floatX* dinp,        // (B,T,3C): its k and v parts written
+                               const floatX* dout,  // (B,T,C)
+                               const floatX* inp,   // (B,T,3C)
+                               const float* lse,    // (B,NH,T)
+                               const float* D,      // (B,NH,T)
+                               int T, int C, int NH, float scale, int vec) {
+    typedef AttentionTile<HD> F;
+    const int BR = F::BR;
+    EXTERN_SHARED(char, smem);
+    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    floatX* K = attention_carve<floatX>(p, F::X);    // (BR, LDX) this block's keys
+    floatX* V = attention_carve<floatX>(p, F::X);    // (BR, LDX)
+    floatX* Q = attention_carve<floatX>(p, F::X);    // (BR, LDX) the current query tile
+    floatX* dY = attention_carve<floatX>(p, F::X);   // (BR, LDX)
+    float* Pt = attention_carve<float>(p, F::S);     // (BR, LDS) P^T (keys x queries)
+    float* dPt = attention_carve<float>(p, F::S);    // (BR, LDS) dP^T
+    floatX* Ptx = attention_carve<floatX>(p, F::P);  // (BR, LDP) P^T rounded
+    floatX* dSt = attention_carve<floatX>(p, F::P);  // (BR, LDP) dS^T rounded
+    float* dK = attention_carve<float>(p, F::O);     // (BR, LDO)
+    float* dV = attention_carve<float>(p, F::O);     // (BR, LDO)
+    float* L = attention_carve<float>(p, F::R);      // (BR) lse of the query tile
+    float* Dq = attention_carve<float>(p, F::R);     // (BR) D of the query tile
+    AttentionHead hd = attention_head(NH, T);
+    int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    int j = blockIdx.y, k0 = j * BR, ntiles = (int)gridDim.y;  // key tile j has ntiles - j query tiles: first blocks longest
+    const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
+    const floatX* dy = dout + hd.tok * C + hd.h * hs;
+    attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
+    attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
+    for (int e = threadIdx.x; e < BR * HD; e += blockDim.x) dK[(e / HD) * F::LDO + e % HD] = dV[(e / HD) * F::LDO + e % HD] = 0.0f;
+    for (int i = j; i < ntiles; i++) {
+        int q0 = i * BR;
+        __syncthreads();  // every warp is done with the previous Q, dY, L, D
+        attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+        attention_load_tile<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
+        for (int r = threadIdx.x; r < BR; r += blockDim.x) {
+            L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
+            Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
         }
-        attention_store<VEC>(drow + c * VEC, g);
+        __syncthreads();
+        attention_warp_mma<BR, HD, true>(Pt + r0 * F::LDS, F::LDS, K + r0 * F::LDX, F::LDX, Q, F::LDX, false);  // S^T = K Q^T
+        for (int e = lane; e < 16 * BR; e += 32) {  // P^T = e^(scale S^T - lse), 0 where the query is before the key or past T
+            int r = r0 + e / BR, c = e % BR, key = k0 + r, t = q0 + c;
+            float pv = t >= key && t < T && key < T ? expf(Pt[r * F::LDS + c] * scale - L[c]) : 0.0f;
+            Pt[r * F::LDS + c] = pv;
+            Ptx[r * F::LDP + c] = (floatX)pv;
+        }
+        __syncwarp();
+        attention_warp_mma<HD, BR, false>(dV + r0 * F::LDO, F::LDO, Ptx + r0 * F::LDP, F::LDP, dY, F::LDX, true);  // dV += P^T dY
+        attention_warp_mma<BR, HD, true>(dPt + r0 * F::LDS, F::LDS, V + r0 * F::LDX, F::LDX, dY, F::LDX, false);  // dP^T = V dY^T
+        for (int e = lane; e < 16 * BR; e += 32) {  // dS^T = P^T (dP^T - D)
+            int r = r0 + e / BR, c = e % BR;
+            dSt[r * F::LDP + c] = (floatX)(Pt[r * F::LDS + c] * (dPt[r * F::LDS + c] - Dq[c]));
+        }
+        __syncwarp();
+        attention_warp_mma<HD, BR, false>(dK + r0 * F::LDO, F::LDO, dSt + r0 * F::LDP, F::LDP, Q, F::LDX, true);  // dK += dS^T Q
+    }
+    for (int r = r0; r < r0 + 16; r++) {
+        int key = k0 + r;
+        if (key >= T) break;
+        floatX* d = dinp + (hd.tok + key) * 3 * C + hd.h * hs;
+        for (int c = lane; c < hs; c += 32) {
+            d[C + c] = (floatX)(dK[r * F::LDO + c] * scale);
+            d[2 * C + c] = (floatX)dV[r * F::LDO + c];
+        }
     }
 }
 
-// 4. decode: one query against the KV cache, one block per head. Pass 1: thread i scores positions
+// dq of query tile i, over the key tiles j <= i
+template <int HD>
+__global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
+attention_backward_dq_kernel(floatX* dinp,        // (B,T,3C): its q part written
+                             const floatX* dout,  // (B,T,C)
+                             const floatX* inp,   // (B,T,3C)
+                             const float* lse,    // (B,NH,T)
+                             const float* D,      // (B,NH,T)
+                             int T, int C, int NH, float scale, int vec) {
+    typedef AttentionTile<HD> F;
+    const int BR = F::BR;
+    EXTERN_SHARED(char, smem);
+    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX)
+    floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current key tile
+    floatX* V = attention_carve<floatX>(p, F::X);   // (BR, LDX)
+    float* S = attention_carve<float>(p, F::S);     // (BR, LDS)
+    float* dP = attention_carve<float>(p, F::S);    // (BR, LDS)
+    floatX* dS = attention_carve<floatX>(p, F::P);  // (BR, LDP) rounded
+    float* dQ = attention_carve<float>(p, F::O);    // (BR, LDO)
+    float* L = attention_carve<float>(p, F::R);     // (BR)
+    float* Dq = attention_carve<float>(p, F::R);    // (BR)
+    AttentionHead hd = attention_head(NH, T);
+    int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;
+    const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    attention_load_tile<HD>(dY, dout + hd.tok * C + hd.h * hs, (size_t)C, q0, T, hs, vec);
+    for (int e = threadIdx.x; e < BR * HD; e += blockDim.x) dQ[(e / HD) * F::LDO + e % HD] = 0.0f;
+    for (int r = threadIdx.x; r < BR; r += blockDim.x) {
+        L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
+        Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
+    }
+    for (int j = 0; j <= i; j++) {
+        int k0 = j * BR;
+        __syncthreads();  // every warp is done with the previous K, V (the first time: Q, dY, L, D loaded)
+        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
+        attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
+        __syncthreads();
+        attention_warp_mma<BR, HD, true>(S + r0 * F::LDS, F::LDS, Q + r0 * F::LDX, F::LDX, K, F::LDX, false);    // S = Q K^T
+        attention_warp_mma<BR, HD, true>(dP + r0 * F::LDS, F::LDS, dY + r0 * F::LDX, F::LDX, V, F::LDX, false);  // dP = dY V^T
+        for (int e = lane; e < 16 * BR; e += 32) {  // dS = P (dP - D), P = e^(scale S - lse) recomputed
+            int r = r0 + e / BR, c = e % BR, t = q0 + r, key = k0 + c;
+            float pv = key <= t && key < T && t < T ? expf(S[r * F::LDS + c] * scale - L[r]) : 0.0f;
+            dS[r * F::LDP + c] = (floatX)(pv * (dP[r * F::LDS + c] - Dq[r]));
+        }
+        __syncwarp();
+        attention_warp_mma<HD, BR, false>(dQ + r0 * F::LDO, F::LDO, dS + r0 * F::LDP, F::LDP, K, F::LDX, true);  // dQ += dS K
+    }
+    for (int r = r0; r < r0 + 16; r++) {
+        int t = q0 + r;
+        if (t >= T) break;
+        floatX* d = dinp + (hd.tok + t) * 3 * C + hd.h * hs;
+        for (int c = lane; c < hs; c += 32) d[c] = (floatX)(dQ[r * F::LDO + c] * scale);
+    }
+}
+
+// decode: one query against the KV cache, one block per head. Pass 1: thread i scores positions
 // i, i + blockDim, ... into the FP32 scratch and keeps its max; a block max; pass 2: e^(s - max)
 // in place and a block sum; pass 3: thread d of the head sums p_t v[t, d] over the positions.
 // Reads the head's slice of the cache twice (keys, then values), 2 * len * hs floatX.
@@ -375,178 +568,90 @@ __global__ void attention_decode_kernel(floatX* out,           // (C)
     }
 }
 
-// ----------------------------------------------------------------------------
-// kernel launchers
-
-
-// one relayout between tokens (B,T,nmat*C) and heads nmat x (B,NH,T,hs), either way: the 128-bit
-// kernel when a head's row and both pointers allow it, else the scalar one
-typedef void (*AttentionRelayoutKernel)(floatX*, const floatX*, int, int, int, int, int);
-static void attention_relayout(AttentionRelayoutKernel vec_kernel, AttentionRelayoutKernel scalar_kernel, floatX* dst,
-                               const floatX* src, int B, int T, int NH, int hs, int nmat, cudaStream_t stream) {
-    size_t n = (size_t)nmat * B * NH * T * hs;
-    if (n == 0) return;
-    const int threads = 256, V = x128::size;
-    if (hs % V == 0 && is_aligned16(dst) && is_aligned16(src)) {
-        LAUNCH(vec_kernel, dim3((unsigned)ceil_div_sz(n / V, threads)), dim3(threads), 0, stream, dst, src, B, T, NH, hs, nmat);
-    } else {
-        LAUNCH(scalar_kernel, dim3((unsigned)ceil_div_sz(n, threads)), dim3(threads), 0, stream, dst, src, B, T, NH, hs, nmat);
-    }
-}
-
-// tokens (B,T,nmat*C) -> heads nmat x (B,NH,T,hs)
-static void attention_to_heads(floatX* heads, const floatX* tokens, int B, int T, int NH, int hs, int nmat,
-                               cudaStream_t stream) {
-    attention_relayout(attention_permute_kernel<x128::size>, attention_permute_kernel<1>, heads, tokens, B, T, NH, hs,
-                       nmat, stream);
-}
-
-// heads nmat x (B,NH,T,hs) -> tokens (B,T,nmat*C)
-static void attention_to_tokens(floatX* tokens, const floatX* heads, int B, int T, int NH, int hs, int nmat,
-                                cudaStream_t stream) {
-    attention_relayout(attention_unpermute_kernel<x128::size>, attention_unpermute_kernel<1>, tokens, heads, B, T, NH,
-                       hs, nmat, stream);
-}
-
-static void attention_softmax_forward(floatX* att /*(B,NH,T,T)*/, int BNH, int T, float scale, cudaStream_t stream) {
-    if (BNH == 0 || T == 0) return;
-    dim3 grid((unsigned)(ceil_div(T, ATTENTION_SOFTMAX_WARPS) * BNH)), block(32 * ATTENTION_SOFTMAX_WARPS);
-    if (T % x128::size == 0 && is_aligned16(att)) {
-        LAUNCH(attention_softmax_forward_kernel<x128::size>, grid, block, 0, stream, att, BNH, T, scale);
-    } else {
-        LAUNCH(attention_softmax_forward_kernel<1>, grid, block, 0, stream, att, BNH, T, scale);
-    }
-}
-
-static void attention_softmax_backward(floatX* datt /*(B,NH,T,T)*/, const floatX* att /*(B,NH,T,T)*/, int BNH, int T,
-                                       float scale, cudaStream_t stream) {
-    if (BNH == 0 || T == 0) return;
-    dim3 grid((unsigned)(ceil_div(T, ATTENTION_SOFTMAX_WARPS) * BNH)), block(32 * ATTENTION_SOFTMAX_WARPS);
-    if (T % x128::size == 0 && is_aligned16(datt) && is_aligned16(att)) {
-        LAUNCH(attention_softmax_backward_kernel<x128::size>, grid, block, 0, stream, datt, att, BNH, T, scale);
-    } else {
-        LAUNCH(attention_softmax_backward_kernel<1>, grid, block, 0, stream, datt, att, BNH, T, scale);
-    }
-}
-
-// Rows per chunk of the causal products. Query rows [r0,r1) only see keys [0,r1), so chunk i of n
-// computes (r1-r0) x r1 of the T x T scores instead of T x T: (n+1)/(2n) of the work in total. More
-// chunks skip more but make smaller products, each one more cuBLASLt call: 4 chunks from T = 1024,
-// 2 from T = 512, none below. Chunk boundaries are multiples of 8 rows, so every chunk's pointers
-// stay 16-byte aligned. llm_ctx.attention_chunk_rows > 0 forces that many rows per chunk (tests).
-
-static int attention_chunk_rows(int T) {
-    if (llm_ctx.attention_chunk_rows > 0) return llm_ctx.attention_chunk_rows;
-    int n = T >= 1024 ? 4 : (T >= 512 ? 2 : 1);
-    return n == 1 ? T : ceil_div(ceil_div(T, n), 8) * 8;
-}
-
-// calls f(r0, r1) for each chunk [r0, r1) of the T query rows
-template <class F>
-static void attention_for_chunks(int T, F f) {
-    int R = attention_chunk_rows(T);
-    for (int r0 = 0; r0 < T; r0 += R) f(r0, r0 + R < T ? r0 + R : T);
-}
-
 #endif  // LLM_HAS_KERNELS
 
 // ----------------------------------------------------------------------------
 // launchers
-// qkvr (B,T,3C) is scratch for the permuted q,k,v of the CUDA path (kept for the backward);
-// att (B,NH,T,T) keeps the softmax probabilities for the backward.
 
-// scratch (B,T,C) is free for the kernels' use during the forward (e.g. the (B,NH,T,hs) output of AV)
+#if LLM_HAS_KERNELS
+// calls f(AttentionTile<HD>()) with HD the head size hs rounded up to 16, 32, 64 or 128
+template <class Fn>
+static void attention_for_head_size(int hs, Fn f) {
+    if (hs <= 16) f(AttentionTile<16>());
+    else if (hs <= 32) f(AttentionTile<32>());
+    else if (hs <= 64) f(AttentionTile<64>());
+    else if (hs <= 128) f(AttentionTile<128>());
+    else fatal("attention: the fused kernels take head sizes up to 128 (C/NH), found %d", hs);
+}
+
+// 128-bit tile loads: every row of q, k, v, dy starts on 16 bytes and holds whole chunks
+static int attention_vec(int hs, const void* a, const void* b) {
+    return hs % x128::size == 0 && is_aligned16(a) && is_aligned16(b);
+}
+
+// launch `kernel` over (B*NH, T/BR tiles) with `smem` bytes of dynamic shared memory (over the 48 KiB default:
+// opted in per kernel)
+template <class K, class... Args>
+static void attention_launch(K kernel, int warps, size_t smem, int BNH, int tiles, cudaStream_t stream, Args... args) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LAUNCH(kernel, dim3((unsigned)BNH, (unsigned)tiles), dim3(32 * warps), smem, stream, args...);
+}
+#endif
+
 static void attention_forward(floatX* out,        // (B,T,C)
-                              floatX* qkvr,       // (B,T,3C)
-                              floatX* att,        // (B,NH,T,T)
-                              floatX* scratch,    // (B,T,C)
+                              float* lse,         // (B,NH,T) kept for the backward
                               const floatX* inp,  // (B,T,3C)
                               int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
-    (void)qkvr; (void)scratch; (void)stream;
+    (void)stream;
 #if defined(LLM_FLOATX_IS_FLOAT)
-    attention_forward_cpu(out, att, inp, B, T, C, NH);
+    attention_forward_cpu(out, lse, inp, B, T, C, NH);
 #else
-    attention_forward_x16_cpu(out, att, inp, B, T, C, NH);  // the kernels' rounding points
+    attention_forward_x16_cpu(out, lse, inp, B, T, C, NH);  // the kernels' rounding points
 #endif
 #else
-    // q, k, v: (B,NH,T,hs) each, one after the other in qkvr; y: (B,NH,T,hs) in scratch
-    int hs = C / NH, BNH = B * NH;
+    if (B == 0 || T == 0) return;
+    int hs = C / NH, vec = attention_vec(hs, inp, out);
     float scale = 1.0f / sqrtf((float)hs);
-    size_t BTC = (size_t)B * T * C, sTh = (size_t)T * hs, sTT = (size_t)T * T;
-    floatX* q = qkvr;
-    floatX* k = qkvr + BTC;
-    floatX* v = qkvr + 2 * BTC;
-    floatX* y = scratch;
-    attention_to_heads(qkvr, inp, B, T, NH, hs, 3, stream);
-    // preatt[r0:r1, 0:r1] (in att) = q[r0:r1] @ k[0:r1]^T, per (b,h); the rest of att is left alone
-    attention_for_chunks(T, [&](int r0, int r1) {
-        matmul_batched(att + (size_t)r0 * T, q + (size_t)r0 * hs, k, NULL, NULL, r1 - r0, r1, hs, false, true,
-                       hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
+    attention_for_head_size(hs, [&](auto tile) {
+        typedef decltype(tile) F;
+                attention_launch(attention_forward_kernel<F::HDIM>, F::WARPS, F::FORWARD, B * NH, ceil_div(T, F::BR), stream, out, lse,
+                         inp, T, C, NH, scale, vec);
     });
-    attention_softmax_forward(att, BNH, T, scale, stream);
-    // y[r0:r1] = att[r0:r1, 0:r1] @ v[0:r1] (att is 0 past the diagonal, so the sum stops at r1)
-    attention_for_chunks(T, [&](int r0, int r1) {
-        matmul_batched(y + (size_t)r0 * hs, att + (size_t)r0 * T, v, NULL, NULL, r1 - r0, hs, r1, false, false,
-                       T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
-    });
-    attention_to_tokens(out, y, B, T, NH, hs, 1, stream);
 #endif
 }
 
-// dinp is overwritten; dqkvr (B,T,3C), datt (B,NH,T,T) and scratch (B,T,C) are scratch buffers
+// dinp is overwritten. scratch: (B,NH,T) floats for the kernels' row dot products D
 static void attention_backward(floatX* dinp,        // (B,T,3C)
-                               floatX* dqkvr,       // (B,T,3C)
-                               floatX* datt,        // (B,NH,T,T)
-                               floatX* scratch,     // (B,T,C)
+                               float* scratch,      // (B,NH,T)
                                const floatX* dout,  // (B,T,C)
                                const floatX* inp,   // (B,T,3C) the forward's input
-                               const floatX* qkvr,  // (B,T,3C) the forward's permuted q,k,v
-                               const floatX* att,   // (B,NH,T,T)
+                               const floatX* out,   // (B,T,C) the forward's output
+                               const float* lse,    // (B,NH,T) the forward's log-sum-exp
                                int B, int T, int C, int NH, cudaStream_t stream) {
 #if LLM_BUILD_CPU
-    (void)dqkvr; (void)scratch; (void)qkvr; (void)stream;
+    (void)scratch; (void)stream;
 #if defined(LLM_FLOATX_IS_FLOAT)
-    (void)datt;
-    attention_backward_cpu(dinp, dout, inp, att, B, T, C, NH);
+    (void)out; (void)lse;
+    attention_backward_cpu(dinp, dout, inp, B, T, C, NH);
 #else
-    attention_backward_x16_cpu(dinp, datt, dout, inp, att, B, T, C, NH);  // the kernels' rounding points
+    attention_backward_x16_cpu(dinp, dout, inp, out, lse, B, T, C, NH);  // the kernels' rounding points
 #endif
 #else
-    // q, k, v and their gradients dq, dk, dv: (B,NH,T,hs) each, in qkvr and dqkvr; dy: (B,NH,T,hs)
-    // in scratch. (inp is not needed: qkvr holds the same values, permuted.)
-    (void)inp;
-    int hs = C / NH, BNH = B * NH;
+    if (B == 0 || T == 0) return;
+    int hs = C / NH, vec = attention_vec(hs, inp, dout) && is_aligned16(dinp);
     float scale = 1.0f / sqrtf((float)hs);
-    size_t BTC = (size_t)B * T * C, sTh = (size_t)T * hs, sTT = (size_t)T * T;
-    const floatX* q = qkvr;
-    const floatX* k = qkvr + BTC;
-    const floatX* v = qkvr + 2 * BTC;
-    floatX* dq = dqkvr;
-    floatX* dk = dqkvr + BTC;
-    floatX* dv = dqkvr + 2 * BTC;
-    floatX* dy = scratch;
-    attention_to_heads(dy, dout, B, T, NH, hs, 1, stream);
-    attention_for_chunks(T, [&](int r0, int r1) {
-        // datt[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T
-        matmul_batched(datt + (size_t)r0 * T, dy + (size_t)r0 * hs, v, NULL, NULL, r1 - r0, r1, hs, false, true,
-                       hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
-        // dv[r0:r1] = att[r0:T, r0:r1]^T @ dy[r0:T] (queries before r0 give these keys weight 0)
-        matmul_batched(dv + (size_t)r0 * hs, att + (size_t)r0 * T + r0, dy + (size_t)r0 * hs, NULL, NULL,
-                       r1 - r0, hs, T - r0, true, false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f,
-                       MATMUL_EPILOGUE_NONE, stream);
+    size_t rows = (size_t)B * NH * T;
+    LAUNCH(attention_backward_dot_kernel, dim3((unsigned)ceil_div_sz(rows, 8)), dim3(256), 0, stream, scratch, dout, out, B,
+           T, C, NH);
+    attention_for_head_size(hs, [&](auto tile) {
+        typedef decltype(tile) F;
+                int tiles = ceil_div(T, F::BR);
+        attention_launch(attention_backward_dkdv_kernel<F::HDIM>, F::WARPS, F::DKDV, B * NH, tiles, stream, dinp, dout, inp, lse,
+                         (const float*)scratch, T, C, NH, scale, vec);
+        attention_launch(attention_backward_dq_kernel<F::HDIM>, F::WARPS, F::DQ, B * NH, tiles, stream, dinp, dout, inp, lse,
+                         (const float*)scratch, T, C, NH, scale, vec);
     });
-    attention_softmax_backward(datt, att, BNH, T, scale, stream);  // datt now holds dpreatt
-    attention_for_chunks(T, [&](int r0, int r1) {
-        // dq[r0:r1] = dpreatt[r0:r1, 0:r1] @ k[0:r1]
-        matmul_batched(dq + (size_t)r0 * hs, datt + (size_t)r0 * T, k, NULL, NULL, r1 - r0, hs, r1, false, false,
-                       T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
-        // dk[r0:r1] = dpreatt[r0:T, r0:r1]^T @ q[r0:T]
-        matmul_batched(dk + (size_t)r0 * hs, datt + (size_t)r0 * T + r0, q + (size_t)r0 * hs, NULL, NULL,
-                       r1 - r0, hs, T - r0, true, false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f,
-                       MATMUL_EPILOGUE_NONE, stream);
-    });
-    attention_to_tokens(dinp, dqkvr, B, T, NH, hs, 3, stream);
 #endif
 }
 

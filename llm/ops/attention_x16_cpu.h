@@ -8,11 +8,14 @@
 #include <math.h>
 #include "../core/common.h"  // mallocCheck
 
-// The CPU build with 16-bit floatX: the same math with the CUDA path's rounding points (attention_forward
-// / attention_backward in llm/ops/attention.cuh): preatt = q k^T, the probabilities, y = att v, then in the backward datt,
-// dv, dpreatt, dq and dk, each summed in FP32 and rounded once to T, so that CPU BF16 and the kernels
-// round the same intermediates. att (B,NH,T,T) keeps the probabilities; datt (B,NH,T,T) is scratch.
-// Each (b,h) first copies its head's q, k, v (and dy) into FP32 rows (exact), so the loops run on floats.
+// The CPU build with 16-bit floatX: the same math with the fused kernels' rounding points
+// (attention.cuh, "CUDA kernels"): the scores q.k and the probabilities stay in FP32, the
+// probabilities are rounded to Tx where they enter a product with v (forward) or dy (backward),
+// dS = P (dP - D) is rounded to Tx where it enters the products with k and q, and each output (out,
+// dq, dk, dv) is summed in FP32 and rounded once. What the kernels do in tiles (the online softmax's
+// rescaling, block by block) happens here row by row with the row's true max, so CPU BF16 and the
+// kernels agree to within those rescalings, not bit for bit. lse (B,NH,T) as the kernels keep it.
+// Each (b,h) first copies its head's q, k, v (and dy, out) into FP32 rows (exact), so the loops run on floats.
 template <class Tx>
 static void attention_head_to_f32(float* dst /*(T,hs)*/, const Tx* src, size_t row_stride, int T, int hs) {
     for (int t = 0; t < T; t++)
@@ -31,7 +34,7 @@ static void attention_qkv_to_f32(float* q /*(T,hs)*/, float* k /*(T,hs)*/, float
 }
 
 template <class Tx>
-static void attention_forward_x16_cpu(Tx* out /*(B,T,C)*/, Tx* att /*(B,NH,T,T)*/, const Tx* inp /*(B,T,3C)*/,
+static void attention_forward_x16_cpu(Tx* out /*(B,T,C)*/, float* lse /*(B,NH,T)*/, const Tx* inp /*(B,T,3C)*/,
                                       int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
@@ -44,24 +47,23 @@ static void attention_forward_x16_cpu(Tx* out /*(B,T,C)*/, Tx* att /*(B,NH,T,T)*
             for (int h = 0; h < NH; h++) {
                 attention_qkv_to_f32(q, k, v, inp, b, h, T, C, NH);
                 for (int t = 0; t < T; t++) {
-                    Tx* a = att + (((size_t)b * NH + h) * T + t) * T;
                     float maxv = -FLT_MAX, sum = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {  // preatt, unscaled, rounded
+                    for (int t2 = 0; t2 <= t; t2++) {  // scaled scores, FP32
                         float s = 0.0f;
                         for (int i = 0; i < hs; i++) s += q[(size_t)t * hs + i] * k[(size_t)t2 * hs + i];
-                        p[t2] = (float)Tx(s);
-                        maxv = fmaxf(maxv, p[t2] * scale);
+                        p[t2] = s * scale;
+                        maxv = fmaxf(maxv, p[t2]);
                     }
-                    for (int t2 = 0; t2 <= t; t2++) sum += expf(p[t2] * scale - maxv);
-                    float inv = 1.0f / sum;
-                    for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(p[t2] * scale - maxv) * inv; p[t2] = (float)a[t2]; }
-                    for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) { p[t2] = expf(p[t2] - maxv); sum += p[t2]; }
                     for (int i = 0; i < hs; i++) y[i] = 0.0f;
                     for (int t2 = 0; t2 <= t; t2++) {
-                        for (int i = 0; i < hs; i++) y[i] += p[t2] * v[(size_t)t2 * hs + i];
+                        float pr = (float)Tx(p[t2]);  // rounded where it meets v
+                        for (int i = 0; i < hs; i++) y[i] += pr * v[(size_t)t2 * hs + i];
                     }
+                    float inv = 1.0f / sum;
                     Tx* o = out + ((size_t)b * T + t) * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] = y[i];
+                    for (int i = 0; i < hs; i++) o[i] = y[i] * inv;
+                    lse[((size_t)b * NH + h) * T + t] = maxv + logf(sum);
                 }
             }
         }
@@ -70,67 +72,63 @@ static void attention_forward_x16_cpu(Tx* out /*(B,T,C)*/, Tx* att /*(B,NH,T,T)*
 }
 
 template <class Tx>
-static void attention_backward_x16_cpu(Tx* dinp /*(B,T,3C)*/, Tx* datt /*(B,NH,T,T)*/, const Tx* dout /*(B,T,C)*/,
-                                       const Tx* inp /*(B,T,3C)*/, const Tx* att /*(B,NH,T,T)*/, int B, int T, int C, int NH) {
+static void attention_backward_x16_cpu(Tx* dinp /*(B,T,3C)*/, const Tx* dout /*(B,T,C)*/, const Tx* inp /*(B,T,3C)*/,
+                                       const Tx* out /*(B,T,C)*/, const float* lse /*(B,NH,T)*/, int B, int T, int C,
+                                       int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
     {
         size_t Th = (size_t)T * hs;
-        float* buf = (float*)mallocCheck((4 * Th + 2 * (size_t)T * T + hs) * sizeof(float));
-        float *q = buf, *k = q + Th, *v = k + Th, *dy = v + Th, *A = dy + Th, *D = A + (size_t)T * T, *acc = D + (size_t)T * T;
+        float* buf = (float*)mallocCheck((5 * Th + 2 * (size_t)T * T + hs) * sizeof(float));
+        float *q = buf, *k = q + Th, *v = k + Th, *dy = v + Th, *o = dy + Th, *P = o + Th, *dS = P + (size_t)T * T;
+        float* acc = dS + (size_t)T * T;
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
                 attention_qkv_to_f32(q, k, v, inp, b, h, T, C, NH);
                 attention_head_to_f32(dy, dout + (size_t)b * T * C + h * hs, (size_t)C, T, hs);
-                attention_head_to_f32(A, att + ((size_t)b * NH + h) * T * T, (size_t)T, T, T);
-                Tx* Dx = datt + ((size_t)b * NH + h) * T * T;
+                attention_head_to_f32(o, out + (size_t)b * T * C + h * hs, (size_t)C, T, hs);
+                const float* L = lse + ((size_t)b * NH + h) * T;
                 Tx* dx = dinp + (size_t)b * T * 3 * C + h * hs;  // row t, part j (q, k, v): dx + t*3C + j*C
-                // datt = dy v^T (rounded)
+                // P = e^(scale q.k - lse) recomputed; dS = P (dy.v - D) with D = dy.out, rounded
                 for (int t = 0; t < T; t++) {
+                    float D = 0.0f;
+                    for (int i = 0; i < hs; i++) D += dy[(size_t)t * hs + i] * o[(size_t)t * hs + i];
                     for (int t2 = 0; t2 <= t; t2++) {
-                        float s = 0.0f;
-                        for (int i = 0; i < hs; i++) s += dy[(size_t)t * hs + i] * v[(size_t)t2 * hs + i];
-                        Dx[(size_t)t * T + t2] = s;
-                        D[(size_t)t * T + t2] = (float)Dx[(size_t)t * T + t2];
+                        float s = 0.0f, dp = 0.0f;
+                        for (int i = 0; i < hs; i++) {
+                            s += q[(size_t)t * hs + i] * k[(size_t)t2 * hs + i];
+                            dp += dy[(size_t)t * hs + i] * v[(size_t)t2 * hs + i];
+                        }
+                        float pv = expf(s * scale - L[t]);
+                        P[(size_t)t * T + t2] = (float)Tx(pv);
+                        dS[(size_t)t * T + t2] = (float)Tx(pv * (dp - D));
                     }
                 }
-                // dv = att^T dy (rounded)
+                // dv = P^T dy, dk = scale dS^T q (rounded)
                 for (int t2 = 0; t2 < T; t2++) {
                     for (int i = 0; i < hs; i++) acc[i] = 0.0f;
                     for (int t = t2; t < T; t++) {
-                        float a = A[(size_t)t * T + t2];
+                        float a = P[(size_t)t * T + t2];
                         for (int i = 0; i < hs; i++) acc[i] += a * dy[(size_t)t * hs + i];
                     }
                     for (int i = 0; i < hs; i++) dx[(size_t)t2 * 3 * C + 2 * C + i] = acc[i];
-                }
-                // dpreatt = scale * att * (datt - sum att datt) (rounded, in place of datt)
-                for (int t = 0; t < T; t++) {
-                    float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) dot += A[(size_t)t * T + t2] * D[(size_t)t * T + t2];
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        size_t o = (size_t)t * T + t2;
-                        Dx[o] = A[o] * (D[o] - dot) * scale;
-                        D[o] = (float)Dx[o];
-                    }
-                }
-                // dq = dpreatt k, dk = dpreatt^T q (rounded)
-                for (int t = 0; t < T; t++) {
-                    for (int i = 0; i < hs; i++) acc[i] = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        float d = D[(size_t)t * T + t2];
-                        for (int i = 0; i < hs; i++) acc[i] += d * k[(size_t)t2 * hs + i];
-                    }
-                    for (int i = 0; i < hs; i++) dx[(size_t)t * 3 * C + i] = acc[i];
-                }
-                for (int t2 = 0; t2 < T; t2++) {
                     for (int i = 0; i < hs; i++) acc[i] = 0.0f;
                     for (int t = t2; t < T; t++) {
-                        float d = D[(size_t)t * T + t2];
+                        float d = dS[(size_t)t * T + t2];
                         for (int i = 0; i < hs; i++) acc[i] += d * q[(size_t)t * hs + i];
                     }
-                    for (int i = 0; i < hs; i++) dx[(size_t)t2 * 3 * C + C + i] = acc[i];
+                    for (int i = 0; i < hs; i++) dx[(size_t)t2 * 3 * C + C + i] = acc[i] * scale;
+                }
+                // dq = scale dS k (rounded)
+                for (int t = 0; t < T; t++) {
+                    for (int i = 0; i < hs; i++) acc[i] = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float d = dS[(size_t)t * T + t2];
+                        for (int i = 0; i < hs; i++) acc[i] += d * k[(size_t)t2 * hs + i];
+                    }
+                    for (int i = 0; i < hs; i++) dx[(size_t)t * 3 * C + i] = acc[i] * scale;
                 }
             }
         }
