@@ -1,26 +1,38 @@
-// dev/cuda/attention.cu: the pieces of the CUDA attention path (llm/ops/attention.cuh) in versions side
-// by side, each checked against the CPU reference and timed, then the whole forward and backward
-// with and without the causal cut of the batched products.
+// dev/cuda/attention.cu: causal attention in versions side by side, each checked against the CPU
+// reference and timed: the whole forward and backward, unfused (version 1, dev/cuda/attention_unfused.cuh)
+// and fused (version 2, llm/ops/attention.cuh: what the model runs), then the pieces of the unfused path.
 //
 // GPU:      make dev-cuda (dev/cuda/cuda.mk), then
-//           ./build/cuda/attention [B T C NH, default 8 1024 768 12 (GPT-2 124M)] [check T, default 256]
-//           (make dev-cuda PRECISION=FP32 for FP32 activations)
+//           ./build/cuda/attention [B T C NH, default 8 1024 768 12 (GPT-2 124M, hs 64)] [check T, default 256]
+//           (8 1024 1536 12 for hs 128; make dev-cuda PRECISION=FP32 for FP32 activations)
 // emulated: make dev-cuda-emu, then ./build/cuda_emu/attention   (default 1 64 64 4, check T 32; CPU times)
 //
+// whole attention, forward + backward:
+//   version 1: unfused: permute q, k, v to (B,NH,T,hs); the scores and probabilities as a (B,NH,T,T)
+//              matrix in global memory (batched cuBLASLt products, cut along the diagonal in chunks of
+//              rows; softmax kernels); the backward reads the kept probabilities
+//   version 2: fused (FlashAttention-2's loop order): tiles in shared memory, WMMA tile products, one
+//              FP32 log-sum-exp per row kept; the backward recomputes the probabilities
+// Reported per version: time, TFLOP/s of the causal FLOPs (the products' 4 B NH T^2 hs of a full T x T,
+// halved by the mask: 2 B NH T^2 hs forward; the backward's four products plus the fused version's
+// recomputation of QK^T are counted as the usual 2.5x the forward, 5 B NH T^2 hs, for both versions, so
+// the TFLOP/s compare times), and the global-memory bytes each version must move at least (below).
+//
+// The pieces of version 1:
 // causal softmax forward (att (B,NH,T,T) in place, preatt -> probabilities, 0 above the diagonal):
 //   version 1: one thread per row, three scalar passes (max, sum, write) like the reference loops:
 //              neighbouring threads are T elements apart, so every access is its own transaction
 //   version 2: one warp per row, one pass with an online max (each lane rescales its running sum
 //              when its max grows, lanes merged with shuffles), then one pass that writes the
 //              probabilities and the zeros; 128-bit accesses when T is a multiple of 8 (BF16) / 4;
-//              the longest rows scheduled first (llm/ops/attention.cuh)
+//              the longest rows scheduled first (dev/cuda/attention_unfused.cuh)
 // causal softmax backward (datt in place -> dpreatt):
 //   version 1: one thread per row, two scalar passes
-//   version 2: one warp per row, 128-bit accesses (llm/ops/attention.cuh)
+//   version 2: one warp per row, 128-bit accesses (dev/cuda/attention_unfused.cuh)
 // permute (B,T,3C) -> 3 x (B,NH,T,hs):
-//   version 1: one element per thread; version 2: 16 bytes per thread (llm/ops/attention.cuh)
+//   version 1: one element per thread; version 2: 16 bytes per thread (dev/cuda/attention_unfused.cuh)
 // batched products (cuBLASLt through matmul_batched): the full T x T products, and the causal cut
-// into chunks of rows (chunk [r0,r1) only involves keys [0,r1)), as attention_forward runs them.
+// into chunks of rows (chunk [r0,r1) only involves keys [0,r1)), as version 1 runs them.
 //
 // Timing: median over runs of cudaEvents around the timed call only; before every run the inputs are
 // restored (for the in-place kernels) and L2 is flushed by writing 128 MiB. Bandwidth counts the
@@ -30,6 +42,7 @@
 #include "common.h"
 #include "../../llm/core/cuda_utils.cuh"
 #include "../../llm/ops/attention.cuh"
+#include "attention_unfused.cuh"
 
 // ----------------------------------------------------------------------------
 // version 1 kernels: one thread per row
@@ -191,12 +204,11 @@ int main(int argc, char** argv) {
             all_ok &= report(what, download(d, natt), dwant, ATOL * 0.1f, RTOL);
             cudaCheck(cudaFree(d));
         }
-        // the whole path, default chunking, against the CPU reference
+        // the whole attention, both versions, against the CPU reference
         std::vector<float> inp = randn_floatX(&rng, n3, 0.0f, 1.0f), dout = randn_floatX(&rng, n1, 0.0f, 1.0f);
-        std::vector<float> out_ref(n1), att_ref(natt), dinp_ref(n3);
-        attention_forward_cpu(out_ref.data(), att_ref.data(), inp.data(), Bc, Tc, C, NH);
-        for (float& x : att_ref) x = (float)(floatX)x;  // what the backward gets (and the check compares)
-        attention_backward_cpu(dinp_ref.data(), dout.data(), inp.data(), att_ref.data(), Bc, Tc, C, NH);
+        std::vector<float> out_ref(n1), lse_ref((size_t)Bc * NH * Tc), dinp_ref(n3);
+        attention_forward_cpu(out_ref.data(), lse_ref.data(), inp.data(), Bc, Tc, C, NH);
+        attention_backward_cpu(dinp_ref.data(), dout.data(), inp.data(), Bc, Tc, C, NH);
         floatX* d_inp = upload(inp);
         floatX* d_dout = upload(dout);
         floatX* d_out = alloc_poisoned(n1);
@@ -206,13 +218,24 @@ int main(int argc, char** argv) {
         floatX* d_dinp = alloc_poisoned(n3);
         floatX* d_dqkvr = alloc_poisoned(n3);
         floatX* d_datt = alloc_poisoned(natt);
-        attention_forward(d_out, d_qkvr, d_att2, d_scr, d_inp, Bc, Tc, C, NH, 0);
-        all_ok &= report("attention_forward out", download(d_out, n1), out_ref, ATOL, RTOL);
-        all_ok &= report("attention_forward att", download(d_att2, natt), att_ref, ATOL * 0.1f, RTOL);
-        attention_backward(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att2, Bc, Tc, C, NH, 0);
-        all_ok &= report("attention_backward dinp", download(d_dinp, n3), dinp_ref, ATOL, RTOL);
+        float* d_lse = (float*)device_malloc((size_t)Bc * NH * Tc * sizeof(float), MEM_WORKSPACE);
+        float* d_D = (float*)device_malloc((size_t)Bc * NH * Tc * sizeof(float), MEM_WORKSPACE);
+        attention_forward_unfused(d_out, d_qkvr, d_att2, d_scr, d_inp, Bc, Tc, C, NH, 0);
+        all_ok &= report("version 1 (unfused) forward out", download(d_out, n1), out_ref, ATOL, RTOL);
+        attention_backward_unfused(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att2, Bc, Tc, C, NH, 0);
+        all_ok &= report("version 1 (unfused) backward dinp", download(d_dinp, n3), dinp_ref, ATOL, RTOL);
+        for (floatX* p : {d_out, d_dinp}) cudaCheck(cudaMemset(p, 0xFF, (p == d_out ? n1 : n3) * sizeof(floatX)));
+        attention_forward(d_out, d_lse, d_inp, Bc, Tc, C, NH, 0);
+        all_ok &= report("version 2 (fused) forward out", download(d_out, n1), out_ref, ATOL, RTOL);
+        std::vector<float> lse((size_t)Bc * NH * Tc);
+        cudaCheck(cudaMemcpy(lse.data(), d_lse, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        all_ok &= report("version 2 (fused) forward lse", lse, lse_ref, 1e-5f, 1e-5f);  // FP32 scores either way
+        attention_backward(d_dinp, d_D, d_dout, d_inp, d_out, d_lse, Bc, Tc, C, NH, 0);
+        all_ok &= report("version 2 (fused) backward dinp", download(d_dinp, n3), dinp_ref, ATOL, RTOL);
         floatX* bufs[] = {d_a, d_inp, d_dout, d_out, d_qkvr, d_att2, d_scr, d_dinp, d_dqkvr, d_datt};
         for (floatX* p : bufs) cudaCheck(cudaFree(p));
+        device_free(d_lse);
+        device_free(d_D);
     }
 
     // ---- benchmarks at the full shape
@@ -294,17 +317,44 @@ int main(int argc, char** argv) {
                gbs(bytes, ms), 100.0 * gbs(bytes, ms) / peak);
     }
 
-    // the whole forward and backward, without and with the causal cut
+    // the whole forward and backward: version 1 (unfused) without and with the causal cut, version 2 (fused)
+    double fwd_flops = 2.0 * BNH * (double)T * T * hs, bwd_flops = 2.5 * fwd_flops;
+    // the least each version moves through global memory: the fused one reads q, k, v (and in the backward
+    // dy, out, lse) and writes out, lse, dinp, and the rows' D (FP32, written and read); the unfused one
+    // also permutes q, k, v, y, dy, dq, dk, dv (a read and a write each) and moves the (B,NH,T,T) matrices
+    // as dev/cuda/attention_unfused.cuh counts them (2.75 and 4.5 of one matrix with the causal cut)
+    double rows4 = 4.0 * BNH * T;
+    double fused_fwd_bytes = 4.0 * n1 * E + rows4, fused_bwd_bytes = 8.0 * n1 * E + 3 * rows4;
+    double unf_fwd_bytes = 4.0 * n1 * E + 8.0 * n1 * E + 2.75 * natt * E, unf_bwd_bytes = 8.0 * n1 * E + 8.0 * n1 * E + 4.5 * natt * E;
+    float t_unfused = 0.0f, t_fused = 0.0f;
     for (int cut = 0; cut <= 1; cut++) {
         llm_ctx.attention_chunk_rows = cut ? 0 : T;
-        float fwd = bench_ms(reps, [&] { attention_forward(d_out, d_qkvr, d_att, d_scr, d_inp, B, T, C, NH, 0); });
+        float fwd = bench_ms(reps, [&] { attention_forward_unfused(d_out, d_qkvr, d_att, d_scr, d_inp, B, T, C, NH, 0); });
         float bwd = bench_ms(reps, [&] {
-            attention_backward(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att, B, T, C, NH, 0);
+            attention_backward_unfused(d_dinp, d_dqkvr, d_datt, d_scr, d_dout, d_inp, d_qkvr, d_att, B, T, C, NH, 0);
         });
-        printf("  attention_forward  %-10s       %8.3f ms\n", cut ? "causal cut" : "full", fwd);
-        printf("  attention_backward %-10s       %8.3f ms\n", cut ? "causal cut" : "full", bwd);
+        printf("  version 1 (unfused, %-10s) forward  %8.3f ms  %6.1f TFLOP/s\n", cut ? "causal cut" : "full", fwd,
+               tflops(fwd_flops, fwd));
+        printf("  version 1 (unfused, %-10s) backward %8.3f ms  %6.1f TFLOP/s\n", cut ? "causal cut" : "full", bwd,
+               tflops(bwd_flops, bwd));
+        if (cut) t_unfused = fwd + bwd;
     }
     llm_ctx.attention_chunk_rows = 0;
+    {
+        float* d_lse = (float*)device_malloc((size_t)BNH * T * sizeof(float), MEM_WORKSPACE);
+        float* d_D = (float*)device_malloc((size_t)BNH * T * sizeof(float), MEM_WORKSPACE);
+        float fwd = bench_ms(reps, [&] { attention_forward(d_out, d_lse, d_inp, B, T, C, NH, 0); });
+        float bwd = bench_ms(reps, [&] { attention_backward(d_dinp, d_D, d_dout, d_inp, d_out, d_lse, B, T, C, NH, 0); });
+        printf("  version 2 (fused)                forward  %8.3f ms  %6.1f TFLOP/s\n", fwd, tflops(fwd_flops, fwd));
+        printf("  version 2 (fused)                backward %8.3f ms  %6.1f TFLOP/s\n", bwd, tflops(bwd_flops, bwd));
+        t_fused = fwd + bwd;
+        device_free(d_lse);
+        device_free(d_D);
+    }
+    printf("  bytes moved at least, forward + backward: version 1 %.2f GB, version 2 %.2f GB\n",
+           (unf_fwd_bytes + unf_bwd_bytes) / 1e9, (fused_fwd_bytes + fused_bwd_bytes) / 1e9);
+    printf("fused vs unfused hs=%d T=%d: forward+backward %.3f ms vs %.3f ms: %.2fx faster | %.1f vs %.1f TFLOP/s\n", hs, T,
+           t_fused, t_unfused, t_unfused / t_fused, tflops(fwd_flops + bwd_flops, t_fused), tflops(fwd_flops + bwd_flops, t_unfused));
 
     floatX* bufs[] = {d_inp, d_dout, d_out, d_qkvr, d_att, d_att0, d_scr, d_dinp, d_dqkvr, d_datt, d_datt0};
     for (floatX* p : bufs) cudaCheck(cudaFree(p));

@@ -15,7 +15,7 @@ CUDA_ARCH ?= sm_90
 DEV_CUDA_SRCS := $(wildcard dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/cuda/%.cu,build/cuda/%,$(DEV_CUDA_SRCS))
 DEV_CUDA_EMU_BINS := $(patsubst dev/cuda/%.cu,build/cuda_emu/%,$(DEV_CUDA_SRCS))
-DEV_CUDA_DEPS := dev/cuda/common.h $(wildcard llm/*.h llm/*.cuh)
+DEV_CUDA_DEPS := $(wildcard dev/cuda/*.h dev/cuda/*.cuh llm/*/*.h llm/*/*.cuh)
 DEV_CUDA_NVCC_FLAGS = -O3 --use_fast_math -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -fopenmp $(PREC_FLAGS)
 DEV_CUDA_NVCC_LIBS := -lcublasLt -lcublas
 

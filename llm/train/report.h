@@ -50,15 +50,17 @@ static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
 // masks (2 sbh + as^2 b) and the attention dropout's output (2 as^2 b) do not exist. With e bytes per
 // value of the build (2 in BF16, 4 in FP32), what this implementation keeps (llm/model/block.h's table):
 //   none       x_in, ln1, q k v, atty, residual2, ln2: 8 e sbh; fc output and GELU output: 8 e sbh;
-//              the softmax output e as^2 b; the two LayerNorms' mean and rstd (FP32) 16 sb; and, in the
-//              kernel builds only, the permuted copy of q, k, v the CUDA attention keeps, 3 e sbh.
-//              In BF16: 32 sbh (+ 6) + 2 as^2 b + 16 sb, the paper's 34 sbh + 5 as^2 b less dropout.
+//              the two LayerNorms' mean and rstd (FP32) 16 sb; and of the attention core only its
+//              row log-sum-exp (FP32) 4 as b: the fused kernels (llm/ops/attention.cuh) recompute the
+//              softmax output in the backward, so the paper's as^2 b terms are gone and the bytes
+//              grow linearly in s. In BF16: 32 sbh + 4 asb + 16 sb, the paper's 34 sbh + 5 as^2 b
+//              less dropout (2 sbh + 3 as^2 b) and less the softmax output (2 as^2 b, traded for 4 asb).
 //   selective  x_in, q k v, residual2, fc output, GELU output: 13 e sbh (the attention core and the
 //              LayerNorm outputs are recomputed)
 //   full       x_in: e sbh (the paper's 2 sbh)
 // With tensor parallelism over t ranks (sec. 4.2.1: 10 sbh + 24 sbh / t + 5 as^2 b / t in the paper)
 // the attention's and the MLP's inner activations are split, the LayerNorms' inputs and outputs are not:
-//   none       4 e sbh + (12 e sbh + e as^2 b + 3 e sbh in the kernel builds) / t + 16 sb
+//   none       4 e sbh + 16 sb + (12 e sbh + 4 asb) / t
 //   selective  2 e sbh + 11 e sbh / t
 //   full       e sbh
 // With sequence parallelism as well (sec. 4.2.2: (34 sbh + 5 as^2 b) / t) every term is divided by t:
@@ -69,7 +71,7 @@ static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r,
     double sbh = s * b * h, split = sp && tp > 1 ? t : 1.0;  // the divisor of the replicated regions
     switch (r) {
         case RECOMPUTE_NONE:
-            return (4 * e * sbh + 16 * s * b) / split + (12 * e * sbh + e * a * s * s * b + (LLM_HAS_KERNELS ? 3 * e * sbh : 0)) / t;
+            return (4 * e * sbh + 16 * s * b) / split + (12 * e * sbh + 4 * a * s * b) / t;
         case RECOMPUTE_SELECTIVE: return 2 * e * sbh / split + 11 * e * sbh / t;
         default: return e * sbh / split;
     }
