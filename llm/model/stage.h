@@ -158,7 +158,7 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     st->num_slots = num_slots;
     int L = c.num_layers, l0 = range.first_layer, l1 = range.last_layer;
     size_t BT = (size_t)B * T, C = c.channels, Vl = (size_t)st->lm_head.out_local;
-    size_t Ca = (size_t)st->lin.att_c, NH = (size_t)st->lin.heads, F = (size_t)st->lin.fc.out_local;
+    size_t Ca = (size_t)st->lin.att_c, F = (size_t)st->lin.fc.out_local;
     size_t R = (size_t)tp_rows(&st->tp, (int)BT);  // the tokens of the residual stream on this rank
     unsigned char head = (unsigned char)range.has_head, emb = (unsigned char)range.has_embedding;
     st->slots = (MicroBatch*)mallocCheck((size_t)num_slots * sizeof(MicroBatch));
