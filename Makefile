@@ -105,8 +105,9 @@ EMU_FLAGS := -std=c++17 -O2 -g -x c++ -DLLM_EMU -fno-strict-aliasing -Wno-unknow
 EMU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm -lpthread
 
 # --- CUDA build ---
-NVCC_FLAGS := -O3 -std=c++17 --use_fast_math -gencode arch=compute_80,code=sm_80 \
-              -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
+# A100 and H100 by default; scripts/gpu_check.sh builds for the GPU at hand only (NVCC_GENCODE=...)
+NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NVCC_FLAGS := -O3 -std=c++17 --use_fast_math $(NVCC_GENCODE) -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
 NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
 LLM_HEADERS := $(wildcard llm/*/*.h llm/*/*.cuh)

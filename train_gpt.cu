@@ -28,19 +28,21 @@ The same file builds three ways (docs/architecture.md): g++ -> train_gpt_cpu, nv
 emulated CUDA build used by the tests.
 
 Bytes moved per training step on a GPU (GPT-2 124M, B=64, T=1024, BF16; X = B*T*C*2 = 100.7 MB, one
-(B,T,C) activation; A = B*NH*T*T*2 = 1.61 GB, one attention matrix). Counted from the kernels' reads
-and writes, weights excluded (7 MB per layer, read once or twice):
-  per layer, forward:  LN 2X (fused residual+LN 4X) + QKV 4X + permute 6X + attention ~2.75A (QK^T write,
-                       softmax read+write, AV read; causal chunking skips ~3/8) + unpermute 2X + attproj 2X
-                       + fc 9X (writes pre-GELU and GELU) + fcproj 5X                      ~ 3.4 GB + 4.4 GB
-  per layer, backward: about twice the forward's activation traffic, attention ~4.5A       ~ 7 GB + 7.2 GB
-  12 layers                                                                                ~ 265 GB
+(B,T,C) activation). Counted from the kernels' reads and writes, weights excluded (7 MB per layer, read
+once or twice):
+  per layer, forward:  LN 2X (fused residual+LN 4X) + QKV 4X + fused attention 4X (q, k, v read from
+                       the QKV output, k and v again per query tile mostly from L2; out written; no
+                       (B,NH,T,T) matrix, llm/ops/attention.cuh) + attproj 2X + fc 9X (writes pre-GELU and
+                       GELU) + fcproj 5X                                                   ~ 2.6 GB
+  per layer, backward: about twice the forward's activation traffic                        ~ 5.2 GB
+  12 layers                                                                                ~ 94 GB
   LM head + classifier: logits B*T*Vp*2 = 6.6 GB written, read and overwritten by dlogits in one fused
                        pass (13.2 GB), read twice by the backward matmuls (13.2 GB)          ~ 33 GB
   AdamW: 124M x (2 grad + 2 param + 12 master/m/v read, 12 written)                       ~ 3.5 GB
-  total ~ 300 GB per step: ~90 ms at an H100's 3.35 TB/s, beside ~52 TFLOP of matmuls (6 N per token
-  plus attention), ~80 ms at a dense BF16 peak of ~650 TFLOP/s. The attention matrix is the largest
-  single item: a fused (flash) attention kernel would remove ~140 GB of it (see attention.cuh).
+  total ~ 130 GB per step: ~40 ms at an H100's 3.35 TB/s, beside ~52 TFLOP of matmuls (6 N per token
+  plus attention), ~80 ms at a dense BF16 peak of ~650 TFLOP/s: the step is bound by the products. The
+  unfused attention (dev/cuda/attention_unfused.cuh) moved ~11.7 GB more per layer through its
+  (B,NH,T,T) matrices, ~140 GB per step, which made the step bound by memory.
 */
 #include "llm/core/common.h"
 #include "llm/core/context.h"
