@@ -7,7 +7,8 @@
 //             attention_block_cpu results of ALL key blocks (those above the diagonal are fully masked: the
 //             merge must pass their -inf through without NaN), once in forward order and once in a random
 //             order, then finalises: out must equal attention_forward_cpu's, and L the log-sum-exp of the
-//             plain scores (computed here in double).
+//             plain scores (computed here in double) and attention_forward_cpu's lse (itself checked against
+//             the double log-sum-exp).
 //   backward: attention_block_backward_cpu summed over all block pairs, in a random order, from the merged
 //             out and L, must equal attention_backward_cpu's dinp (dq, dk, dv checked separately).
 //   the empty block: a block wholly above the diagonal gives m = -inf, l = 0, O = 0, and merging two empty
@@ -27,6 +28,9 @@
 // L = m + log l: the block rounds m once (u |m|), each merge rounds l by ~4u relative, log and the final
 // add by u |log l| + u |L|; with L - log T <= m <= L:
 //   tol_L = (4 nb + 8 + 3 (|L| + log T + 1)) u        per row
+// attention_forward_cpu's lse = maxv + logf(sum): its max cancels to first order; each term's exponent and
+// the sum err by at most eps_a u relative (below), logf and the add as above:
+//   tol_ref = (eps_a + 3 (|L| + log T + 1)) u          per row
 // The backward reference: datt = dy . v (hs terms), dot = sum a datt (T terms), dpre = a (datt - dot) scale,
 // dq = sum dpre k (T terms), dk = sum dpre q, dv = sum a dy, each an FP32 sum whose error is at most its
 // number of terms times u times the sum of its terms' magnitudes. Those magnitudes are computed here per
@@ -117,9 +121,27 @@ static void run_shape(const Shape& s) {
     for (size_t r = 0; r < (size_t)B * T; r++)  // sharper softmaxes (scores of std 1.5): the max moves between blocks
         for (int c = 0; c < C; c++) inp[r * 3 * C + c] *= 1.5f;
     rng_normal(&rng, dout.data(), nout, 0.0f, 1.0f);
-    std::vector<float> out_ref(nout), att((size_t)B * NH * T * T), dinp_ref(nin);
-    attention_forward_cpu(out_ref.data(), att.data(), inp.data(), B, T, C, NH);
-    attention_backward_cpu(dinp_ref.data(), dout.data(), inp.data(), att.data(), B, T, C, NH);
+    std::vector<float> out_ref(nout), lse_ref((size_t)B * NH * T), dinp_ref(nin);
+    attention_forward_cpu(out_ref.data(), lse_ref.data(), inp.data(), B, T, C, NH);
+    attention_backward_cpu(dinp_ref.data(), dout.data(), inp.data(), B, T, C, NH);
+    // the probabilities (B,NH,T,T), in double, for the bounds' magnitudes (the reference keeps only lse)
+    std::vector<double> att((size_t)B * NH * T * T, 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double* a = &att[(((size_t)b * NH + h) * T + t) * T];
+                const float* q = &inp[((size_t)b * T + t) * 3 * C + h * hs];
+                double mx = -INFINITY, z = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = &inp[((size_t)b * T + t2) * 3 * C + C + h * hs];
+                    double d = 0.0;
+                    for (int c = 0; c < hs; c++) d += (double)q[c] * k[c];
+                    a[t2] = d * scale;
+                    mx = fmax(mx, a[t2]);
+                }
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp(a[t2] - mx); z += a[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) a[t2] /= z;
+            }
 
     // the magnitudes the bounds need (see the top of the file)
     double smax = 0.0, vmax = 0.0, kmax = 0.0, qmax = 0.0, Y1 = 0.0, A = 0.0;
@@ -158,7 +180,7 @@ static void run_shape(const Shape& s) {
         check(e <= tol_out, "%s, %s order: merged blocks = attention_forward_cpu: max|err| %.3g <= tol %.3g (max|out| %.3g)",
               what, random ? "random" : "forward", e, tol_out, max_abs(out_ref.data(), nout, 1, 1));
         // L against log sum_t2 exp(s) of the plain scores, in double
-        double worst = -INFINITY, eL = 0.0, tolL_at = 0.0;
+        double worst = -INFINITY, eL = 0.0, tolL_at = 0.0, worst_ref = -INFINITY, eR = 0.0, tolR_at = 0.0;
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int t = 0; t < T; t++) {
@@ -180,9 +202,23 @@ static void run_shape(const Shape& s) {
                     double err = fabs((double)L[((size_t)b * NH + h) * T + t] - Lref);
                     if (isnan(err)) err = INFINITY;
                     if (!(err - tol <= worst)) { worst = err - tol; eL = err; tolL_at = tol; }
+                    // attention_forward_cpu's lse (maxv + logf(sum), FP32): the scores' error and the sum's
+                    // (eps_a, which bounds each probability's relative error), logf and the add:
+                    //   tol_ref = (eps_a + 3 (|L| + log T + 1)) u; the blocks' L is within tol + tol_ref of it
+                    double tol_ref = (eps_a + 3.0 * (fabs(Lref) + log((double)T) + 1)) * U;
+                    float lr = lse_ref[((size_t)b * NH + h) * T + t];
+                    double e1 = fabs((double)lr - Lref), e2 = fabs((double)L[((size_t)b * NH + h) * T + t] - (double)lr);
+                    if (isnan(e1)) e1 = INFINITY;
+                    if (isnan(e2)) e2 = INFINITY;
+                    double r1 = e1 - tol_ref, r2 = e2 - (tol + tol_ref);
+                    if (!(r1 <= worst_ref)) { worst_ref = r1; eR = e1; tolR_at = tol_ref; }
+                    if (!(r2 <= worst_ref)) { worst_ref = r2; eR = e2; tolR_at = tol + tol_ref; }
                 }
         check(worst <= 0.0, "%s, %s order: L = log-sum-exp of the scores: worst row |err| %.3g (its tol %.3g; "
               "tol = (4 nb + 8 + 3 (|L| + log T + 1)) u)", what, random ? "random" : "forward", eL, tolL_at);
+        check(worst_ref <= 0.0, "%s, %s order: attention_forward_cpu's lse = log-sum-exp of the scores, and L = it: "
+              "worst row |err| %.3g (its tol %.3g; tol_ref = (eps_a + 3 (|L| + log T + 1)) u, L: tol + tol_ref)", what,
+              random ? "random" : "forward", eR, tolR_at);
     }
 
     // the backward by block pairs, in a random order, from the (random-order) out and L above
@@ -211,7 +247,7 @@ static void run_shape(const Shape& s) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float* a = &att[(((size_t)b * NH + h) * T + t) * T];
+                const double* a = &att[(((size_t)b * NH + h) * T + t) * T];
                 const float* dy = &dout[((size_t)b * T + t) * C + h * hs];
                 size_t qt = ((size_t)b * T + t) * 3 * C + h * hs;
                 double dotabs = 0.0;

@@ -138,17 +138,17 @@ int main(int argc, char** argv) {
     }
     {  // attention
         auto inp = randn((size_t)BT * 3 * C, 1.0f), R = randn((size_t)BT * C, 1.0f);
-        std::vector<float> out((size_t)BT * C), att((size_t)B * NH * T * T), dinp((size_t)BT * 3 * C);
-        auto L = [&](double* S) { attention_forward_cpu(out.data(), att.data(), inp.data(), B, T, C, NH); return dot(out, R, S); };
+        std::vector<float> out((size_t)BT * C), lse((size_t)B * NH * T), dinp((size_t)BT * 3 * C);
+        auto L = [&](double* S) { attention_forward_cpu(out.data(), lse.data(), inp.data(), B, T, C, NH); return dot(out, R, S); };
         L(NULL);
-        attention_backward_cpu(dinp.data(), R.data(), inp.data(), att.data(), B, T, C, NH);
+        attention_backward_cpu(dinp.data(), R.data(), inp.data(), B, T, C, NH);
         fd_check("attention dinp (q, k, v)", inp.data(), inp.size(), dinp.data(), L, 60);
         // causality: the output at t must not depend on positions > t
         L(NULL);  // out from the unperturbed input (fd_check leaves the last perturbed one)
         std::vector<float> out2((size_t)BT * C);
         std::vector<float> inp2 = inp;
         for (int c = 0; c < 3 * C; c++) inp2[((size_t)0 * T + (T - 1)) * 3 * C + c] += 1.0f;  // perturb b=0, t=T-1
-        attention_forward_cpu(out2.data(), att.data(), inp2.data(), B, T, C, NH);
+        attention_forward_cpu(out2.data(), lse.data(), inp2.data(), B, T, C, NH);
         int same = 1;
         for (int t = 0; t < T - 1; t++)
             for (int c = 0; c < C; c++) same &= out2[(size_t)t * C + c] == out[(size_t)t * C + c];
