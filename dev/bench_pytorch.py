@@ -172,7 +172,7 @@ def main():
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=device == "cuda")
     fwd = model if args.no_compile else torch.compile(model)
     sdpa = None
-    if device == "cuda":  # the flash backend of scaled_dot_product_attention, asked for by name where torch can
+    if device == "cuda" and args.dtype == "bf16":  # SDPA's flash backend, by name where torch can (it has no FP32 kernel)
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             sdpa = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
