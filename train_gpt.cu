@@ -339,8 +339,9 @@ int main(int argc, char** argv) {
             vloss = val_loss(&pipe, &val_loader, args.val_steps);
         }
         double tok_s = (float)(args.total_batch / (ms / 1e3));
-        report_step(&logger, rank0, step, steps, &r, vloss, ms, tok_s,
-                    peak_tflops > 0.0 ? mfu_fraction(model_flops_per_token(&cfg, T), tok_s, peak_tflops, comm.world_size) : NAN, comm.dp > 1 || dp.zero.shard_optim ? wait : NAN, scaler.mode != LOSS_SCALE_NONE);
+        double mfu = peak_tflops > 0.0 ? mfu_fraction(model_flops_per_token(&cfg, T), tok_s, peak_tflops, comm.world_size) : NAN;
+        report_step(&logger, rank0, step, steps, &r, vloss, ms, tok_s, mfu, comm.dp > 1 || dp.zero.shard_optim ? wait : NAN,
+                    scaler.mode != LOSS_SCALE_NONE);
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0);
         }
