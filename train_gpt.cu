@@ -67,6 +67,7 @@ once or twice):
 #include "llm/model/sampler.h"
 #include "llm/train/eval.h"
 #include "llm/train/report.h"
+#include "llm/train/mfu.h"
 #include "llm/faults/health.h"
 #include "llm/faults/straggler.h"
 #include "llm/faults/preempt.h"
@@ -109,18 +110,21 @@ static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scale
     return r;
 }
 
-// the step's line on the console (rank 0) and in log.jsonl; wait: NaN without data parallelism
+// the step's line on the console (rank 0) and in log.jsonl; wait: NaN without data parallelism; mfu: a fraction
+// (llm/train/mfu.h), a percentage on the console, NaN when there is no peak (the emulated build without --peak-tflops)
 static void report_step(Logger* lg, int rank0, int step, int steps, const StepResult* r, float vloss, double ms, double tok_s,
-                        double wait, int scaled) {
+                        double mfu, double wait, int scaled) {
     if (rank0) {
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, r->loss, r->lr, r->norm, ms, tok_s);
+        if (!isnan(mfu)) printf(" | MFU %.1f%%", 100.0 * mfu);
         if (!isnan(wait)) printf(" | comm wait %.1f ms", wait);
         if (scaled) printf(" | loss scale %g", r->scale);
         if (r->skipped) printf(" | skipped (%s)", r->skipped);
         if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
         printf("\n");
     }
-    logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)wait, scaled ? r->scale : NAN, r->skipped);
+    logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)mfu, (float)wait, scaled ? r->scale : NAN,
+                    r->skipped);
 }
 
 int main(int argc, char** argv) {
@@ -167,6 +171,9 @@ int main(int argc, char** argv) {
         else if (rank0) printf("tokenizer %s not found: samples print token ids\n", args.tokenizer);
     }
     int eot = have_tok ? (int)tok.eot_token : 50256;
+    // the MFU's denominator (llm/train/mfu.h): --peak-tflops, or a GEMM measured now on every rank at once
+    int peak_n = 0;
+    double peak_tflops = args.peak_tflops > 0.0f ? (double)args.peak_tflops : measure_peak_tflops(&peak_n);
 
     // 4. the parts: the units this pipeline rank runs (llm/parallel/pipeline.h), what it holds of them
     // (llm/parallel/dp.h), its stages that run them on a micro-batch (llm/model/stage.h) and the executor of the
@@ -200,6 +207,14 @@ int main(int argc, char** argv) {
         }
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
+        printf("mfu: %.4g MFLOP per token (6 N + 6 L T C) | ", model_flops_per_token(&cfg, T) / 1e6);
+        if (peak_tflops <= 0.0) printf("peak n/a (emulated CUDA measures no device; give --peak-tflops)\n");
+        else {
+            printf("peak %.4g TFLOP/s per process (", peak_tflops);
+            if (peak_n == 0) printf("--peak-tflops)");
+            else printf("measured: %s %d^3 %s)", LLM_BUILD_CPU ? "sgemm" : "cuBLASLt", peak_n, LLM_BUILD_CPU ? "FP32" : PRECISION_MODE);
+            printf(" x %d process%s\n", comm.world_size, comm.world_size > 1 ? "es" : "");
+        }
         if (args.recompute) printf("activation recompute: %s\n", recompute_name((Recompute)args.recompute));
         if (args.fp8) fp8_print(&fp8);
         if (comm.pp > 1) pipeline_print(&pipe);
@@ -325,8 +340,10 @@ int main(int argc, char** argv) {
         if (!sig && args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
             vloss = val_loss(&pipe, &val_loader, args.val_steps);
         }
-        report_step(&logger, rank0, step, steps, &r, vloss, ms, (float)(args.total_batch / (ms / 1e3)),
-                    comm.dp > 1 || dp.zero.shard_optim ? wait : NAN, scaler.mode != LOSS_SCALE_NONE);
+        double tok_s = (float)(args.total_batch / (ms / 1e3));
+        double mfu = peak_tflops > 0.0 ? mfu_fraction(model_flops_per_token(&cfg, T), tok_s, peak_tflops, comm.world_size) : NAN;
+        report_step(&logger, rank0, step, steps, &r, vloss, ms, tok_s, mfu, comm.dp > 1 || dp.zero.shard_optim ? wait : NAN,
+                    scaler.mode != LOSS_SCALE_NONE);
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0);
         }

@@ -11,9 +11,8 @@
 // rank 0 prints, and each step's time spent inside the tp group's blocking collectives (the host time
 // in comm.h: in the CPU build the collectives' whole duration, waiting for the other rank included)
 // is printed beside the step (dev/bench_tp.sh compares tp 2 with tp 1 in one run).
-// MFU counts the model FLOPs of a training step as in the PaLM paper (appendix B):
-//   6 N per token for the matmuls with N the non-embedding parameters plus the LM head (Vp*C),
-//   plus 6 L T C per token for attention's QK^T and AV (forward 2 L T C, backward twice that),
+// MFU counts the model FLOPs of a training step as in the PaLM paper (appendix B), by the trainer's one
+// formula (llm/train/mfu.h: 6 N + 6 L T C per token, the causal half of attention's products),
 // against PEAK_TFLOPS (e.g. the measured dense bf16 matmul peak of the GPU). Recomputed FLOPs are not
 // model FLOPs: MFU falls by the recompute's cost.
 #include "../llm/core/common.h"
@@ -26,6 +25,7 @@
 #include "../llm/parallel/dp_export.h"
 #include "../llm/ops/optimizer.h"
 #include "../llm/train/report.h"
+#include "../llm/train/mfu.h"
 #include <algorithm>
 #include <vector>
 
@@ -78,11 +78,10 @@ int main(int argc, char** argv) {
                       "tp %d, %d steps (+1 warm-up)\n", cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len,
                       cfg.vocab_size, cfg.padded_vocab_size, dp.lay.num_parameters / 1e6, B, T,
                       LLM_BUILD_CPU ? "CPU" : "CUDA", PRECISION_MODE, threads, tp, steps);
-    // model FLOPs per token (PaLM appendix B) and what each recompute policy adds
+    // model FLOPs per token (llm/train/mfu.h) and what each recompute policy adds
     double L = cfg.num_layers, C = cfg.channels, Tt = T;
     double n_blocks = L * (12 * C * C + 13 * C);                 // the blocks' parameters
-    double n_matmul = n_blocks + (double)cfg.padded_vocab_size * C;  // + the LM head (wte doubles as it)
-    double flops_per_token = 6.0 * n_matmul + 6.0 * L * Tt * C;
+    double flops_per_token = model_flops_per_token(&cfg, T);
     double extra[3] = {0.0, 2.0 * L * Tt * C,                      // selective: attention's forward products
                        2.0 * n_blocks + 2.0 * L * Tt * C};        // full: the blocks' whole forward
     Rng rng;

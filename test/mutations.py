@@ -1129,13 +1129,54 @@ MUTATIONS = [
       '#include "../../dev/emu/nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
       "the library names dev/ (the emulated NCCL by its path, not through -Idev/emu)",
       "headers"),
+    # MFU (llm/train/mfu.h): the FLOPs per token, the peak, the flag, and dev/bench_pytorch.py's copy of the formula
+    M("mfu-factor-2", "mfu", "llm/train/mfu.h",
+      "    return 6.0 * n_matmul + 6.0 * L * (double)T * C;",
+      "    return 2.0 * n_matmul + 6.0 * L * (double)T * C;",
+      "MFU: the matmuls' FLOPs counted 2 N per token (the forward only) instead of 6 N",
+      "mfu"),
+    M("mfu-no-attention", "mfu", "llm/train/mfu.h",
+      "    return 6.0 * n_matmul + 6.0 * L * (double)T * C;",
+      "    return 6.0 * n_matmul;",
+      "MFU: attention's QK^T and AV FLOPs (6 L T C per token) left out",
+      "mfu"),
+    M("mfu-peak-gflops", "mfu", "llm/train/mfu.h",
+      "    return flops_per_token * tokens_per_s / (peak_tflops * 1e12 * devices);",
+      "    return flops_per_token * tokens_per_s / (peak_tflops * 1e9 * devices);",
+      "MFU: the peak taken as GFLOP/s instead of TFLOP/s (1000x the MFU)",
+      "mfu"),
+    M("mfu-one-device", "mfu", "llm/train/mfu.h",
+      "    return flops_per_token * tokens_per_s / (peak_tflops * 1e12 * devices);",
+      "    return flops_per_token * tokens_per_s / (peak_tflops * 1e12);",
+      "MFU: the job's tokens/s over one device's peak (the processes not counted)",
+      "mfu"),
+    M("mfu-measured-ms", "mfu", "llm/train/mfu.h",
+      "    return 2.0 * N * (double)N * N / (best_ms * 1e-3) / 1e12;",
+      "    return 2.0 * N * (double)N * N / best_ms / 1e12;",
+      "the measured peak: the GEMM's milliseconds taken as seconds (1000x too low)",
+      "mfu"),
+    M("mfu-flag-ignored", "mfu", "train_gpt.cu",
+      "    double peak_tflops = args.peak_tflops > 0.0f ? (double)args.peak_tflops : measure_peak_tflops(&peak_n);",
+      "    double peak_tflops = measure_peak_tflops(&peak_n);",
+      "--peak-tflops ignored: the peak is always measured",
+      "mfu"),
+    M("mfu-flag-negative", "mfu", "llm/train/args.h",
+      '{"--peak-tflops", 0, FLAG_FLOAT, A_(peak_tflops), 0, 1e6, NULL,',
+      '{"--peak-tflops", 0, FLAG_FLOAT, A_(peak_tflops), -1e6, 1e6, NULL,',
+      "--peak-tflops accepts a negative peak",
+      "bad_input"),
+    M("mfu-pytorch-factor-2", "mfu", "dev/bench_pytorch.py",
+      "    return 6 * n_matmul + 6 * L * T * C",
+      "    return 2 * n_matmul + 6 * L * T * C",
+      "dev/bench_pytorch.py: its FLOPs per token count the matmuls 2 N instead of 6 N",
+      "bench_pytorch"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
 # what the tests run: each test/run_tests.sh entry and the programs it needs built
 
 # the tests that read the sources themselves, no program: a mutation of a file under the prefix affects them
-SOURCE_TESTS = {"headers": "llm/"}
+SOURCE_TESTS = {"headers": "llm/", "bench_pytorch": "dev/bench_pytorch.py"}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -1172,6 +1213,8 @@ TEST_BINARIES = {
     "nompi": ["build/train_gpt_emu_nompi", "build/train_gpt_emu"],
     "headers": [],
     "bad_input": ["train_gpt_cpu"],
+    "mfu": ["train_gpt_cpu", "build/train_gpt_emu_bf16"],
+    "bench_pytorch": [],
     "emulator": ["build/emu/test_emu", "build/emu/test_emu_asan", "build/emu/test_emu_tsan", "build/emu/test_emu_racecheck"],
     "wmma": ["build/emu/test_wmma", "build/emu/test_wmma_asan", "build/emu/test_wmma_tsan", "build/emu/test_wmma_racecheck"],
     "cublaslt": ["build/test_cublaslt"],

@@ -3,8 +3,9 @@
 # "FAIL ...", or "skip <what>: <why>" for a check it could not run) and ends with
 # "<name>: N passed, M failed[, K skipped]"; this script adds them up and ends with
 # "total: N passed, M failed, K skipped". A skip is expected only where a check needs a GPU and there
-# is none ("no GPU here"); any other skip is counted as a failure, so a test that silently stops
-# covering something turns the run red. The full output of each test goes to build/test_logs/<name>.log.
+# is none ("no GPU here"), or needs PyTorch and it does not import ("no PyTorch here": the smoke run
+# of dev/bench_pytorch.py; CI has no PyTorch); any other skip is counted as a failure, so a test that
+# silently stops covering something turns the run red. The full output of each test goes to build/test_logs/<name>.log.
 # ONLY="name1 name2" runs just those entries (test/mutations.py runs the suite one test at a time).
 set -u
 cd "$(dirname "$0")/.."
@@ -30,9 +31,9 @@ run() {  # run NAME CMD...
     # skips: every "skip ..." line; those for another reason than a missing GPU are failures
     local k u
     k=$(grep -c '^skip ' "$log")
-    u=$(grep '^skip ' "$log" | grep -vc 'no GPU here')
+    u=$(grep '^skip ' "$log" | grep -vcE 'no GPU here|no PyTorch here')
     if [ "$u" -gt 0 ]; then
-        grep '^skip ' "$log" | grep -v 'no GPU here' | sed 's/^/   unexpected /'
+        grep '^skip ' "$log" | grep -vE 'no GPU here|no PyTorch here' | sed 's/^/   unexpected /'
         f=$((f+u))
     fi
     total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
@@ -90,6 +91,11 @@ run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
 run headers bash test/test_headers.sh
 run bad_input bash test/test_bad_input.sh
+# MFU on the step line and in log.jsonl (llm/train/mfu.h) against the PaLM formula: --peak-tflops on 1 and 2
+# processes, the measured peak, the emulated build
+run mfu bash test/test_mfu.sh
+# dev/bench_pytorch.py (the same-GPU anchor): its configs and FLOP count against the paper's; a smoke run where torch imports
+run bench_pytorch bash test/test_bench_pytorch.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
 # every kernel against its CPU reference in three thread orders and under ASan+UBSan, the whole model
 run emulator bash dev/emu/test_emu.sh build/emu

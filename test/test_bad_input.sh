@@ -75,6 +75,10 @@ expect "unknown flag" "unknown flag '--bogus'" "$BIN" "${model[@]}" "${good[@]}"
 expect "--lr -2147483648" "--lr: expected a number in [0, 1], found '-2147483648'" "$BIN" "${model[@]}" "${good[@]}" --lr -2147483648
 expect "--lr 1e9" "--lr: expected a number in [0, 1], found '1e9'" "$BIN" "${model[@]}" "${good[@]}" --lr 1e9
 expect "--grad-clip -5" "--grad-clip: expected a number in [0, 1000000], found '-5'" "$BIN" "${model[@]}" "${good[@]}" --grad-clip -5
+# the MFU's peak (llm/train/mfu.h): a negative, a non-number, NaN, a peak no device has, a unit
+for v in -1 abc nan 1e7 100TFLOPS; do
+    expect "--peak-tflops $v" "--peak-tflops: expected a number in [0, 1000000], found '$v'" "$BIN" "${model[@]}" "${good[@]}" --peak-tflops "$v"
+done
 expect "-v ' 3'" "--val-every: expected an integer in [0, 1000000000], found ' 3'" "$BIN" "${model[@]}" "${good[@]}" -v ' 3'
 expect "-l '3 '" "--lr: expected a number in [0, 1], found '3 '" "$BIN" "${model[@]}" "${good[@]}" -l '3 '
 ranges=$("$BIN" --help | sed -nE 's/^  (--[a-z0-9-]+) .*; an integer in \[([^,]+), ([^]]+)\]$/\1 int \2 \3/p; s/^  (--[a-z0-9-]+) .*; a number in \[([^,]+), ([^]]+)\]$/\1 float \2 \3/p; s/^  (--[a-z0-9-]+) .*; 0 or 1$/\1 bit 0 1/p')

@@ -52,6 +52,7 @@ typedef struct {
     float comm_timeout;         // seconds a collective or P2P may wait before the job ends (llm/comm/watchdog.h); 0 = off
     int straggler_every;        // compare the ranks' compute time every N steps (llm/faults/straggler.h); 0 = off
     float straggler_factor;     // a rank slower than the median by more than this is named
+    float peak_tflops;          // the MFU's peak TFLOP/s of one process's device; 0 = measured at start-up (llm/train/mfu.h)
 } Args;
 
 // One row per flag: its names, what it stores where in Args, its valid range (numbers: inclusive bounds;
@@ -131,6 +132,7 @@ static const FlagDoc FLAGS[] = {
     {"--comm-timeout", 0, FLAG_FLOAT, A_(comm_timeout), 0, 86400, NULL, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
     {"--straggler-every", 0, FLAG_INT, A_(straggler_every), 0, BIG, NULL, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
     {"--straggler-factor", 0, FLAG_FLOAT, A_(straggler_factor), 1.000001, 1000, NULL, "a rank whose compute time exceeds the median's by more than this factor (> 1) is a straggler (default 1.5)"},
+    {"--peak-tflops", 0, FLAG_FLOAT, A_(peak_tflops), 0, 1e6, NULL, "the peak TFLOP/s of one process's device, the denominator of the MFU on the step line and in the log; 0 = measure a dense GEMM at start-up (llm/train/mfu.h) (default 0)"},
 };
 #undef A_
 #undef BIG
@@ -246,6 +248,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->loss_scale_init = 65536.0f; a->loss_scale_window = 1000;
     a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
     a->comm_timeout = 300.0f; a->straggler_every = 0; a->straggler_factor = 1.5f;
+    a->peak_tflops = 0.0f;
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];

@@ -3,7 +3,7 @@
 // trainer's rank 0); a Logger made with path NULL does nothing.
 //
 //   {"step": 12, "train_loss": 2.345678, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 1.23,
-//    "ms": 123.4, "tok_per_s": 4567.8, "comm_wait_ms": 1.2}
+//    "ms": 123.4, "tok_per_s": 4567.8, "mfu": 0.0123, "comm_wait_ms": 1.2}
 //                                      (one line; val_loss only when measured, comm_wait_ms only
 //                                       under data parallelism, loss_scale with a loss scaler,
 //                                       "skipped": "<reason>" on a skipped step)
@@ -68,14 +68,15 @@ static void logger_write_line(Logger* lg, const char* line) {
 
 // one training step. val_loss NaN: not measured at this step, the key is left out.
 // lr: learning rate used at this step; grad_norm: global L2 norm before clipping;
-// ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks).
+// ms: wall time of the step in milliseconds; tokens_per_s: throughput of the step (all ranks);
+// mfu: the model FLOPs utilisation as a fraction (not percent) of the peak (llm/train/mfu.h), left out when NaN.
 // comm_wait_ms: how long rank 0's computation waited in the step for gradient reductions and
 // parameter gathers (data parallelism; measured by llm/comm/comm.h), NaN:
 // the key is left out. loss_scale: the loss scale this step's backward used (llm/precision/loss_scale.h), left
 // out when NaN (no scaler). skipped: why the step was skipped (llm/faults/health.h: "overflow", "loss nan",
 // "loss z-score 9.1 > 4", ...), a JSON string; NULL: applied, the key is left out.
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
-                            float grad_norm, float ms, float tokens_per_s, float comm_wait_ms = NAN,
+                            float grad_norm, float ms, float tokens_per_s, float mfu = NAN, float comm_wait_ms = NAN,
                             float loss_scale = NAN, const char* skipped = NULL) {
     if (lg->f == NULL) { return; }
     char line[512];
@@ -86,6 +87,7 @@ static void logger_log_step(Logger* lg, int step, float train_loss, float val_lo
     logger_append_float(line, sizeof(line), "grad_norm", grad_norm);
     logger_append_float(line, sizeof(line), "ms", ms);
     logger_append_float(line, sizeof(line), "tok_per_s", tokens_per_s);
+    if (!isnan(mfu)) logger_append_float(line, sizeof(line), "mfu", mfu);
     if (!isnan(comm_wait_ms)) { logger_append_float(line, sizeof(line), "comm_wait_ms", comm_wait_ms); }
     if (!isnan(loss_scale)) logger_append_float(line, sizeof(line), "loss_scale", loss_scale);
     if (skipped != NULL) {  // (the reasons hold no quote or backslash)

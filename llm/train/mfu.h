@@ -1,0 +1,107 @@
+// mfu.h: model FLOPs utilisation (MFU, the PaLM paper's appendix B): the FLOPs the model needs per
+// token times the tokens trained per second, over the peak FLOP/s of the devices the run uses. The one
+// definition of the FLOPs per token (train_gpt.cu's step line and log.jsonl, dev/bench_train.cu, and
+// dev/bench_pytorch.py's copy, which test/test_bench_pytorch.sh compares with the paper's formula), and
+// the measured peak the trainer divides by when --peak-tflops is not given.
+//
+// FLOPs per token of a training step (forward + backward = 3 x the forward's, 2 FLOPs per multiply-add):
+//   6 N            N = the parameters the matmuls multiply by: the blocks' L (12 C^2 + 13 C) (PaLM counts
+//                  every non-embedding parameter, biases and LayerNorms included) plus the LM head's
+//                  Vp C (wte, tied, is the head's weight; the padded vocabulary is what the head computes).
+//                  The lookups of wte and wpe and the final LayerNorm are not counted.
+//   + 6 L T C      attention's two products per layer, QK^T and AV: each 2 T C FLOPs per token over all
+//                  T keys, forward 4 T C, with backward 12 T C: PaLM's 12 L T C (its 12 L H Q T). The
+//                  causal mask makes half of those products unneeded, and this project counts only the
+//                  half a causal model must compute: 6 L T C (as llm.c and dev/bench_train.cu always
+//                  did). With the full 12 L T C, GPT-2 124M at T = 1024 would count ~6% more FLOPs.
+// Recomputed FLOPs (--recompute) are not model FLOPs: recompute lowers the MFU by its cost.
+//
+// The peak (TFLOP/s of one process's device), measured once at start-up in a few tens of milliseconds:
+//   CPU build:      OpenBLAS sgemm of 512^3 (the size where this project's 2-core VM reaches its sgemm peak),
+//                   the best of 5, on the OpenMP threads the run uses (what the CPU build's matmuls run on);
+//   CUDA build:     a dense floatX GEMM of 4096^3 through cuBLASLt (llm/ops/matmul_cublaslt.cuh, as
+//                   dev/cuda/matmul.cu measures the peak scripts/gpu_check.sh uses), the best of 5 runs
+//                   of 4 back to back;
+//   emulated build: nothing is measured and the MFU is not shown (the step line has no "MFU", the log no
+//                   "mfu") unless --peak-tflops gives a peak: a GEMM on the emulator is no device's rate, and
+//                   the emulated cuBLASLt's call left the emulated steps of this 2-core VM 10-25x slower.
+// Every rank measures at the same moment, so ranks sharing cores see their share. A run over P processes
+// has P devices: MFU = flops_per_token * tokens_per_s / (P * peak).
+#pragma once
+#include "../core/common.h"
+#include "../core/context.h"
+#include "../core/device.h"
+#include "../model/tensors.h"  // GPTConfig
+#include "../ops/matmul.cuh"   // cblas_sgemm (CPU), matmul_cublaslt_call (CUDA and emulated)
+
+// the model FLOPs of one trained token at sequence length T (the convention above)
+static double model_flops_per_token(const GPTConfig* c, int T) {
+    double L = c->num_layers, C = c->channels;
+    double n_blocks = L * (12.0 * C * C + 13.0 * C);                // the blocks' parameters
+    double n_matmul = n_blocks + (double)c->padded_vocab_size * C;  // + the LM head (wte doubles as it)
+    return 6.0 * n_matmul + 6.0 * L * (double)T * C;
+}
+
+// the fraction (not percent) of `devices` x peak_tflops that flops_per_token at tokens_per_s is
+static double mfu_fraction(double flops_per_token, double tokens_per_s, double peak_tflops, int devices) {
+    return flops_per_token * tokens_per_s / (peak_tflops * 1e12 * devices);
+}
+
+// the dense GEMM peak of this process's device in TFLOP/s (see the top), and the GEMM's size in *n;
+// 0 in the emulated build (nothing measured)
+static double measure_peak_tflops(int* n) {
+    const int REPS = 5;
+    double best_ms = 1e30;
+    *n = 0;
+#if LLM_BUILD_EMU
+    return 0.0;
+#endif
+#if LLM_HAS_KERNELS
+    const int N = 4096, ITERS = 4;  // back to back, so the host's work per call overlaps the GPU's
+    size_t bytes = (size_t)N * N * sizeof(floatX);
+    void *a, *b, *d;  // (outside the tagged allocator: not the run's memory; contents do not matter for speed)
+    cudaCheck(cudaMalloc(&a, bytes));
+    cudaCheck(cudaMalloc(&b, bytes));
+    cudaCheck(cudaMalloc(&d, bytes));
+    cudaCheck(cudaMemset(a, 0, bytes));
+    cudaCheck(cudaMemset(b, 0, bytes));
+    MatmulLtArgs g;
+    memset(&g, 0, sizeof(g));
+    g.m = g.n = g.k = N;
+    g.batch = 1;
+    g.a = a; g.a_type = MATMUL_CUDA_FLOATX; g.trans_a = true; g.lda = N;  // (the layout of the forward's x W^T)
+    g.b = b; g.b_type = MATMUL_CUDA_FLOATX; g.ldb = N;
+    g.c = d; g.c_type = MATMUL_CUDA_FLOATX; g.ldc = N;
+    g.d = d; g.d_type = MATMUL_CUDA_FLOATX; g.ldd = N;
+    g.alpha = 1.0f;
+    for (int r = 0; r <= REPS; r++) {  // r = 0 pays for the library's setup
+        device_synchronize();
+        double t0 = wall_ms();
+        for (int i = 0; i < ITERS; i++) {
+            if (matmul_cublaslt_call(&g, llm_ctx.stream) != CUBLAS_STATUS_SUCCESS) {
+                fatal("peak measurement: cuBLASLt has no algorithm for a %d^3 %s GEMM (give --peak-tflops)", N, PRECISION_MODE);
+            }
+        }
+        device_synchronize();
+        double ms = (wall_ms() - t0) / ITERS;
+        if (r > 0 && ms < best_ms) best_ms = ms;
+    }
+    cudaCheck(cudaFree(a));
+    cudaCheck(cudaFree(b));
+    cudaCheck(cudaFree(d));
+#else
+    const int N = 512;
+    size_t count = (size_t)N * N;
+    float* a = (float*)mallocCheck(3 * count * sizeof(float));
+    for (size_t i = 0; i < 3 * count; i++) a[i] = 0.5f;  // (finite values: no denormal or NaN slow paths)
+    for (int r = 0; r <= REPS; r++) {
+        double t0 = wall_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, N, 1.0f, a, N, a + count, N, 0.0f, a + 2 * count, N);
+        double ms = wall_ms() - t0;
+        if (r > 0 && ms < best_ms) best_ms = ms;
+    }
+    free(a);
+#endif
+    *n = N;
+    return 2.0 * N * (double)N * N / (best_ms * 1e-3) / 1e12;
+}
