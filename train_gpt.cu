@@ -207,14 +207,7 @@ int main(int argc, char** argv) {
         }
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
-        printf("mfu: %.4g MFLOP per token (6 N + 6 L T C) | ", model_flops_per_token(&cfg, T) / 1e6);
-        if (peak_tflops <= 0.0) printf("peak n/a (emulated CUDA measures no device; give --peak-tflops)\n");
-        else {
-            printf("peak %.4g TFLOP/s per process (", peak_tflops);
-            if (peak_n == 0) printf("--peak-tflops)");
-            else printf("measured: %s %d^3 %s)", LLM_BUILD_CPU ? "sgemm" : "cuBLASLt", peak_n, LLM_BUILD_CPU ? "FP32" : PRECISION_MODE);
-            printf(" x %d process%s\n", comm.world_size, comm.world_size > 1 ? "es" : "");
-        }
+        mfu_print(&cfg, T, peak_tflops, peak_n, comm.world_size);
         if (args.recompute) printf("activation recompute: %s\n", recompute_name((Recompute)args.recompute));
         if (args.fp8) fp8_print(&fp8);
         if (comm.pp > 1) pipeline_print(&pipe);

@@ -54,9 +54,9 @@ static double measure_peak_tflops(int* n) {
     double best_ms = 1e30;
     *n = 0;
 #if LLM_BUILD_EMU
+    (void)REPS; (void)best_ms;
     return 0.0;
-#endif
-#if LLM_HAS_KERNELS
+#elif LLM_HAS_KERNELS
     const int N = 4096, ITERS = 4;  // back to back, so the host's work per call overlaps the GPU's
     size_t bytes = (size_t)N * N * sizeof(floatX);
     void *a, *b, *d;  // (outside the tagged allocator: not the run's memory; contents do not matter for speed)
@@ -102,6 +102,22 @@ static double measure_peak_tflops(int* n) {
     }
     free(a);
 #endif
+#if !LLM_BUILD_EMU
     *n = N;
     return 2.0 * N * (double)N * N / (best_ms * 1e-3) / 1e12;
+#endif
+}
+
+// the run's header line: the FLOPs per token and the peak, with where it came from (peak_n: the measured
+// GEMM's size, 0 for --peak-tflops)
+static void mfu_print(const GPTConfig* cfg, int T, double peak_tflops, int peak_n, int processes) {
+    printf("mfu: %.4g MFLOP per token (6 N + 6 L T C) | ", model_flops_per_token(cfg, T) / 1e6);
+    if (peak_tflops <= 0.0) {
+        printf("peak n/a (emulated CUDA measures no device; give --peak-tflops)\n");
+        return;
+    }
+    printf("peak %.4g TFLOP/s per process (", peak_tflops);
+    if (peak_n == 0) printf("--peak-tflops)");
+    else printf("measured: %s %d^3 %s)", LLM_BUILD_CPU ? "sgemm" : "cuBLASLt", peak_n, LLM_BUILD_CPU ? "FP32" : PRECISION_MODE);
+    printf(" x %d process%s\n", processes, processes > 1 ? "es" : "");
 }
