@@ -4,7 +4,7 @@
 #   make train_gpt            CUDA build (nvcc, cuBLASLt, NCCL, MPI); PRECISION=BF16 (default), FP16 or FP32
 #   make train                the embedded default run: synthetic addition data, train, evaluate
 #   make test                 every test (see test/run_tests.sh)
-#   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp: see test/test.mk)
+#   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp, bench-fp8: see test/test.mk)
 #
 # MPI and NCCL are optional: without MPI (none found, or NO_MPI=1) every build is single-process
 # (-DLLM_NO_MPI, see llm/comm/comm.h); the CUDA build is multi-process only with both MPI and NCCL

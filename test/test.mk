@@ -39,6 +39,16 @@ build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu $(LLM_HEADERS)
 .PHONY: bench-matmul-bf16
 bench-matmul-bf16: build/bench_matmul_cpu_bf16
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_matmul_cpu_bf16 1024 5
+# the training step of the BF16 CPU build in each FP8 recipe against BF16's, interleaved in one process
+# (dev/bench_fp8_cpu.cu; not a test): the test model of test_precision.sh, then GPT-2 124M's linear shapes
+# (C=768, 12 heads) on 2 layers and a small vocabulary, so that the LM head does not hide the linears
+build/bench_fp8_cpu_bf16: dev/bench_fp8_cpu.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+.PHONY: bench-fp8
+bench-fp8: build/bench_fp8_cpu_bf16
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_fp8_cpu_bf16 "d2,C=128,NH=4,maxT=64,V=257" 8 64 20
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_fp8_cpu_bf16 "d2,C=768,NH=12,maxT=256,V=257" 4 256 3
 # llm/core/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
 build/test_half_cpu: test/test_half_cpu.cpp llm/core/half_cpu.h
 	@mkdir -p build
