@@ -181,8 +181,11 @@ static void attention_decode_cpu(float* out,          // (C)
 // CUDA kernels: fused causal attention (Dao 2023, "FlashAttention-2", Algorithm 1 for the forward,
 // Algorithm 2 for the backward, with its work split: section 3.2)
 //
-// Every kernel works on tiles of BR positions of one head (b, h): BR = 64 (32 when floatX is float
-// and hs > 64, for shared memory), 16 rows per warp, BR/16 warps. A tile's q, k, v (and dy) rows are
+// Every kernel works on tiles of BR positions of one head (b, h): BR = 64 for 16-bit floatX and
+// hs <= 64, else 32, so that the largest kernel, the backward's dk/dv, fits the 163 KiB of shared
+// memory an A100 allows a block (at BR = 64 it needs 127 KiB in BF16 at HD 64, but 190 KiB at HD 128
+// and 181 KiB in FP32 at HD 64; at BR = 32, 83 and 122 KiB at HD 128, 76 KiB in FP32 at HD 64),
+// 16 rows per warp, BR/16 warps. A tile's q, k, v (and dy) rows are
 // copied from the model's token layout (B,T,3C) into shared memory (no permute), zero-padded past T
 // and past hs to HD, the head size rounded up to 16 (16, 32, 64 or 128). Tile products run through
 // attention_warp_mma: WMMA 16x16x16 fragments with FP32 accumulation for 16-bit floatX (tensor
@@ -219,7 +222,7 @@ static void attention_decode_cpu(float* out,          // (C)
 template <int HD>
 struct AttentionTile {
     static constexpr int HDIM = HD;
-    static constexpr int BR = (sizeof(floatX) == 4 && HD > 64) ? 32 : 64;  // positions per tile
+    static constexpr int BR = (sizeof(floatX) == 2 && HD <= 64) ? 64 : 32;  // positions per tile (above)
     static constexpr int WARPS = BR / 16;
     // row strides in elements, padded by 16 bytes (32 for FP32 S) against shared memory bank conflicts;
     // they keep every 16-row, 16-column fragment 32-byte aligned, as WMMA wants

@@ -7,15 +7,15 @@
 // kernels and the references take the same scale = 1/sqrtf(hs), so their agreement alone cannot see a
 // wrong scale or softmax-backward expression; the float64 comparison does.
 //
-// Shapes (B,T,C,NH), hs = C/NH; the kernels' tiles are BR = 64 positions (32 in FP32 when hs > 64),
+// Shapes (B,T,C,NH), hs = C/NH; the kernels' tiles are BR = 64 positions in 16 bits up to hs 64, else 32,
 // the head padded to HD = 16, 32, 64 or 128 columns:
 //   (1,1,16,2)    hs 8 (HD 16), a single position: one tile of 1 row
 //   (2,7,24,2)    hs 12 (HD 16): not a multiple of a 128-bit chunk in 16 bits (the scalar tile loads)
 //   (2,33,64,4)   hs 16, T = 33 (a partial tile); inp, out, dout, dinp one element off 16-byte
 //                 alignment (the scalar tile loads in every build)
-//   (1,65,64,2)   hs 32, T = 65: two key tiles, the second of 1 row (the online rescale runs once)
-//   (1,130,64,1)  hs 64 (HD 64), three key tiles, the last of 2 rows
-//   (1,70,256,2)  hs 128 (HD 128): two tiles (three of 32 in FP32)
+//   (1,65,64,2)   hs 32, T = 65: two key tiles, the second of 1 row (the online rescale runs once; FP32: three of 32)
+//   (1,130,64,1)  hs 64 (HD 64), three key tiles, the last of 2 rows (FP32: five of 32)
+//   (1,70,256,2)  hs 128 (HD 128): three tiles of 32, the last of 6 rows
 // Inputs: q ~ N(0,4) (2 x N(0,1), exact in every floatX), k, v, dout ~ N(0,1): the logits
 // q.k/sqrt(hs) ~ N(0,4), sharp enough that a row's running max moves between key tiles, so a missing
 // or wrong rescale shows. Before every launch the outputs (out, lse, dinp) and the backward's scratch
