@@ -146,7 +146,10 @@ def main():
     except pip_cache.FetchError as e:
         sys.exit("error: %s: %s" % (WHO, e))
     os.makedirs(out, exist_ok=True)
-    paths = args.local or hub_files(args.version, args.max_files, out)
+    try:
+        paths = args.local or hub_files(args.version, args.max_files, out)
+    except OSError as e:  # (urllib's URLError and HTTPError are OSErrors)
+        sys.exit("error: %s: could not download from the Hugging Face hub (%s); --local reads files you have" % (WHO, e))
     path = os.path.join(out, "gpt2_tokenizer.bin")
     g.write_atomic(path, g.tokenizer_bytes(ranks))
     print("wrote %s: %d tokens, eot %d" % (path, g.VOCAB, g.EOT))
