@@ -9,7 +9,7 @@
 #include "../core/common.h"  // mallocCheck
 
 // The CPU build with 16-bit floatX: the same math with the fused kernels' rounding points
-// (attention.cuh, "CUDA kernels"): the scores q.k and the probabilities stay in FP32, the
+// (attention_kernels.cuh): the scores q.k and the probabilities stay in FP32, the
 // probabilities are rounded to Tx where they enter a product with v (forward) or dy (backward),
 // dS = P (dP - D) is rounded to Tx where it enters the products with k and q, and each output (out,
 // dq, dk, dv) is summed in FP32 and rounded once. What the kernels do in tiles (the online softmax's

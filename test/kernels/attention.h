@@ -26,7 +26,7 @@
 // poison: bitwise equal results (determinism: no atomics in the dq pass).
 //
 // Tolerances: an error bound per element, propagated in double from the inputs along the kernels'
-// rounding points (attention.cuh, "CUDA kernels"), first order, every error at its maximum with the
+// rounding points (attention_kernels.cuh), first order, every error at its maximum with the
 // same sign. u: the unit roundoff of a stored floatX (2^-8 BF16, 2^-11 FP16 with ax = KC_AX = 2^-25
 // absolute for its subnormals, 2^-24 FP32); e = 2^-24, FP32 arithmetic. A FP32 sum of n terms
 // (WMMA: exact products of 16-bit values, accumulated in FP32, chained through the accumulator; the
