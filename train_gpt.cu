@@ -68,6 +68,7 @@ once or twice):
 #include "llm/train/eval.h"
 #include "llm/train/report.h"
 #include "llm/train/mfu.h"
+#include "llm/train/progress.h"
 #include "llm/faults/health.h"
 #include "llm/faults/straggler.h"
 #include "llm/faults/preempt.h"
@@ -110,13 +111,19 @@ static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scale
     return r;
 }
 
-// the step's line on the console (rank 0) and in log.jsonl; wait: NaN without data parallelism; mfu: a fraction
-// (llm/train/mfu.h), a percentage on the console, NaN when there is no peak (the emulated build without --peak-tflops)
-static void report_step(Logger* lg, int rank0, int step, int steps, const StepResult* r, float vloss, double ms, double tok_s,
-                        double mfu, double wait, int scaled) {
-    if (rank0) {
+// the step's line on the console (rank 0; every --print-every steps, llm/train/progress.h) and in log.jsonl (every
+// step); wait: NaN without data parallelism; mfu: a fraction (llm/train/mfu.h), a percentage on the console, NaN when
+// there is no peak (the emulated build without --peak-tflops)
+static void report_step(Logger* lg, Progress* pg, int rank0, int step, int steps, const StepResult* r, float vloss, double ms,
+                        double tok_s, double mfu, double wait, int scaled) {
+    pg->train_loss = r->loss;
+    if (!isnan(vloss)) { pg->val_loss = vloss; pg->val_step = step; }
+    if (rank0 && progress_show(pg, step, !isnan(vloss) || r->skipped != NULL)) {
+        char times[96];
+        progress_times(pg, step, times, sizeof(times));
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, r->loss, r->lr, r->norm, ms, tok_s);
         if (!isnan(mfu)) printf(" | MFU %.1f%%", 100.0 * mfu);
+        printf(" | %s", times);
         if (!isnan(wait)) printf(" | comm wait %.1f ms", wait);
         if (scaled) printf(" | loss scale %g", r->scale);
         if (r->skipped) printf(" | skipped (%s)", r->skipped);
@@ -131,6 +138,7 @@ int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
     Args args;
     parse_args(&args, argc, argv);
+    args_check_default_data(&args);  // the default data not made yet: one line saying how to make it
     Comm comm;
     comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp);
     args_check_layout(&args, &comm);
@@ -168,7 +176,8 @@ int main(int argc, char** argv) {
     if (args.tokenizer) {
         FILE* tf = fopen(args.tokenizer, "rb");
         if (tf != NULL) { fclose(tf); tokenizer_init(&tok, args.tokenizer); have_tok = 1; }
-        else if (rank0) printf("tokenizer %s not found: samples print token ids\n", args.tokenizer);
+        else if (rank0) printf("tokenizer %s not found: samples print token ids%s\n", args.tokenizer,
+                               strcmp(args.tokenizer, DEFAULT_TOKENIZER) ? "" : " (" DEFAULT_DATA_HOW " makes it)");
     }
     int eot = have_tok ? (int)tok.eot_token : 50256;
     // the MFU's denominator (llm/train/mfu.h): --peak-tflops, or a GEMM measured now on every rank at once
@@ -214,7 +223,9 @@ int main(int argc, char** argv) {
     }
 
     // the parameters and optimizer state: fresh, or resumed (each rank keeps its part of the state file)
-    OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, 0.9f, 0.95f, 1e-8f, args.weight_decay, args.grad_clip};
+    OptimConfig oc = {args.lr, args.lr_final, args.warmup, steps, isnan(args.beta1) ? ADAMW_DEFAULT_BETA1 : args.beta1,
+                      isnan(args.beta2) ? ADAMW_DEFAULT_BETA2 : args.beta2, isnan(args.eps) ? ADAMW_DEFAULT_EPS : args.eps,
+                      args.weight_decay, args.grad_clip};  // (a resumed run: beta1, beta2, eps from its checkpoint unless given)
     LossScaler scaler;  // loss scaling (llm/precision/loss_scale.h): --loss-scale, default dynamic in FP16 builds
     loss_scaler_init(&scaler, (LossScaleMode)args.loss_scale, args.loss_scale_init, args.loss_scale_window);
     if (rank0 && scaler.mode != LOSS_SCALE_NONE) {
@@ -230,7 +241,7 @@ int main(int argc, char** argv) {
     Health health;
     health_init(&health, hcfg, scaler.mode != LOSS_SCALE_NONE, scaler.mode == LOSS_SCALE_DYNAMIC);
     // the checkpoints (llm/ckpt/ckpt_run.h): what they hold, where the run keeps it, and how they are written
-    RunState run = {&dp, &fp8, &scaler, &sample_rng, &health, &train_loader};
+    RunState run = {&dp, &fp8, &scaler, &sample_rng, &health, &train_loader, &oc, {args.beta1, args.beta2, args.eps}};
     RunCkpt ck;
     run_ckpt_init(&ck, &comm, &dp, &inject_plan, args.output_dir, args.checkpoint_format, args.async_checkpoint,
                   args.keep_checkpoints, args.schedule, args.vpp);
@@ -274,6 +285,8 @@ int main(int argc, char** argv) {
         logger_init(&logger, NULL, 0);
     }
     if (rank0) print_memory(&dp, stage);
+    if (rank0) printf("AdamW: lr %g, beta1 %g, beta2 %g, eps %g, weight decay %g, grad clip %g\n", oc.lr, oc.beta1, oc.beta2, oc.eps,
+                      oc.weight_decay, oc.grad_clip);
     if (rank0 && args.sdc_check_every > 0 && dp.zero.shard_params && comm.dp > 1) {
         printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
     }
@@ -291,10 +304,11 @@ int main(int argc, char** argv) {
     DpTrace* step_trace = (DpTrace*)mallocCheck(sizeof(DpTrace));  // and the order of its data-parallel operations
     memset(step_trace, 0, sizeof(*step_trace));
     if (args.val_data && args.val_every > 0) {
-        float vloss = val_loss(&pipe, &val_loader, args.val_steps);
-        if (rank0) printf("step %d: val loss %.6f\n", start_step, vloss);
+        float vloss = val_loss_said(&pipe, &val_loader, args.val_steps, start_step, rank0);
         logger_log_eval(&logger, start_step, "val_loss", vloss);
     }
+    Progress progress;  // the elapsed time and the time left on the step line, the summary at the end
+    progress_init(&progress, start_step + 1, steps, args.print_every, args.total_batch);
     preempt_install(args.save_on_signal);  // from now on SIGTERM / SIGINT save the step in flight (llm/faults/preempt.h)
     for (int step = start_step + 1; step <= steps; step++) {
         int last = step == steps;
@@ -331,15 +345,20 @@ int main(int argc, char** argv) {
         // checks' verdict on it (llm/ckpt/ckpt_run.h)
         float vloss = NAN;
         if (!sig && args.val_data && args.val_every > 0 && (step % args.val_every == 0 || last)) {
-            vloss = val_loss(&pipe, &val_loader, args.val_steps);
+            vloss = val_loss_said(&pipe, &val_loader, args.val_steps, step, rank0);
         }
         double tok_s = (float)(args.total_batch / (ms / 1e3));
         double mfu = peak_tflops > 0.0 ? mfu_fraction(model_flops_per_token(&cfg, T), tok_s, peak_tflops, comm.world_size) : NAN;
-        report_step(&logger, rank0, step, steps, &r, vloss, ms, tok_s, mfu, comm.dp > 1 || dp.zero.shard_optim ? wait : NAN,
+        report_step(&logger, &progress, rank0, step, steps, &r, vloss, ms, tok_s, mfu, comm.dp > 1 || dp.zero.shard_optim ? wait : NAN,
                     scaler.mode != LOSS_SCALE_NONE);
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
-            print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0);
+            print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0, step);
         }
+        if (ckpt_step && rank0) {
+            printf("step %d: saving the checkpoint into %s/%s\n", step, args.output_dir, args.async_checkpoint ? " (written in the background)" : "");
+            fflush(stdout);
+        }
+        if (ckpt_step) progress.ckpt_step = step;
         if (ckpt_step) run_ckpt_save(&ck, &run, step, sdc_msg[0] ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY);
         run_ckpt_poll(&ck);  // an async save done on every rank gets its manifest
         if (sig) run_preempted_exit(&ck, step, sig, sig_rank);
@@ -389,6 +408,8 @@ int main(int argc, char** argv) {
                    args.trace, bubble, sim_bubble);
         }
     }
+
+    if (rank0) progress_summary(&progress, log_path, args.output_dir, args.checkpoint_format);  // what was done, where it is
 
     health_free(&health);
     free(step_inputs);

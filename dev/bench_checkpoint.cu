@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     TrainState ts;
     memset(&ts, 0, sizeof(ts));
     ts.step = 1; ts.adam_t = 1;
+    ts.beta1 = 0.9f; ts.beta2 = 0.95f; ts.eps = 1e-8f;
     double gb = (double)(HEADER_INTS * 4 * 2 + 4 * n * sizeof(float)) / 1e9;
     printf("checkpoint of %s: %.1fM parameters, %.2f GB per save (model + state files, FP32) in %s, %d repetitions\n", model,
            n / 1e6, gb, dir, reps);

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
     memset(&ts, 0, sizeof(ts));
     ts.step = 42; ts.adam_t = 40; ts.data.epoch = 3; ts.data.sample = 1234567; ts.rng = 0x0123456789abcdefull;
     ts.bad_skipped = 2; ts.verdict = CKPT_HEALTHY;
+    ts.beta1 = 0.8f; ts.beta2 = 0.999f; ts.eps = 1e-6f;  // not the defaults, so a reader that forgets them shows it
     float* m = (float*)mallocCheck(n * sizeof(float));
     float* v = (float*)mallocCheck(n * sizeof(float));
     for (size_t i = 0; i < n; i++) { m[i] = params[i] * 0.5f; v[i] = params[i] * params[i]; }
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
     state_save(&af, p2, cfg, &ts2, st.params, st.m, st.v, NULL, -1, 0);
     check(same_bytes(p1, p2) && st.params16 == NULL, "resumable state: save + load + save gives identical bytes");
     check(ts2.step == 42 && ts2.adam_t == 40 && ts2.bad_skipped == 2 && ts2.data.epoch == 3 && ts2.data.sample == 1234567 &&
-          ts2.rng == 0x0123456789abcdefull && memcmp(st.params, params, n * 4) == 0 && memcmp(st.m, m, n * 4) == 0 &&
+          ts2.rng == 0x0123456789abcdefull && ts2.beta1 == 0.8f && ts2.beta2 == 0.999f && ts2.eps == 1e-6f && memcmp(st.params, params, n * 4) == 0 && memcmp(st.m, m, n * 4) == 0 &&
           memcmp(st.v, v, n * 4) == 0, "resumable state: every field read back");
     loaded_state_free(&st);
     {  // with the BF16 parameters of a BF16 build: saved and read back exactly

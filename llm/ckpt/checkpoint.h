@@ -15,7 +15,8 @@
 
 #define CHECKPOINT_MAGIC 20240326
 #define STATE_MAGIC 20261122      // this trainer's resumable state
-#define STATE_VERSION 2           // 2: with the verdict and the checksum (header[34..37]); 1: before them
+#define STATE_VERSION 3           // 3: with AdamW's beta1, beta2, eps (header[38..40]); 2: the verdict and the
+                                  // checksum (header[34..37]); 1: before them
 #define HEADER_INTS 256
 #define CKPT_SUM_MARK 0x4d555343  // "CSUM": the header slot before a checksum says one is there
 
@@ -229,6 +230,8 @@ static int checkpoint_save(AtomicFile* af, const char* path, GPTConfig cfg, cons
 //       before them), the bad steps in a row, the bad steps skipped so far
 //   34: the verdict of the step it was saved after (CKPT_HEALTHY, CKPT_IN_STREAK, CKPT_SDC)
 //   35..37: CKPT_SUM_MARK and the checksum (lo, hi) of the whole file, summed with 35..37 as 0
+//   38..40: AdamW's beta1, beta2, eps (float bits) the moments were made with (files of version 1 and 2: the
+//       0.9, 0.95, 1e-8 every run used then)
 //   (25..30: a sharded checkpoint's shard header, llm/ckpt/ckpt_shard.h; unused here)
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
 // then, if header[18] = 1 (2), num_parameters BF16 (FP16) values (uint16): the parameters the model
@@ -256,6 +259,7 @@ typedef struct {
     float* health;     // (2, health_n) losses then gradient norms, oldest first; state_load mallocs it
     int bad_streak, bad_skipped;  // the health checks' bad steps in a row, and skipped so far
     int verdict;       // CKPT_HEALTHY, CKPT_IN_STREAK or CKPT_SDC
+    float beta1, beta2, eps;  // AdamW's hyperparameters (llm/ops/optimizer.h OptimConfig)
 } TrainState;
 
 // a state read back (a state file, or a sharded checkpoint's pieces for this rank): the arrays are
@@ -296,6 +300,11 @@ static int state_header_read(const int* h, GPTConfig cfg, TrainState* ts, char* 
     ts->loss_scale_good_steps = h[23]; ts->loss_scale_skipped = h[24];
     ts->health_n = h[31]; ts->bad_streak = h[32]; ts->bad_skipped = h[33];
     ts->verdict = h[1] >= 2 ? h[34] : (ts->bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY);
+    if (h[1] >= 3) {
+        memcpy(&ts->beta1, &h[38], sizeof(float)); memcpy(&ts->beta2, &h[39], sizeof(float)); memcpy(&ts->eps, &h[40], sizeof(float));
+    } else {  // before version 3 every run used these (llm/train/args.h's defaults)
+        ts->beta1 = 0.9f; ts->beta2 = 0.95f; ts->eps = 1e-8f;
+    }
     // every step either updated (AdamW's t) or was skipped (bad_skipped): together at most the step
     int S = ts->step;
     const char* bad = NULL;
@@ -314,9 +323,12 @@ static int state_header_read(const int* h, GPTConfig cfg, TrainState* ts, char* 
     else if (ts->health_n < 0 || ts->health_n > S || ts->health_n > (1 << 24)) bad = "header[31] (health window): expected 0 .. min(step, 2^24) values";
     else if (ts->verdict < CKPT_HEALTHY || ts->verdict > CKPT_SDC || (ts->verdict == CKPT_HEALTHY && ts->bad_streak > 0))
         bad = "header[34] (verdict): expected 0 (healthy, no bad step in a row), 1 or 2";
+    else if (!(ts->beta1 >= 0.0f && ts->beta1 < 1.0f && ts->beta2 >= 0.0f && ts->beta2 < 1.0f && ts->eps > 0.0f && ts->eps <= 1.0f))
+        bad = "header[38..40] (AdamW's beta1, beta2, eps): expected betas in [0, 1) and eps in (0, 1]";
     if (bad == NULL) return 1;
-    snprintf(what, sizeof(what), " (step %d, adam t %d, skipped %d, in a row %d, epoch %lld, sample %lld, window %d, verdict %d)", S,
-             ts->adam_t, ts->bad_skipped, ts->bad_streak, (long long)ts->data.epoch, (long long)ts->data.sample, ts->health_n, ts->verdict);
+    snprintf(what, sizeof(what), " (step %d, adam t %d, skipped %d, in a row %d, epoch %lld, sample %lld, window %d, verdict %d, "
+             "betas %g %g, eps %g)", S, ts->adam_t, ts->bad_skipped, ts->bad_streak, (long long)ts->data.epoch, (long long)ts->data.sample,
+             ts->health_n, ts->verdict, ts->beta1, ts->beta2, ts->eps);
     snprintf(why, cap, "%s, found%s", bad, what);
     return 0;
 }
@@ -341,6 +353,7 @@ static void state_header_fill(int* h, GPTConfig cfg, const TrainState* ts, int m
     h[32] = ts->bad_streak;
     h[33] = ts->bad_skipped;
     h[34] = ts->verdict;
+    memcpy(&h[38], &ts->beta1, sizeof(float)); memcpy(&h[39], &ts->beta2, sizeof(float)); memcpy(&h[40], &ts->eps, sizeof(float));
 }
 
 // params16: NULL, or the BF16 (ts->params16_kind 1) or FP16 (2) parameters as FP32 values (exactly
@@ -386,7 +399,7 @@ static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* wh
     const int* h = r.header;
     int ok = 0;
     if (h[0] != STATE_MAGIC) snprintf(why, cap, "expected magic %d (a state file), found %d", STATE_MAGIC, h[0]);
-    else if (h[1] != 1 && h[1] != STATE_VERSION) snprintf(why, cap, "expected version 1 or %d, found %d", STATE_VERSION, h[1]);
+    else if (h[1] < 1 || h[1] > STATE_VERSION) snprintf(why, cap, "expected version 1 to %d, found %d", STATE_VERSION, h[1]);
     else if (state_header_read(h, cfg, &st->ts, why, cap)) {
         TrainState* ts = &st->ts;
         size_t n = num_parameters(cfg);

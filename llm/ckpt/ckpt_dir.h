@@ -32,7 +32,8 @@
 #include "checkpoint.h"
 
 #define SHARD_MAGIC 20261123
-#define SHARD_VERSION 2          // 2: the verdict and ckpt_sum checksums in the manifest; 1: before (FNV-1a of bytes)
+#define SHARD_VERSION 3          // 3: AdamW's hyperparameters (header[38..40]); 2: the verdict and ckpt_sum checksums
+                                 // in the manifest; 1: before (FNV-1a of bytes)
 
 // ----------------------------------------------------------------------------
 // host-side agreement among the world's ranks (bounded by the watchdog, outside the comm ledger): the

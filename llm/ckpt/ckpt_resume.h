@@ -51,8 +51,8 @@ static int ckpt_load(const char* dir, const ParamLayout* lay, LoadedState* st, c
         TrainState hs;
         if (f == NULL) { LOAD_FAIL("cannot open: %s", strerror(errno)); break; }
         if (fread(h, sizeof(int), HEADER_INTS, f) != HEADER_INTS) { LOAD_FAIL("truncated header"); break; }
-        if (h[0] != SHARD_MAGIC || (h[1] != 1 && h[1] != SHARD_VERSION) || h[25] != r || h[26] != world) {
-            LOAD_FAIL("expected a shard (magic %d version 1 or %d) of rank %d of %d, found magic %d version %d rank %d of %d", SHARD_MAGIC,
+        if (h[0] != SHARD_MAGIC || h[1] < 1 || h[1] > SHARD_VERSION || h[25] != r || h[26] != world) {
+            LOAD_FAIL("expected a shard (magic %d version 1 to %d) of rank %d of %d, found magic %d version %d rank %d of %d", SHARD_MAGIC,
                       SHARD_VERSION, r, world, h[0], h[1], h[25], h[26]);
             break;
         }

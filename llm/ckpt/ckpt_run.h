@@ -1,5 +1,5 @@
 // ckpt_run.h: the training run's checkpoints, from the loop's side. What a checkpoint holds (RunState:
-// the model and AdamW's state in the data-parallel storage, the FP8 recipes' state, the loss scaler, the
+// the model and AdamW's state in the data-parallel storage and its hyperparameters, the FP8 recipes' state, the loss scaler, the
 // sampler's RNG, the health checks' windows and streak, the data position), saving it after a step in
 // the run's format (--checkpoint-format gathered: llm.c's model_<step>.bin and the resumable
 // state_<step>.bin, llm/ckpt/checkpoint.h; sharded: ckpt_<step>/, llm/ckpt/ckpt_shard.h, in the background with
@@ -32,6 +32,8 @@ typedef struct {
     Rng* sample_rng;
     Health* health;
     DataLoader* loader;    // the training data
+    OptimConfig* oc;       // AdamW's beta1, beta2, eps are saved; the rest of it comes from the flags
+    float adamw_given[3];  // --beta1, --beta2, --eps as given (NAN: not given: a resumed run keeps its checkpoint's)
 } RunState;
 
 typedef struct {
@@ -70,7 +72,8 @@ static void run_ckpt_save(RunCkpt* rc, const RunState* rs, int step, int verdict
     const LossScaler* ls = rs->scaler;
     TrainState ts = {step, dp->opt.t, dataloader_position(rs->loader), rs->sample_rng->state, (int)fp8->cfg.recipe,
                      fp8_state_floats(fp8), fp8_state, STATE_FLOATX_KIND, ls->mode != LOSS_SCALE_NONE ? ls->scale : 0.0f,
-                     ls->good_steps, ls->skipped, health_n, health_state, h->bad_streak, h->skipped, verdict};
+                     ls->good_steps, ls->skipped, health_n, health_state, h->bad_streak, h->skipped, verdict,
+                     rs->oc->beta1, rs->oc->beta2, rs->oc->eps};
     if (rc->format != 1) {
         // the whole model and optimizer state, gathered from the shards (every rank takes part); rank 0 writes
         size_t n = dp->lay.num_parameters;
@@ -136,6 +139,14 @@ static void run_state_import(const RunState* rs, const LoadedState* st, int with
         ls->skipped = ts->loss_scale_skipped;
     }
     rs->sample_rng->state = ts->rng;
+    // AdamW's hyperparameters: the checkpoint's, where no flag gave them (a rollback keeps the run's own)
+    float saved[3] = {ts->beta1, ts->beta2, ts->eps};
+    float* now[3] = {&rs->oc->beta1, &rs->oc->beta2, &rs->oc->eps};
+    const char* flag[3] = {"--beta1", "--beta2", "--eps"};
+    for (int i = 0; with_data && i < 3; i++) {
+        if (isnan(rs->adamw_given[i])) *now[i] = saved[i];
+        else if (rs->adamw_given[i] != saved[i]) note("%s %g given: %s was trained with %g until now", flag[i], rs->adamw_given[i], path, saved[i]);
+    }
 }
 
 // --resume: latest (the newest good checkpoint of the output directory) or a path; every rank. The state

@@ -23,7 +23,7 @@
 // Shard file: header int32[256] as llm/ckpt/checkpoint.h's state file (0 magic SHARD_MAGIC, 1 version,
 // 2 step, 3 adam t, 4..9 config, 10..11 Psi, 12..17 data position and sampler RNG, 18 the 16-bit
 // parameters' kind, 19..21 FP8 recipe and state size, 22..24 loss scaler, 31..33 health checks, 34 the
-// verdict; its checksum is the manifest's), then
+// verdict, 38..40 AdamW's beta1, beta2, eps; its checksum is the manifest's), then
 // 25 rank, 26 world size, 27..28 pieces, 29..30 values (the pieces' total length); then the index,
 // int64 (unit, offset in checkpoint order, length) per piece; then FP32 arrays of `values` each:
 // parameters, m, v; then `values` uint16 (BF16/FP16 bits) if header[18] != 0; then rank 0's shard

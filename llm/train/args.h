@@ -5,6 +5,7 @@
 #pragma once
 #include <stddef.h>
 #include <ctype.h>
+#include <unistd.h>
 #include "../core/common.h"
 #include "../comm/comm.h"
 
@@ -53,7 +54,24 @@ typedef struct {
     int straggler_every;        // compare the ranks' compute time every N steps (llm/faults/straggler.h); 0 = off
     float straggler_factor;     // a rank slower than the median by more than this is named
     float peak_tflops;          // the MFU's peak TFLOP/s of one process's device; 0 = measured at start-up (llm/train/mfu.h)
+    float beta1, beta2, eps;    // AdamW's; NAN when not given: the defaults (ADAMW_DEFAULT_*), or a resumed run's own
+    int print_every;            // the step line every N steps (and the first, the last, and those with news)
 } Args;
+
+// AdamW's hyperparameters when no flag gives them (llm.c's CUDA trainer's; its CPU trainer uses beta2 0.999).
+// A resumed run goes on with those its checkpoint was trained with (llm/ckpt/checkpoint.h) unless a flag says
+// otherwise.
+#define ADAMW_DEFAULT_BETA1 0.9f
+#define ADAMW_DEFAULT_BETA2 0.95f
+#define ADAMW_DEFAULT_EPS 1e-8f
+
+// where dev/data/shakespeare.py writes the complete works in GPT-2's tokens: the default data, so that the
+// trainer with no flags trains on real text once `make shakespeare` (or the script) has made it
+#define DEFAULT_DATA_DIR "data/shakespeare"
+#define DEFAULT_TRAIN_DATA DEFAULT_DATA_DIR "/shakespeare_train.bin"
+#define DEFAULT_VAL_DATA DEFAULT_DATA_DIR "/shakespeare_val.bin"
+#define DEFAULT_TOKENIZER DEFAULT_DATA_DIR "/gpt2_tokenizer.bin"
+#define DEFAULT_DATA_HOW "python3 dev/data/shakespeare.py (or make shakespeare, which also trains)"
 
 // One row per flag: its names, what it stores where in Args, its valid range (numbers: inclusive bounds;
 // choices: the words, stored as their index), and its help. One parser reads them all: a number must be
@@ -67,7 +85,8 @@ typedef struct {
     FlagKind kind;
     size_t offset;          // of the field in Args
     double lo, hi;          // FLAG_INT, FLAG_LONG, FLAG_FLOAT: the valid range, inclusive
-    const char* choices;    // FLAG_CHOICE: "none|selective|full" (stored: the index)
+    const char* choices;    // FLAG_CHOICE: "none|selective|full" (stored: the index); FLAG_FLOAT: NULL, or "lo-open" /
+                            // "hi-open" when that bound is excluded (AdamW's betas below 1, eps above 0)
     const char* help;
 } FlagDoc;
 
@@ -75,9 +94,9 @@ typedef struct {
 #define BIG 1e9             // "any sensible count"
 static const FlagDoc FLAGS[] = {
     {"--model", 'e', FLAG_STRING, A_(model), 0, 0, NULL, "llm.c checkpoint path, or a fresh model: dN[,C=..][,NH=..][,maxT=..][,V=..] (default d12)"},
-    {"--train-data", 'i', FLAG_STRING, A_(train_data), 0, 0, NULL, "glob of train token shards"},
-    {"--val-data", 'j', FLAG_STRING, A_(val_data), 0, 0, NULL, "glob of val token shards (empty: no validation)"},
-    {"--tokenizer", 0, FLAG_STRING, A_(tokenizer), 0, 0, NULL, "llm.c tokenizer file for decoding samples (empty: print token ids)"},
+    {"--train-data", 'i', FLAG_STRING, A_(train_data), 0, 0, NULL, "glob of train token shards (default " DEFAULT_TRAIN_DATA ")"},
+    {"--val-data", 'j', FLAG_STRING, A_(val_data), 0, 0, NULL, "glob of val token shards, empty: no validation (default " DEFAULT_VAL_DATA ")"},
+    {"--tokenizer", 0, FLAG_STRING, A_(tokenizer), 0, 0, NULL, "llm.c tokenizer file for decoding samples, empty: print token ids (default " DEFAULT_TOKENIZER ")"},
     {"--batch", 'b', FLAG_INT, A_(B), 1, 1 << 20, NULL, "micro-batch size B per process (default 4)"},
     {"--seq-len", 't', FLAG_INT, A_(T), 1, 1 << 24, NULL, "sequence length T (default 1024, at most the model's maxT)"},
     {"--total-batch", 'd', FLAG_LONG, A_(total_batch), 1, 1e15, NULL, "tokens per optimizer step; a multiple of B*T*dp (default B*T*dp): gradient accumulation"},
@@ -85,6 +104,9 @@ static const FlagDoc FLAGS[] = {
     {"--lr", 'l', FLAG_FLOAT, A_(lr), 0, 1, NULL, "peak learning rate (default 3e-4)"},
     {"--warmup", 'u', FLAG_INT, A_(warmup), 0, BIG, NULL, "linear warm-up steps (default 0)"},
     {"--lr-final", 'q', FLAG_FLOAT, A_(lr_final), 0, 1, NULL, "final learning rate as a fraction of --lr, the end of the cosine decay (default 1.0)"},
+    {"--beta1", 0, FLAG_FLOAT, A_(beta1), 0, 1, "hi-open", "AdamW's beta1, the first moment's decay (default 0.9; resumed: the checkpoint's)"},
+    {"--beta2", 0, FLAG_FLOAT, A_(beta2), 0, 1, "hi-open", "AdamW's beta2, the second moment's decay (default 0.95; resumed: the checkpoint's)"},
+    {"--eps", 0, FLAG_FLOAT, A_(eps), 0, 1, "lo-open", "AdamW's epsilon (default 1e-8; resumed: the checkpoint's)"},
     {"--weight-decay", 'c', FLAG_FLOAT, A_(weight_decay), 0, 1, NULL, "AdamW decoupled weight decay of the 2-D tensors (default 0.0)"},
     {"--grad-clip", 0, FLAG_FLOAT, A_(grad_clip), 0, 1e6, NULL, "clip the global gradient norm to this, 0 = off (default 1.0)"},
     {"--seed", 0, FLAG_INT, A_(seed), 0, 2147483647.0, NULL, "seed of initialisation, data order and sampling (default 1337)"},
@@ -92,6 +114,7 @@ static const FlagDoc FLAGS[] = {
     {"--val-every", 'v', FLAG_INT, A_(val_every), 0, BIG, NULL, "val loss every N steps, 0 = never (default 20)"},
     {"--val-steps", 'm', FLAG_INT, A_(val_steps), 1, BIG, NULL, "batches per val loss (default 20)"},
     {"--sample-every", 's', FLAG_INT, A_(sample_every), 0, BIG, NULL, "print a sample every N steps, 0 = never (default 20)"},
+    {"--print-every", 0, FLAG_INT, A_(print_every), 1, BIG, NULL, "print the step line every N steps (and the first, the last, and those with a val loss or a skip) (default 1)"},
     {"--sample-len", 'g', FLAG_INT, A_(sample_len), 1, 1 << 24, NULL, "tokens per sample (default 64)"},
     {"--checkpoint-every", 'n', FLAG_INT, A_(checkpoint_every), 0, BIG, NULL, "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
     {"--checkpoint-format", 0, FLAG_CHOICE, A_(checkpoint_format), 0, 0, "gathered|sharded|both",
@@ -154,7 +177,9 @@ static void flag_range_text(const FlagDoc* f, char* out, size_t cap) {
     } else if ((f->kind == FLAG_INT || f->kind == FLAG_LONG) && f->lo == 0 && f->hi == 1) {
         snprintf(out, cap, "0 or 1");
     } else {
-        snprintf(out, cap, "%s in [%.10g, %.10g]", f->kind == FLAG_FLOAT ? "a number" : "an integer", f->lo, f->hi);
+        int lo_open = f->choices && !strcmp(f->choices, "lo-open"), hi_open = f->choices && !strcmp(f->choices, "hi-open");
+        snprintf(out, cap, "%s in %c%.10g, %.10g%c", f->kind == FLAG_FLOAT ? "a number" : "an integer", lo_open ? '(' : '[', f->lo,
+                 f->hi, hi_open ? ')' : ']');
     }
 }
 
@@ -190,6 +215,8 @@ static double flag_number(const FlagDoc* f, const char* v) {
         x = (double)i;
     }
     if (errno != 0 || *end != '\0' || x < f->lo || x > f->hi) flag_bad(f, v);
+    if (f->kind == FLAG_FLOAT && f->choices && ((!strcmp(f->choices, "lo-open") && (float)x == (float)f->lo) ||
+                                                (!strcmp(f->choices, "hi-open") && (float)x == (float)f->hi))) flag_bad(f, v);
     return x;
 }
 
@@ -223,9 +250,9 @@ static void flag_set(Args* a, const FlagDoc* f, const char* v, float* fixed_scal
 
 static void parse_args(Args* a, int argc, char** argv) {
     a->model = "d12";
-    a->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
-    a->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
-    a->tokenizer = "gpt2_tokenizer.bin";
+    a->train_data = DEFAULT_TRAIN_DATA;
+    a->val_data = DEFAULT_VAL_DATA;
+    a->tokenizer = DEFAULT_TOKENIZER;
     a->output_dir = "out";
     a->log_path = NULL;
     a->resume = NULL;
@@ -249,6 +276,8 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
     a->comm_timeout = 300.0f; a->straggler_every = 0; a->straggler_factor = 1.5f;
     a->peak_tflops = 0.0f;
+    a->beta1 = a->beta2 = a->eps = NAN;
+    a->print_every = 1;
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -274,6 +303,22 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
     if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
     if (a->trace && a->trace[0] == '\0') a->trace = NULL;
+}
+
+// The default data (DEFAULT_DATA_DIR) is made by dev/data/shakespeare.py, not shipped: when --train-data or
+// --val-data left at its default names a file that is not there, one line saying how to make it (rather than the
+// data loader's "cannot open"). A path given on the command line is the user's, and its errors are the loader's.
+// (A missing tokenizer is no error: the samples print token ids, train_gpt.cu.)
+static void args_check_default_data(const Args* a) {
+    const char* flag[2] = {"--train-data", "--val-data"};
+    const char* path[2] = {a->train_data, a->val_data};
+    const char* dflt[2] = {DEFAULT_TRAIN_DATA, DEFAULT_VAL_DATA};
+    for (int i = 0; i < 2; i++) {
+        if (path[i] != NULL && strcmp(path[i], dflt[i]) == 0 && access(path[i], R_OK) != 0) {
+            fatal("%s: the default, %s, is not there (%s): make it with %s, or name your data with --train-data, "
+                  "--val-data and --tokenizer", flag[i], path[i], strerror(errno), DEFAULT_DATA_HOW);
+        }
+    }
 }
 
 // The layout, once the processes are known and before anything is allocated: the ZeRO level, the

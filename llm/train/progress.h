@@ -1,0 +1,77 @@
+// progress.h: what a person watching a run reads. The elapsed time and an estimate of the time left on
+// the step line, which step lines are printed (--print-every), and the summary at the end of the run
+// (steps, tokens, time, the final losses, where the log, the plot and the checkpoints are). Rank 0 only;
+// the JSON log (llm/train/logger.h) keeps every step whatever is printed.
+#pragma once
+#include "../core/common.h"
+
+typedef struct {
+    double t0;             // wall ms when the loop started
+    int first, last;       // the steps this process runs: first .. last
+    int print_every;       // --print-every
+    long tokens_per_step;  // the total batch (all ranks)
+    float train_loss;      // the last step's
+    float val_loss;        // the last measured (NAN: none yet)
+    int val_step;
+    int ckpt_step;         // the last step saved (0: none)
+} Progress;
+
+static void progress_init(Progress* p, int first, int last, int print_every, long tokens_per_step) {
+    memset(p, 0, sizeof(*p));
+    p->t0 = wall_ms();
+    p->first = first; p->last = last; p->print_every = print_every; p->tokens_per_step = tokens_per_step;
+    p->train_loss = NAN; p->val_loss = NAN;
+}
+
+// seconds as a person says them: 4.2s, 3m10s, 2h05m, 3d04h
+static void duration_text(double s, char* out, size_t cap) {
+    if (!(s >= 0.0) || s > 1e9) { snprintf(out, cap, "?"); return; }
+    long t = (long)(s + 0.5);
+    if (s < 60.0) snprintf(out, cap, "%.1fs", s);
+    else if (t < 3600) snprintf(out, cap, "%ldm%02lds", t / 60, t % 60);
+    else if (t < 86400) snprintf(out, cap, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+    else snprintf(out, cap, "%ldd%02ldh", t / 86400, (t % 86400) / 3600);
+}
+
+// 1 when step's line is printed: every print_every-th, the first and the last, and any with news (a val
+// loss, a skip)
+static int progress_show(const Progress* p, int step, int news) {
+    return news || step == p->first || step == p->last || step % p->print_every == 0;
+}
+
+// "elapsed 1m02s, eta 3m10s" after `step`: the time left is the mean wall time of the steps so far
+// (val losses, samples and checkpoints included) times the steps left
+static void progress_times(const Progress* p, int step, char* out, size_t cap) {
+    double elapsed = (wall_ms() - p->t0) / 1e3;
+    int done = step - p->first + 1, left = p->last - step;
+    char e[32], r[32];
+    duration_text(elapsed, e, sizeof(e));
+    duration_text(done > 0 ? elapsed / done * left : NAN, r, sizeof(r));
+    snprintf(out, cap, "elapsed %s, eta %s", e, r);
+}
+
+// the end of the run: what was done and where its files are. ckpt_format: --checkpoint-format (0
+// gathered, 1 sharded, 2 both)
+static void progress_summary(const Progress* p, const char* log_path, const char* out_dir, int ckpt_format) {
+    double elapsed = (wall_ms() - p->t0) / 1e3;
+    int n = p->last - p->first + 1;
+    char e[32];
+    duration_text(elapsed, e, sizeof(e));
+    double tokens = (double)n * p->tokens_per_step;
+    printf("done: steps %d..%d | ", p->first, p->last);
+    if (tokens < 1e6) printf("%.0f tokens", tokens);
+    else printf("%.2f%c tokens", tokens < 1e9 ? tokens / 1e6 : tokens / 1e9, tokens < 1e9 ? 'M' : 'B');
+    printf(" | %s (%.1f ms per step, val losses, samples and checkpoints included)", e, n > 0 ? elapsed * 1e3 / n : 0.0);
+    printf(" | final train loss %.4f", p->train_loss);
+    if (!isnan(p->val_loss)) printf(" | val loss %.4f (step %d)", p->val_loss, p->val_step);
+    printf("\n");
+    printf("log: %s (loss plot: python3 scripts/plot_logs.py --out %s/loss.png run=%s)\n", log_path, out_dir, log_path);
+    if (p->ckpt_step > 0) {
+        printf("checkpoints: %s, the last of step %d:", out_dir, p->ckpt_step);
+        if (ckpt_format != 1) printf(" model_%08d.bin + state_%08d.bin", p->ckpt_step, p->ckpt_step);
+        if (ckpt_format != 0) printf(" ckpt_%08d/", p->ckpt_step);
+        printf(" (--resume latest goes on from the newest good one)\n");
+    } else {
+        printf("checkpoints: none (--checkpoint-every N saves them)\n");
+    }
+}
