@@ -1282,6 +1282,7 @@ TEST_BINARIES = {
     "data": ["build/test_data"],
     "data_gpt2": [],
     "resume": ["train_gpt_cpu"],
+    "adamw": ["train_gpt_cpu"],
     "resume_emu_bf16": ["build/train_gpt_emu_bf16"],
     "checkpoint": ["train_gpt_cpu", "build/train_gpt_emu_bf16", "build/fsync_trace.so"],
     "ckpt_trust": ["train_gpt_cpu", "build/test_fatal_cpu"],
