@@ -171,12 +171,12 @@ launch_model() {
             launch_is_uint "$e" && [ "$e" -ge 1 ] || launch_die "--model: in '$s' expected positive integers, found '$e'"
         done
         echo "$L $C $NH $maxT $V"
-    elif [ -f "$s" ]; then  # llm.c checkpoint: int32 header, [2..6] = maxT V L NH C
-        od -An -t d4 -N 28 "$s" | awk '{ print $5, $7, $6, $3, $4 }'
+    elif [ -f "$s" ]; then  # llm.c checkpoint: int32 header, [0] magic 20240326, [2..6] = maxT V L NH C
+        od -An -t d4 -N 28 "$s" | xargs | awk '$1 == 20240326 && $5 > 0 && $6 > 0 && $7 > 0 { print $5, $7, $6, $3, $4 }'
     fi
 }
 
-# launch_check FLAGS...: the trainer's flags (no program name) checked; sets L_B L_T L_TOTAL L_ACCUM L_STEPS
+# launch_check FLAGS...: the trainer's flags (no program name) checked, the figures printed; sets L_STEPS
 launch_check() {
     launch_flag_table
     [ -n "$LAUNCH_TABLE" ] || launch_die "flags: expected the trainer's flag table (from $TRAINER --help or llm/train/args.h), found none"
@@ -244,7 +244,7 @@ launch_check() {
         launch_die "--schedule interleaved: expected the micro-batches per step ($accum) to be a multiple of --pp $pp, found a remainder of $((accum % pp))"
     fi
     # warnings: nothing above failed
-    [ -z "$cfg" ] && launch_warn "--model $model: not a descriptor and no checkpoint file here: its T, tp and pp checks skipped"
+    [ -z "$cfg" ] && launch_warn "--model $model: not a descriptor and not an llm.c checkpoint here: its T, tp and pp checks skipped"
     [ -n "$cfg" ] && [ $((L % (pp * vpp))) -ne 0 ] && launch_warn "--pp $pp x --vpp $vpp: $L layers do not split evenly over $((pp * vpp)) stages (the trainer allows it; the largest stage sets the pace)"
     [ "$L_NODES" -gt 1 ] && [ $((L_GPUS % tp)) -ne 0 ] && launch_warn "--tp $tp: does not divide --gpus $L_GPUS: a tp group spans two nodes (its all-reduces cross the network)"
     for f in "${L_NEWER[@]}"; do
@@ -268,7 +268,6 @@ launch_check() {
         launch_is_uint "${n:-x}" || continue
         ntok=$((ntok + n)); [ "$n" -gt 0 ] && samples=$((samples + (n - 1) / T))
     done
-    L_B=$B; L_T=$T; L_TOTAL=$total; L_ACCUM=$accum; L_DP=$dp
     echo "$L_NAME: --model $model${cfg:+ (L $L, C $C, NH $NH)} | processes: $WORLD = $L_NODES node(s) x $L_GPUS per node = dp $dp x tp $tp x pp $pp | ZeRO-$zero"
     echo "batch: $(launch_commas "$total") tokens per step = B $B x T $T x dp $dp x $accum gradient-accumulation step(s)"
     if [ "$steps" -ge 0 ]; then
@@ -289,7 +288,7 @@ launch_run() {
     L_NEWER=()
     local cmd=("$TRAINER" "$@" "${L_EXTRA[@]}") pre=() extra=()
     launch_check "${cmd[@]:1}"
-    if [ $L_SLURM -eq 1 ]; then
+    if [ "$L_SLURM" -eq 1 ]; then
         read -ra extra <<< "${SRUN_ARGS:-}"
         pre=(srun --mpi=pmix --nodes "$L_NODES" --ntasks-per-node "$L_GPUS" "${extra[@]}")
     elif [ -n "$L_HOSTFILE" ]; then
@@ -303,9 +302,9 @@ launch_run() {
     for w in "${pre[@]}" "${cmd[@]}"; do line+="${line:+ }$(launch_quote "$w")"; done
     echo "command: $line"
     if [ ! -x "$TRAINER" ]; then
-        [ $L_DRY -eq 1 ] || launch_die "$TRAINER: expected the trainer built (make $(basename "$TRAINER")), found none"
+        [ "$L_DRY" -eq 1 ] || launch_die "$TRAINER: expected the trainer built (make $(basename "$TRAINER")), found none"
         launch_warn "$TRAINER: not built here (make $(basename "$TRAINER"))"
     fi
-    [ $L_DRY -eq 1 ] && exit 0
+    [ "$L_DRY" -eq 1 ] && exit 0
     exec "${pre[@]}" "${cmd[@]}"
 }

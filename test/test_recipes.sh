@@ -14,7 +14,8 @@
 #   - bad layouts refused with one "error: <flag>..." line and exit 1: tp not dividing NH, dp x tp x pp not
 #     the processes (also with pp, where dp x tp alone would match), tp x pp not dividing them, a total batch
 #     not a multiple of B*T*dp, more pipeline stages than layers, T > maxT, an unknown flag, a flag with no
-#     value, --nodes 2 without --hostfile/--slurm, a hostfile with another host count; a flag only newer
+#     value, --nodes 2 without --hostfile/--slurm, a hostfile with another host count, T > the maxT of a
+#     checkpoint given as --model (read from its header); a flag only newer
 #     trainers have (--beta1) is not refused;
 #   - real runs of the CPU trainer through the launcher (not --dry-run) on a tiny model (TRAINER, MODEL and
 #     data overrides, addition data): one process, its checkpoint the same bytes as the trainer run directly
@@ -22,7 +23,7 @@
 #     runs mpirun -np 2 (dp 2).
 # Ends with "test_recipes: N passed, M failed"; exit status 1 on any failure. About 30 s on 2 cores.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 CPU=${CPU:-./train_gpt_cpu}
 LOG=build/recipes
@@ -102,7 +103,7 @@ for r in 124m 350m; do
     for MODE in one gpus8 hostfile slurm; do
         case $MODE in one) a=() ; dp=1 ;; gpus8) a=(--gpus 8); dp=8 ;; hostfile) a=(--hostfile "$tmp/hosts" --gpus 8); dp=16 ;;
                       slurm) a=(--slurm --nodes 2 --gpus 8); dp=16 ;; esac
-        WANT=${!w} WANT_DP=$dp MODE=$MODE dryrun "dry_${r}_$MODE" "gpt2_$r" "${a[@]}"
+        WANT=${!w} WANT_DP=$dp dryrun "dry_${r}_$MODE" "gpt2_$r" "${a[@]}"
     done
 done
 MODE=gpus8; TP=2 PP=2 WANT=$want_350m WANT_DP=2 dryrun dry_350m_tp2_pp2 gpt2_350m --gpus 8
@@ -158,8 +159,8 @@ else bad "newer flag --beta1: exit $rc: $(grep -E '^(error|command)' <<< "$out")
 # real runs: the launcher executes (no --dry-run) the CPU trainer on a tiny model
 python3 dev/data/addition.py --train 600 --val 100 --test 10 --out "$tmp/data" > /dev/null
 D=$tmp/data
-tiny=(TRAINER=$CPU MODEL=d2,C=32,NH=4,maxT=64,V=257 TRAIN_DATA=$D/addition_train.bin VAL_DATA=$D/addition_val.bin
-      TOKENIZER=$D/addition_tokenizer.bin B=4 T=32 TOTAL_BATCH=256)
+tiny=("TRAINER=$CPU" "MODEL=d2,C=32,NH=4,maxT=64,V=257" "TRAIN_DATA=$D/addition_train.bin" "VAL_DATA=$D/addition_val.bin"
+      "TOKENIZER=$D/addition_tokenizer.bin" B=4 T=32 TOTAL_BATCH=256)
 quick=(--val-steps 2 --sample-len 8 --peak-tflops 1)  # appended after --: a shorter val and sample, no GEMM timing
 env "${tiny[@]}" STEPS=3 OUT_DIR="$tmp/run1" timeout 120 bash scripts/gpt2_124m.sh -- "${quick[@]}" > "$LOG/run1.log" 2>&1; rc1=$?
 # the reference: the trainer run directly with llm.c's flags as written in this test (tiny model and data)
@@ -172,6 +173,8 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && cmp -s "$tmp/run1/model_00000003.bin" "$t
 else
     bad "run: exit $rc1 (launcher) / $rc2 (direct), or the models differ (see $LOG/run1.log, $LOG/ref.log)"
 fi
+# a checkpoint as --model: the checks read its header (maxT 64 here)
+MODEL=$tmp/run1/model_00000003.bin T=128 refused checkpoint_maxT "--seq-len 128: expected T <= the model's maxT = 64" gpt2_124m
 env "${tiny[@]}" STEPS=5 OUT_DIR="$tmp/run1" timeout 120 bash scripts/gpt2_124m.sh -- "${quick[@]}" > "$LOG/run1b.log" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "^command: .* --resume latest" "$LOG/run1b.log" && grep -q "resumed from $tmp/run1/state_00000003.bin at step 3" "$LOG/run1b.log" &&
    [ -f "$tmp/run1/model_00000005.bin" ]; then
