@@ -101,6 +101,9 @@ run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
 run headers bash test/test_headers.sh
 run bad_input bash test/test_bad_input.sh
+# the training recipes (scripts/gpt2_124m.sh, gpt2_350m.sh, scripts/launch.sh): llm.c's values in every launch mode's
+# dry run, bad layouts refused with one line, real CPU runs through the launcher (one process, resume, mpirun -np 2)
+run recipes bash test/test_recipes.sh
 # MFU on the step line and in log.jsonl (llm/train/mfu.h) against the PaLM formula: --peak-tflops on 1 and 2
 # processes, the measured peak, the emulated build
 run mfu bash test/test_mfu.sh
