@@ -12,6 +12,8 @@ set -u
 cd "$(dirname "$0")/.."
 mkdir -p build/test_logs
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# the project's virtual environment first where scripts/deps.sh made one (Python packages from PyPI)
+[ -x .venv/bin/python3 ] && export PATH="$PWD/.venv/bin:$PATH"
 total_pass=0; total_fail=0; total_skip=0; failed_tests=()
 
 run() {  # run NAME CMD...
