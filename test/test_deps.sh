@@ -20,7 +20,7 @@
 #     script that installs MPI, the compiler gets MPI's flags (the second make reads the Makefile anew),
 #     the stamp is written and a second `make train` does not run the deps script again; `make test` with
 #     a failing deps script builds and runs nothing.
-# Runtime: ~2 s.
+# Runtime: ~2 s of CPU (~10 s wall on a busy 2-core machine: mostly make and process starts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
