@@ -5,6 +5,7 @@
 #   make train                the embedded default run: synthetic addition data, train, evaluate, plot
 #   make shakespeare          real text: Shakespeare in GPT-2's tokens, ~10 minutes of training on the CPU, samples, plot
 #   make test                 every test (see test/run_tests.sh)
+#   make deps                 what make train and make test need, installed if missing (scripts/deps.sh; both run it first)
 #   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp, bench-fp8: see test/test.mk)
 #
 # MPI and NCCL are optional: without MPI (none found, or NO_MPI=1) every build is single-process
@@ -17,7 +18,8 @@ CXX ?= g++
 NVCC ?= nvcc
 PRECISION ?= BF16
 CUDA_HOME ?= /usr/local/cuda
-PYTHON ?= python3
+# the project's virtual environment where scripts/deps.sh made one (.venv: Python packages from PyPI)
+PYTHON ?= $(if $(wildcard .venv/bin/python3),.venv/bin/python3,python3)
 
 # --- MPI (Debian: libopenmpi-dev), optional: found when its link flags are; NO_MPI=1 leaves it out ---
 MPI_CFLAGS := $(shell pkg-config --cflags ompi 2>/dev/null || mpicxx --showme:compile 2>/dev/null)
@@ -113,7 +115,18 @@ NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
 LLM_HEADERS := $(wildcard llm/*/*.h llm/*/*.cuh)
 
-.PHONY: all train shakespeare test bench-cpu clean fixtures
+.PHONY: all train shakespeare test bench-cpu clean fixtures deps
+
+# what `make train` and `make test` need (scripts/deps.sh: compiler, OpenBLAS, Open MPI, Python packages),
+# installed if missing before anything is built, or one line saying what to install; checked once per goal
+# (the stamp; `make deps` checks again). The packages it installs change flags this Makefile computes when
+# it is read (MPI_LIBS, BLAS_LIBS), so train and test do their work in a second make, which reads it anew.
+DEPS_SCRIPT ?= scripts/deps.sh
+build/deps/train.ok build/deps/test.ok: $(DEPS_SCRIPT)
+	PYTHON=$(PYTHON) bash $(DEPS_SCRIPT) $(basename $(@F))
+	@mkdir -p $(@D) && touch $@
+deps:
+	bash $(DEPS_SCRIPT) test && mkdir -p build/deps && touch build/deps/train.ok build/deps/test.ok
 
 all: train_gpt_cpu
 
@@ -151,7 +164,10 @@ TRAIN_OUT := out/addition
 $(TRAIN_DATA)/addition_train.bin: dev/data/addition.py
 	$(PYTHON) dev/data/addition.py --digits 3 --out $(TRAIN_DATA)
 
-train: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
+train: build/deps/train.ok
+	@$(MAKE) --no-print-directory train-run
+.PHONY: train-run
+train-run: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
 	@echo "training a 2-layer GPT on 3-digit addition; log: $(TRAIN_OUT)/log.jsonl"
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt_cpu \
 	    --model d2,C=64,NH=4,maxT=64,V=257 --train-data $(TRAIN_DATA)/addition_train.bin \
@@ -175,7 +191,10 @@ SHK_FLAGS ?=
 $(SHK_DATA)/shakespeare_train.bin: dev/data/shakespeare.py dev/data/gpt2_encoding.py dev/data/pip_cache.py
 	$(PYTHON) dev/data/shakespeare.py --out $(SHK_DATA)
 
-shakespeare: train_gpt_cpu $(SHK_DATA)/shakespeare_train.bin
+shakespeare: build/deps/train.ok
+	@$(MAKE) --no-print-directory shakespeare-run
+.PHONY: shakespeare-run
+shakespeare-run: train_gpt_cpu $(SHK_DATA)/shakespeare_train.bin
 	@echo "training a 4-layer GPT-2 on the complete works of Shakespeare ($(SHK_STEPS) steps); log: $(SHK_OUT)/log.jsonl"
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt_cpu \
 	    --model d4,C=128,NH=4,maxT=256 --train-data $(SHK_DATA)/shakespeare_train.bin \

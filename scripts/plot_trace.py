@@ -160,7 +160,7 @@ def main():
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
     except ImportError:
-        die("scripts/plot_trace.py needs matplotlib: run .ci/run or python3 -m pip install matplotlib")
+        die("scripts/plot_trace.py needs matplotlib: run bash scripts/deps.sh test (or python3 -m pip install matplotlib)")
 
     simulated = bool(other.get("simulated")) or "bubble" in other  # real runs write measured_bubble
     scale, unit = (1.0, "units") if simulated else (1e-3, "ms")  # trace times are microseconds

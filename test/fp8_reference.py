@@ -21,7 +21,7 @@ try:
     import numpy as np
     import ml_dtypes
 except ImportError as e:
-    print("error: python3 lacks %s: run .ci/run or python3 -m pip install ml_dtypes" % e.name)
+    print("error: python3 lacks %s: run bash scripts/deps.sh test (or python3 -m pip install ml_dtypes)" % e.name)
     sys.exit(2)
 
 F32 = np.float32

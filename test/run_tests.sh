@@ -12,6 +12,8 @@ set -u
 cd "$(dirname "$0")/.."
 mkdir -p build/test_logs
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# the project's virtual environment first where scripts/deps.sh made one (Python packages from PyPI)
+[ -x .venv/bin/python3 ] && export PATH="$PWD/.venv/bin:$PATH"
 total_pass=0; total_fail=0; total_skip=0; failed_tests=()
 
 run() {  # run NAME CMD...
@@ -42,6 +44,9 @@ run() {  # run NAME CMD...
     echo "   $name: $p passed, $f failed, $k skipped ($((SECONDS-t0)) s)"
 }
 
+# scripts/deps.sh and the Makefile's use of it, with stub dpkg-query / apt-get / sudo / id / python3: what is
+# installed as root, with sudo -n, or the one line saying what to run; .venv for PyPI packages; before any compiler
+run deps bash test/test_deps.sh
 run ops_grad ./build/test_ops_grad_cpu
 # FlashAttention's blocks on the CPU (llm/ops/attention_blocks.h): merged in any order = the plain attention, forward and backward
 run attention_blocks ./build/test_attention_blocks_cpu

@@ -178,7 +178,8 @@ TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda
 
 # the programs are built in parallel (one job per core), then run one after the other
-test:
+# (build/deps/test.ok first: the packages the tests need, see the top Makefile)
+test: build/deps/test.ok
 	$(MAKE) -j$$(nproc) test-build
 	bash test/run_tests.sh
 

@@ -484,7 +484,7 @@ int main(int argc, char** argv) {
     int have_ref = rc == 0 && read_ref(rpath.c_str(), cases);
     remove(cpath.c_str()); remove(rpath.c_str()); rmdir(dir);
     if (!check(have_ref, "the ml_dtypes reference (%s) ran and wrote every case (exit status %d)%s", script, rc,
-               rc == 2 * 256 || rc == 2 ? ": numpy or ml_dtypes missing: run .ci/run or python3 -m pip install ml_dtypes" : ""))
+               rc == 2 * 256 || rc == 2 ? ": numpy or ml_dtypes missing: run bash scripts/deps.sh test (or python3 -m pip install ml_dtypes)" : ""))
         return test_summary("fp8");
     printf("%zu cases (E4M3 and E5M2)\n", cases.size());
     test_cpu(cases);

@@ -16,7 +16,7 @@ PLOT=scripts/plot_trace.py SIM=build/pipeline_sim
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 if ! python3 -c "import matplotlib" > /dev/null 2>&1; then
-    bad "matplotlib is missing: run .ci/run or python3 -m pip install matplotlib"; finish
+    bad "matplotlib is missing: run bash scripts/deps.sh test (or python3 -m pip install matplotlib)"; finish
 fi
 if [ ! -x "$SIM" ]; then bad "$SIM is missing: make build/pipeline_sim"; finish; fi
 
