@@ -155,7 +155,7 @@ def start_report(binary, model, B, T, extra, tmp, tag, np_=1):
 
 
 def group_tiny(tmp):
-    """README.md: the test model's bytes per layer for each --recompute, and the precision table's memory
+    """docs/model.md: the test model's bytes per layer for each --recompute; docs/precision.md: the precision table's memory
     columns (d2, C=128, T=64, B=8), from the start-of-run report of tiny models."""
     figs = []
     addition_data(tmp)
@@ -164,7 +164,7 @@ def group_tiny(tmp):
         f32 = act_bytes(start_report(CPU, test_model, 4, 8, ["--recompute", r], tmp, "tm32_" + r))
         # the BF16 column is the CUDA code's (emulated): its attention keeps a permuted copy of q, k, v
         b16 = act_bytes(start_report(EMU_BF16, test_model, 4, 8, ["--recompute", r], tmp, "tm16_" + r))
-        figs.append(Fig("recompute %s, test model BF16 / FP32" % r, "README.md", "| `%s` |" % r,
+        figs.append(Fig("recompute %s, test model BF16 / FP32" % r, "docs/model.md", "| `%s` |" % r,
                         "| %s / %s B |" % (commas(b16), commas(f32))))
     prec_model = "d2,C=128,NH=4,maxT=64,V=257"
     runs = [("FP32", CPU, []), ("BF16", CPU_BF16, []), ("FP16", CPU_FP16, []), ("FP8 delayed", CPU_BF16, ["--fp8", "delayed"]),
@@ -175,7 +175,7 @@ def group_tiny(tmp):
         bpp = grab(r"model states \d+ B = ([\d.]+) B/parameter measured", out, "bytes per parameter")[0]
         split = "(4+4+8)" if name == "FP32" else "(2+2+12)"
         act = commas(act_bytes(out))
-        figs.append(Fig("precision table %s" % name, "README.md", "| %s |" % name,
+        figs.append(Fig("precision table %s" % name, "docs/precision.md", "| %s |" % name,
                         "| %s %s | %s |" % (bpp, split, act)))
         figs.append(Fig("FP8 section's table %s" % name, "docs/README.md", "| %s |" % name,
                         "| %g %s | %s B |" % (float(bpp), split, act)))
@@ -205,7 +205,7 @@ def zero_run(z, tmp):
 
 
 def group_zero_d12(tmp):
-    """README.md's ZeRO memory table and docs/README.md's bytes per parameter and sent per step."""
+    """docs/ddp_zero.md's ZeRO memory table and docs/README.md's bytes per parameter and sent per step."""
     names = ["DDP (`--zero 0`)", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)", "ZeRO-3 (P_os+g+p)"]
     paper = ["4+4+8 = 16 B", "4+4+8/N = 10 B", "4+12/N = 7 B", "16/N = 4 B"]
     figs, res, comm = [], [], []
@@ -217,7 +217,7 @@ def group_zero_d12(tmp):
         row = "| %s | %s | %s | %s | %s | %.2f B | %s | %s | %s | %s | %s |" % (
             names[z], mb(kinds["params"]), mb(kinds["grads"]), mb(kinds["moments"]), mb(states), float(bpp),
             paper[z], mb(kinds["comm_buffers"]), mb(kinds["activations"]), mb(kinds["workspace"]), mb(sent))
-        figs.append(Fig("ZeRO table, %s" % names[z], "README.md", "| %s |" % names[z], row))
+        figs.append(Fig("ZeRO table, %s" % names[z], "docs/ddp_zero.md", "| %s |" % names[z], row))
     figs.append(Fig("bytes per parameter at N = 4", "docs/README.md", "| `llm/parallel/zero.h` | Rajbhandari",
                     "DDP **%.2f**, ZeRO-1 **%.2f** (4+4+8/N), ZeRO-2 **%.2f** (4+12/N), ZeRO-3 **%.2f** (16/N)"
                     % tuple(float(b) for b, _ in res)))
@@ -227,20 +227,20 @@ def group_zero_d12(tmp):
     ratio = "%.3f" % (res[3][1] / res[0][1])
     figs.append(Fig("ZeRO-3 / DDP sent", "docs/README.md", "| `llm/parallel/zero.h`, `llm/train/report.h`",
                     "ZeRO-3 / DDP = **%s** (%s vs %s per rank per step" % (ratio, mb(res[3][1]), mb(res[0][1]))))
-    figs.append(Fig("ZeRO-3 / DDP sent (README)", "README.md", "",
+    figs.append(Fig("ZeRO-3 / DDP sent (docs/ddp_zero.md)", "docs/ddp_zero.md", "",
                     "Measured at 4 processes: DDP %s, ZeRO-3 %s per rank per step, ratio %s."
                     % (mb(res[0][1]), mb(res[3][1]), ratio)))
     return figs
 
 
 def group_act_d12(tmp):
-    """Activation bytes one layer keeps, GPT-2 124M at B=4, T=1024, FP32 CPU build: README.md's recompute and
-    tensor-parallel tables, docs/README.md's recompute table and its tp sentence."""
+    """Activation bytes one layer keeps, GPT-2 124M at B=4, T=1024, FP32 CPU build: docs/model.md's recompute
+    table, docs/tensor_parallel.md's table, docs/README.md's recompute table and its tp sentence."""
     figs, one = [], {}
     addition_data(tmp)
     for r in ("none", "selective", "full"):
         one[r] = act_bytes(start_report(CPU, "d12", 4, 1024, ["--recompute", r], tmp, "a_" + r))
-        figs.append(Fig("recompute %s, d12 FP32 (bytes)" % r, "README.md", "| `%s` |" % r,
+        figs.append(Fig("recompute %s, d12 FP32 (bytes)" % r, "docs/model.md", "| `%s` |" % r,
                         "| %s B |" % commas(one[r])))
     rows = {}
     for t, sp in ((2, 0), (2, 1), (4, 0), (4, 1)):
@@ -248,10 +248,10 @@ def group_act_d12(tmp):
             out = start_report(CPU, "d12", 4, 1024, ["--tp", str(t), "--sequence-parallel", str(sp),
                                                      "--recompute", r], tmp, "t%d%d%s" % (t, sp, r), np_=t)
             rows[(t, sp, r)] = act_bytes(out)
-    figs.append(Fig("tp table t=1", "README.md", "| 1 | - |", "| 1 | - | %s | %s | %s |" % (
+    figs.append(Fig("tp table t=1", "docs/tensor_parallel.md", "| 1 | - |", "| 1 | - | %s | %s | %s |" % (
         mb(one["none"]), mb(one["selective"]), mb(one["full"]))))
     for t, sp in ((2, 0), (2, 1), (4, 0), (4, 1)):
-        figs.append(Fig("tp table t=%d sp=%d" % (t, sp), "README.md", "| %d | %d |" % (t, sp),
+        figs.append(Fig("tp table t=%d sp=%d" % (t, sp), "docs/tensor_parallel.md", "| %d | %d |" % (t, sp),
                         "| %d | %d | %s | %s | %s |" % (t, sp, mb(rows[(t, sp, "none")]),
                                                         mb(rows[(t, sp, "selective")]), mb(rows[(t, sp, "full")]))))
     figs.append(Fig("tp sentence", "docs/README.md", "Activation bytes per layer at t = 2",
@@ -262,7 +262,7 @@ def group_act_d12(tmp):
 
 
 def group_train_addition(tmp):
-    """`make train`'s run (its flags, 1000 steps): the final val loss and the exact-match accuracy README.md quotes.
+    """`make train`'s run (its flags, 1000 steps): the final val loss and the exact-match accuracy docs/precision.md quotes.
     A fixed-seed loss is bit-identical on one machine at one thread count; OpenBLAS picks its kernels by CPU, so
     on another machine the last digits can move (the docs quote 3 decimals)."""
     addition_data(tmp)
@@ -278,9 +278,9 @@ def group_train_addition(tmp):
     rows = [json.loads(l) for l in open(log) if l.strip()]
     val = [r["val_loss"] for r in rows if "val_loss" in r and r.get("step") == 1000][-1]
     em = [r["exact_match"] for r in rows if "exact_match" in r][-1]
-    return [Fig("make train's final val loss and accuracy", "README.md", "BF16 and the addition task of `make train`",
+    return [Fig("make train's final val loss and accuracy", "docs/precision.md", "BF16 and the addition task of `make train`",
                 "FP32 ends at val loss %.3f" % val),
-            Fig("make train's accuracy", "README.md", "and ", "and %d%% held-out accuracy, FP16" % round(100 * em))]
+            Fig("make train's accuracy", "docs/precision.md", "and ", "and %d%% held-out accuracy, FP16" % round(100 * em))]
 
 
 GROUPS = [("data", group_data, False), ("schedule", group_schedule, False), ("tiny", group_tiny, False),

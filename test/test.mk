@@ -183,7 +183,7 @@ test: build/deps/test.ok
 	$(MAKE) -j$$(nproc) test-build
 	bash test/run_tests.sh
 
-# median step times of the CPU build on the two configs of llm.c's CPU comparison (see README)
+# median step times of the CPU build on the two configs of llm.c's CPU comparison (docs/builds.md)
 bench-cpu: build/bench_cpu
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./build/bench_cpu "d4,C=256,NH=4,maxT=256,V=50257" 4 64 10
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} ./build/bench_cpu d12 4 64 5
