@@ -136,6 +136,7 @@ static void report_step(Logger* lg, Progress* pg, int rank0, int step, int steps
 
 int main(int argc, char** argv) {
     // 1. arguments, then the processes: the mesh, the layout checked before any allocation, the context
+    setvbuf(stdout, NULL, _IOLBF, 0);  // each line as it is printed, also into a file or a pipe (tee, a job's log)
     Args args;
     parse_args(&args, argc, argv);
     args_check_default_data(&args);  // the default data not made yet: one line saying how to make it
