@@ -117,10 +117,10 @@ def from_hf(in_dir):
     path = os.path.join(in_dir, "model.safetensors")
     tensors, _ = st.read(path)
     prefix = "transformer." if "transformer.wte.weight" in tensors else ""
-    dts = sorted(set(dt for dt, _ in tensors.values()))
-    if len(dts) != 1 or dts[0] not in ("F32", "BF16", "F16"):
-        raise BadFile("%s: expected the tensors all F32, all BF16 or all F16, found %s" % (path, " ".join(dts)))
-    dt = dts[0]
+    # the parameters' dtype: wte's, which every other parameter must share (the mask buffers may differ)
+    dt = tensors[prefix + "wte.weight"][0] if prefix + "wte.weight" in tensors else "F32"
+    if dt not in ("F32", "BF16", "F16"):
+        raise BadFile("%s: expected the parameters in F32, BF16 or F16, found %s%s in %s" % (path, prefix, "wte.weight", dt))
     version = 5 if dt == "BF16" else 3
     used = set()
 
@@ -128,6 +128,8 @@ def from_hf(in_dir):
         key = prefix + name
         if key not in tensors:
             raise BadFile("%s: expected a tensor %s of shape %s, found none" % (path, key, list(shape)))
+        if tensors[key][0] != dt:
+            raise BadFile("%s: tensor %s: expected %s as wte, found %s" % (path, key, dt, tensors[key][0]))
         a = tensors[key][1]
         if a.shape != tuple(shape):
             raise BadFile("%s: tensor %s: expected shape %s (config.json), found %s" % (path, key, list(shape), list(a.shape)))

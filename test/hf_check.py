@@ -8,12 +8,13 @@ checkpoint by offsets written out from docs/formats.md.
                                 eps 1e-5, causal softmax(q k^T / sqrt(hs)), tied head): the mean loss over the
                                 first B*STEPS samples of T+1 tokens of the val shard, as the trainer's val loss
                                 takes them (llm/train/dataloader.h, unshuffled). Prints the loss.
-  torch HFDIR VAL B T STEPS     the same loss from transformers' GPT2LMHeadModel in FP32, or "no torch here"
+  torch HFDIR VAL B T STEPS [OUT]  the same loss from transformers' GPT2LMHeadModel in FP32, or "no torch here";
+                                then, with OUT, the model saved there by GPT2LMHeadModel.save_pretrained
   qkv CKPT HFDIR                the first layer's q, k, v of 8 random inputs: W x + b with qkvw (3C, C) read from
                                 the checkpoint at its offset (docs/formats.md) against x W' + b' with HF's c_attn
   gpt2style HFDIR OUT           HFDIR's model rewritten as GPT-2's released model.safetensors is laid out: names
-                                without "transformer.", the attention-mask buffers h.N.attn.bias (1, 1, maxT, maxT),
-                                lm_head.weight = wte, keys sorted (by the safetensors package where it imports)
+                                without "transformer.", the attention-mask buffers h.N.attn.bias (1, 1, maxT, maxT) and
+                                h.N.attn.masked_bias (0-d), lm_head.weight = wte, keys sorted (by the safetensors package where it imports)
   bad KIND HFDIR OUT            a broken copy of HFDIR: truncated, header (garbage JSON), missing (no
                                 h.1.mlp.c_fc.bias), shape (c_attn.weight in llm.c's (3C, C)), untied (lm_head != wte)
   bf16 CKPT OUT                 CKPT as a version-5 (BF16) checkpoint: each value rounded to nearest-even BF16,
@@ -140,6 +141,8 @@ def main():
             ls = [m(torch.tensor(x), labels=None).logits for x, _ in val_batches(args[1], B, T, steps)]
             loss = [torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), torch.tensor(y).reshape(-1)).item()
                     for lg, (_, y) in zip(ls, val_batches(args[1], B, T, steps))]
+        if len(args) > 5:  # and the model as transformers itself writes it
+            m.save_pretrained(args[5], safe_serialization=True)
         print("%.9f" % np.mean(loss))
     elif cmd == "qkv":
         data = open(args[0], "rb").read()
@@ -160,6 +163,7 @@ def main():
         n = cfg["n_positions"]
         for i in range(cfg["n_layer"]):
             a["h.%d.attn.bias" % i] = np.tril(np.ones((n, n), dtype=np.float32)).reshape(1, 1, n, n)
+            a["h.%d.attn.masked_bias" % i] = np.array(-1e4, dtype=np.float32)  # a 0-d tensor, as in older files
         a["lm_head.weight"] = a["wte.weight"]
         os.makedirs(args[1], exist_ok=True)
         write_st(os.path.join(args[1], "model.safetensors"), a, {"format": "pt"})

@@ -10,7 +10,8 @@
 #    the same tokens within 2e-5 (fp32 vs float64 over a 2-layer C=32 model: the trainer's rounding and the log's
 #    8 digits are ~1e-7 here; one square matrix transposed moves the loss ~2e-2);
 #  - where transformers and torch import, GPT2LMHeadModel's FP32 loss of the same tokens = the trainer's within 1e-5
-#    (both FP32, different summation orders: the issue measured 8e-7), else "skip ...: no torch here";
+#    (both FP32, different summation orders: the issue measured 8e-7), and the directory its save_pretrained writes
+#    imports to the checkpoint's bytes; else "skip ...: no torch here";
 #  - GPT-2's released layout (names without "transformer.", h.N.attn.bias buffers, lm_head.weight = wte, sorted
 #    keys, written by the safetensors package where it imports) imports to the same checkpoint;
 #  - BF16: a version-5 checkpoint exports BF16 tensors holding its bits (config torch_dtype bfloat16) and imports back
@@ -78,11 +79,17 @@ ref=$($H forward "$tmp/hf1" "$val" 4 32 2 2>&1)
 if python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) < 2e-5 else 1)' "$ref" "$vloss" 2>/dev/null; then
     ok "numpy float64 forward of the HF directory: loss $ref = the trainer's val loss $vloss (within 2e-5)"
 else bad "numpy forward of the HF directory: loss $ref, the trainer's val loss $vloss"; fi
-tl=$($H torch "$tmp/hf1" "$val" 4 32 2 2>&1 | tail -1)
+tl=$($H torch "$tmp/hf1" "$val" 4 32 2 "$tmp/hf_saved" 2> "$tmp/torch.err" | tail -1)  # (stderr: transformers' progress bars)
+[ -n "$tl" ] || tl="(none: $(tail -1 "$tmp/torch.err"))"
 if [[ "$tl" == skip* ]]; then echo "$tl"; skips=$((skips+1))
-elif python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) < 1e-5 else 1)' "$tl" "$vloss" 2>/dev/null; then
-    ok "transformers' GPT2LMHeadModel (FP32): loss $tl = the trainer's val loss $vloss (within 1e-5)"
-else bad "transformers' GPT2LMHeadModel: loss $tl, the trainer's val loss $vloss"; fi
+else
+    if python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) < 1e-5 else 1)' "$tl" "$vloss" 2>/dev/null; then
+        ok "transformers' GPT2LMHeadModel (FP32): loss $tl = the trainer's val loss $vloss (within 1e-5)"
+    else bad "transformers' GPT2LMHeadModel: loss $tl, the trainer's val loss $vloss"; fi
+    python3 scripts/import_hf.py "$tmp/hf_saved" "$tmp/saved.bin" > "$tmp/s.out" 2>&1
+    cmp -s "$ck" "$tmp/saved.bin" && ok "GPT2LMHeadModel.save_pretrained's directory imports to the same bytes" ||
+        bad "GPT2LMHeadModel.save_pretrained's directory: $(cat "$tmp/s.out")"
+fi
 
 # GPT-2's released layout
 $H gpt2style "$tmp/hf1" "$tmp/gpt2style" > /dev/null 2>&1
@@ -101,7 +108,10 @@ cmp -s "$tmp/bf16.bin" "$tmp/bf16back.bin" && ok "BF16 checkpoint -> HF -> check
 "$BIN" "${common[@]}" --model "$tmp/back.bin" --steps 4 --val-every 4 --output-dir "$tmp/cont" > "$tmp/cont.out" 2>&1
 if out=$(python3 - "$tmp/cont/log.jsonl" "$vloss" <<'PY' 2>&1
 import json, math, sys
-log = [json.loads(l) for l in open(sys.argv[1])]
+try:
+    log = [json.loads(l) for l in open(sys.argv[1])]
+except OSError as e:
+    sys.exit("no log: %s" % e)
 v0 = [o["val_loss"] for o in log if o["step"] == 0 and "val_loss" in o]
 tr = [o["train_loss"] for o in log if "train_loss" in o]
 good = v0 == [float(sys.argv[2])] and len(tr) == 4 and all(math.isfinite(x) and x < 4.0 for x in tr)
