@@ -34,19 +34,28 @@ def shapes(c):
             ("lnfw", (C,)), ("lnfb", (C,))]
 
 
-def ckpt_sum(data):
-    """llm/core/atomic_file.h's checksum of the bytes data"""
-    words = np.frombuffer(data + b"\0" * (-len(data) % 32), dtype="<u8")
-    lanes = []
-    for k in range(4):
-        h = START ^ k
-        lane = words[k::4]
-        for i in range(0, len(lane), 1 << 20):  # a million words at a time: the Python ints stay small in memory
-            for w in lane[i:i + (1 << 20)].tolist():
-                h = ((h ^ w) * P) & M
-        lanes.append(h)
+def ckpt_sum(*pieces):
+    """llm/core/atomic_file.h's checksum of the bytes of pieces, one after the other (each but the last a multiple
+    of 32 bytes long: the lanes run on across them; no piece is copied whole)"""
+    lanes = [START ^ k for k in range(4)]
+    total = 0
+    for j, data in enumerate(pieces):
+        total += len(data)
+        full = len(data) // 32 * 32
+        if j < len(pieces) - 1 and full != len(data):
+            raise ValueError("ckpt_sum: a piece before the last of %d bytes, not a multiple of 32" % len(data))
+        tail = bytes(data[full:])
+        words = [np.frombuffer(memoryview(data)[:full], dtype="<u8"), np.frombuffer(tail + b"\0" * (-len(tail) % 32), dtype="<u8")]
+        for k in range(4):
+            h = lanes[k]
+            for w8 in words:
+                lane = w8[k::4]
+                for i in range(0, len(lane), 1 << 20):  # a million words at a time: the Python ints stay few
+                    for w in lane[i:i + (1 << 20)].tolist():
+                        h = ((h ^ w) * P) & M
+            lanes[k] = h
     h = START
-    for b in struct.pack("<5Q", *lanes, len(data)):
+    for b in struct.pack("<5Q", *lanes, total):
         h = ((h ^ b) * P) & M
     return h
 
@@ -80,7 +89,8 @@ def read(path):
     verified = int(h[SUM_SLOT]) == SUM_MARK
     if verified:
         held = (int(h[SUM_SLOT + 2]) & 0xffffffff) << 32 | (int(h[SUM_SLOT + 1]) & 0xffffffff)
-        got = ckpt_sum(data[:4 * SUM_SLOT] + b"\0" * 12 + data[4 * SUM_SLOT + 12:])
+        head = data[:4 * SUM_SLOT] + b"\0" * 12 + data[4 * SUM_SLOT + 12:4 * HEADER_INTS]  # its checksum slots 0
+        got = ckpt_sum(head, memoryview(data)[4 * HEADER_INTS:])
         if got != held:
             raise BadFile("%s: expected checksum %016x (its header's), found %016x: the file was damaged"
                           % (path, held, got))
@@ -99,13 +109,12 @@ def write(path, c, version, params):
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:8] = [MAGIC, version, c["maxT"], c["V"], c["L"], c["NH"], c["C"], c["Vp"]]
     dt = "<f4" if version == 3 else "<u2"
-    parts = []
+    body = bytearray()  # the parameters in file order, one buffer (the model's bytes once more, no further copy)
     for name, s in shapes(c):
         a = np.ascontiguousarray(params[name], dtype=dt)
         if a.shape != tuple(s):
             raise BadFile("%s: tensor %s: expected shape %s, found %s" % (path, name, tuple(s), a.shape))
-        parts.append(a.tobytes())
-    data = header.tobytes() + b"".join(parts)
-    s = ckpt_sum(data)
+        body += memoryview(a).cast("B")
+    s = ckpt_sum(header.tobytes(), body)
     header[SUM_SLOT:SUM_SLOT + 3] = np.array([SUM_MARK, s & 0xffffffff, s >> 32], dtype=np.uint32).view("<i4")
-    write_atomic(path, [header.tobytes()] + parts)
+    write_atomic(path, [header.tobytes(), body])
