@@ -5,7 +5,8 @@
 # "total: N passed, M failed, K skipped". A skip is expected only where a check needs a GPU and there
 # is none ("no GPU here"), or needs PyTorch and it does not import ("no PyTorch here": the smoke run
 # of dev/bench_pytorch.py; CI has no PyTorch), or needs a package from PyPI that pip cannot fetch ("no PyPI
-# here": test_data_gpt2.sh on a machine without network and an empty cache); any other skip is counted as a failure, so a test that
+# here": test_data_gpt2.sh on a machine without network and an empty cache), or transformers and torch to load an
+# exported model ("no torch here": test_hf.sh's comparison with GPT2LMHeadModel); any other skip is counted as a failure, so a test that
 # silently stops covering something turns the run red. The full output of each test goes to build/test_logs/<name>.log.
 # ONLY="name1 name2" runs just those entries (test/mutations.py runs the suite one test at a time).
 set -u
@@ -34,9 +35,9 @@ run() {  # run NAME CMD...
     # skips: every "skip ..." line; those for another reason than a missing GPU are failures
     local k u
     k=$(grep -c '^skip ' "$log")
-    u=$(grep '^skip ' "$log" | grep -vcE 'no GPU here|no PyTorch here|no PyPI here')
+    u=$(grep '^skip ' "$log" | grep -vcE 'no GPU here|no PyTorch here|no PyPI here|no torch here')
     if [ "$u" -gt 0 ]; then
-        grep '^skip ' "$log" | grep -vE 'no GPU here|no PyTorch here|no PyPI here' | sed 's/^/   unexpected /'
+        grep '^skip ' "$log" | grep -vE 'no GPU here|no PyTorch here|no PyPI here|no torch here' | sed 's/^/   unexpected /'
         f=$((f+u))
     fi
     total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
@@ -64,6 +65,9 @@ run data_gpt2 bash test/test_data_gpt2.sh
 # a new user's first hour: the trainer with no flags (no data yet: how to make it; then the default data), --print-every,
 # elapsed and ETA, the end-of-run summary against the log, make shakespeare (shortened) and its loss plot
 run first_hour bash test/test_first_hour.sh
+# Hugging Face in and out (scripts/export_hf.py, import_hf.py): round trips byte for byte, a numpy GPT-2 forward of the
+# export = the trainer's val loss, GPT-2's released layout, BF16, the trainer continuing from an import, bad inputs
+run hf bash test/test_hf.sh
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
