@@ -94,6 +94,9 @@ run split_backward_tp bash test/test_split_backward.sh
 run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
 run headers bash test/test_headers.sh
+# every program the Makefile builds (from make -pq) answers --help and -h (usage on stdout, exit 0, quickly) and
+# refuses an unknown flag with one line
+run help bash test/test_help.sh
 run bad_input bash test/test_bad_input.sh
 # MFU on the step line and in log.jsonl (llm/train/mfu.h) against the PaLM formula: --peak-tflops on 1 and 2
 # processes, the measured peak, the emulated build
