@@ -99,6 +99,7 @@ names_prog() {
 
 : > "$tmp/texts"
 while read -r prog source where; do
+    run=$prog; [[ "$prog" == */* ]] || run=./$prog   # train_gpt_cpu: in the top directory, not on PATH
     if [ ! -x "$prog" ]; then
         # compiled by nvcc? (the recipe make would run for it)
         if make -n --no-print-directory "$prog" 2>/dev/null | grep -qE "^${NVCC:-nvcc} "; then
@@ -110,7 +111,7 @@ while read -r prog source where; do
         continue
     fi
     # 1. --help
-    run_limited "$tmp/out" "$tmp/err" "$prog" --help
+    run_limited "$tmp/out" "$tmp/err" "$run" --help
     first=$(head -1 "$tmp/out"); lines=$(grep -c . "$tmp/out"); errs=$(grep -c . "$tmp/err")
     if [ $rc -eq 0 ] && [ $ms -lt $((LIMIT * 1000)) ] && [ "$errs" -eq 0 ] && names_prog "$first" && [ "$lines" -ge 2 ]; then
         ok "$prog --help: exit 0 in $ms ms, $lines lines: $first"
@@ -120,11 +121,11 @@ while read -r prog source where; do
     [ "$lines" -ge 2 ] && tail -n +2 "$tmp/out" | md5sum | cut -c1-12 | sed "s|\$| $source $prog|" >> "$tmp/texts"
     # 2. -h: the same text
     cp "$tmp/out" "$tmp/help_out"
-    run_limited "$tmp/out" "$tmp/err" "$prog" -h
+    run_limited "$tmp/out" "$tmp/err" "$run" -h
     if [ $rc -eq 0 ] && names_prog "$(head -1 "$tmp/out")" && cmp -s "$tmp/out" "$tmp/help_out"; then ok "$prog -h: the --help text"
     else bad "$prog -h: exit $rc, $(cmp -s "$tmp/out" "$tmp/help_out" && echo same || echo other) text: $(head -1 "$tmp/out") $(head -1 "$tmp/err")"; fi
     # 3. an unknown flag: one line naming it, a non-zero exit (not a time-out or a crash)
-    run_limited "$tmp/out" "$tmp/err" "$prog" "$FLAG"
+    run_limited "$tmp/out" "$tmp/err" "$run" "$FLAG"
     msg=$(cat "$tmp/out" "$tmp/err"); lines=$(printf '%s\n' "$msg" | grep -c .)
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ $ms -lt $((LIMIT * 1000)) ] && [ "$lines" -eq 1 ] && [[ "$msg" == *"$FLAG"* ]] \
        && [[ "${msg,,}" == *unknown* ]]; then
