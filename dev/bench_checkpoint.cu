@@ -14,6 +14,14 @@
 #include "../llm/core/common.h"
 #include "../llm/model/tensors.h"
 #include "../llm/ckpt/checkpoint.h"
+#include "../llm/core/usage.h"
+
+static const char* USAGE =
+    "[--model DESCRIPTOR] [--dir DIR] [--reps N]\n"
+    "Times a checkpoint's save and load with and without the checksums (and the checksum alone), one core.\n"
+    "  --model DESCRIPTOR  the model whose state is saved, e.g. d12 or d2,C=32,NH=4,maxT=64,V=257 (default d12)\n"
+    "  --dir DIR           where the checkpoint files are written, then removed (default /tmp)\n"
+    "  --reps N            runs of each, alternating, 1 to 100; the medians are printed (default 3)\n";
 
 static double median(double* x, int n) {
     for (int i = 1; i < n; i++) for (int j = i; j > 0 && x[j] < x[j - 1]; j--) { double t = x[j]; x[j] = x[j - 1]; x[j - 1] = t; }
@@ -80,11 +88,14 @@ int main(int argc, char** argv) {
     const char* model = "d12";
     const char* dir = "/tmp";
     int reps = 3;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else fatal("unknown flag '%s' (--model, --dir, --reps)", argv[i]);
+    usage_if_help(argc, argv, USAGE);
+    for (int i = 1; i < argc; i += 2) {  // every argument is a flag and its value (a lone last one too)
+        const char* a = argv[i];
+        if (strcmp(a, "--model") && strcmp(a, "--dir") && strcmp(a, "--reps")) usage_unknown_flag(argv, a);
+        if (i + 1 >= argc) fatal("%s needs a value", a);
+        if (!strcmp(a, "--model")) model = argv[i + 1];
+        else if (!strcmp(a, "--dir")) dir = argv[i + 1];
+        else reps = atoi(argv[i + 1]);
     }
     if (reps < 1 || reps > 100) fatal("--reps: expected 1 to 100, found %d", reps);
     GPTConfig cfg;

@@ -20,6 +20,15 @@
 #include "../llm/parallel/dp_step.h"
 #include "../llm/parallel/dp_export.h"
 #include "../llm/ops/optimizer.h"
+#include "../llm/core/usage.h"
+
+static const char* USAGE =
+    "MODEL_DESCRIPTOR B T STEPS [RECIPES]\n"
+    "Times the BF16 CPU build's training step in BF16 and each FP8 recipe, interleaved in one process, and\n"
+    "prints each recipe's median step time (wall and CPU) as a ratio to BF16's.\n"
+    "  MODEL_DESCRIPTOR  e.g. d2,C=128,NH=4,maxT=64,V=257\n"
+    "  B T STEPS         batch size, sequence length, timed steps (after one warm-up step)\n"
+    "  RECIPES           comma-separated bf16, delayed, current, block, mx (default all five)\n";
 #include <algorithm>
 #include <vector>
 
@@ -36,6 +45,7 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     if (argc < 5 || argc > 6) {
         fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [RECIPES: bf16,delayed,current,block,mx]\n", argv[0]);
         return 1;

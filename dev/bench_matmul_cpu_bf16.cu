@@ -11,12 +11,21 @@
 //   ./build/bench_matmul_cpu_bf16 [BT] [repeats]     (defaults 1024, 5)
 #include "../llm/core/common.h"
 #include "../llm/ops/matmul.cuh"
+#include "../llm/core/usage.h"
+
+static const char* USAGE =
+    "[BT [REPEATS]]\n"
+    "Times GPT-2 124M's four linear layers in BF16 storage (converted to FP32 for sgemm; cblas_sbgemm where\n"
+    "this build has it) against FP32 sgemm, and prints the medians and their ratios.\n"
+    "  BT       tokens (rows) of each product (default 1024)\n"
+    "  REPEATS  calls of each, the median is printed (default 5)\n";
 #include <algorithm>
 #include <vector>
 
 static double median_ms(std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     int BT = argc > 1 ? atoi(argv[1]) : 1024, reps = argc > 2 ? atoi(argv[2]) : 5;
     const int shapes[4][3] = {{768, 2304, 0}, {768, 768, 0}, {768, 3072, 0}, {3072, 768, 0}};  // (C, OC): qkv, attproj, fc, fcproj
     const char* names[4] = {"qkv", "attproj", "fc", "fcproj"};

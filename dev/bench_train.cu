@@ -26,6 +26,17 @@
 #include "../llm/ops/optimizer.h"
 #include "../llm/train/report.h"
 #include "../llm/train/mfu.h"
+#include "../llm/core/usage.h"
+
+static const char* USAGE =
+    "MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]\n"
+    "Times training steps (random tokens, a fresh GPT-2 init) and prints the median step time by phase,\n"
+    "tokens/s and, given PEAK_TFLOPS, the MFU.\n"
+    "  MODEL_DESCRIPTOR  e.g. d12 or d4,C=256,NH=4,maxT=256,V=50257\n"
+    "  B T STEPS         batch size, sequence length, timed steps\n"
+    "  PEAK_TFLOPS       the hardware's peak, for the MFU (default 0: no MFU)\n"
+    "  RECOMPUTE         comma-separated none, selective, full, each timed in turn (default none)\n"
+    "  TP                tensor-parallel ranks, run under mpirun -np TP (default 1)\n";
 #include <algorithm>
 #include <vector>
 
@@ -36,6 +47,7 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     if (argc < 5 || argc > 8) {
         fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]\n", argv[0]);
         return 1;

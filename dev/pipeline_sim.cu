@@ -6,6 +6,20 @@
 // not split the backward, B is the whole backward and W is ignored).
 #include "../llm/core/common.h"
 #include "../llm/parallel/schedule.h"
+#include "../llm/core/usage.h"
+
+static const char* USAGE =
+    "[--schedule NAME] [--pp P] [-m M] [--vpp V] [--f F --b B --w W --p2p X] [--trace FILE]\n"
+    "Runs a pipeline schedule of llm/parallel/schedule.h in the simulator (no model): prints each rank's ops,\n"
+    "busy and idle time and peak of live micro-batches, and the bubble fraction beside the schedule's formula.\n"
+    "  --schedule NAME  gpipe, 1f1b, interleaved or zb-h1 (default 1f1b)\n"
+    "  --pp P           pipeline stages (default 4)\n"
+    "  -m M             micro-batches (default 8)\n"
+    "  --vpp V          chunks per stage, interleaved schedules (default 1)\n"
+    "  --f F, --b B     cost of one chunk's forward and backward (default 1 and 2; with a split backward\n"
+    "  --w W            B and W default to 1 and 1; W is ignored by a schedule that does not split it)\n"
+    "  --p2p X          cost of a send between stages (default 0)\n"
+    "  --trace FILE     also write a Chrome/Perfetto trace (scripts/plot_trace.py draws it)\n";
 
 int main(int argc, char** argv) {
     const char* name = "1f1b";
@@ -13,8 +27,13 @@ int main(int argc, char** argv) {
     int P = 4, m = 8, V = 1;
     PipeCosts c = {1.0, 2.0, 0.0, 0.0};
     int w_given = 0, b_given = 0;
+    usage_if_help(argc, argv, USAGE);
+    static const char* known[] = {"--schedule", "--pp", "-m", "--vpp", "--f", "--b", "--w", "--p2p", "--trace"};
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
+        int is_known = 0;  // an unknown flag is named as such, not as one that "needs a value"
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) is_known |= !strcmp(a, known[k]);
+        if (!is_known) usage_unknown_flag(argv, a);
         if (i + 1 >= argc) fatal("pipeline_sim: %s needs a value", a);
         const char* v = argv[++i];
         if (!strcmp(a, "--schedule")) name = v;

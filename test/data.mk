@@ -3,7 +3,7 @@
 #
 #   make test-data       build build/test_data and run it from the repository root
 
-DATA_TEST_DEPS := test/test_data.cpp llm/core/common.h llm/train/dataloader.h llm/train/tokenizer.h llm/train/logger.h
+DATA_TEST_DEPS := test/test_data.cpp llm/core/common.h llm/train/dataloader.h llm/train/tokenizer.h llm/train/logger.h llm/core/usage.h
 
 build/test_data: $(DATA_TEST_DEPS)
 	@mkdir -p build

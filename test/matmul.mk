@@ -11,10 +11,10 @@
 # include, so that a change in any of them rebuilds the tests
 MATMUL_TEST_DEPS := llm/ops/matmul.cuh llm/ops/matmul_cpu.h llm/ops/matmul_kernels.cuh llm/ops/matmul_cublaslt.cuh \
                     llm/core/common.h llm/core/context.h llm/ops/gelu.cuh llm/core/cuda_utils.cuh llm/core/half_cpu.h llm/core/device.h \
-                    test/test_common.h
+                    test/test_common.h llm/core/usage.h
 MATMUL_EMU_DEPS := $(MATMUL_TEST_DEPS) $(wildcard dev/emu/*.h)
 
-build/test_cublaslt: test/test_cublaslt.cu dev/emu/cublaslt_emu.h
+build/test_cublaslt: test/test_cublaslt.cu dev/emu/cublaslt_emu.h llm/core/usage.h
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -Wall $< -o $@ $(EMU_LIBS)
 

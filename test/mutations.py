@@ -1509,6 +1509,41 @@ MUTATIONS = [
       "test:\n",
       "test.mk: make test builds and runs without checking the packages first",
       "deps"),
+    M("h-pipeline-sim-no-help", "help", "dev/pipeline_sim.cu",
+      "    usage_if_help(argc, argv, USAGE);\n    static const char* known[]",
+      "    (void)USAGE;\n    static const char* known[]",
+      "build/pipeline_sim without its help check: --help is refused as a flag (issue 23: it 'needed a value')",
+      "help"),
+    M("h-pipeline-sim-unknown-needs-value", "help", "dev/pipeline_sim.cu",
+      "        if (!is_known) usage_unknown_flag(argv, a);",
+      "        (void)is_known;",
+      "build/pipeline_sim: an unknown flag is not named as unknown but said to need a value",
+      "help"),
+    M("h-usage-no-exit", "help", "llm/core/usage.h",
+      "            fflush(stdout);\n            exit(0);",
+      "            fflush(stdout);\n            break;",
+      "usage_if_help prints the usage but does not exit: the program goes on to its work or its flags",
+      "help"),
+    M("h-usage-stderr", "help", "llm/core/usage.h",
+      '            printf("usage: %s %s", argv[0], text);',
+      '            fprintf(stderr, "usage: %s %s", argv[0], text);',
+      "the usage text goes to stderr, not stdout (`prog --help | less` shows nothing)",
+      "help"),
+    M("h-usage-double-dash", "help", "llm/core/usage.h",
+      "        if (a[0] == '-' && (letter || a[1] == '-')) usage_unknown_flag(argv, a);",
+      "        if (a[0] == '-' && letter) usage_unknown_flag(argv, a);",
+      "usage_args lets a --long flag through as a positional argument (a seed of 0, a mode, a directory)",
+      "help"),
+    M("h-ops-grad-flag-as-seed", "help", "test/test_ops_grad.cu",
+      "    usage_args(argc, argv, USAGE);",
+      "    usage_if_help(argc, argv, USAGE);",
+      "test_ops_grad takes an unknown flag as its seed (strtoull: 0) and runs the whole test",
+      "help"),
+    M("h-schedule-text-copied", "help", "test/test_schedule.cu",
+      "    usage_args(argc, argv, USAGE);",
+      '    (void)USAGE; usage_args(argc, argv, "(no arguments)\\n" "Tests generation (llm/model/sampler.h): the KV-cache forward against the full forward, its cost, greedy\\n" "decoding, sampling by a chi-square test, and decoding through FP8 linears.\\n");',
+      "test_schedule's --help prints test_sampler's text (copied, not its own)",
+      "help"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
@@ -1657,6 +1692,8 @@ BINARY_SOURCES = {
     "build/test_comm_cuda": "test/test_comm.cu",  # nvcc: built by test_comm.sh itself, never by this tool
 }
 NVCC_BINARIES = {"build/test_comm_cuda"}
+# test_help.sh runs every program that is built (--help, -h, an unknown flag): all of test-build's g++ programs
+TEST_BINARIES["help"] = [b for b in BINARY_SOURCES if b not in NVCC_BINARIES and not b.endswith(".so")]
 
 
 def die(msg):

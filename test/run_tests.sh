@@ -109,6 +109,9 @@ run split_backward_tp bash test/test_split_backward.sh
 run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
 run headers bash test/test_headers.sh
+# every program the Makefile builds (from make -pq) answers --help and -h (usage on stdout, exit 0, quickly) and
+# refuses an unknown flag with one line
+run help bash test/test_help.sh
 run bad_input bash test/test_bad_input.sh
 # the training recipes (scripts/gpt2_124m.sh, gpt2_350m.sh, scripts/launch.sh): llm.c's values in every launch mode's
 # dry run, bad layouts refused with one line, real CPU runs through the launcher (one process, resume, mpirun -np 2)

@@ -11,7 +11,7 @@ build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h test/world_check.h
 build/test_gpt_cpu build/test_split_backward_cpu: test/split_backward_check.h
 
 # the pipeline simulator: run a schedule with op costs, print it, write a Chrome/Perfetto trace
-build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/core/common.h
+build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/core/common.h llm/core/usage.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
@@ -50,7 +50,7 @@ bench-fp8: build/bench_fp8_cpu_bf16
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_fp8_cpu_bf16 "d2,C=128,NH=4,maxT=64,V=257" 8 64 20
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./build/bench_fp8_cpu_bf16 "d2,C=768,NH=12,maxT=256,V=257" 4 256 3
 # llm/core/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
-build/test_half_cpu: test/test_half_cpu.cpp llm/core/half_cpu.h
+build/test_half_cpu: test/test_half_cpu.cpp llm/core/half_cpu.h llm/core/usage.h
 	@mkdir -p build
 	$(CXX) -std=c++17 -O2 -fopenmp -I$(CUDA_HOME)/include $< -o $@
 HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \

@@ -49,6 +49,7 @@
 #include "../llm/core/rand.h"
 #include "../llm/ops/attention.cuh"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <time.h>
 #include <vector>
 
@@ -292,7 +293,13 @@ static void run_shape(const Shape& s) {
     }
 }
 
+static const char* USAGE =
+    "[SEED]\n"
+    "Tests FlashAttention's blocks on the CPU (llm/ops/attention_blocks.h): forward merges and the block backward\n"
+    "against the plain attention reference, on several shapes.\n"    "  SEED  the random inputs' seed, to repeat a run (default: from the clock; printed)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("seed %llu\n", (unsigned long long)seed);
     rng_init(&rng, seed);

@@ -27,6 +27,7 @@
 //   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
 //   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
 #include "../llm/comm/comm.h"
+#include "../llm/core/usage.h"
 #include <stdarg.h>
 #include <signal.h>
 #include <unistd.h>
@@ -788,7 +789,18 @@ static void bench_mode(void) {
     device_free(buf);
 }
 
+static const char* USAGE =
+    "[--dp D] [--tp T] [--pp P] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr]\n"
+    "Tests llm/comm/comm.h under mpirun (test/test_comm.sh runs every layout): the mesh's groups, every\n"
+    "collective against values computed from every rank's data, the byte ledger, the wait accounting.\n"
+    "  --dp D --tp T --pp P  the layout (default: dp from the world size, tp 1, pp 1)\n"
+    "  --seed S              the data's seed (default 0: rank 0 picks one from the clock)\n"
+    "  --die-rank R          rank R leaves without MPI_Finalize (exit 1, or SIGKILL with --die-signal)\n"
+    "  --bench               all-reduce bandwidth, 1 MB to 64 MB, instead of the tests\n"
+    "  --host-ptr            pass a host pointer to a collective (the emulated build refuses it)\n";
+
 int main(int argc, char** argv) {
+    usage_if_help(argc, argv, USAGE);
     int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {

@@ -29,6 +29,7 @@
 #include "../dev/emu/cublaslt_emu.h"
 #include "../llm/core/rand.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 
 static Rng g_rand;  // llm/core/rand.h's splitmix64, seeded from argv[1] or the clock
 static uint64_t rng_u64(void) { return rng_u64(&g_rand); }
@@ -482,7 +483,13 @@ static void misuse_checks(cublasLtHandle_t h) {
     }
 }
 
+static const char* USAGE =
+    "[SEED]\n"
+    "Tests the emulated cuBLASLt (dev/emu/cublaslt_emu.h) against a double-precision triple loop: random shapes,\n"
+    "transposes, strides, epilogues, FP32/BF16/FP8 inputs, and the misuses it must refuse.\n"    "  SEED  the random inputs' seed, to repeat a run (default: from the clock; printed)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     rng_init(&g_rand, seed);
     printf("test_cublaslt: seed %llu\n", (unsigned long long)seed);

@@ -10,6 +10,7 @@
 #include "../llm/train/dataloader.h"
 #include "../llm/train/tokenizer.h"
 #include "../llm/train/logger.h"
+#include "../llm/core/usage.h"
 
 #include <stdarg.h>
 #include <unistd.h>
@@ -925,8 +926,15 @@ static void test_addition(void) {
 
 // ----------------------------------------------------------------------------
 
+static const char* USAGE =
+    "(no arguments; run from the repository root)\n"
+    "Tests the data side: llm/train/dataloader.h, tokenizer.h, logger.h and dev/data/addition.py's files, bad\n"
+    "inputs in child processes (this program re-run with --child).\n";
+
 int main(int argc, char** argv) {
+    usage_if_help(argc, argv, USAGE);
     if (argc >= 2 && strcmp(argv[1], "--child") == 0) { return child_main(argc - 2, argv + 2); }
+    usage_args(argc, argv, USAGE);  // (after --child, which is this program's own)
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0) { fprintf(stderr, "error: cannot find this binary via /proc/self/exe\n"); return 1; }

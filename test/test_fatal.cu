@@ -5,8 +5,17 @@
 // own line (each is printed). The other ranks of "one" wait in a barrier until mpirun ends them.
 #include "../llm/core/common.h"
 #include "../llm/comm/comm.h"
+#include "../llm/core/usage.h"
+
+static const char* USAGE =
+    "[MODE]   (under mpirun -np N; test/test_ckpt_trust.sh runs it)\n"
+    "Ends with fatal's error lines under mpirun, for the test of how they are printed:\n"
+    "  alike  every rank fails with the same line (printed once, by rank 0) (the default)\n"
+    "  one    only rank N-1 fails\n"
+    "  each   every rank fails with its own line\n";
 
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     Comm c;
     comm_init(&c, &argc, &argv, 0, 1, 1);
     const char* mode = argc > 1 ? argv[1] : "alike";

@@ -7,6 +7,7 @@
 #include "../llm/core/common.h"
 #include "../llm/ckpt/checkpoint.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 
 #ifndef FIXTURES
 #define FIXTURES "test/fixtures"
@@ -26,7 +27,14 @@ static int same_bytes(const char* a, const char* b) {
     return same;
 }
 
+static const char* USAGE =
+    "[DIR]   (run from the repository root: it reads test/fixtures/)\n"
+    "Tests the file formats' round trips byte for byte (llm.c FP32 and BF16 checkpoints, the resumable\n"
+    "state) and that a state file with a changed byte is refused by its checksum.\n"
+    "  DIR  scratch directory for the files it writes (default /tmp)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     const char* dir = argc > 1 ? argv[1] : "/tmp";
     char p1[512], p2[512], p3[512];
     GPTConfig cfg, cfg2;

@@ -9,6 +9,7 @@
 #include "../llm/core/common.h"
 #include "../llm/precision/fp8.cuh"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <vector>
 #include <string>
 
@@ -470,7 +471,13 @@ static void test_kernels(std::vector<Case>& cases) {
 }
 #endif
 
+static const char* USAGE =
+    "(no arguments; run from the repository root)\n"
+    "Tests the FP8 formats and quantizers (llm/precision/fp8.cuh) bit for bit against test/fp8_reference.py\n"
+    "(numpy and ml_dtypes), which it runs once (FP8_REFERENCE=path overrides the script).\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     (void)argc; (void)argv;
     std::vector<Case> cases;
     build_cases(cases);

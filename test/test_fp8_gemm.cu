@@ -38,6 +38,7 @@
 #include "../llm/precision/fp8_matrix.cuh"
 #include "../llm/precision/matmul_fp8.cuh"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <time.h>
 #include <vector>
 #include <string>
@@ -407,7 +408,15 @@ static void test_describe(void) {
 #endif
 }
 
+static const char* USAGE =
+    "(no arguments)\n"
+    "Tests the FP8 GEMM of every recipe (llm/precision/matmul_fp8.cuh) against an FP64 GEMM of the unquantized\n"
+    "inputs, within a bound from the formats' rounding, on random shapes.\n"
+    "  FP8_GEMM_SEED=N     (environment) repeats a run's shapes and inputs (default: from the clock; printed)\n"
+    "  CUBLASLT_EMU_ARCH=  (environment, emulated build) the sm the emulated cuBLASLt acts as, e.g. 89 (default 90)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     (void)argc; (void)argv;
     const char* seed_env = getenv("FP8_GEMM_SEED");
     uint64_t seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);

@@ -48,6 +48,7 @@
 #include "../llm/comm/comm.h"
 #include "../llm/precision/fp8_linear.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <vector>
 
 // splitmix64, a fixed seed: the inputs are fresh random numbers, the same each run
@@ -423,7 +424,13 @@ static void run_case(Comm* comm, const Case* c) {
     fp8_free(&st);
 }
 
+static const char* USAGE =
+    "(no arguments)\n"
+    "Tests the FP8 linear layer (llm/precision/fp8_linear.h) against a reference of each recipe's operand\n"
+    "formats, scales and amax entries over a few training steps.\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     Comm comm;
     comm_init(&comm, &argc, &argv, 0, 1, 1);
     context_init();

@@ -57,6 +57,7 @@
 #include "../llm/train/report.h"
 #include "test_common.h"
 #include "split_backward_check.h"
+#include "../llm/core/usage.h"
 
 #ifndef FIXTURES
 #define FIXTURES "test/fixtures"
@@ -103,7 +104,13 @@ static void forward_backward(DataParallel* dp, Stage* st, const int* x, const in
     dp_finish_grads(dp);
 }
 
+static const char* USAGE =
+    "(no arguments; run from the repository root: it reads test/fixtures/)\n"
+    "Tests the whole model against the PyTorch reference (dev/reference/): logits, loss, every gradient and 10\n"
+    "AdamW steps, with and without clipping; each recompute policy and the split backward bit for bit.\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     // one process: the data-parallel policy over one rank, as the trainer runs it
     Comm comm;
     comm_init(&comm, &argc, &argv, 0, 1, 1);

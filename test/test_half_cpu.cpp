@@ -14,6 +14,7 @@
 #include <float.h>
 #include <vector>
 #include "../llm/core/half_cpu.h"
+#include "../llm/core/usage.h"
 
 static int fails = 0, passes = 0;
 static void check(bool ok, const char* what) {
@@ -49,7 +50,13 @@ static std::vector<float> boundary_floats(float (*dec)(uint16_t)) {
     return xs;
 }
 
-int main(void) {
+static const char* USAGE =
+    "(no arguments)\n"
+    "Tests llm/core/half_cpu.h's BF16 and FP16 conversions bit for bit against the CUDA toolkit's (decode of\n"
+    "every pattern, encode at every rounding boundary, round toward zero, stochastic rounding).\n";
+
+int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     // decode, all patterns
     int bad_bf = 0, bad_fp = 0;
     for (uint32_t b = 0; b < 0x10000u; b++) {

@@ -21,10 +21,17 @@
 #include "kernels/global_norm.h"
 #include "kernels/residual.h"
 #include "kernels/vocab_parallel.h"
+#include "../llm/core/usage.h"
 // the matmul family (cuBLASLt wrapper, bias-gradient and GELU-epilogue kernels) has its own program,
 // test/test_matmul.cu, run by make test in the same builds and thread orders
 
+static const char* USAGE =
+    "[SEED]\n"
+    "Tests every CUDA kernel against its CPU reference and float64 evaluations of the papers' formulas, on\n"
+    "several shapes, outputs poisoned before each kernel.\n"    "  SEED  the random inputs' seed, to repeat a run (default: from the clock; printed)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     printf("test_kernels: seed %llu, %s\n", (unsigned long long)seed, PRECISION_MODE);
     rng_init(&g_rng, seed);

@@ -41,6 +41,7 @@
 #include "../llm/ops/matmul.cuh"
 #include "../llm/core/device.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <stdint.h>
 #include <time.h>
 
@@ -571,7 +572,13 @@ static void batched_suite(cudaStream_t s) {
     test_batched(big, s);
 }
 
+static const char* USAGE =
+    "[SEED]\n"
+    "Tests llm/ops/matmul.cuh's launchers (forward, backward, batched) against its plain loops, outputs poisoned\n"
+    "before each call.\n"    "  SEED  the random inputs' seed, to repeat a run (default: from the clock; printed)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)clock();
     g_rng = seed;
 #if LLM_BUILD_CPU

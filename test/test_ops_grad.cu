@@ -20,6 +20,7 @@
 #include "../llm/ops/attention.cuh"
 #include "../llm/ops/fused_classifier.cuh"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <functional>
 #include <vector>
 
@@ -69,7 +70,13 @@ static void fd_check(const char* what, float* x, size_t n, const float* analytic
           samples, worst, maxg, S);
 }
 
+static const char* USAGE =
+    "[SEED]\n"
+    "Checks every op's backward (the CPU references) against Richardson-extrapolated finite differences on\n"
+    "tiny shapes.\n"    "  SEED  the random inputs' seed, to repeat a run (default: from the clock; printed)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("seed %llu\n", (unsigned long long)seed);
     rng_init(&rng, seed);

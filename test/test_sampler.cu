@@ -26,6 +26,7 @@
 #include "../llm/parallel/dp_export.h"
 #include "../llm/model/sampler.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 static const int BF16 = 1;
@@ -62,7 +63,13 @@ static void softmax64(const float* logits, int n, double* p) {
     for (int i = 0; i < n; i++) p[i] /= s;
 }
 
+static const char* USAGE =
+    "(no arguments)\n"
+    "Tests generation (llm/model/sampler.h): the KV-cache forward against the full forward, its cost, greedy\n"
+    "decoding, sampling by a chi-square test, and decoding through FP8 linears.\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     Comm comm;
     comm_init(&comm, &argc, &argv, 0, 1, 1);
     context_init();

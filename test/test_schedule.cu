@@ -29,6 +29,7 @@
 #include "../llm/parallel/schedule.h"
 #include "../llm/parallel/pipeline.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <vector>
 #include <map>
 #include <unistd.h>
@@ -195,7 +196,14 @@ static int check_plan(const Schedule* s, const PipePlan* p) {
     return sends == want && recvs == want;
 }
 
-int main(void) {
+static const char* USAGE =
+    "(no arguments)\n"
+    "Tests the pipeline schedules of llm/parallel/schedule.h and their simulator: structure and deadlock\n"
+    "freedom, the bubble against the papers' formulas, the communication plan, the split of layers over\n"
+    "stages; prints the bubble table for P = 4, 8 and m = 4 to 32.\n";
+
+int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     // 1. structure and deadlock freedom
     const int Ps[5] = {1, 2, 3, 4, 8};
     for (int ni = 0; ni < 4; ni++) {

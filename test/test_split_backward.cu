@@ -23,6 +23,7 @@
 #include "../llm/core/rand.h"
 #include "split_backward_check.h"
 #include "world_check.h"
+#include "../llm/core/usage.h"
 
 #ifndef FIXTURES
 #define FIXTURES "test/fixtures"
@@ -32,7 +33,14 @@ static Comm g_comm;
 // a check of every rank (test/world_check.h), in the form split_backward_checks takes
 static int world_verdict(int ok, const char* what) { return world_check(&g_comm, ok, what); }
 
+static const char* USAGE =
+    "[--tp N]   (under mpirun -np N; test/test_split_backward.sh)\n"
+    "Tests the split backward (B then W) against the unsplit one under tensor parallelism, bit for bit, and\n"
+    "the tp group's traffic.\n"
+    "  --tp N  tensor-parallel ranks (default 1)\n";
+
 int main(int argc, char** argv) {
+    usage_if_help(argc, argv, USAGE);
     int tp = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tp") && i + 1 < argc) tp = atoi(argv[++i]);

@@ -23,6 +23,7 @@
 #include "../llm/core/rand.h"
 #include <vector>
 #include "world_check.h"
+#include "../llm/core/usage.h"
 
 static Comm C;
 // a check of every rank (test/world_check.h)
@@ -55,7 +56,14 @@ static int equal(const std::vector<float>& a, const std::vector<float>& b) { ret
 static double tp_calls(CommKind k) { return (double)C.ledger.calls[k][GROUP_TP]; }
 static double tp_payload(CommKind k) { return C.ledger.payload_bytes[k][GROUP_TP]; }
 
+static const char* USAGE =
+    "[--tp N]   (under mpirun -np N)\n"
+    "Tests the column- and row-parallel linear layers (llm/model/linear.h) on the tp group against the unsplit\n"
+    "layer, exactly (small-integer inputs).\n"
+    "  --tp N  tensor-parallel ranks (default 1)\n";
+
 int main(int argc, char** argv) {
+    usage_if_help(argc, argv, USAGE);
     int tp = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tp") && i + 1 < argc) tp = atoi(argv[++i]);

@@ -19,6 +19,7 @@
 #include "../../llm/core/common.h"
 #include "../../llm/core/device.h"
 #include "../../llm/core/rand.h"
+#include "../../llm/core/usage.h"
 #include <vector>
 #include <algorithm>
 #include <limits.h>

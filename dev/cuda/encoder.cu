@@ -78,7 +78,15 @@ static void backward2(Bufs& b) {
     encoder_backward(b.dwte, b.dwpe, b.scratch, b.dout, b.inp, b.inp_host, b.B, b.T, b.C, 0);
 }
 
+static const char* USAGE =
+    "[B [T [C [V]]]]\n"
+    "Runs the encoder's (token + position embedding) forward and backward versions, checks each against the\n"
+    "CPU reference (llm/ops/encoder.cuh) and times it.\n"
+    "  B T C V  batch, sequence length, channels, vocabulary\n"
+    "           (default 64 1024 768 50257, GPT-2 124M, on a GPU; 2 33 264 50 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
 #if LLM_BUILD_EMU
     int B = 2, T = 33, C = 264, V = 50, reps = 3;
 #else

@@ -100,7 +100,15 @@ static void run_version(int version, floatX* logits, float* losses, float dloss,
     }
 }
 
+static const char* USAGE =
+    "[VERSION [BT]]\n"
+    "Runs the fused softmax + cross-entropy + dlogits kernel's versions, checks each against the CPU\n"
+    "reference and times it.\n"
+    "  VERSION  1, 2 or 3 (llm/ops/fused_classifier.cuh); 0 runs all (default 0)\n"
+    "  BT       rows (default 8192 on a GPU; 4 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     int only = arg_version(argc, argv, 1, 3);
     int BT = arg_int(argc, argv, 2, GPU_OR_EMU(8192, 4));
     const int V = 50257, Vp = 50304;  // GPT-2's vocabulary, padded to a multiple of 128

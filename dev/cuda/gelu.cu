@@ -53,7 +53,14 @@ static void gelu_backward1(floatX* d, const floatX* inp, size_t N) {
 static void gelu_forward2(floatX* out, const floatX* inp, size_t N) { gelu_forward(out, inp, N, 0); }
 static void gelu_backward2(floatX* d, const floatX* inp, size_t N) { gelu_backward_inplace(d, inp, N, 0); }
 
+static const char* USAGE =
+    "[N]\n"
+    "Runs the GELU forward and backward versions, checks each against the CPU reference (llm/ops/gelu.cuh)\n"
+    "and times it.\n"
+    "  N  elements (default 201326592 = 64*1024*3072 on a GPU; 4103 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
 #if LLM_BUILD_EMU
     size_t N = 4103;
     int reps = 3;

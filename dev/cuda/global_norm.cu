@@ -72,7 +72,14 @@ static void run_version(int version, float* out, const floatX* values, size_t n)
     }
 }
 
+static const char* USAGE =
+    "[VERSION [N]]\n"
+    "Runs the squared global norm reduction's versions, checks each against the CPU reference and times it.\n"
+    "  VERSION  1, 2 or 3 (llm/ops/global_norm.cuh); 0 runs all (default 0)\n"
+    "  N        elements (default 124475904, GPT-2 124M, on a GPU; 100003 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     int only = arg_version(argc, argv, 1, 3);
     size_t n = arg_size(argc, argv, 2, GPU_OR_EMU(124475904, 100003));
     printf("global_norm: %s, n=%zu, %s, peak %.0f GB/s\n", device_name(), n, PRECISION_MODE, peak_gbs());

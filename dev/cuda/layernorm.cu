@@ -167,7 +167,15 @@ static void backward2(Bufs& b) {
     layernorm_backward(b.dinp, b.dweight, b.dbias, b.scratch, b.dout, b.inp, b.weight, b.mean, b.rstd, b.N, b.C, 0);
 }
 
+static const char* USAGE =
+    "[N [C]]\n"
+    "Runs the LayerNorm forward, fused residual and backward versions, checks each against the CPU reference\n"
+    "(llm/ops/layernorm.cuh) and times it.\n"
+    "  N  rows (default 65536 on a GPU; 37 emulated)\n"
+    "  C  channels (default 768 on a GPU; 264 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
 #if LLM_BUILD_EMU
     int N = 37, C = 264, reps = 3;
 #else

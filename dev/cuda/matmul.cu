@@ -211,7 +211,16 @@ static double gemm_peak_tflops(int N, int reps) {
 
 // ----------------------------------------------------------------------------
 
+static const char* USAGE =
+    "[BT C Vp [N]]\n"
+    "Runs the bias-gradient versions and the model's cuBLASLt linear layers at GPT-2's shapes, each checked\n"
+    "against the CPU reference and timed (TFLOP/s), and the device's dense BF16 GEMM peak (N^3).\n"
+    "  BT C Vp  rows, channels, padded vocabulary; given together, C and Vp multiples of 8\n"
+    "           (default 65536 768 50304 on a GPU; 64 64 256 emulated)\n"
+    "  N        size of the peak GEMM, a multiple of 8 (default 8192 on a GPU; 128 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
 #if LLM_BUILD_EMU
     int BT = 64, C = 64, Vp = 256, N = 128, reps = 2;  // a smoke run on the CPU
 #else

@@ -32,7 +32,15 @@ static void quantize_pair(Fp8Matrix* a, Fp8Matrix* b, const floatX* x, const flo
     fp8_matrix_quantize(b, w, 0, one, s);
 }
 
+static const char* USAGE =
+    "[BT [C]]\n"
+    "Checks each FP8 recipe's GEMM (llm/precision/matmul_fp8.cuh) against the CPU reference, then times it\n"
+    "against the BF16 GEMM at GPT-2's linear-layer shapes.\n"
+    "  BT  rows, a multiple of 128 (default 8192 on a GPU; 128 emulated)\n"
+    "  C   channels, a multiple of 128 (default 768 on a GPU; 128 emulated)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     int BT = arg_int(argc, argv, 1, GPU_OR_EMU(8192, 128)), C = arg_int(argc, argv, 2, GPU_OR_EMU(768, 128));
     int reps = GPU_OR_EMU(20, 2);
     if (BT <= 0 || C <= 0 || C % 128 != 0 || BT % 128 != 0) {

@@ -10,7 +10,7 @@
 # built with $(EMU_FLAGS) needs no extra objects. EMU_OBJS stays empty for targets that link it;
 # EMU_LINK is what the emulator itself needs at link time.
 
-EMU_HEADERS := $(wildcard dev/emu/*.h) llm/core/common.h
+EMU_HEADERS := $(wildcard dev/emu/*.h) llm/core/common.h llm/core/usage.h
 EMU_OBJS :=
 EMU_LINK := -lpthread -ldl
 EMU_BUILD := build/emu

@@ -13,6 +13,7 @@
 //   bench         timings of the emulator: switch cost per thread per barrier, per shuffle, per launch
 // Compiles with g++ in the emulated build and with nvcc (where the planted bugs are not detected).
 #include "../../llm/core/common.h"
+#include "../../llm/core/usage.h"
 
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
@@ -796,7 +797,21 @@ static void run_bench(void) {
     cudaCheck(cudaFree(d_in)); cudaCheck(cudaFree(d_mean)); cudaCheck(cudaFree(d_rstd)); cudaCheck(cudaFree(d_out));
 }
 
+static const char* USAGE =
+    "[CASE]\n"
+    "Tests of the CUDA emulator (dev/emu), one case per run (dev/emu/test_emu.sh runs them all):\n"
+    "  correct       correct kernels checked exactly against the CPU; prints \"results <hash>\" (the default)\n"
+    "  small         the same at tiny shapes (for the sanitizer builds)\n"
+    "  missing_sync  a reduction without __syncthreads: prints its order-dependent result\n"
+    "  oob_global oob_smem race partial_sync lane_exit mask_self deadlock host_ptr too_many_threads\n"
+    "  smem_optin smem_max stack_overflow\n"
+    "                planted bugs: each ends with its report and a non-zero exit\n"
+    "  rc_tiled rc_reduce_twice rc_halves rc_raw rc_atomic (and each with _ok appended)\n"
+    "                shared-memory races and their fixes, for racecheck\n"
+    "  bench         timings of the emulator (switch cost per barrier, shuffle, launch)\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     const char* mode = argc > 1 ? argv[1] : "correct";
     if (strcmp(mode, "correct") == 0 || strcmp(mode, "small") == 0) {
         Shapes big = {20000, 6, 5, 256, 8, 32, 2, 256, 64};   // dynsmem: 64 KiB per block

@@ -15,6 +15,7 @@
 // M failed" (printed by rank 0); exit status 1 on any failure.
 #include "../../llm/core/common.h"
 #include "nccl_emu.h"
+#include "../../llm/core/usage.h"
 #include <stdarg.h>
 
 static int g_rank = 0, g_size = 1, g_pass = 0, g_fail = 0;
@@ -292,7 +293,13 @@ static void test_mismatch(void) {
     cudaCheck(cudaFree(a));
 }
 
+static const char* USAGE =
+    "(no arguments; run under mpirun with 2 or more processes, e.g. EMU_DEVICES=4 mpirun -np 3 ...)\n"
+    "Tests of dev/emu/nccl_emu.h, the emulated NCCL over MPI: communicators, every operation in and out of\n"
+    "place against values computed from every rank's data, and the errors NCCL returns.\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);

@@ -13,6 +13,7 @@
 // The same source compiles with nvcc (`make test-wmma-nvcc`), where the planted bugs are not detected
 // and the NVIDIA-mapping kernel happens to be right.
 #include "../../llm/core/common.h"
+#include "../../llm/core/usage.h"
 #include <mma.h>
 #include <math.h>
 #include <vector>
@@ -310,7 +311,17 @@ static void check_conversions(void) {
 static void check_conversions(void) {}
 #endif
 
+static const char* USAGE =
+    "[CASE]\n"
+    "Tests of the emulated WMMA subset (dev/emu/mma.h), one case per run (dev/emu/test_wmma.sh runs them all):\n"
+    "  correct     tile products and a tiled GEMM in bf16 and half against a double reference, and the\n"
+    "              conversions (the default)\n"
+    "  misaligned bad_ldm bad_ldm_float skip_mma lane_returns partial_warp nonuniform smem_nosync\n"
+    "              planted bugs: each exits non-zero with its \"emu: error:\" line\n"
+    "  smem_sync   smem_nosync's fix: right results, no racecheck report\n";
+
 int main(int argc, char** argv) {
+    usage_args(argc, argv, USAGE);
     const char* mode = argc > 1 ? argv[1] : "correct";
     if (strcmp(mode, "correct") != 0) return run_bug(mode);
     check_conversions();
