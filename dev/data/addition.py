@@ -124,19 +124,25 @@ def write_atomic(path, data):
     os.replace(tmp, path)
 
 
-def docs_shard_bytes(docs, who):
-    """a token shard of byte documents (bytes objects), each after an EOT; returns (data, tokens)"""
-    toks = array("H")
-    for d in docs:
-        toks.append(EOT)
-        toks.extend(d)
+def tokens_shard_bytes(tokens, who):
+    """an llm.c token shard: header (magic, version 1, count) then the tokens as uint16 (also gpt2_encoding.py's)"""
+    toks = array("H", tokens)  # (raises OverflowError for an id > 65535)
     if len(toks) > 2**31 - 1:
         sys.exit("error: %s: expected at most 2^31-1 tokens per shard, found %d" % (who, len(toks)))
     if sys.byteorder != "little":
         toks.byteswap()
     header = [0] * 256
     header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(toks)
-    return struct.pack("<256i", *header) + toks.tobytes(), len(toks)
+    return struct.pack("<256i", *header) + toks.tobytes()
+
+
+def docs_shard_bytes(docs, who):
+    """a token shard of byte documents (bytes objects), each after an EOT; returns (data, tokens)"""
+    toks = array("H")
+    for d in docs:
+        toks.append(EOT)
+        toks.extend(d)
+    return tokens_shard_bytes(toks, who), len(toks)
 
 
 def shard_bytes(problems, pad):

@@ -17,11 +17,10 @@ import hashlib
 import os
 import struct
 import sys
-from array import array
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pip_cache  # noqa: E402
-from addition import write_atomic  # noqa: E402,F401 (re-exported for the scripts)
+from addition import tokens_shard_bytes, write_atomic  # noqa: E402,F401 (re-exported for the scripts)
 
 WHISPER = ("openai-whisper", "20250625")
 RANKS_PATH = "whisper/assets/gpt2.tiktoken"
@@ -33,7 +32,6 @@ N_RANKS = 50256
 EOT = 50256
 VOCAB = 50257
 EOT_TEXT = "<|endoftext|>"
-SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 
 
@@ -86,13 +84,5 @@ def doc_tokens(enc, text):
     return [EOT] + enc.encode_ordinary(text)
 
 
-def shard_bytes(tokens, who):
-    """an llm.c token shard: header (magic, version 1, count) then uint16 tokens"""
-    toks = array("H", tokens)  # (raises OverflowError for an id > 65535)
-    if len(toks) > 2**31 - 1:
-        sys.exit("error: %s: expected at most 2^31-1 tokens per shard, found %d" % (who, len(toks)))
-    if sys.byteorder != "little":
-        toks.byteswap()
-    header = [0] * 256
-    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(toks)
-    return struct.pack("<256i", *header) + toks.tobytes()
+# an llm.c token shard of GPT-2 tokens: the same writer as the addition data's (header, then uint16 tokens)
+shard_bytes = tokens_shard_bytes
