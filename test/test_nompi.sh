@@ -19,9 +19,7 @@ LOG=build/nompi
 rm -rf "$LOG"; mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
+source test/mpi_lib.sh  # the counters, ok, bad
 
 # one_line NAME EXPECTED_REGEX CMD...: non-zero exit, exactly one line of output, matching
 one_line() {

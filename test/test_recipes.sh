@@ -30,9 +30,7 @@ LOG=build/recipes
 rm -rf "$LOG"; mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok()  { echo "ok   $*"; pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
+source test/mpi_lib.sh  # the counters, ok, bad
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # the recipes' overrides must not leak in from the caller's environment
 unset TRAINER DATA_DIR OUT_DIR DP TP PP ZERO MODEL B T TOTAL_BATCH STEPS TRAIN_DATA VAL_DATA TOKENIZER RESUME MPIRUN_ARGS SRUN_ARGS
