@@ -355,12 +355,11 @@ int main(int argc, char** argv) {
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0, step);
         }
-        if (ckpt_step && rank0) {
-            printf("step %d: saving the checkpoint into %s/%s\n", step, args.output_dir, args.async_checkpoint ? " (written in the background)" : "");
-            fflush(stdout);
+        if (ckpt_step) {
+            if (rank0) printf("step %d: saving the checkpoint into %s/%s\n", step, args.output_dir, args.async_checkpoint ? " (written in the background)" : "");
+            progress.ckpt_step = step;
+            run_ckpt_save(&ck, &run, step, sdc_msg[0] ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY);
         }
-        if (ckpt_step) progress.ckpt_step = step;
-        if (ckpt_step) run_ckpt_save(&ck, &run, step, sdc_msg[0] ? CKPT_SDC : health.bad_streak > 0 ? CKPT_IN_STREAK : CKPT_HEALTHY);
         run_ckpt_poll(&ck);  // an async save done on every rank gets its manifest
         if (sig) run_preempted_exit(&ck, step, sig, sig_rank);
         // after max_bad_steps bad steps in a row, or an SDC mismatch: back to the newest last-known-good checkpoint
