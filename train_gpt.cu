@@ -84,6 +84,33 @@ typedef struct {
     const char* skipped;          // why the update was skipped, or NULL
 } StepResult;
 
+// context parallelism: the attention compute time of this rank's stages since the last call (ms)
+static double cp_attention_ms(Pipeline* pipe) {
+    double ms = 0.0;
+    for (int c = 0; c < pipe->V; c++) ms += cp_take_ms(&pipe->chunks[c].cp);
+    return ms;
+}
+
+// Context parallelism's balance, measured: the attention compute time per step of each rank of the cp group of
+// world rank 0, mean over the timed steps (every rank calls it; rank 0 prints)
+static void print_cp_balance(Comm* c, double mine_ms, int impl, int balance) {
+    double* all = (double*)mallocCheck((size_t)c->world_size * sizeof(double));
+    comm_all_gather_host(c, mine_ms, all);
+    if (c->world_rank == 0) {
+        double lo = INFINITY, hi = 0.0;
+        printf("context parallelism (%s%s%s): attention compute per step by cp rank:", cp_impl_name(impl),
+               impl == CP_RING ? " " : "", impl == CP_RING ? cp_balance_name(balance) : "");
+        for (int q = 0; q < c->cp; q++) {
+            double ms = all[comm_world_rank_of(c, 0, 0, q, 0)];
+            printf(" %.2f", ms);
+            if (ms < lo) lo = ms;
+            if (ms > hi) hi = ms;
+        }
+        printf(" ms | max/min %.2f\n", lo > 0.0 ? hi / lo : NAN);
+    }
+    free(all);
+}
+
 static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,
                              const OptimConfig* oc, const InjectPlan* faults, const int* inputs, const int* targets,
                              float dloss, int step, unsigned int seed) {
@@ -141,7 +168,7 @@ int main(int argc, char** argv) {
     parse_args(&args, argc, argv);
     args_check_default_data(&args);  // the default data not made yet: one line saying how to make it
     Comm comm;
-    comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp);
+    comm_init_mesh(&comm, &argc, &argv, args.dp, args.tp, args.pp, args.cp);
     args_check_layout(&args, &comm);
     InjectPlan inject_plan;
     inject_parse(&inject_plan, args.inject, comm.world_size);
@@ -161,6 +188,7 @@ int main(int argc, char** argv) {
     char tp_err[256];
     int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));  // m: the micro-batches of a step
     if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err)) ||  // before anything is allocated
+        (cp_layout_error(T, cfg.num_heads / comm.tp, comm.tp, comm.cp, args.cp_impl, tp_err, sizeof(tp_err)), tp_err[0]) ||
         pipe_layout_error(cfg, comm.pp, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err)) ||
         fp8_layout_error((Fp8Recipe)args.fp8, cfg.channels, comm.tp, tp_err, sizeof(tp_err))) {
         if (rank0) fprintf(stderr, "error: %s\n", tp_err);
@@ -195,8 +223,8 @@ int main(int argc, char** argv) {
     free(held);
     dp.sequence_parallel = args.sequence_parallel && comm.tp > 1;  // the LayerNorms' gradients are partial sums
     Pipeline pipe;
-    pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), args.schedule, args.vpp, grad_accum, B, T,
-                  (Recompute)args.recompute);
+    pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), cp_group(dp.comm, T, args.cp_impl, args.cp_balance),
+                  args.schedule, args.vpp, grad_accum, B, T, (Recompute)args.recompute);
     Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)
     Fp8Config fp8_cfg = {(Fp8Recipe)args.fp8, args.fp8_e4m3, args.fp8_history, args.fp8_reduce, args.fp8_margin};
     pipeline_enable_fp8(&pipe, &fp8, fp8_cfg);
@@ -212,8 +240,10 @@ int main(int argc, char** argv) {
                cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
                dp.lay.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
         if (comm.world_size > 1 || dp.zero.shard_optim) {
-            printf("processes: %d = dp %d x tp %d x pp %d | %s | MPI start %.0f ms\n", comm.world_size, comm.dp,
-                   comm.tp, comm.pp, zero_name(dp.zero.level), comm.init_ms);
+            printf("processes: %d = dp %d x tp %d x pp %d", comm.world_size, comm.dp, comm.tp, comm.pp);
+            if (comm.cp > 1) printf(" x cp %d (%s%s%s)", comm.cp, cp_impl_name(args.cp_impl), args.cp_impl == CP_RING ? ", " : "",
+                                    args.cp_impl == CP_RING ? cp_balance_name(args.cp_balance) : "");
+            printf(" | %s | MPI start %.0f ms\n", zero_name(dp.zero.level), comm.init_ms);
         }
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
                B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
@@ -296,7 +326,7 @@ int main(int argc, char** argv) {
     // loss, samples and the evaluation too: under ZeRO-3 every forward needs the whole group).
     int* step_inputs = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));   // (m, B, T)
     int* step_targets = (int*)mallocCheck((size_t)grad_accum * B * T * sizeof(int));  // (m, B, T)
-    double total_ms = 0.0, total_wait = 0.0;
+    double total_ms = 0.0, total_wait = 0.0, total_cp_ms = 0.0;
     int timed_steps = 0;
     Straggler straggler;  // every N steps, the ranks' compute times compared (llm/faults/straggler.h)
     straggler_init(&straggler, args.straggler_every, args.straggler_factor);
@@ -320,17 +350,19 @@ int main(int argc, char** argv) {
         dataloader_next_step(&train_loader, grad_accum, step_inputs, step_targets);  // every rank reads the step's batches
 
         // the step, timed: faults first (--inject: die, hang, slow, spike, NaN), then the update, then a flipped bit
+        cp_attention_ms(&pipe);  // (what val and samples computed is not this step's)
         double t0 = wall_ms();
         straggler_step_begin(&straggler, &comm);
         inject_before_step(&inject_plan, &comm, &dp, step, step_targets, (size_t)grad_accum * B * T, cfg.vocab_size);
         StepResult r = train_step(&pipe, &dp, &scaler, &fp8, &health, &oc, &inject_plan, step_inputs, step_targets,
-                                  1.0f / ((float)B * T * grad_accum), step, (unsigned int)(args.seed + 7919u * (unsigned)step));
+                                  1.0f / ((float)B * (T / comm.cp) * grad_accum), step, (unsigned int)(args.seed + 7919u * (unsigned)step));
         inject_after_update(&inject_plan, &dp, step);
         double ms = wall_ms() - t0;
         double wait = comm_take_wait_ms(&comm);  // how long the computation waited for reductions and gathers
         step_ledger = comm.ledger;
         *step_trace = dp.trace;
-        if (step > start_step + 1) { total_ms += ms; total_wait += wait; timed_steps++; }  // the first step warms up
+        double cp_ms = cp_attention_ms(&pipe);
+        if (step > start_step + 1) { total_ms += ms; total_wait += wait; total_cp_ms += cp_ms; timed_steps++; }  // the first step warms up
         straggler_step_end(&straggler, &comm, &logger, step, ms, wait);
 
         // a SIGTERM or SIGINT on any rank saves this step and ends the run (llm/faults/preempt.h); silent data
@@ -371,6 +403,7 @@ int main(int argc, char** argv) {
         if (comm.dp > 1 || dp.zero.shard_optim) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
         printf("\n");
     }
+    if (comm.cp > 1 && timed_steps > 0) print_cp_balance(&comm, total_cp_ms / timed_steps, args.cp_impl, args.cp_balance);
 
     if (comm.pp > 1) {  // the tied embedding's two copies (the first and the last stage) stay identical
         double diff = dp_tied_embedding_diff(&dp);

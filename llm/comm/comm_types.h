@@ -10,8 +10,8 @@
 #include <pthread.h>
 #endif
 
-typedef enum { GROUP_ALL = -1, GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4 } CommGroup;
-#define COMM_NUM_GROUPS 5
+typedef enum { GROUP_ALL = -1, GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4, GROUP_CP = 5 } CommGroup;
+#define COMM_NUM_GROUPS 6
 typedef enum {
     COMM_ALL_KINDS = -1,
     COMM_ALL_REDUCE = 0,
@@ -26,7 +26,7 @@ typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: F
 typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1, COMM_FP16 = 2 } CommDtype;
 
 static inline const char* comm_group_name(int g) {
-    static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed"};
+    static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed", "cp"};
     return (g >= 0 && g < COMM_NUM_GROUPS) ? names[g] : "all";
 }
 static inline const char* comm_kind_name(int k) {
@@ -85,6 +85,7 @@ typedef struct {
     int dp_rank, dp;
     int tp_rank, tp;
     int pp_rank, pp;
+    int cp_rank, cp;  // context parallelism: the sequence split (llm/parallel/context_parallel.h)
     int local_rank, local_size;  // within the node (MPI_COMM_TYPE_SHARED)
     int group_rank[COMM_NUM_GROUPS], group_size[COMM_NUM_GROUPS];
     int owns_mpi;     // comm_init called MPI_Init, so comm_free calls MPI_Finalize

@@ -40,8 +40,8 @@ typedef struct {
     int step;          // the training step it was called in
 } WdWait;
 
-// the world rank of (dp_rank, pp_rank, tp_rank): llm/comm/comm_mesh.h's order, tp innermost
-static inline int wd_rank_of(const Comm* c, int d, int p, int t) { return (d * c->pp + p) * c->tp + t; }
+// the world rank of (dp_rank, pp_rank, cp_rank, tp_rank): llm/comm/comm_mesh.h's order, tp innermost
+static inline int wd_rank_of(const Comm* c, int d, int p, int q, int t) { return ((d * c->pp + p) * c->cp + q) * c->tp + t; }
 
 // the world ranks of my group g, in group order; returns how many
 static int wd_members(const Comm* c, CommGroup g, int* out) {
@@ -49,14 +49,17 @@ static int wd_members(const Comm* c, CommGroup g, int* out) {
     if (g == GROUP_WORLD) {
         for (int r = 0; r < c->world_size; r++) out[n++] = r;
     } else if (g == GROUP_DP) {
-        for (int d = 0; d < c->dp; d++) out[n++] = wd_rank_of(c, d, c->pp_rank, c->tp_rank);
+        for (int d = 0; d < c->dp; d++)
+            for (int q = 0; q < c->cp; q++) out[n++] = wd_rank_of(c, d, c->pp_rank, q, c->tp_rank);
     } else if (g == GROUP_TP) {
-        for (int t = 0; t < c->tp; t++) out[n++] = wd_rank_of(c, c->dp_rank, c->pp_rank, t);
+        for (int t = 0; t < c->tp; t++) out[n++] = wd_rank_of(c, c->dp_rank, c->pp_rank, c->cp_rank, t);
     } else if (g == GROUP_PP) {
-        for (int p = 0; p < c->pp; p++) out[n++] = wd_rank_of(c, c->dp_rank, p, c->tp_rank);
+        for (int p = 0; p < c->pp; p++) out[n++] = wd_rank_of(c, c->dp_rank, p, c->cp_rank, c->tp_rank);
     } else if (g == GROUP_EMBED && c->pp > 1 && (c->pp_rank == 0 || c->pp_rank == c->pp - 1)) {
-        out[n++] = wd_rank_of(c, c->dp_rank, 0, c->tp_rank);
-        out[n++] = wd_rank_of(c, c->dp_rank, c->pp - 1, c->tp_rank);
+        out[n++] = wd_rank_of(c, c->dp_rank, 0, c->cp_rank, c->tp_rank);
+        out[n++] = wd_rank_of(c, c->dp_rank, c->pp - 1, c->cp_rank, c->tp_rank);
+    } else if (g == GROUP_CP) {
+        for (int q = 0; q < c->cp; q++) out[n++] = wd_rank_of(c, c->dp_rank, c->pp_rank, q, c->tp_rank);
     } else {
         out[n++] = c->world_rank;
     }

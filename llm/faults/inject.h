@@ -218,7 +218,7 @@ static void inject_stop(const InjectPlan* plan, int step, int rank, int at) {
 // the faults of a training step, behind the calls the loop makes (train_gpt.cu)
 
 // Before step `step`: die, hang (those at its start) and slow on this rank; a spike on a rank of this
-// rank's dp slice (every tp and pp rank of the slice reads the bad batch: targets (n) become random
+// rank's dp slice (every tp, cp and pp rank of the slice reads the bad batch: targets (n) become random
 // tokens); which gradient faults this rank's data-parallel hooks put in this step (dp->inject_nan,
 // dp->inject_grad_factor). The faults of the gradients, batch and parameters strike the first time a
 // step runs only (a rollback repeats step numbers: a transient fault does not come back).
@@ -226,8 +226,9 @@ static void inject_before_step(InjectPlan* plan, const Comm* c, DataParallel* dp
     plan->fresh = step > plan->reached;
     if (plan->fresh) plan->reached = step;
     int spike = 0;
-    for (int q = 0; q < c->tp * c->pp && plan->fresh; q++) {
-        spike |= inject_find(plan, INJECT_SPIKE, step, comm_world_rank_of(c, c->dp_rank, q / c->tp, q % c->tp)) != NULL;
+    for (int q = 0; q < c->tp * c->cp * c->pp && plan->fresh; q++) {  // (tp innermost, then cp, then pp)
+        int w = comm_world_rank_of(c, c->dp_rank, q / (c->tp * c->cp), (q / c->tp) % c->cp, q % c->tp);
+        spike |= inject_find(plan, INJECT_SPIKE, step, w) != NULL;
     }
     if (spike) {
         Rng r;

@@ -78,6 +78,7 @@
 #include "../ops/layernorm.cuh"
 #include "../ops/attention.cuh"
 #include "../ops/residual.cuh"
+#include "../parallel/context_parallel.h"
 
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
 
@@ -100,21 +101,26 @@ typedef struct {
     float* ln2_rstd;    // (B,T)
     floatX* fch;        // (B,T,4C) fc's output before GELU
     floatX* fch_gelu;   // (B,T,4C)
+    floatX* heads;      // context parallelism, Ulysses: (B, cp T, 4C/cp) q, k, v and the output of the rank's heads over
+                        // the whole sequence (llm/parallel/context_parallel.h), for the backward; else none
 } BlockActs;
 
 // the linear layers of a block, and the part of the attention a rank runs: with tensor parallelism
 // (llm/parallel/tensor_parallel.h) each linear is split as the tensor table's tp column splits its weight
 // (llm/model/tensors.h, linear_spec_of: QKV and fc column-parallel, attproj and fcproj row-parallel), and
-// the attention core runs on the rank's NH/T heads (heads) of hs channels, heads * hs = att_c channels
+// the attention core runs on the rank's NH/T heads (heads) of hs channels, heads * hs = att_c channels.
+// With context parallelism (cp, the stage's) the block's T is the rank's share of the sequence and the
+// attention core is ring attention or Ulysses over the cp group (llm/parallel/context_parallel.h).
 typedef struct {
     LinearSpec qkv, attproj, fc, fcproj;
     int heads, att_c;
+    CPGroup* cp;  // NULL: the whole sequence here
 } BlockLinears;
 
 static BlockLinears block_linears(GPTConfig c, TPGroup g) {
     BlockLinears l = {linear_spec_of("qkv", c, T_QKVW, T_QKVB, 0, g), linear_spec_of("attproj", c, T_ATTPROJW, T_ATTPROJB, 0, g),
                       linear_spec_of("fc", c, T_FCW, T_FCB, 1, g), linear_spec_of("fcproj", c, T_FCPROJW, T_FCPROJB, 0, g),
-                      c.num_heads / g.size, c.channels / g.size};
+                      c.num_heads / g.size, c.channels / g.size, NULL};
     return l;
 }
 
@@ -137,7 +143,7 @@ typedef struct {
     unsigned char kept[3];  // by Recompute: none, selective, full
 } ActField;
 
-#define BLOCK_ACT_FIELDS 12
+#define BLOCK_ACT_FIELDS 13
 static void block_act_fields(BlockActs* a, const BlockLinears* lin, int B, int T, ActField* f /*(BLOCK_ACT_FIELDS)*/) {
     size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, NH = (size_t)lin->heads;
     size_t R = (size_t)tp_rows(&lin->qkv.tp, (int)BT);  // the tokens of the sequence-parallel regions
@@ -149,6 +155,7 @@ static void block_act_fields(BlockActs* a, const BlockLinears* lin, int B, int T
         {(void**)&a->residual2, R * C, 0, {1, 1, 0}},    {(void**)&a->ln2, R * C, 0, {1, 0, 0}},
         {(void**)&a->ln2_mean, R, 1, {1, 0, 0}},         {(void**)&a->ln2_rstd, R, 1, {1, 0, 0}},
         {(void**)&a->fch, BT * F, 0, {1, 1, 0}},         {(void**)&a->fch_gelu, BT * F, 0, {1, 1, 0}},
+        {(void**)&a->heads, cp_heads_elems(lin->cp, B, T, (int)Ca), 0, {1, 0, 0}},
     };
     memcpy(f, fields, sizeof(fields));
 }
@@ -208,7 +215,7 @@ static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, 
     int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
     linear_forward(&lin->qkv, a->qkv, NULL, a->ln1, w.qkvw, w.qkvb, BT, s);
-    attention_forward(a->atty, a->lse, a->qkv, B, T, lin->att_c, lin->heads, s);
+    context_attention_forward(lin->cp, a->atty, a->lse, a->heads, a->qkv, B, T, lin->att_c, lin->heads, s);
     linear_forward(&lin->attproj, buf->proj, NULL, a->atty, w.attprojw, w.attprojb, BT, s);
     fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
                                      R, C, s);
@@ -273,7 +280,7 @@ static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, L
         block_forward(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, s);
     } else if (r == RECOMPUTE_SELECTIVE) {
         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
-        attention_forward(a->atty, a->lse, a->qkv, B, T, lin->att_c, lin->heads, s);
+        context_attention_forward(lin->cp, a->atty, a->lse, a->heads, a->qkv, B, T, lin->att_c, lin->heads, s);
         // the forward's fused kernel normalised the rounded residual2: the plain LayerNorm of it is the same
         layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, R, C, s);
     }
@@ -340,7 +347,8 @@ static void block_backward_impl(const BlockLinears* lin, GPTConfig c, LayerTenso
     // dx is now the gradient of residual2 = x_in + attproj
     linear_backward(&lin->attproj, buf->dbuf_c, gl.attprojw, gl.attprojb, dx, a->atty, w.attprojw, buf->scratch, NULL, BT, s);
     if (d != NULL) copy_device_to_device(d->dattproj, linear_dout_for_weight(&lin->attproj, dx), (size_t)BT * C * x, s);
-    attention_backward(dqkv, buf->scratch, buf->dbuf_c, a->qkv, a->atty, a->lse, B, T, lin->att_c, lin->heads, s);
+    context_attention_backward(lin->cp, dqkv, buf->scratch, buf->dbuf_c, a->qkv, a->atty, a->lse, a->heads, B, T, lin->att_c,
+                               lin->heads, s);
     linear_backward(&lin->qkv, buf->dbuf_c, gl.qkvw, gl.qkvb, dqkv, a->ln1, w.qkvw, buf->scratch, NULL, BT, s);
     layernorm_backward(dx, gw.ln1w, gw.ln1b, buf->scratch, buf->dbuf_c, x_in, w.ln1w, a->ln1_mean, a->ln1_rstd, R, C, s);
     if (d == NULL) return;

@@ -53,6 +53,7 @@
 #include "../ops/layernorm.cuh"
 #include "../ops/fused_classifier.cuh"
 #include "../parallel/tensor_parallel.h"
+#include "../parallel/context_parallel.h"
 
 // what a stage runs: the embedding (first stage), the blocks [first_layer, last_layer), the head (last)
 typedef struct {
@@ -96,7 +97,13 @@ typedef struct {
     BlockLinears lin;
     BlockLinears* layer_lin; // (L) after stage_enable_fp8: lin per layer, in FP8 with the layer's entries; else NULL
     LinearSpec lm_head;
-    int B, T;               // the micro-batch shape
+    int B, T;               // the micro-batch shape (with context parallelism: this rank's T = cp.T / cp.size tokens)
+    CPGroup cp;             // context parallelism (llm/parallel/context_parallel.h): the sequence split, the attention's
+                            // workspaces; size 1: none
+    int* cp_tokens;         // (B,T) host: the rank's tokens of the inputs or targets of a whole sequence
+    floatX* cp_wpe;         // (T,C) the position embeddings of the rank's tokens (their positions), for the encoder
+    floatX* cp_dwpe;        // (T,C) their gradients, added to wpe's rows after the encoder's backward
+    float* cp_loss;         // (2) the loss's sum over the cp group
     int num_slots;
     MicroBatch* slots;      // (num_slots)
     BlockActs shared;       // the recompute buffer: one layer's fields the policy does not keep
@@ -122,12 +129,18 @@ typedef struct {
 // construction
 
 // tp: the tensor-parallel group that splits the linear layers (tp_group(NULL, 0): one process), with
-// or without sequence parallelism; lay must be the layout of this tp rank's shards
-static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPGroup tp, StageRange range, int B, int T,
-                       Recompute recompute, int num_slots) {
+// or without sequence parallelism; lay must be the layout of this tp rank's shards. cp: the context-parallel
+// group (cp_group; cp_none(T): none) that splits each sequence of T tokens; the stage then holds T / cp.size.
+static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPGroup tp, CPGroup cp, StageRange range,
+                          int B, int T, Recompute recompute, int num_slots) {
     memset(st, 0, sizeof(*st));
     GPTConfig c = lay->cfg;
     st->tp = tp;
+    st->cp = cp;
+    if (cp.T != T || T % (2 * cp.size) != 0) {
+        fatal("stage: the cp group splits sequences of %d tokens into 2 x %d chunks, the stage's are %d", cp.T, cp.size, T);
+    }
+    T = T / cp.size;  // from here on the rank's tokens
     if (tp.sequence_parallel && (T % tp.size != 0)) {
         fatal("--sequence-parallel: expected the sequence length T = %d to divide evenly over --tp %d", T, tp.size);
     }
@@ -150,6 +163,14 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     st->hooks = hooks;
     st->recompute = recompute;
     st->lin = block_linears(c, st->tp);
+    if (st->cp.size > 1) {
+        st->lin.cp = &st->cp;  // (the stage stays where it was made: pipeline.h's chunks, a caller's variable)
+        cp_alloc(&st->cp, B, st->lin.att_c, st->lin.heads);
+        st->cp_tokens = (int*)mallocCheck((size_t)B * T * sizeof(int));
+        st->cp_wpe = (floatX*)device_malloc((size_t)2 * T * c.channels * sizeof(floatX), MEM_WORKSPACE);
+        st->cp_dwpe = st->cp_wpe + (size_t)T * c.channels;
+        st->cp_loss = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
+    }
     st->lm_head = linear_spec_of("lm_head", c, T_WTE, -1, 0, st->tp);  // tied to wte: split as the table splits wte
     const LinearSpec* specs[5] = {&st->lin.qkv, &st->lin.attproj, &st->lin.fc, &st->lin.fcproj, &st->lm_head};
     for (int i = 0; i < 5; i++) linear_check(specs[i]);
@@ -207,6 +228,12 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     };
     st->bufs_mem = carve_fields(bufs, (int)(sizeof(bufs) / sizeof(bufs[0])), recompute, 1, MEM_WORKSPACE);
     device_memset_zero(st->loss_acc, sizeof(double), llm_ctx.stream);
+}
+
+// stage_init_cp without context parallelism
+static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPGroup tp, StageRange range, int B, int T,
+                       Recompute recompute, int num_slots) {
+    stage_init_cp(st, lay, hooks, tp, cp_none(T), range, B, T, recompute, num_slots);
 }
 
 // The split backward (top of this file): allocates, per slot and block, what stage_backward_input
@@ -276,6 +303,10 @@ static void stage_free(Stage* st) {
     device_free(st->shared_mem);
     device_free(st->bufs_mem);
     device_free(st->sp_mem);
+    cp_free(&st->cp);
+    device_free(st->cp_wpe);
+    device_free(st->cp_loss);
+    free(st->cp_tokens);
     free(st->layer_lin);
     memset(st, 0, sizeof(*st));
 }
@@ -305,13 +336,25 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     if (mb->w_pending) fatal("stage_forward: slot %d still holds the split backward's pending W (stage_backward_weight)", slot);
     EmbedTensors emb = {NULL, NULL};  // with the head too: held from the encoder to the LM head
     if (r.has_embedding) {
+        if (st->cp.size > 1) {  // (inputs: whole sequences; the rank's tokens of them)
+            cp_take_tokens(&st->cp, st->cp_tokens, inputs, B);
+            inputs = st->cp_tokens;
+        }
         for (int i = 0; i < BT; i++) {
             if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary [0, %d)", inputs[i], i, V);
         }
         copy_to_device(mb->inputs, inputs, BT * sizeof(int));
         memcpy(mb->inputs_host, inputs, BT * sizeof(int));
         emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));
-        vp_embedding_forward(&st->tp, mb->x[r.first_layer], mb->inputs, emb.wte, emb.wpe, c.padded_vocab_size, B, T, C, s);
+        const floatX* wpe = emb.wpe;  // (maxT,C): row t is position t's
+        if (st->cp.size > 1) {        // the rows of the rank's positions, as if they were positions 0 .. T-1
+            int ids[2];
+            cp_chunks(&st->cp, st->cp.rank, ids);
+            size_t chunk = (size_t)st->cp.c * C;
+            for (int k = 0; k < 2; k++) copy_device_to_device(st->cp_wpe + k * chunk, emb.wpe + ids[k] * chunk, chunk * sizeof(floatX), s);
+            wpe = st->cp_wpe;
+        }
+        vp_embedding_forward(&st->tp, mb->x[r.first_layer], mb->inputs, emb.wte, wpe, c.padded_vocab_size, B, T, C, s);
         if (!r.has_head) h->params_done(h->ctx, UNIT_EMBED, 0);
     } else if (x_in != NULL) {  // (checked above: a stage without the embedding has one)
         copy_device_to_device(mb->x[r.first_layer], x_in, (size_t)R * C * sizeof(floatX), s);
@@ -330,6 +373,10 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     linear_forward(&st->lm_head, mb->logits, NULL, mb->lnf, emb.wte, NULL, BT, s);
     h->params_done(h->ctx, UNIT_EMBED, 0);
     if (targets != NULL) {
+        if (st->cp.size > 1) {
+            cp_take_tokens(&st->cp, st->cp_tokens, targets, B);
+            targets = st->cp_tokens;
+        }
         copy_to_device(mb->targets, targets, BT * sizeof(int));
         vp_cross_entropy(&st->tp, mb->logits, mb->losses, dloss, mb->targets, st->vp_stats, BT, V, c.padded_vocab_size,
                          dloss > 0.0f, s);
@@ -396,8 +443,22 @@ static void stage_backward_impl(Stage* st, int slot, const floatX* dx_out, int s
             emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));
             gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
         }
-        vp_embedding_backward(&st->tp, gemb.wte, gemb.wpe, b->scratch, st->dx, mb->inputs, mb->inputs_host,
+        floatX* dwpe = gemb.wpe;  // (maxT,C)
+        if (st->cp.size > 1) {
+            dwpe = st->cp_dwpe;  // (T,C) the rank's positions', then added to their rows of wpe's gradient
+            device_memset_zero(dwpe, (size_t)T * C * sizeof(floatX), s);
+        }
+        vp_embedding_backward(&st->tp, gemb.wte, dwpe, b->scratch, st->dx, mb->inputs, mb->inputs_host,
                               c.padded_vocab_size, B, T, C, s);
+        if (st->cp.size > 1) {
+            int ids[2];
+            cp_chunks(&st->cp, st->cp.rank, ids);
+            size_t chunk = (size_t)st->cp.c * C;
+            for (int k = 0; k < 2; k++) {
+                floatX* rows = gemb.wpe + ids[k] * chunk;
+                residual_forward(rows, rows, dwpe + k * chunk, chunk, s);
+            }
+        }
         h->params_done(h->ctx, UNIT_EMBED, 1);
         h->grads_ready(h->ctx, UNIT_EMBED);
     }
@@ -442,5 +503,12 @@ static double stage_take_loss(Stage* st) {
     double sum = 0.0;
     copy_to_host(&sum, st->loss_acc, sizeof(double));
     device_memset_zero(st->loss_acc, sizeof(double), llm_ctx.stream);
+    if (st->cp.size > 1) {  // each cp rank's mean is over its T tokens: the sequence's is their mean
+        float two[2] = {(float)sum, (float)(sum - (double)(float)sum)};  // the double as two floats
+        copy_to_device(st->cp_loss, two, sizeof(two));
+        comm_all_reduce(st->cp.comm, GROUP_CP, st->cp_loss, st->cp_loss, 2, COMM_SUM, llm_ctx.stream);
+        copy_to_host(two, st->cp_loss, sizeof(two));
+        sum = ((double)two[0] + (double)two[1]) / st->cp.size;
+    }
     return sum;
 }

@@ -147,8 +147,8 @@ static int pipe_peak_sends(const Schedule* s, const PipePlan* p, int rank) {
 // The stages of this pp rank for `schedule` (P = the pp group's size; m micro-batches of B x T), their
 // parameters and gradients from dp (made with pipe_held_units' units). The layout was checked with
 // pipe_layout_error.
-static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char* schedule, int V, int m, int B, int T,
-                          Recompute recompute) {
+static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, CPGroup cp, const char* schedule, int V, int m, int B,
+                          int T, Recompute recompute) {
     memset(pp, 0, sizeof(*pp));
     pp->comm = dp->comm;
     pp->dp = dp;
@@ -165,8 +165,8 @@ static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char
     pp->slot_free = (int**)mallocCheck((size_t)V * sizeof(int*));
     for (int c = 0; c < V; c++) {
         int slots = peak[c] > 0 ? peak[c] : 1;
-        stage_init(&pp->chunks[c], &dp->lay, &dp->hooks, tp, pipe_stage_range(pp->cfg, pp->P, V, pp->rank, c), B, T,
-                   recompute, slots);
+        stage_init_cp(&pp->chunks[c], &dp->lay, &dp->hooks, tp, cp, pipe_stage_range(pp->cfg, pp->P, V, pp->rank, c), B, T,
+                      recompute, slots);
         if (pp->sched.split_w) stage_enable_split_backward(&pp->chunks[c]);
         pp->slot_free[c] = (int*)mallocCheck((size_t)slots * sizeof(int));
         for (int k = 0; k < slots; k++) pp->slot_free[c][k] = 1;
@@ -177,7 +177,7 @@ static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, const char
     pp->send_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
     for (int i = 0; i < V * m; i++) pp->slot_of[i] = pp->send_of[i] = -1;
     const Stage* st = &pp->chunks[0];
-    pp->R = (size_t)tp_rows(&st->tp, B * T);
+    pp->R = (size_t)tp_rows(&st->tp, st->B * st->T);  // (st->T: the rank's share of T with context parallelism)
     size_t msg = pp->R * pp->cfg.channels;
     pp->num_send = pipe_peak_sends(&pp->sched, &pp->plan, pp->rank);
     pp->act_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);

@@ -74,7 +74,7 @@ static double pipeline_write_trace(Pipeline* pp, const char* path, int step, dou
         PipeEvent* ppev = (PipeEvent*)mallocCheck((size_t)pp->P * PIPE_MAX_EVENTS * sizeof(PipeEvent));
         int* ppn = (int*)mallocCheck((size_t)pp->P * sizeof(int));
         for (int q = 0; q < pp->P; q++) {
-            int w = comm_world_rank_of(c, 0, q, 0);
+            int w = comm_world_rank_of(c, 0, q, 0, 0);
             memcpy(ppev + (size_t)q * PIPE_MAX_EVENTS, all + (size_t)w * PIPE_MAX_EVENTS, PIPE_MAX_EVENTS * sizeof(PipeEvent));
             ppn[q] = all_n[w];
         }

@@ -30,7 +30,10 @@ typedef struct {
     int async_checkpoint;       // 1: sharded saves written by a background thread while training goes on
     int keep_checkpoints;       // sharded: keep the K newest good checkpoints and the K newest of any kind (0: all)
     int save_on_signal;         // 1: SIGTERM/SIGINT save the step in flight and exit 128 + signal (llm/faults/preempt.h)
-    int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp)
+    int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp * cp)
+    int cp;                     // context-parallel ranks: the sequence split inside attention too (llm/parallel/context_parallel.h)
+    int cp_impl;                // 0 ring attention, 1 Ulysses (all-to-alls to a head split)
+    int cp_balance;             // ring's split of the sequence: 0 zigzag (chunks i and 2N-1-i), 1 contiguous
     int zero;                   // ZeRO level: 0 = DDP, 1, 2, 3 (its switches: llm/parallel/zero.h)
     const char* report_json;    // memory and communication report, or NULL
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/model/block.h)
@@ -126,9 +129,12 @@ static const FlagDoc FLAGS[] = {
     {"--resume", 'y', FLAG_STRING, A_(resume), 0, 0, NULL, "resume from a state file or checkpoint directory, or 1/latest = the newest good one in --output-dir (default 0)"},
     {"--log", 0, FLAG_STRING, A_(log_path), 0, 0, NULL, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, FLAG_STRING, A_(eval_file), 0, 0, NULL, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
-    {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp)); world size = dp*tp*pp"},
+    {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp*cp)); world size = dp*tp*pp*cp"},
     {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/parallel/tensor_parallel.h)"},
     {"--sequence-parallel", 0, FLAG_INT, A_(sequence_parallel), 0, 1, NULL, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
+    {"--cp", 0, FLAG_INT, A_(cp), 1, 1 << 16, NULL, "context-parallel ranks (default 1): every sequence split over cp ranks, inside attention too (llm/parallel/context_parallel.h)"},
+    {"--cp-impl", 0, FLAG_CHOICE, A_(cp_impl), 0, 0, "ring|ulysses", "with --cp: ring attention (K/V blocks around the ring) or Ulysses (all-to-alls to a head split) (default ring)"},
+    {"--cp-balance", 0, FLAG_CHOICE, A_(cp_balance), 0, 0, "zigzag|contiguous", "with --cp: the chunks of the sequence a rank holds: zigzag (i and 2cp-1-i, balanced under the causal mask) or contiguous (default zigzag)"},
     {"--pp", 0, FLAG_INT, A_(pp), 1, 1 << 16, NULL, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/parallel/pipeline.h)"},
     {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
     {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
@@ -261,7 +267,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
     a->seed = 1337; a->shuffle = 1;
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
-    a->dp = 0; a->tp = 1; a->pp = 1; a->zero = 0; a->report_json = NULL; a->recompute = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->cp = 1; a->cp_impl = 0; a->cp_balance = 0; a->zero = 0; a->report_json = NULL; a->recompute = 0;
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
