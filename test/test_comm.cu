@@ -8,8 +8,10 @@
 // and 1000, in every group, against the sum / concatenation this rank computes from every member's
 // data (each rank's data is regenerated here from its world rank and a seed that rank 0 picks and
 // broadcasts); that all ranks of a group get bitwise identical all-reduce results; with two ranks,
-// that the sum is exactly one rounding of a+b (bf16 rounds to nearest even); send/recv, sendrecv,
-// barrier; the ledger's calls and bytes against the ring formulas of the ZeRO paper (sec. 7), and
+// that the sum is exactly one rounding of a+b (bf16 rounds to nearest even); all_to_all (block j of
+// rank r's send is rank j's block r, bit for bit, in a NaN-poisoned recv; its ledger row grows by
+// N*block*elem payload and (N-1)*block*elem sent bytes; over the emulated NCCL N-1 sends and receives);
+// send/recv, sendrecv, barrier; the ledger's calls and bytes against the ring formulas of the ZeRO paper (sec. 7), and
 // DDP (2 Psi (N-1)/N) against ZeRO-3 (3 Psi (N-1)/N); the wait accounting (comm_take_wait_ms: a rank
 // that joins late makes the others wait at least as long, blocking collectives count nothing, a
 // handle waited after its completion event was reused is not timed). Compiled as the CPU build
@@ -26,6 +28,7 @@
 //                                 all-reduce; mpirun must end the job (non-zero) promptly
 //   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
 //   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
+//   --a2a-overlap                 an all_to_all with recv == send (it has no in-place form): must fail
 #include "../llm/comm/comm.h"
 #include "../llm/core/usage.h"
 #include <stdarg.h>
@@ -176,9 +179,10 @@ static int g_group_calls = 0;    // groups tested so far (sets g_test_id alike o
 // the emulated NCCL operations run so far of comm kind k (the emulated build; -1 elsewhere)
 static long long nccl_ops(CommKind k) {
 #if LLM_BUILD_EMU && COMM_NCCL
+    // (all_to_all has no NCCL operation of its own: it runs as sends and receives, counted there)
     static const int map[COMM_NUM_KINDS] = {NCCL_EMU_ALL_REDUCE, NCCL_EMU_REDUCE_SCATTER, NCCL_EMU_ALL_GATHER,
-                                            NCCL_EMU_BROADCAST, NCCL_EMU_SEND, NCCL_EMU_RECV};
-    return nccl_emu_calls(map[k]);
+                                            NCCL_EMU_BROADCAST, NCCL_EMU_SEND, NCCL_EMU_RECV, -1};
+    return map[k] < 0 ? 0 : nccl_emu_calls(map[k]);
 #else
     (void)k;
     return -1;
@@ -396,6 +400,61 @@ static void test_broadcast(CommGroup g, size_t n) {
     }
 }
 
+static int close_rel(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
+
+// all_to_all against its definition: rank r's send block j is rand_val(tid, r, j*block + i), so this
+// rank knows what every member sent it; recv block i must be member i's block `me`, bit for bit (nothing
+// is reduced), in a recv buffer poisoned with NaNs (an own block left uncopied shows). The ledger grows
+// by one call of N*block*elem payload bytes and (N-1)*block*elem sent bytes (every block but the own
+// one leaves the rank), written out from the definition. Over the emulated NCCL it ran as N-1 sends and
+// N-1 receives (a group of one: none, a local copy).
+template <typename T>
+static void test_all_to_all(CommGroup g, size_t block) {
+    const uint64_t tid = ++g_test_id;
+    const int N = C.group_size[g], me = C.group_rank[g];
+    int members[64];
+    group_members(g, members);
+    const size_t n = (size_t)N * block;
+    if (n == 0) fatal("test_all_to_all: empty buffers (group of %d, block %zu)", N, block);
+    T* h = (T*)mallocCheck(n * sizeof(T));
+    for (size_t i = 0; i < n; i++) h[i] = TT<T>::to(rand_val(tid, C.world_rank, i));
+    T* send = dev_upload(h, n);
+    T* recv = (T*)device_malloc(n * sizeof(T), MEM_WORKSPACE);
+    dev_poison(recv, n * sizeof(T));
+    const long long sends_before = nccl_ops(COMM_SEND), recvs_before = nccl_ops(COMM_RECV);
+    const long long calls_before = ledger_calls(&C, COMM_ALL_TO_ALL, g);
+    const double payload_before = ledger_payload_bytes(&C, COMM_ALL_TO_ALL, g);
+    const double sent_before = ledger_sent_bytes(&C, COMM_ALL_TO_ALL, g);
+    comm_all_to_all(&C, g, send, recv, block, (cudaStream_t)0);
+    device_synchronize();
+    copy_to_host(h, recv, n * sizeof(T));
+    char detail[200] = "";
+    int ok = nccl_ran(COMM_SEND, sends_before, N, N - 1, detail, sizeof(detail)) &&
+             nccl_ran(COMM_RECV, recvs_before, N, N - 1, detail, sizeof(detail));
+    for (size_t i = 0; i < n && ok; i++) {
+        size_t from = i / block, k = i % block;  // block `from` of recv: member `from`'s block `me`
+        float w = TT<T>::from(TT<T>::to(rand_val(tid, members[from], (size_t)me * block + k))), o = TT<T>::from(h[i]);
+        if (memcmp(&w, &o, sizeof(float)) != 0) {
+            ok = 0;
+            snprintf(detail, sizeof(detail), "[%zu] got %.9g, expected %.9g (block %zu from member %zu)", i, o, w, k, from);
+        }
+    }
+    const double S = (double)N * block * sizeof(T), want_sent = (double)(N - 1) * block * sizeof(T);
+    const long long dc = ledger_calls(&C, COMM_ALL_TO_ALL, g) - calls_before;
+    const double dp = ledger_payload_bytes(&C, COMM_ALL_TO_ALL, g) - payload_before;
+    const double ds = ledger_sent_bytes(&C, COMM_ALL_TO_ALL, g) - sent_before;
+    if (ok && (dc != 1 || !close_rel(dp, S) || !close_rel(ds, want_sent))) {
+        ok = 0;
+        snprintf(detail, sizeof(detail), "ledger: +%lld calls, +%.0f payload, +%.1f sent bytes; expected +1, +%.0f, +%.1f",
+                 dc, dp, ds, S, want_sent);
+    }
+    mcheck(ok, detail, "all_to_all     %-5s %-5s N=%d block=%-4zu: block i of recv = member i's block (my rank), exact; "
+           "ledger +%.0f payload, +%.0f sent ((N-1)/N of it)", TT<T>::name(), comm_group_name(g), N, block, S, want_sent);
+    free(h);
+    device_free(send);
+    device_free(recv);
+}
+
 // send/recv between group ranks 0 and 1 (and back), and a sendrecv ring over the whole group
 template <typename T>
 static void test_p2p(CommGroup g, size_t n) {
@@ -592,8 +651,6 @@ static void test_wait(void) {
     device_free(buf);
 }
 
-static int close_rel(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(b)); }
-
 static void test_ledger(void) {
     // one of each kind on every group, on float buffers of known sizes
     ledger_reset(&C);
@@ -612,6 +669,7 @@ static void test_ledger(void) {
         comm_wait(&C, &h);
         comm_all_gather(&C, gg, a, b, block, (cudaStream_t)0);
         comm_broadcast(&C, gg, a, n, N - 1, (cudaStream_t)0);
+        comm_all_to_all(&C, gg, a, b, block, (cudaStream_t)0);
         comm_sendrecv(&C, gg, a, n, (C.group_rank[g] + 1) % N, b, n, (C.group_rank[g] + N - 1) % N, (cudaStream_t)0);
     }
     int ok = 1;
@@ -621,15 +679,16 @@ static void test_ledger(void) {
         double N = C.group_size[g], f = (N - 1) / N, S = n * 4.0, B = block * 4.0;
         int root = C.group_rank[g] == C.group_size[g] - 1;
         //                      kind              calls payload     sent (the formulas, written out)
-        struct { CommKind k; long long calls; double payload, sent; } want[6] = {
+        struct { CommKind k; long long calls; double payload, sent; } want[7] = {
             {COMM_ALL_REDUCE, 2, 2 * S, 2 * 2 * f * S},
             {COMM_REDUCE_SCATTER, 1, N * B, f * N * B},
             {COMM_ALL_GATHER, 1, N * B, f * N * B},
             {COMM_BROADCAST, 1, S, (root && N > 1) ? S : 0.0},
             {COMM_SEND, 1, S, N > 1 ? S : 0.0},
             {COMM_RECV, 1, S, 0.0},
+            {COMM_ALL_TO_ALL, 1, N * B, f * N * B},
         };
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < 7; k++) {
             long long c = ledger_calls(&C, want[k].k, gg);
             double p = ledger_payload_bytes(&C, want[k].k, gg), s = ledger_sent_bytes(&C, want[k].k, gg);
             if (c != want[k].calls || !close_rel(p, want[k].payload) || !close_rel(s, want[k].sent)) {
@@ -641,15 +700,16 @@ static void test_ledger(void) {
     }
     mcheck(ok, detail, "ledger: calls, payload and ring bytes of every kind and group match the formulas");
     long long total_calls = ledger_calls(&C, COMM_ALL_KINDS, GROUP_ALL);
-    mcheck(total_calls == COMM_NUM_GROUPS * 7, NULL, "ledger: %lld calls in all (%d groups x 7)", total_calls, COMM_NUM_GROUPS);
+    mcheck(total_calls == COMM_NUM_GROUPS * 8, NULL, "ledger: %lld calls in all (%d groups x 8)", total_calls, COMM_NUM_GROUPS);
 
     // the JSON report holds the same numbers
-    char js[4096];
+    char js[8192];
     int len = ledger_json(&C, js, sizeof(js));
     char want_total[64];
     snprintf(want_total, sizeof(want_total), "\"total_calls\":%lld", total_calls);
     ok = len > 0 && len < (int)sizeof(js) && (int)strlen(js) == len && js[0] == '{' && js[len - 1] == '}' &&
-         strstr(js, want_total) && strstr(js, "\"kind\":\"reduce_scatter\",\"group\":\"dp\"");
+         strstr(js, want_total) && strstr(js, "\"kind\":\"reduce_scatter\",\"group\":\"dp\"") &&
+         strstr(js, "\"kind\":\"all_to_all\",\"group\":\"dp\"");
     mcheck(ok, js, "ledger: ledger_json is one complete object (%d chars) with every row and the totals", len);
     char small[16];
     int len2 = ledger_json(&C, small, sizeof(small));
@@ -730,6 +790,7 @@ static void test_all_collectives(void) {
         }
         test_overlapped<T>(gg);
         test_broadcast<T>(gg, 1000);
+        for (int bi = 0; bi < 3; bi++) test_all_to_all<T>(gg, blocks[bi]);
         test_p2p<T>(gg, 1000);
     }
     g_test_id = (uint64_t)(++g_group_calls) << 32;
@@ -790,18 +851,19 @@ static void bench_mode(void) {
 }
 
 static const char* USAGE =
-    "[--dp D] [--tp T] [--pp P] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr]\n"
+    "[--dp D] [--tp T] [--pp P] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap]\n"
     "Tests llm/comm/comm.h under mpirun (test/test_comm.sh runs every layout): the mesh's groups, every\n"
     "collective against values computed from every rank's data, the byte ledger, the wait accounting.\n"
     "  --dp D --tp T --pp P  the layout (default: dp from the world size, tp 1, pp 1)\n"
     "  --seed S              the data's seed (default 0: rank 0 picks one from the clock)\n"
     "  --die-rank R          rank R leaves without MPI_Finalize (exit 1, or SIGKILL with --die-signal)\n"
     "  --bench               all-reduce bandwidth, 1 MB to 64 MB, instead of the tests\n"
-    "  --host-ptr            pass a host pointer to a collective (the emulated build refuses it)\n";
+    "  --host-ptr            pass a host pointer to a collective (the emulated build refuses it)\n"
+    "  --a2a-overlap         an all_to_all with recv == send (refused: it has no in-place form)\n";
 
 int main(int argc, char** argv) {
     usage_if_help(argc, argv, USAGE);
-    int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0;
+    int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -813,7 +875,9 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--die-signal")) die_signal = 1;
         else if (!strcmp(a, "--bench")) bench = 1;
         else if (!strcmp(a, "--host-ptr")) host_ptr = 1;
-        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --seed --die-rank --die-signal --bench --host-ptr)", a);
+        else if (!strcmp(a, "--a2a-overlap")) a2a_overlap = 1;
+        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --seed --die-rank --die-signal --bench --host-ptr "
+                   "--a2a-overlap)", a);
     }
     comm_init(&C, &argc, &argv, dp, tp, pp);
     g_want_dp = dp; g_want_tp = tp; g_want_pp = pp;
@@ -825,6 +889,18 @@ int main(int argc, char** argv) {
         float x[4] = {0, 0, 0, 0};
         comm_all_reduce(&C, GROUP_WORLD, x, x, 4, COMM_SUM, (cudaStream_t)0);  // the emulated build refuses
         if (C.world_rank == 0) printf("host pointer accepted (%s build)\n", LLM_BUILD_EMU ? "emulated" : "CPU");
+        comm_free(&C);
+        return 0;
+    }
+
+    if (a2a_overlap) {
+        const size_t block = 4, n = (size_t)C.world_size * block;
+        float* d = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
+        device_memset_zero(d, n * sizeof(float), 0);
+        comm_all_to_all(&C, GROUP_WORLD, d, d, block, (cudaStream_t)0);  // refused on every rank
+        device_synchronize();
+        if (C.world_rank == 0) printf("an all_to_all with recv == send was accepted\n");
+        device_free(d);
         comm_free(&C);
         return 0;
     }

@@ -8,7 +8,8 @@
 # the emulated CUDA build with 1, 2 and 4 (comm.h's NCCL code against dev/emu/nccl_emu.h, float and
 # bf16; each run checks that every collective ran as an emulated NCCL operation), the emulated NCCL
 # itself (build/emu/test_nccl_emu, 2 and 3 processes), then checks that an invalid layout exits
-# non-zero with one line, that a host pointer is refused by the emulated build, that a rank leaving
+# non-zero with one line, that a host pointer is refused by the emulated build, that an all_to_all
+# with overlapping buffers is refused (CPU and emulated builds; it has no in-place form), that a rank leaving
 # without MPI_Finalize (exit(1), SIGKILL) while the others wait in an all-reduce ends the whole job
 # non-zero within 30 s, and that the CUDA/NCCL build compiles (when nvcc is here). Logs:
 # build/comm/*.log. Each run prints its seed; rerun one with --seed S.
@@ -127,6 +128,17 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q 'collectives
 else
     bad "emu_host_ptr: exit $rc: $out"
 fi
+
+# all_to_all has no in-place form: recv == send is refused with one line (both builds, 2 processes)
+for b in cpu emu; do
+    out=$(timeout 30 "${MPIRUN[@]}" -np 2 ./build/test_comm_$b --a2a-overlap 2>&1); rc=$?
+    echo "$out" > "$LOG/${b}_a2a_overlap.log"
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q 'all_to_all: send and recv buffers overlap'; then
+        ok "${b}_a2a_overlap: an all_to_all with recv == send exits $rc with 'all_to_all: send and recv buffers overlap'"
+    else
+        bad "${b}_a2a_overlap: exit $rc: $out"
+    fi
+done
 
 # a rank leaves while the others wait inside an all-reduce: mpirun must end the job, non-zero
 die() {  # NAME ARGS...

@@ -25,6 +25,11 @@
 //     reduce_scatter  send has size*block elements; rank r gets block r of the sum (or average)
 //     all_gather      send has block elements; recv (size*block) gets every rank's block in order
 //     broadcast       buf of root to every rank
+//     all_to_all      send and recv have size*block elements; block j of send goes to rank j, block i
+//                     of recv is what rank i sent to this rank (DeepSpeed-Ulysses, Jacobs et al. 2023:
+//                     a sequence split becomes a head split and back). Over NCCL one group of a
+//                     ncclSend and a ncclRecv per other rank, the own block copied on the comm stream;
+//                     over MPI MPI_Ialltoall. Blocking only.
 //     send / recv     point to point within a group (pipeline stages; comm_p2p.h), sendrecv for both,
 //                     p2p_batch for several sends and receives posted together (none waits for
 //                     another of the batch: NCCL's group, MPI_Isend/Irecv + Waitall)
@@ -33,8 +38,8 @@
 //                     world's ranks (stragglers, agreements, reports), outside the ledger
 // In place: all_reduce with send == recv; reduce_scatter with recv == send + rank*block (the other
 // blocks of send are left undefined); all_gather with send == recv + rank*block. These are NCCL's
-// conventions. Any other overlap of send and recv is refused. Sizes that do not divide evenly are
-// the caller's job (pad to size*block).
+// conventions; all_to_all has none. Any other overlap of send and recv is refused. Sizes that do not
+// divide evenly are the caller's job (pad to size*block).
 //
 // Blocking and non-blocking. Every collective takes the caller's compute stream. Over NCCL it runs
 // on a dedicated communication stream that first waits (event) for the work already on the
@@ -103,6 +108,13 @@ template <typename T>
 static void comm_all_gather(Comm* c, CommGroup g, const T* send, T* recv, size_t block, cudaStream_t stream,
                             CommSite at = comm_here()) {
     comm_run(c, COMM_ALL_GATHER, g, send, recv, block, comm_dtype_of(send), COMM_SUM, 0, stream, 0, at);
+}
+// send: size*block elements, block j for rank j; recv: size*block elements, rank i's block for this
+// rank at i*block. Not in place (send and recv must not overlap).
+template <typename T>
+static void comm_all_to_all(Comm* c, CommGroup g, const T* send, T* recv, size_t block, cudaStream_t stream,
+                            CommSite at = comm_here()) {
+    comm_run(c, COMM_ALL_TO_ALL, g, send, recv, block, comm_dtype_of(send), COMM_SUM, 0, stream, 0, at);
 }
 template <typename T>
 static void comm_broadcast(Comm* c, CommGroup g, T* buf, size_t n, int root, cudaStream_t stream,

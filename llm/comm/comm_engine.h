@@ -46,6 +46,26 @@ static inline void comm_stream_begin(Comm* c, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(c->begin_event, compute));
     cudaCheck(cudaStreamWaitEvent(c->stream, c->begin_event, 0));
 }
+// all_to_all over NCCL, which has no such call: block j of send to rank j of group g, block i of recv
+// from rank i, as one group of sends and receives (none waits for another), on the comm stream after
+// comm_stream_begin. The rank's own block is copied on the comm stream too, so that the completion
+// event the compute stream waits for (comm_stream_end) covers it like the blocks received. Returns
+// ncclGroupEnd's result for nccl_settle; the calls inside the group only queue (checked at once).
+static ncclResult_t comm_nccl_all_to_all(Comm* c, CommGroup g, const void* send, void* recv, size_t n, CommDtype dt) {
+    const int N = c->group_size[g], me = c->group_rank[g];
+    const size_t bytes = n * comm_dtype_size(dt);
+    const char* s = (const char*)send;
+    char* r = (char*)recv;
+    ncclDataType_t nt = comm_nccl_type(dt);
+    if (bytes > 0) copy_device_to_device(r + me * bytes, s + me * bytes, bytes, c->stream);
+    ncclCheck(ncclGroupStart());
+    for (int k = 1; k < N; k++) {  // to the k-th next rank, from the k-th previous: each pair meets once
+        int to = (me + k) % N, from = (me + N - k) % N;
+        ncclCheck(ncclSend(s + to * bytes, n, nt, to, c->nccl[g], c->stream));
+        ncclCheck(ncclRecv(r + from * bytes, n, nt, from, c->nccl[g], c->stream));
+    }
+    return ncclGroupEnd();
+}
 // adds the wait of slot i, max(0, done - ready), to c->wait_ms (blocks until both events happened)
 static inline void comm_read_wait(Comm* c, int i) {
     if (!c->wait_unread[i]) return;
@@ -69,8 +89,8 @@ static inline int comm_stream_end(Comm* c) {
 }
 #endif
 
-// n: elements of all_reduce / broadcast / send / recv; the block (per-rank) count of reduce_scatter
-// and all_gather. peer: the root of broadcast, the destination of send, the source of recv. at: the
+// n: elements of all_reduce / broadcast / send / recv; the block (per-rank) count of reduce_scatter,
+// all_gather and all_to_all. peer: the root of broadcast, the destination of send, the source of recv. at: the
 // API call's site (the watchdog's line).
 static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
                                 CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking,
@@ -85,8 +105,8 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     const int N = c->group_size[g], me = c->group_rank[g];
     const size_t esz = comm_dtype_size(dt);
     size_t send_bytes = n * esz, recv_bytes = n * esz;
-    if (kind == COMM_REDUCE_SCATTER) send_bytes *= N;
-    if (kind == COMM_ALL_GATHER) recv_bytes *= N;
+    if (kind == COMM_REDUCE_SCATTER || kind == COMM_ALL_TO_ALL) send_bytes *= N;
+    if (kind == COMM_ALL_GATHER || kind == COMM_ALL_TO_ALL) recv_bytes *= N;
     if (kind == COMM_SEND || kind == COMM_RECV || kind == COMM_BROADCAST) {
         if (peer < 0 || peer >= N) fatal("%s: rank %d is not in the %s group of %d ranks", name, peer, comm_group_name(g), N);
     }
@@ -96,19 +116,21 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
     }
     // buffers and the in-place conventions
     int in_place = 0;
-    if (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER || kind == COMM_ALL_GATHER) {
+    if (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER || kind == COMM_ALL_GATHER || kind == COMM_ALL_TO_ALL) {
         comm_check_buffer(send, send_bytes, "send", name);
         comm_check_buffer(recv, recv_bytes, "recv", name);
         if (kind == COMM_ALL_REDUCE) in_place = (send == recv);
         if (kind == COMM_REDUCE_SCATTER) in_place = ((const char*)recv == (const char*)send + me * n * esz);
         if (kind == COMM_ALL_GATHER) in_place = ((const char*)send == (const char*)recv + me * n * esz);
+        // all_to_all has no in-place layout: any overlap is refused below
         if (!in_place && n > 0 && comm_ranges_overlap(send, send_bytes, recv, recv_bytes)) {
-            fatal("%s: send and recv buffers overlap but are not the in-place layout (see llm/comm/comm.h)", name);
+            fatal("%s: send and recv buffers overlap %s (see llm/comm/comm.h)", name,
+                  kind == COMM_ALL_TO_ALL ? "(it has no in-place form)" : "but are not the in-place layout");
         }
     } else {
         comm_check_buffer(kind == COMM_SEND ? send : recv, n * esz, "the", name);
     }
-    double payload = (double)(kind == COMM_REDUCE_SCATTER ? send_bytes : recv_bytes);
+    double payload = (double)(kind == COMM_REDUCE_SCATTER || kind == COMM_ALL_TO_ALL ? send_bytes : recv_bytes);
     ledger_add(c, kind, g, payload, kind == COMM_BROADCAST && peer == me);
     int p2p = kind == COMM_SEND || kind == COMM_RECV;
     h.kind = kind;
@@ -118,8 +140,9 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
 
     // a group of one: local copies (and an average over one rank is the identity)
     if (N == 1) {
-        if (!in_place && n > 0 && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER || kind == COMM_ALL_GATHER)) {
-            copy_device_to_device(recv, send, n * esz, stream);
+        if (!in_place && n > 0 && (kind == COMM_ALL_REDUCE || kind == COMM_REDUCE_SCATTER || kind == COMM_ALL_GATHER ||
+                                   kind == COMM_ALL_TO_ALL)) {
+            copy_device_to_device(recv, send, n * esz, stream);  // (all_to_all: its one block, n elements)
         }
         return h;
     }
@@ -139,6 +162,7 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
         case COMM_BROADCAST: r = ncclBroadcast(recv, recv, n, nt, peer, nc, c->stream); break;
         case COMM_SEND: r = ncclSend(send, n, nt, peer, nc, c->stream); break;
         case COMM_RECV: r = ncclRecv(recv, n, nt, peer, nc, c->stream); break;
+        case COMM_ALL_TO_ALL: r = comm_nccl_all_to_all(c, g, send, recv, n, dt); break;
         default: fatal("comm: unknown collective %d", (int)kind);
     }
     nccl_settle(nc, r, __FILE__, __LINE__);
@@ -197,6 +221,11 @@ static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void*
         case COMM_BROADCAST: mpiCheck(MPI_Ibcast(recv, cnt, mt, peer, mc, req)); break;
         case COMM_SEND: mpiCheck(MPI_Isend(send, cnt, mt, peer, 0, mc, req)); break;
         case COMM_RECV: mpiCheck(MPI_Irecv(recv, cnt, mt, peer, 0, mc, req)); break;
+        case COMM_ALL_TO_ALL: {  // (16-bit blocks travel as MPI_UINT16_T: nothing is reduced)
+            if ((size_t)N * n > (size_t)INT_MAX) comm_mpi_count((size_t)N * n, name);
+            mpiCheck(MPI_Ialltoall(send, cnt, mt, recv, cnt, mt, mc, req));
+            break;
+        }
         default: fatal("comm: unknown collective %d", (int)kind);
     }
     if (!nonblocking) {

@@ -2,8 +2,8 @@
 //
 // The ledger. Every collective adds to a per-rank table, per kind and per group: the number of
 // calls, the payload bytes (the size of the full logical buffer: n elements for all_reduce,
-// broadcast, send, recv; the size*block input of reduce_scatter; the size*block output of
-// all_gather), and the bytes this rank sends under a ring algorithm, the communication model of the
+// broadcast, send, recv; the size*block input of reduce_scatter and of all_to_all; the size*block
+// output of all_gather), and the bytes this rank sends under a ring algorithm, the communication model of the
 // ZeRO paper (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion
 // Parameter Models", sec. 7, "Analysis of communication volume"). For a group of N ranks and a
 // payload of S bytes:
@@ -11,6 +11,8 @@
 //     all_reduce      2 (N-1)/N * S   (a ring reduce-scatter followed by a ring all-gather)
 //     reduce_scatter    (N-1)/N * S   (S = the full input, N blocks)
 //     all_gather        (N-1)/N * S   (S = the full output)
+//     all_to_all        (N-1)/N * S   (S = the full input: every block but the rank's own leaves it;
+//                                      direct sends, no ring, the same bytes)
 //     broadcast       S on the root, 0 on the others (N > 1), the bytes the root injects
 //     send            S
 //     recv            0 (the payload S is still recorded)
@@ -33,6 +35,7 @@ static inline double comm_ring_bytes(CommKind kind, int N, double S, int is_root
         case COMM_ALL_REDUCE: return 2.0 * (N - 1) / N * S;
         case COMM_REDUCE_SCATTER: return (double)(N - 1) / N * S;
         case COMM_ALL_GATHER: return (double)(N - 1) / N * S;
+        case COMM_ALL_TO_ALL: return (double)(N - 1) / N * S;
         case COMM_BROADCAST: return is_root ? S : 0.0;
         case COMM_SEND: return S;
         default: return 0.0;  // COMM_RECV

@@ -19,9 +19,10 @@ typedef enum {
     COMM_ALL_GATHER = 2,
     COMM_BROADCAST = 3,
     COMM_SEND = 4,
-    COMM_RECV = 5
+    COMM_RECV = 5,
+    COMM_ALL_TO_ALL = 6  // (last: the ledger's rows and --report-json keep the other kinds' order)
 } CommKind;
-#define COMM_NUM_KINDS 6
+#define COMM_NUM_KINDS 7
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: FP8 amaxes (llm/precision/fp8_linear.h)
 typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1, COMM_FP16 = 2 } CommDtype;
 
@@ -31,7 +32,7 @@ static inline const char* comm_group_name(int g) {
 }
 static inline const char* comm_kind_name(int k) {
     static const char* names[COMM_NUM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                "broadcast", "send", "recv"};
+                                                "broadcast", "send", "recv", "all_to_all"};
     return (k >= 0 && k < COMM_NUM_KINDS) ? names[k] : "all";
 }
 

@@ -1,0 +1,317 @@
+// attention_ring.cuh: the block-pair attention ops of ring attention (Liu, Zaharia & Abbeel 2023, "Ring
+// Attention with Blockwise Transformers for Near-Infinite Context"): a rank holds one block of queries; the
+// blocks of keys/values come around the ring one at a time, and each one's attention is merged into running
+// online-softmax accumulators (Milakov & Gimelshein 2018; Dao 2023, "FlashAttention-2", Algorithm 1), which
+// are finalised once every block has passed; the backward takes each block pair's share of dq, dk, dv from
+// the forward's row log-sum-exp and row dot D (FlashAttention-2, Algorithm 2). The ring's communication loop
+// is llm/parallel/context_parallel.h; these are the ops it calls on each (query block, key block) pair:
+//   attention_pair_init      the empty result: O = 0, l = 0, m = -inf
+//   attention_pair_forward   merge into (O, m, l) the attention of nq queries against nk keys/values
+//                            (causal = 1: the diagonal pair, query i sees keys j <= i; 0: all keys)
+//   attention_pair_finalise  out = O / l (rounded to floatX once), lse = m + log l
+//   attention_pair_dot       D = rowsum(dout * out), FlashAttention-2's row dot
+//   attention_pair_backward  dq, dk, dv += one block pair's share (FP32 accumulators)
+//   rows_copy, rows_store_f32, rows_zero_f32: moving (B, n, width) rows between buffers (packing K/V out of
+//                            qkv, placing chunks, rounding the FP32 gradient accumulators into dqkv)
+//
+// Layout. A "rows" buffer holds element (b, t, h, c) (batch b < B, row t < n, head h < H, channel c < hs)
+// at base + b*bs + t*ts + h*hs + c (bs, ts in elements): e.g. q of the model's qkv (B,Tl,3Ca) at base
+// qkv + t0*3Ca with ts = 3Ca, bs = Tl*3Ca, k at +Ca, v at +2Ca; a packed K/V block (B,Tl,2Ca) at kv and
+// kv+Ca with ts = 2Ca. The forward's FP32 accumulators are dense: O (B,H,nq,hs), m and l (B,H,nq). lse and
+// D hold (b,h,i) at base + (b*H + h)*ls + i (ls: the caller's row length; it offsets base by its t0).
+//
+// The CPU reference is llm/ops/attention_blocks.h's math (attention_block_cpu, attention_merge_cpu,
+// attention_finalise_cpu, and attention_block_score in the backward) looped over (b, h), after copying the
+// (b, h) slice of each floatX input into dense FP32 rows (exact), with OpenMP over (b, h): each (b, h) owns
+// its own rows of every output. The CUDA kernels follow; both are compared by test/test_attention_ring.cu,
+// and the pairs' sum against the whole-sequence attention of llm/ops/attention.cuh.
+#pragma once
+#include <math.h>
+#include "../core/common.h"
+#include "attention_blocks.h"
+#if LLM_HAS_KERNELS
+#include "../core/cuda_utils.cuh"
+#endif
+
+// ----------------------------------------------------------------------------
+// CPU reference
+
+// dst (n, hs) dense FP32 = the (b, h) slice of a rows buffer (exact for every floatX)
+static void ring_rows_to_f32(float* dst, const floatX* src, size_t bs, size_t ts, int b, int h, int n, int hs) {
+    const floatX* x = src + (size_t)b * bs + (size_t)h * hs;
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < hs; c++) dst[(size_t)t * hs + c] = (float)x[(size_t)t * ts + c];
+}
+
+static void attention_pair_init_cpu(float* O, float* m, float* l, int B, int H, int nq, int hs) {
+    size_t rows = (size_t)B * H * nq;
+    for (size_t r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+    for (size_t x = 0; x < rows * hs; x++) O[x] = 0.0f;
+}
+
+// For each (b, h): attention_block_cpu of the nq queries against the nk keys/values, merged into the (b, h)
+// slice of (O, m, l) by attention_merge_cpu. attention_block_cpu masks key position k0+j > query position
+// q0+i; the queries go to positions [q0, q0+nq) of an FP32 copy, the keys to [0, nk): q0 = 0 is the
+// diagonal pair (causal), q0 = nk puts every key before every query (no mask).
+static void attention_pair_forward_cpu(float* O, float* m, float* l, const floatX* q, size_t q_bs, size_t q_ts,
+                                       const floatX* k, const floatX* v, size_t kv_bs, size_t kv_ts,
+                                       int B, int H, int hs, int nq, int nk, int causal) {
+    if (causal && nq != nk) fatal("attention_pair_forward: a causal (diagonal) pair needs nq == nk, found %d and %d", nq, nk);
+    int q0 = causal ? 0 : nk;
+    #pragma omp parallel
+    {
+        size_t nqr = (size_t)(q0 + nq), nkr = (size_t)(nk > 0 ? nk : 1);
+        float* qf = (float*)mallocCheck(nqr * hs * sizeof(float));         // (q0+nq, hs): rows [q0, q0+nq) used
+        float* kf = (float*)mallocCheck(nkr * hs * sizeof(float));         // (nk, hs)
+        float* vf = (float*)mallocCheck(nkr * hs * sizeof(float));         // (nk, hs)
+        float* Ob = (float*)mallocCheck(((size_t)nq * hs + 1) * sizeof(float));  // (nq, hs) this block's O~
+        float* mb = (float*)mallocCheck(((size_t)nq + 1) * sizeof(float));       // (nq)
+        float* lb = (float*)mallocCheck(((size_t)nq + 1) * sizeof(float));       // (nq)
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                ring_rows_to_f32(qf + (size_t)q0 * hs, q, q_bs, q_ts, b, h, nq, hs);
+                ring_rows_to_f32(kf, k, kv_bs, kv_ts, b, h, nk, hs);
+                ring_rows_to_f32(vf, v, kv_bs, kv_ts, b, h, nk, hs);
+                attention_block_cpu(Ob, mb, lb, qf, kf, vf, hs, hs, q0, nq, 0, nk);
+                size_t r0 = ((size_t)b * H + h) * nq;  // this (b, h)'s first row of the accumulators
+                attention_merge_cpu(m + r0, l + r0, O + r0 * hs, m + r0, l + r0, O + r0 * hs, mb, lb, Ob, nq, hs);
+            }
+        }
+        free(qf); free(kf); free(vf); free(Ob); free(mb); free(lb);
+    }
+}
+
+// out = O / l rounded to floatX once, lse = m + log l (attention_finalise_cpu: a row with l = 0 gets out = 0
+// and lse = -inf)
+static void attention_pair_finalise_cpu(floatX* out, size_t o_bs, size_t o_ts, float* lse, size_t ls,
+                                        const float* O, const float* m, const float* l, int B, int H, int hs, int nq) {
+    #pragma omp parallel
+    {
+        float* of = (float*)mallocCheck(((size_t)nq * hs + 1) * sizeof(float));  // (nq, hs) the FP32 output
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                size_t r0 = ((size_t)b * H + h) * nq;
+                attention_finalise_cpu(of, lse + ((size_t)b * H + h) * ls, O + r0 * hs, m + r0, l + r0, hs, nq, hs);
+                floatX* o = out + (size_t)b * o_bs + (size_t)h * hs;
+                for (int i = 0; i < nq; i++)
+                    for (int c = 0; c < hs; c++) o[(size_t)i * o_ts + c] = (floatX)of[(size_t)i * hs + c];
+            }
+        }
+        free(of);
+    }
+}
+
+// D[b,h,i] = sum_c dout[b,i,h,c] * out[b,i,h,c], in double (exact products), rounded once
+static void attention_pair_dot_cpu(float* D, size_t ls, const floatX* dout, const floatX* out, size_t o_bs, size_t o_ts,
+                                   int B, int H, int hs, int nq) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < nq; i++) {
+                size_t x = (size_t)b * o_bs + (size_t)i * o_ts + (size_t)h * hs;
+                double s = 0.0;
+                for (int c = 0; c < hs; c++) s += (double)(float)dout[x + c] * (double)(float)out[x + c];
+                D[((size_t)b * H + h) * ls + i] = (float)s;
+            }
+}
+
+// One (b, h) of the block-pair backward on dense FP32 rows, from the given row dots D (the local variant of
+// attention_block_backward_cpu, which computes D itself from dO and the forward's out: the ring computes D
+// once per query block, before the key blocks come around, and never has out beside it here). The math is
+// the same (FlashAttention-2, Algorithm 2), each block pair's gradients summed in double and added (+=)
+// into the FP32 accumulators once:
+//   P_ij = exp(s_ij - L_i) (0 where masked),  dV_j += sum_i P_ij dO_i,  dP_ij = dO_i . v_j,
+//   dS_ij = P_ij (dP_ij - D_i),  dQ_i += sum_j dS_ij k_j / sqrt(hs),  dK_j += sum_i dS_ij q_i / sqrt(hs)
+// A row with L = -inf (no key at all in the forward: out = 0) has no gradient and is skipped.
+static void attention_pair_block_backward_cpu(float* dq, size_t dq_ts,            // (nq) rows, accumulated
+                                              float* dk, float* dv, size_t dkv_ts, // (nk) rows each, accumulated
+                                              const float* dO, const float* L, const float* D,  // (nq, hs), (nq), (nq)
+                                              const float* q, const float* k, const float* v,   // (nq, hs), (nk, hs) x2
+                                              int hs, int nq, int nk, int causal,
+                                              double* dqa, double* dka, double* dva) {  // scratch (hs), (nk, hs) x2
+    double scale = 1.0 / sqrt((double)hs);
+    for (size_t x = 0; x < (size_t)nk * hs; x++) { dka[x] = 0.0; dva[x] = 0.0; }
+    for (int i = 0; i < nq; i++) {
+        int jend = causal ? (i + 1 < nk ? i + 1 : nk) : nk;  // keys j < jend are seen by query i
+        if (jend <= 0 || L[i] == -INFINITY) continue;
+        const float* qi = q + (size_t)i * hs;
+        const float* dOi = dO + (size_t)i * hs;
+        for (int c = 0; c < hs; c++) dqa[c] = 0.0;
+        for (int j = 0; j < jend; j++) {
+            const float* kj = k + (size_t)j * hs;
+            const float* vj = v + (size_t)j * hs;
+            double P = exp(attention_block_score(qi, kj, hs, scale) - (double)L[i]);
+            double dP = 0.0;
+            for (int c = 0; c < hs; c++) {
+                dP += (double)dOi[c] * (double)vj[c];
+                dva[(size_t)j * hs + c] += P * (double)dOi[c];
+            }
+            double dS = P * (dP - (double)D[i]);
+            for (int c = 0; c < hs; c++) {
+                dqa[c] += dS * (double)kj[c] * scale;
+                dka[(size_t)j * hs + c] += dS * (double)qi[c] * scale;
+            }
+        }
+        float* dqi = dq + (size_t)i * dq_ts;
+        for (int c = 0; c < hs; c++) dqi[c] += (float)dqa[c];
+    }
+    for (int j = 0; j < nk; j++) {
+        float* dkj = dk + (size_t)j * dkv_ts;
+        float* dvj = dv + (size_t)j * dkv_ts;
+        for (int c = 0; c < hs; c++) { dkj[c] += (float)dka[(size_t)j * hs + c]; dvj[c] += (float)dva[(size_t)j * hs + c]; }
+    }
+}
+
+static void attention_pair_backward_cpu(float* dq, size_t dq_bs, size_t dq_ts, float* dk, float* dv, size_t dkv_bs, size_t dkv_ts,
+                                        const floatX* dout, size_t o_bs, size_t o_ts, const float* lse, const float* D, size_t ls,
+                                        const floatX* q, size_t q_bs, size_t q_ts, const floatX* k, const floatX* v,
+                                        size_t kv_bs, size_t kv_ts, int B, int H, int hs, int nq, int nk, int causal) {
+    if (causal && nq != nk) fatal("attention_pair_backward: a causal (diagonal) pair needs nq == nk, found %d and %d", nq, nk);
+    #pragma omp parallel
+    {
+        size_t nqh = (size_t)nq * hs + 1, nkh = (size_t)nk * hs + 1;
+        float* qf = (float*)mallocCheck(nqh * sizeof(float));    // (nq, hs)
+        float* dOf = (float*)mallocCheck(nqh * sizeof(float));   // (nq, hs)
+        float* kf = (float*)mallocCheck(nkh * sizeof(float));    // (nk, hs)
+        float* vf = (float*)mallocCheck(nkh * sizeof(float));    // (nk, hs)
+        double* dqa = (double*)mallocCheck(((size_t)hs + 1) * sizeof(double));
+        double* dka = (double*)mallocCheck(nkh * sizeof(double));
+        double* dva = (double*)mallocCheck(nkh * sizeof(double));
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                ring_rows_to_f32(qf, q, q_bs, q_ts, b, h, nq, hs);
+                ring_rows_to_f32(dOf, dout, o_bs, o_ts, b, h, nq, hs);
+                ring_rows_to_f32(kf, k, kv_bs, kv_ts, b, h, nk, hs);
+                ring_rows_to_f32(vf, v, kv_bs, kv_ts, b, h, nk, hs);
+                size_t lo = ((size_t)b * H + h) * ls;
+                size_t ch = (size_t)h * hs;
+                attention_pair_block_backward_cpu(dq + (size_t)b * dq_bs + ch, dq_ts, dk + (size_t)b * dkv_bs + ch,
+                                                  dv + (size_t)b * dkv_bs + ch, dkv_ts, dOf, lse + lo, D + lo, qf, kf, vf,
+                                                  hs, nq, nk, causal, dqa, dka, dva);
+            }
+        }
+        free(qf); free(dOf); free(kf); free(vf); free(dqa); free(dka); free(dva);
+    }
+}
+
+static void rows_copy_cpu(floatX* dst, size_t d_bs, size_t d_ts, const floatX* src, size_t s_bs, size_t s_ts,
+                          int B, int n, int width) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < n; t++)
+            memcpy(dst + (size_t)b * d_bs + (size_t)t * d_ts, src + (size_t)b * s_bs + (size_t)t * s_ts, (size_t)width * sizeof(floatX));
+}
+
+static void rows_store_f32_cpu(floatX* dst, size_t d_bs, size_t d_ts, const float* src, size_t s_bs, size_t s_ts,
+                               int B, int n, int width) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < n; t++) {
+            floatX* d = dst + (size_t)b * d_bs + (size_t)t * d_ts;
+            const float* s = src + (size_t)b * s_bs + (size_t)t * s_ts;
+            for (int c = 0; c < width; c++) d[c] = (floatX)s[c];
+        }
+}
+
+static void rows_zero_f32_cpu(float* dst, size_t d_bs, size_t d_ts, int B, int n, int width) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < n; t++) memset(dst + (size_t)b * d_bs + (size_t)t * d_ts, 0, (size_t)width * sizeof(float));
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+static void attention_pair_init(float* O, float* m, float* l, int B, int H, int nq, int hs, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    attention_pair_init_cpu(O, m, l, B, H, nq, hs);
+#else
+    (void)O; (void)m; (void)l; (void)B; (void)H; (void)nq; (void)hs; (void)s;
+    fatal("attention_pair_init: no CUDA kernel yet");
+#endif
+}
+
+static void attention_pair_forward(float* O, float* m, float* l, const floatX* q, size_t q_bs, size_t q_ts,
+                                   const floatX* k, const floatX* v, size_t kv_bs, size_t kv_ts,
+                                   int B, int H, int hs, int nq, int nk, int causal, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    attention_pair_forward_cpu(O, m, l, q, q_bs, q_ts, k, v, kv_bs, kv_ts, B, H, hs, nq, nk, causal);
+#else
+    (void)O; (void)m; (void)l; (void)q; (void)q_bs; (void)q_ts; (void)k; (void)v; (void)kv_bs; (void)kv_ts;
+    (void)B; (void)H; (void)hs; (void)nq; (void)nk; (void)causal; (void)s;
+    fatal("attention_pair_forward: no CUDA kernel yet");
+#endif
+}
+
+static void attention_pair_finalise(floatX* out, size_t o_bs, size_t o_ts, float* lse, size_t ls,
+                                    const float* O, const float* m, const float* l, int B, int H, int hs, int nq, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    attention_pair_finalise_cpu(out, o_bs, o_ts, lse, ls, O, m, l, B, H, hs, nq);
+#else
+    (void)out; (void)o_bs; (void)o_ts; (void)lse; (void)ls; (void)O; (void)m; (void)l; (void)B; (void)H; (void)hs;
+    (void)nq; (void)s;
+    fatal("attention_pair_finalise: no CUDA kernel yet");
+#endif
+}
+
+static void attention_pair_dot(float* D, size_t ls, const floatX* dout, const floatX* out, size_t o_bs, size_t o_ts,
+                               int B, int H, int hs, int nq, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    attention_pair_dot_cpu(D, ls, dout, out, o_bs, o_ts, B, H, hs, nq);
+#else
+    (void)D; (void)ls; (void)dout; (void)out; (void)o_bs; (void)o_ts; (void)B; (void)H; (void)hs; (void)nq; (void)s;
+    fatal("attention_pair_dot: no CUDA kernel yet");
+#endif
+}
+
+static void attention_pair_backward(float* dq, size_t dq_bs, size_t dq_ts, float* dk, float* dv, size_t dkv_bs, size_t dkv_ts,
+                                    const floatX* dout, size_t o_bs, size_t o_ts, const float* lse, const float* D, size_t ls,
+                                    const floatX* q, size_t q_bs, size_t q_ts, const floatX* k, const floatX* v,
+                                    size_t kv_bs, size_t kv_ts, int B, int H, int hs, int nq, int nk, int causal, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    attention_pair_backward_cpu(dq, dq_bs, dq_ts, dk, dv, dkv_bs, dkv_ts, dout, o_bs, o_ts, lse, D, ls, q, q_bs, q_ts, k, v,
+                                kv_bs, kv_ts, B, H, hs, nq, nk, causal);
+#else
+    (void)dq; (void)dq_bs; (void)dq_ts; (void)dk; (void)dv; (void)dkv_bs; (void)dkv_ts; (void)dout; (void)o_bs; (void)o_ts;
+    (void)lse; (void)D; (void)ls; (void)q; (void)q_bs; (void)q_ts; (void)k; (void)v; (void)kv_bs; (void)kv_ts;
+    (void)B; (void)H; (void)hs; (void)nq; (void)nk; (void)causal; (void)s;
+    fatal("attention_pair_backward: no CUDA kernel yet");
+#endif
+}
+
+static void rows_copy(floatX* dst, size_t d_bs, size_t d_ts, const floatX* src, size_t s_bs, size_t s_ts,
+                      int B, int n, int width, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    rows_copy_cpu(dst, d_bs, d_ts, src, s_bs, s_ts, B, n, width);
+#else
+    (void)dst; (void)d_bs; (void)d_ts; (void)src; (void)s_bs; (void)s_ts; (void)B; (void)n; (void)width; (void)s;
+    fatal("rows_copy: no CUDA kernel yet");
+#endif
+}
+
+static void rows_store_f32(floatX* dst, size_t d_bs, size_t d_ts, const float* src, size_t s_bs, size_t s_ts,
+                           int B, int n, int width, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    rows_store_f32_cpu(dst, d_bs, d_ts, src, s_bs, s_ts, B, n, width);
+#else
+    (void)dst; (void)d_bs; (void)d_ts; (void)src; (void)s_bs; (void)s_ts; (void)B; (void)n; (void)width; (void)s;
+    fatal("rows_store_f32: no CUDA kernel yet");
+#endif
+}
+
+static void rows_zero_f32(float* dst, size_t d_bs, size_t d_ts, int B, int n, int width, cudaStream_t s) {
+#if LLM_BUILD_CPU
+    (void)s;
+    rows_zero_f32_cpu(dst, d_bs, d_ts, B, n, width);
+#else
+    (void)dst; (void)d_bs; (void)d_ts; (void)B; (void)n; (void)width; (void)s;
+    fatal("rows_zero_f32: no CUDA kernel yet");
+#endif
+}
