@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
             printf("recompute %-9s step time / %s's: %.3f | expected from the FLOPs: %.3f | activations per layer: %zu B measured, %.0f B predicted\n",
                    recompute_name(r), recompute_name(modes[0]), ms / base_ms,
                    (flops_per_token + extra[r]) / (flops_per_token + extra[modes[0]]), st.layer_act_bytes,
-                   activation_formula_bytes(cfg, B, T, r, tp, 0));
+                   activation_formula_bytes(cfg, B, T, r, tp, 0, 0));
         }
         stage_free(&st);
     }

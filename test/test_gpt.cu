@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
         Stage sr;
         stage_init(&sr, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, (Recompute)r, 1);
-        double formula = activation_formula_bytes(cfg, B, T, (Recompute)r, 1, 0), measured = (double)sr.layer_act_bytes;
+        double formula = activation_formula_bytes(cfg, B, T, (Recompute)r, 1, 0, 0), measured = (double)sr.layer_act_bytes;
         check(formula <= measured && measured <= formula + ACT_SLACK, "--recompute %s: a layer keeps %.0f B per micro-batch "
               "(allocated), formula %.0f B (Korthikanti et al. 2022 adapted; + <= %d B of alignment)",
               recompute_name((Recompute)r), measured, formula, ACT_SLACK);

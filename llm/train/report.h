@@ -66,12 +66,15 @@ static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
 // With sequence parallelism as well (sec. 4.2.2: (34 sbh + 5 as^2 b) / t) every term is divided by t:
 // the LayerNorm/residual region holds 1/t of the tokens, and the gathered inputs of the column-
 // parallel linears are not kept (gathered again in the backward, llm/parallel/tensor_parallel.h).
-static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r, int tp, int sp) {
+// With context parallelism over N ranks (llm/parallel/context_parallel.h) s is the rank's T/N tokens:
+// every term falls as 1/N. Ulysses keeps, without recompute, the head split of q, k, v and the output
+// (the rank's H/N heads over all s N tokens: 4 e sbh / t more); ring attention keeps nothing more.
+static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r, int tp, int sp, int ulysses) {
     double s = T, b = B, h = cfg.channels, a = cfg.num_heads, e = (double)sizeof(floatX), t = tp;
     double sbh = s * b * h, split = sp && tp > 1 ? t : 1.0;  // the divisor of the replicated regions
     switch (r) {
         case RECOMPUTE_NONE:
-            return (4 * e * sbh + 16 * s * b) / split + (12 * e * sbh + 4 * a * s * b) / t;
+            return (4 * e * sbh + 16 * s * b) / split + (12 * e * sbh + 4 * a * s * b + (ulysses ? 4 * e * sbh : 0.0)) / t;
         case RECOMPUTE_SELECTIVE: return 2 * e * sbh / split + 11 * e * sbh / t;
         default: return e * sbh / split;
     }
@@ -83,8 +86,11 @@ static void print_memory(const DataParallel* dp, const Stage* st) {
     double paper = dp_paper_bytes(dp->zero, dp->dp, psi);
     char formula[32];
     paper_formula_text(dp->zero, formula, sizeof(formula));
-    printf("memory per rank: %s over dp = %d, %s, Psi = %zu parameters (%d units padded to %zu values)",
-           zero_name(dp->zero.level), dp->dp, PRECISION_MODE, dp->lay.shard_parameters, dp->lay.num_units, dp->lay.packed_size);
+    int cp = dp->comm != NULL ? dp->comm->cp : 1;  // (context parallelism: the gradient group is dp x cp)
+    if (cp > 1) printf("memory per rank: %s over dp x cp = %d x %d", zero_name(dp->zero.level), dp->dp / cp, cp);
+    else printf("memory per rank: %s over dp = %d", zero_name(dp->zero.level), dp->dp);
+    printf(", %s, Psi = %zu parameters (%d units padded to %zu values)", PRECISION_MODE, dp->lay.shard_parameters,
+           dp->lay.num_units, dp->lay.packed_size);
     if (dp->lay.tp > 1) printf(", this tp rank's shards of the model's %zu (tp = %d)", dp->lay.num_parameters, dp->lay.tp);
     printf("\n");
     printf("  measured (allocated now | peak):");
@@ -94,7 +100,8 @@ static void print_memory(const DataParallel* dp, const Stage* st) {
     printf("\n  model states %.0f B = %.3f B/parameter measured | ZeRO paper (Table 1) predicts %s = %.3f B/parameter = %.0f B (+%.0f B of padding)\n",
            states, states / psi, formula, paper / psi, paper, states - paper);
     printf("  activations per layer per micro-batch (--recompute %s): %zu B measured | %.0f B predicted (Korthikanti et al. 2022, adapted)\n",
-           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel));
+           recompute_name(st->recompute), st->layer_act_bytes, activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel,
+                                                    st->cp.size > 1 && st->cp.impl == CP_ULYSSES));
 }
 
 // this rank's part of the report, one JSON object: "*_bytes" are measured (allocated), "*_peak_bytes" the peaks
@@ -144,16 +151,17 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
         FILE* mf = open_memstream(&text, &len);  // the whole report, then written through a temporary name
         if (mf == NULL) fatal("%s: open_memstream failed: %s", path, strerror(errno));
         fprintf(mf, "{\"note\":\"*_bytes: measured by the tagged allocator (live at the end of the run; *_peak_bytes: the most "
-                "at once); paper_*: predictions of the formulas\",\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
+                "at once); paper_*: predictions of the formulas\",\"stage\":%d,\"world\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"cp_impl\":\"%s\",\"cp_balance\":\"%s\","
                 "\"build\":\"%s\",\"precision\":\"%s\",\"bytes_per_value\":%d,\"optimizer_bytes_per_param\":%d,"
                 "\"num_parameters\":%zu,\"shard_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
                 "\"L\":%d,\"C\":%d,\"NH\":%d,\"sequence_parallel\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
                 "\"paper_activations_per_layer_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
-                dp->zero.level, c->world_size, c->dp, c->tp, c->pp, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
+                dp->zero.level, c->world_size, c->dp, c->tp, c->pp, c->cp, cp_impl_name(st->cp.impl), cp_balance_name(st->cp.balance), LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
                 PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.shard_parameters, dp->lay.num_units,
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
                 st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->zero, dp->dp, (double)dp->lay.shard_parameters),
-                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel), paper_sent_bytes(dp, grad_accum), timed_steps);
+                activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel,
+                                                    st->cp.size > 1 && st->cp.impl == CP_ULYSSES), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(mf, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);
         fprintf(mf, "]}\n");
         if (fclose(mf) != 0) fatal("%s: open_memstream failed", path);
