@@ -228,7 +228,7 @@ def memory(name, report):
 
 def ledger(name, report):
     r = json.load(open(report))
-    zero, N, x = r["stage"], r["dp"], r["bytes_per_value"]
+    zero, N, x = r["stage"], r["dp"] * r.get("cp", 1), r["bytes_per_value"]  # the gradient group: dp x cp
     S, P, accum = x * r.get("shard_parameters", r["num_parameters"]), x * r["packed_parameters"], r["grad_accum"]
     loss = 4 if N > 1 else 0
     # payload bytes per kind of one step: the gradient/parameter traffic plus the 4-byte scalars
@@ -239,7 +239,7 @@ def ledger(name, report):
             3: {"all_reduce": loss + 4, "reduce_scatter": P, "all_gather": 2 * accum * P}}[zero]
     for rk in r["ranks"]:
         got = {row["kind"]: row["payload_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp"}
-        other = [row for row in rk["ledger_step"]["rows"] if row["group"] not in ("dp", "tp")]  # tp: tp_ledger
+        other = [row for row in rk["ledger_step"]["rows"] if row["group"] not in ("dp", "tp", "cp")]  # tp_ledger, cp_check.py
         if got != want or other:
             return False, "%s: rank %d payload per step %s, expected %s" % (name, rk["rank"], got, want)
         sent = sum(row["sent_bytes"] for row in rk["ledger_step"]["rows"] if row["group"] == "dp")

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# test_cp.sh: context parallelism (llm/parallel/context_parallel.h): ring attention (Liu et al. 2023) with the
+# zigzag and the contiguous split, and DeepSpeed-Ulysses (Jacobs et al. 2023), under mpirun, against one process
+# and the papers' counts.
+#
+#   bash test/test_cp.sh   (needs ./train_gpt_cpu; build/train_gpt_emu{,_bf16} for 6)
+#
+# Checked, one line each:
+#  1. cp 2 and cp 4, each of ring zigzag, ring contiguous and Ulysses; tp 2 x cp 2 (ring, Ulysses, and ring with
+#     sequence parallelism); pp 2 x cp 2 under every schedule; dp 2 x cp 2 with ZeRO-1 and ZeRO-3 (2 micro-steps
+#     per rank): from the same seed checkpoint and data as one process on the same global batch, the train and
+#     val losses and the grad norms of 4 steps, and every parameter of the final model, match the one-process
+#     run; the samples and the exact-match answers are the same text.
+#     Not bit-identical to one process, nor ring to Ulysses: ring attention merges the blocks of a row with the
+#     online softmax (FP32 rescaling per block, llm/ops/attention_blocks.h), while Ulysses runs the one-process
+#     attention on whole sequences; only the order of sums differs, so the tolerances are test_tp.sh's.
+#  1b. --recompute selective and full under ring and Ulysses: the same bytes as without (the same block
+#     pieces and all-to-alls rerun on the same inputs).
+#  2. The cp group's traffic of one step on every rank against the papers' counts (test/cp_check.py ledger:
+#     ring (N-1) K/V blocks forward, (N-1) K/V + (N-1) dK/dV backward; Ulysses 4 slices each way), with and
+#     without recompute.
+#  3. Activations per layer and micro-batch per rank: measured (tagged allocator) == formula, and 1/N of one
+#     process's (test/cp_check.py acts); a longer context (T = 2048, cp 4) prints its memory per rank.
+#  4. The balance, measured: with ring at cp 4 the per-rank attention compute of contiguous has a max/min well
+#     above zigzag's (of the 2N = 8 chunks under the causal mask, the last contiguous rank computes 15 chunk
+#     pairs, the first 3; every zigzag rank 2N + 1 = 9).
+#  5. Checkpoints are layout-independent: a cp 2 state resumes in one process and a one-process state at
+#     cp 2 (Ulysses), each against the uninterrupted run.
+#  6. The emulated CUDA build (its kernels, comm.h's NCCL code and all-to-all against dev/emu/nccl_emu.h):
+#     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums).
+#  7. Bad layouts, each refused with one line, nothing written: T not splitting into 2 x cp chunks, Ulysses
+#     with heads that do not split over tp x cp, a world size cp does not divide; --cp-impl and
+#     --cp-balance outside their choices.
+#
+# Tolerances: test_tp.sh's (losses and norms 4e-6 relative over 4 steps, parameters 1e-5 absolute at lr 1e-3,
+# where a step moves a parameter by up to ~1e-3): a wrong position embedding, a missed causal block, a
+# dK/dV not returned to its owner or a loss not averaged over cp moves them by far more (test/README.md).
+# Logs of each run: build/cp/.
+# Ends with "test_cp: N passed, M failed"; exit status 1 on any failure.
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
+CHECK="python3 test/ddp_zero_check.py"
+LOG=build/cp
+mkdir -p "$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, badflag, train, same_samples
+cpcheck() { if python3 test/cp_check.py "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi; }
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+# C = 32, NH = 4: cp 4 cuts T = 32 into 8 chunks of 4 tokens; Ulysses at cp 4 (or tp 2 x cp 2) gives each
+# rank one head
+common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
+        -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1
+        --val-every 2 --val-steps 1 --sample-every 2 --sample-len 6 --checkpoint-every 2
+        --eval-file "$D/addition_test.bin")
+
+timeout 60 "$CPU" --model d2,C=32,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
+    --val-every 0 --sample-every 0 --output-dir "$tmp/seed" > "$LOG/seed.log" 2>&1 || bad "seed checkpoint: see $LOG/seed.log"
+common+=(--model "$tmp/seed/model_00000001.bin")
+
+# 1. the layouts against one process
+train one_128 0 "$CPU" --total-batch 128 --grad-clip 0
+train one_256 0 "$CPU" --total-batch 256 --grad-clip 0
+train one_512 0 "$CPU" --total-batch 512 --grad-clip 0
+vs() {  # NAME NP REF DESCRIPTION ARGS...: a run against one process
+    local n=$1 np=$2 ref=$3 what=$4; shift 4
+    train "$n" "$np" "$CPU" --grad-clip 0 "$@" &&
+        check compare "$what vs 1 process" "$tmp/$n" "$tmp/$ref" 4e-6 1e-5 &&
+        same_samples "$what sampling" "$n" "$ref"
+}
+for N in 2 4; do
+    vs cp${N}_zig $N one_128 "cp $N ring zigzag" --cp $N --total-batch 128
+    vs cp${N}_con $N one_128 "cp $N ring contiguous" --cp $N --cp-balance contiguous --total-batch 128
+    vs cp${N}_uly $N one_128 "cp $N Ulysses" --cp $N --cp-impl ulysses --total-batch 128
+done
+vs t2c2_ring 4 one_128 "tp 2 x cp 2 ring" --tp 2 --cp 2 --total-batch 128
+vs t2c2_uly 4 one_128 "tp 2 x cp 2 Ulysses" --tp 2 --cp 2 --cp-impl ulysses --total-batch 128
+vs t2c2_sp 4 one_128 "tp 2 (sequence-parallel) x cp 2 ring" --tp 2 --sequence-parallel 1 --cp 2 --total-batch 128
+for s in gpipe 1f1b zb-h1; do
+    vs p2c2_$s 4 one_256 "pp 2 ($s) x cp 2 ring, 2 micro-batches" --pp 2 --schedule $s --cp 2 --total-batch 256
+done
+vs p2c2_uly 4 one_256 "pp 2 (1f1b) x cp 2 Ulysses, 2 micro-batches" --pp 2 --cp 2 --cp-impl ulysses --total-batch 256
+for z in 1 3; do
+    vs d2c2z$z 4 one_512 "dp 2 x cp 2 ring ZeRO-$z, 2 micro-steps" --cp 2 --zero $z --total-batch 512
+    check memory "dp 2 x cp 2 ZeRO-$z memory (sharded over dp x cp = 4)" "$tmp/d2c2z$z.json"
+    check ledger "dp 2 x cp 2 ZeRO-$z dp x cp traffic" "$tmp/d2c2z$z.json"
+done
+# 1b. recompute: the same bytes
+for r in selective full; do
+    for n in cp2_zig cp2_uly; do
+        args=(--cp 2 --total-batch 128); [ $n = cp2_uly ] && args+=(--cp-impl ulysses)
+        train ${n}_$r 2 "$CPU" --grad-clip 0 "${args[@]}" --recompute $r &&
+            check same "$n --recompute $r vs without" "$tmp/${n}_$r" "$tmp/$n"
+    done
+done
+
+# 2. traffic against the papers
+for n in cp2_zig cp4_zig cp4_con cp2_uly cp4_uly t2c2_ring t2c2_uly cp2_zig_selective cp2_uly_full; do
+    cpcheck ledger "$n cp traffic" "$tmp/$n.json"
+done
+
+# 3. activations per rank: 1/N
+for n in cp2_zig cp4_zig cp4_con cp2_uly cp4_uly; do
+    cpcheck acts "$n activations" "$tmp/$n.json" "$tmp/one_128.json"
+done
+train long_cp4 4 "$CPU" --cp 4 -b 1 -t 2048 --total-batch 2048 --steps 1 --val-every 0 --sample-every 0 --checkpoint-every 0 \
+    --model d1,C=32,NH=4,maxT=2048,V=257 &&
+    python3 - "$tmp/long_cp4.json" "$LOG/long_cp4.log" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
+import json, sys
+r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read()
+a = r["ranks"][0]["activations_per_layer_bytes"]
+good = r["T"] == 512 and r["cp"] == 4 and all(rk["activations_per_layer_bytes"] == a for rk in r["ranks"]) and "memory per rank" in log
+print(("ok   " if good else "FAIL ") + "T = 2048 at cp 4: each rank holds T = %d tokens, %d B of activations per layer (one process: ~%d B)" % (r["T"], a, 4 * a))
+sys.exit(0 if good else 1)
+PY
+
+# 4. the balance, measured
+balance() { sed -n 's/.*attention compute per step by cp rank:.*max\/min \([0-9.]*\).*/\1/p' "$LOG/$1.log"; }
+zig=$(balance cp4_zig); con=$(balance cp4_con)
+if [ -n "$zig" ] && [ -n "$con" ] && [ "$(echo "$con > 2 * $zig" | bc)" = 1 ] && [ "$(echo "$zig < 2" | bc)" = 1 ]; then
+    ok "cp 4 ring attention compute max/min: contiguous $con, zigzag $zig (chunk pairs: contiguous 3 to 15, zigzag 9 each)"
+else bad "cp 4 ring balance: contiguous '$con', zigzag '$zig' (expected contiguous > 2 x zigzag, zigzag < 2)"; fi
+
+# 5. checkpoints across layouts
+train res_c2to1 0 "$CPU" --total-batch 128 --grad-clip 0 --resume "$tmp/cp2_zig/state_00000002.bin" &&
+    check compare "resume: 1 process from a cp 2 state vs cp 2" "$tmp/res_c2to1" "$tmp/cp2_zig" 4e-6 1e-5
+train res_1toc2 2 "$CPU" --cp 2 --cp-impl ulysses --total-batch 128 --grad-clip 0 --resume "$tmp/one_128/state_00000002.bin" &&
+    check compare "resume: cp 2 Ulysses from a 1-process state vs 1 process" "$tmp/res_1toc2" "$tmp/one_128" 4e-6 1e-5
+
+# 6. the emulated CUDA build
+if [ -x "$EMU" ]; then
+    for impl in ulysses ring; do
+        train emu_cp2_$impl 2 "$EMU" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
+            check compare "emulated CUDA FP32 cp 2 $impl vs CPU 1 process" "$tmp/emu_cp2_$impl" "$tmp/one_128" 1e-5 1e-5
+    done
+else bad "no $EMU (make build/train_gpt_emu)"; fi
+
+# 7. bad layouts and flags
+badlayout cp3_T32 3 "divide into 2 x cp" --cp 3
+badlayout uly_heads 3 "ulysses" --cp 3 --cp-impl ulysses -t 48 --total-batch 192
+badlayout cp2_np3 3 "--cp 2" --cp 2
+badflag "--cp-impl" --cp-impl fast
+badflag "--cp-balance" --cp-balance striped
+
+echo "test_cp: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
