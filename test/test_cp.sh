@@ -14,6 +14,8 @@
 #     Not bit-identical to one process, nor ring to Ulysses: ring attention merges the blocks of a row with the
 #     online softmax (FP32 rescaling per block, llm/ops/attention_blocks.h), while Ulysses runs the one-process
 #     attention on whole sequences; only the order of sums differs, so the tolerances are test_tp.sh's.
+#     FP8 (delayed and current scaling) at cp 2 against one process in FP8: the amaxes are reduced over cp. (The
+#     block and MX recipes scale blocks along the token dimension too, which cp regroups: not compared.)
 #  1b. --recompute selective and full under ring and Ulysses: the same bytes as without (the same block
 #     pieces and all-to-alls rerun on the same inputs).
 #  2. The cp group's traffic of one step on every rank against the papers' counts (test/cp_check.py ledger:
@@ -89,6 +91,13 @@ for z in 1 3; do
     vs d2c2z$z 4 one_512 "dp 2 x cp 2 ring ZeRO-$z, 2 micro-steps" --cp 2 --zero $z --total-batch 512
     check memory "dp 2 x cp 2 ZeRO-$z memory (sharded over dp x cp = 4)" "$tmp/d2c2z$z.json"
     check ledger "dp 2 x cp 2 ZeRO-$z dp x cp traffic" "$tmp/d2c2z$z.json"
+done
+# FP8 with the per-tensor recipes: the amaxes of x and dy are reduced over cp (each rank holds part of a
+# micro-batch), so the scales are one process's
+for f in delayed current; do
+    train one_fp8_$f 0 "$CPU" --fp8 $f --total-batch 128 --grad-clip 0
+    train cp2_fp8_$f 2 "$CPU" --fp8 $f --cp 2 --total-batch 128 --grad-clip 0 &&
+        check compare "cp 2 ring FP8 $f vs 1 process FP8 $f" "$tmp/cp2_fp8_$f" "$tmp/one_fp8_$f" 4e-6 1e-5
 done
 # 1b. recompute: the same bytes
 for r in selective full; do

@@ -180,7 +180,8 @@ static int fp8_layout_error(Fp8Recipe r, int C, int tp, char* err, size_t cap) {
 // The device scale of per-tensor entry i (layer, linear, tensor) for x (n). Current scaling, and
 // delayed scaling before its first step is recorded (an empty history: a cold start would quantize
 // with scale 1, and gradients, ~1e-5, would underflow): from x's amax, all-reduced (max) over the tp
-// group. Delayed scaling after that: the step's scale; x's amax joins the step's record either way.
+// group and the cp group (whose ranks hold parts of the same micro-batch: Transformer Engine's amax
+// reduction group includes cp). Delayed scaling after that: the step's scale; x's amax joins the step's record either way.
 static const float* fp8_tensor_scale(Fp8State* st, int i, const floatX* x, size_t n, int fmt, const TPGroup* tp,
                                      cudaStream_t s) {
     float* raw = st->amax_tmp;      // x's amax (NaN if x has one)
@@ -191,6 +192,8 @@ static const float* fp8_tensor_scale(Fp8State* st, int i, const floatX* x, size_
     if (st->cfg.recipe == FP8_RECIPE_DELAYED) fp8_fold_amax(st->amax + i, amax, s);
     if (st->cfg.recipe == FP8_RECIPE_CURRENT || st->recorded == 0) {
         if (tp->size > 1) comm_all_reduce(tp->comm, GROUP_TP, amax, amax, 1, COMM_MAX, s);
+        // context parallelism: x holds the rank's tokens of the micro-batch; the scale is the whole one's
+        if (tp->comm != NULL && tp->comm->cp > 1) comm_all_reduce(tp->comm, GROUP_CP, amax, amax, 1, COMM_MAX, s);
         fp8_current_update(st->scale + i, amax, fmt, s);
     }
     return st->scale + i;
