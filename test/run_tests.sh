@@ -100,6 +100,9 @@ run faults bash test/test_faults.sh
 run faults_precision bash test/test_faults_precision.sh
 # Megatron tensor parallelism: tp 2, tp 4, dp 2 x tp 2 with ZeRO-0..3 against one process; memory, traffic, resume
 run tp bash test/test_tp.sh
+# context parallelism: ring attention (zigzag, contiguous) and Ulysses at cp 2 and 4, with tp, sp, pp, ZeRO, FP8 and
+# recompute, against one process; the cp traffic against the papers, activations 1/N, the balance, resume, bad layouts
+run cp bash test/test_cp.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
 run pp bash test/test_pp.sh
 # the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
