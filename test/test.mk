@@ -69,7 +69,7 @@ build/fsync_trace.so: test/fsync_trace.c
 	@mkdir -p build
 	$(CC) -O2 -shared -fPIC $< -o $@ -ldl
 
-TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
                  build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so
 
@@ -146,7 +146,11 @@ build/test_fp8_gemm_emu: test/test_fp8_gemm.cu $(EMU_DEPS)
 build/test_fp8_linear_emu: test/test_fp8_linear.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-TEST_EMU_BINS := build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
+# ring attention's block-pair ops (llm/ops/attention_ring.cuh): the kernels, emulated, in FP32 (test/test_attention_ring.cu)
+build/test_attention_ring_emu: test/test_attention_ring.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+TEST_EMU_BINS := build/test_attention_ring_emu build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_emu_fp16 build/test_gpt_emu_fp16 build/train_gpt_emu_fp16 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
                  build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \
