@@ -3,7 +3,7 @@
 # zigzag and the contiguous split, and DeepSpeed-Ulysses (Jacobs et al. 2023), under mpirun, against one process
 # and the papers' counts.
 #
-#   bash test/test_cp.sh   (needs ./train_gpt_cpu; build/train_gpt_emu{,_bf16} for 6)
+#   bash test/test_cp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16})
 #
 # Checked, one line each:
 #  1. cp 2 and cp 4, each of ring zigzag, ring contiguous and Ulysses; tp 2 x cp 2 (ring, Ulysses, and ring with
@@ -29,7 +29,9 @@
 #  5. Checkpoints are layout-independent: a cp 2 state resumes in one process and a one-process state at
 #     cp 2 (Ulysses), each against the uninterrupted run.
 #  6. The emulated CUDA build (its kernels, comm.h's NCCL code and all-to-all against dev/emu/nccl_emu.h):
-#     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums).
+#     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums); in
+#     BF16 against its own one process with test_ddp_zero.sh's BF16 bounds (losses 2e-3, the update 0.08 in
+#     relative L2).
 #  7. Bad layouts, each refused with one line, nothing written: T not splitting into 2 x cp chunks, Ulysses
 #     with heads that do not split over tp x cp, a world size cp does not divide; --cp-impl and
 #     --cp-balance outside their choices.
@@ -44,6 +46,7 @@ cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
 CPU=${CPU:-./train_gpt_cpu}
 EMU=${EMU:-./build/train_gpt_emu}
+EMU16=${EMU16:-./build/train_gpt_emu_bf16}
 CHECK="python3 test/ddp_zero_check.py"
 LOG=build/cp
 mkdir -p "$LOG"
@@ -148,6 +151,13 @@ if [ -x "$EMU" ]; then
             check compare "emulated CUDA FP32 cp 2 $impl vs CPU 1 process" "$tmp/emu_cp2_$impl" "$tmp/one_128" 1e-5 1e-5
     done
 else bad "no $EMU (make build/train_gpt_emu)"; fi
+if [ -x "$EMU16" ]; then  # BF16: the bounds of test_ddp_zero.sh's BF16 runs (the order of BF16 roundings differs)
+    train emu16_one 0 "$EMU16" --total-batch 128 --grad-clip 0 &&
+    for impl in ulysses ring; do
+        train emu16_cp2_$impl 2 "$EMU16" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
+            check update "emulated CUDA BF16 cp 2 $impl vs its 1 process" "$tmp/emu16_cp2_$impl" "$tmp/emu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+    done
+else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
 
 # 7. bad layouts and flags
 badlayout cp3_T32 3 "divide into 2 x cp" --cp 3
