@@ -27,7 +27,8 @@
 #     above zigzag's (of the 2N = 8 chunks under the causal mask, the last contiguous rank computes 15 chunk
 #     pairs, the first 3; every zigzag rank 2N + 1 = 9).
 #  5. Checkpoints are layout-independent: a cp 2 state resumes in one process and a one-process state at
-#     cp 2 (Ulysses), each against the uninterrupted run.
+#     cp 2 (Ulysses); a sharded checkpoint of dp 2 x cp 2 ZeRO-1 (4 optimizer shards over dp x cp) resumes in
+#     one process and at cp 2 Ulysses ZeRO-3; each against the uninterrupted run.
 #  6. The emulated CUDA build (its kernels, comm.h's NCCL code and all-to-all against dev/emu/nccl_emu.h):
 #     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums); in
 #     BF16 against its own one process with test_ddp_zero.sh's BF16 bounds (losses 2e-3, the update 0.08 in
@@ -143,6 +144,14 @@ train res_c2to1 0 "$CPU" --total-batch 128 --grad-clip 0 --resume "$tmp/cp2_zig/
     check compare "resume: 1 process from a cp 2 state vs cp 2" "$tmp/res_c2to1" "$tmp/cp2_zig" 4e-6 1e-5
 train res_1toc2 2 "$CPU" --cp 2 --cp-impl ulysses --total-batch 128 --grad-clip 0 --resume "$tmp/one_128/state_00000002.bin" &&
     check compare "resume: cp 2 Ulysses from a 1-process state vs 1 process" "$tmp/res_1toc2" "$tmp/one_128" 4e-6 1e-5
+# sharded checkpoints (llm/ckpt/ckpt_shard.h): saved by the 4 ranks of dp 2 x cp 2 ZeRO-1 (the optimizer state in 4
+# shards over dp x cp), resumed in one process and at cp 2 Ulysses with ZeRO-3 (2 shards)
+train d2c2z1_sh 4 "$CPU" --cp 2 --zero 1 --total-batch 512 --grad-clip 0 --checkpoint-format sharded &&
+for to in "1 0" "cp2_uly_z3 2 --cp 2 --cp-impl ulysses --zero 3"; do
+    set -- $to; n=res_sh_$1; np=$2; shift 2
+    train $n $np "$CPU" --total-batch 512 --grad-clip 0 --checkpoint-format sharded --resume "$tmp/d2c2z1_sh/ckpt_00000002" "$@" &&
+        check compare "resume: $n from dp 2 x cp 2 ZeRO-1's sharded checkpoint vs the run that saved it" "$tmp/$n" "$tmp/d2c2z1_sh" 4e-6 1e-5
+done
 
 # 6. the emulated CUDA build
 if [ -x "$EMU" ]; then

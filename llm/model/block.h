@@ -29,7 +29,10 @@
 //   ln2 stats   2 BT (FP32)     kept  -          -
 //   fch         4 BTC           kept  kept       -
 //   fch_gelu    4 BTC           kept  kept       -
-// plus x_in itself (BTC), which the stage keeps in every policy (the stream, llm/model/stage.h).
+//   heads       4 BTC (Ulysses) kept  -          -      qkv (the all-to-all and the attention core, rerun)
+// plus x_in itself (BTC), which the stage keeps in every policy (the stream, llm/model/stage.h). With context
+// parallelism T is the rank's share of the sequence; heads exists with Ulysses only (its head split of q, k, v
+// and the attention's output, llm/parallel/context_parallel.h).
 //
 // selective = the paper's choice (sec. 5: recompute the attention core, QK^T, softmax and the
 // product with V, whose (B, NH, T, T) matrix was the largest activation, 2 NH T / C times the size of
