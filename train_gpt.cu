@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
     inject_parse(&inject_plan, args.inject, comm.world_size);
     wd_set_timeout(&comm, args.comm_timeout);  // every collective and P2P bounded (llm/comm/watchdog.h)
     context_init();
+    llm_ctx.mem.budget = (size_t)((double)args.max_memory * (1 << 30));  // --max-memory: a device of that size
     int rank0 = comm.world_rank == 0;  // prints, logs, writes checkpoints
     int B = args.B, T = args.T;
 

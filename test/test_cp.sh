@@ -22,7 +22,9 @@
 #     ring (N-1) K/V blocks forward, (N-1) K/V + (N-1) dK/dV backward; Ulysses 4 slices each way), with and
 #     without recompute.
 #  3. Activations per layer and micro-batch per rank: measured (tagged allocator) == formula, and 1/N of one
-#     process's (test/cp_check.py acts); a longer context (T = 2048, cp 4) prints its memory per rank.
+#     process's (test/cp_check.py acts). A long context one process cannot hold in the same memory: T = 16384 at
+#     cp 4 within --max-memory 0.045 GiB per rank (memory per rank printed), and one process refused by the same
+#     budget with one line.
 #  4. The balance, measured: with ring at cp 4 the per-rank attention compute of contiguous has a max/min well
 #     above zigzag's (of the 2N = 8 chunks under the causal mask, the last contiguous rank computes 15 chunk
 #     pairs, the first 3; every zigzag rank 2N + 1 = 9).
@@ -121,16 +123,19 @@ done
 for n in cp2_zig cp4_zig cp4_con cp2_uly cp4_uly; do
     cpcheck acts "$n activations" "$tmp/$n.json" "$tmp/one_128.json"
 done
-train long_cp4 4 "$CPU" --cp 4 -b 1 -t 2048 --total-batch 2048 --steps 1 --val-every 0 --sample-every 0 --checkpoint-every 0 \
-    --model d1,C=32,NH=4,maxT=2048,V=257 &&
-    python3 - "$tmp/long_cp4.json" "$LOG/long_cp4.log" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
-import json, sys
-r = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read()
-a = r["ranks"][0]["activations_per_layer_bytes"]
-good = r["T"] == 512 and r["cp"] == 4 and all(rk["activations_per_layer_bytes"] == a for rk in r["ranks"]) and "memory per rank" in log
-print(("ok   " if good else "FAIL ") + "T = 2048 at cp 4: each rank holds T = %d tokens, %d B of activations per layer (one process: ~%d B)" % (r["T"], a, 4 * a))
-sys.exit(0 if good else 1)
-PY
+# a long context one process cannot hold in the same memory: T = 16384 (one layer, C = 32, B = 1) with a budget of
+# 0.045 GiB per rank (--max-memory: the tagged allocator stops past it, as a device that size would): cp 4 fits
+# (~43 MB per rank: 1/4 of the activations), one process is refused with one line before it trains
+long=(--train-data "$D/addition_train.bin" --val-data "$D/addition_train.bin" --tokenizer "$D/addition_tokenizer.bin" -b 1
+      -t 16384 --steps 1 --val-every 0 --sample-every 0 --checkpoint-every 0 --model d1,C=32,NH=4,maxT=16384,V=257 --max-memory 0.045)
+if timeout 300 "${MPIRUN[@]}" -np 4 "$CPU" "${long[@]}" --cp 4 --output-dir "$tmp/long_cp4" > "$LOG/long_cp4.log" 2>&1 &&
+   grep -q "^step    1/1" "$LOG/long_cp4.log" && grep -q "memory per rank" "$LOG/long_cp4.log"; then
+    ok "T = 16384 at cp 4 within --max-memory 0.045 GiB per rank: $(grep -o 'activations [0-9]* | [0-9]* B' "$LOG/long_cp4.log" | head -1) (tagged allocator, rank 0)"
+else bad "T = 16384 at cp 4 within --max-memory 0.045: see $LOG/long_cp4.log"; fi
+out=$(timeout 120 "$CPU" "${long[@]}" --output-dir "$tmp/long_one" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$out" | grep -c '^error: --max-memory')" = 1 ] && [ ! -e "$tmp/long_one" ]; then
+    ok "T = 16384 in one process refused within the same 0.045 GiB: ${out##*error: }"
+else bad "T = 16384 in one process within --max-memory 0.045: exit $rc: $(printf '%s\n' "$out" | tail -2)"; fi
 
 # 4. the balance, measured
 balance() { sed -n 's/.*attention compute per step by cp rank:.*max\/min \([0-9.]*\).*/\1/p' "$LOG/$1.log"; }

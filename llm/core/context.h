@@ -56,6 +56,7 @@ typedef struct {
     size_t live_total, peak_total;
     MemRecord* recs;             // (cap) the live allocations, unordered
     int n, cap;
+    size_t budget;               // --max-memory: an allocation past this many live bytes ends the run (0: none)
 } MemCounts;
 
 #if LLM_HAS_KERNELS
@@ -113,6 +114,11 @@ static void mem_note(void* p, size_t bytes, MemKind kind) {
 static inline void* device_malloc_at(size_t n, MemKind kind, const char* file, int line) {
     if ((int)kind < 0 || kind >= MEM_NUM_KINDS) { fprintf(stderr, "error: device_malloc: bad kind %d (%s:%d)\n", (int)kind, file, line); exit(EXIT_FAILURE); }
     void* p = NULL;
+    MemCounts* m = &llm_ctx.mem;
+    if (m->budget > 0 && m->live_total + n > m->budget) {  // a device of that size would be full: say so, once
+        fatal("--max-memory %.4g GiB: this rank needs %zu B more (%s) with %zu B already allocated, past the budget of %zu B "
+              "(%s:%d)", (double)m->budget / (1 << 30), n, mem_kind_name(kind), m->live_total, m->budget, file, line);
+    }
 #if LLM_HAS_KERNELS
     cuda_check(cudaMalloc(&p, n > 0 ? n : 1), file, line);
 #else

@@ -56,6 +56,7 @@ typedef struct {
     float comm_timeout;         // seconds a collective or P2P may wait before the job ends (llm/comm/watchdog.h); 0 = off
     int straggler_every;        // compare the ranks' compute time every N steps (llm/faults/straggler.h); 0 = off
     float straggler_factor;     // a rank slower than the median by more than this is named
+    float max_memory;           // GiB a rank may allocate (the tagged allocator, llm/core/context.h); 0 = no limit
     float peak_tflops;          // the MFU's peak TFLOP/s of one process's device; 0 = measured at start-up (llm/train/mfu.h)
     float beta1, beta2, eps;    // AdamW's; NAN when not given: the defaults (ADAMW_DEFAULT_*), or a resumed run's own
     int print_every;            // the step line every N steps (and the first, the last, and those with news)
@@ -161,6 +162,7 @@ static const FlagDoc FLAGS[] = {
     {"--comm-timeout", 0, FLAG_FLOAT, A_(comm_timeout), 0, 86400, NULL, "seconds a collective or P2P may wait: then every rank names the step, call, group and missing rank, and the job ends; 0 = off (default 300)"},
     {"--straggler-every", 0, FLAG_INT, A_(straggler_every), 0, BIG, NULL, "every N steps compare the ranks' compute time per step and name the slow ones, 0 = never (default 0)"},
     {"--straggler-factor", 0, FLAG_FLOAT, A_(straggler_factor), 1.000001, 1000, NULL, "a rank whose compute time exceeds the median's by more than this factor (> 1) is a straggler (default 1.5)"},
+    {"--max-memory", 0, FLAG_FLOAT, A_(max_memory), 0, 1e6, NULL, "GiB of device memory a rank may allocate, as if its device had that much: past it the run ends with one line (default 0: no limit)"},
     {"--peak-tflops", 0, FLAG_FLOAT, A_(peak_tflops), 0, 1e6, NULL, "the peak TFLOP/s of one process's device, the denominator of the MFU on the step line and in the log; 0 = measure a dense GEMM at start-up (llm/train/mfu.h) (default 0)"},
 };
 #undef A_
@@ -282,6 +284,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->spike_zscore = 0.0f; a->spike_window = 100; a->spike_factor = 0.0f; a->max_bad_steps = 5; a->sdc_check_every = 0;
     a->comm_timeout = 300.0f; a->straggler_every = 0; a->straggler_factor = 1.5f;
     a->peak_tflops = 0.0f;
+    a->max_memory = 0.0f;
     a->beta1 = a->beta2 = a->eps = NAN;
     a->print_every = 1;
     float fixed_scale = 0.0f;
