@@ -155,3 +155,90 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
     fatal("p2p_batch: a group of %d ranks in a build without MPI", N);  // unreachable: peers were checked
 #endif
 }
+
+// A non-blocking exchange within group g: n elements of send to rank dst, n elements from rank src into recv,
+// started now and completed by comm_exchange_wait (the pair ring attention overlaps with its compute: the next
+// K/V block travels while the current one is computed, llm/parallel/context_parallel.h). Over NCCL it runs on the
+// communication stream after the work already on `stream`, and the wait makes `stream` wait for it; over MPI an
+// Irecv and an Isend that the wait completes. Counted in the ledger as one send and one recv.
+typedef struct {
+    int pending;
+    CommGroup g;
+    int peers[2];  // dst, src
+#if COMM_NCCL
+    CommHandle h;  // the event recorded after the pair on the comm stream
+#elif COMM_MPI
+    MPI_Request req[2];
+    int n;         // elements expected from src
+    MPI_Datatype mt;
+#endif
+} CommExchange;
+
+static CommExchange comm_exchange_start(Comm* c, CommGroup g, const void* send, void* recv, size_t n, int dst, int src,
+                                        CommDtype dt, cudaStream_t stream, CommSite at = comm_here()) {
+    CommExchange x;
+    memset(&x, 0, sizeof(x));
+    if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("exchange: invalid group %d", (int)g);
+    const int N = c->group_size[g], me = c->group_rank[g];
+    if (dst < 0 || dst >= N || src < 0 || src >= N || dst == me || src == me) {
+        fatal("exchange: rank %d of the %s group of %d ranks cannot send to %d and receive from %d", me, comm_group_name(g), N, dst, src);
+    }
+    size_t esz = comm_dtype_size(dt);
+    comm_check_buffer(send, n * esz, "send", "exchange");
+    comm_check_buffer(recv, n * esz, "recv", "exchange");
+    if (n > 0 && comm_ranges_overlap(send, n * esz, recv, n * esz)) fatal("exchange: the send and recv buffers overlap");
+    ledger_add(c, COMM_SEND, g, (double)(n * esz), 0);
+    ledger_add(c, COMM_RECV, g, (double)(n * esz), 0);
+    x.g = g;
+    x.peers[0] = dst;
+    x.peers[1] = src;
+    x.pending = 1;
+#if COMM_NCCL
+    ncclDataType_t nt = comm_nccl_type(dt);
+    comm_stream_begin(c, stream);
+    int wi = wd_nccl_begin(c, "exchange", g, 0, at);
+    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
+    ncclCheck(ncclSend(send, n, nt, dst, c->nccl[g], c->stream));
+    ncclCheck(ncclRecv(recv, n, nt, src, c->nccl[g], c->stream));
+    nccl_settle(c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
+    int slot = comm_stream_end(c);
+    x.h.pending = 1;
+    x.h.kind = COMM_SEND;
+    x.h.group = g;
+    x.h.at = at;
+    x.h.event = c->done_events[slot];
+    x.h.stream = stream;
+    x.h.slot = slot;
+    x.h.gen = c->done_gen[slot];
+#elif COMM_MPI
+    (void)stream; (void)at;
+    x.mt = comm_mpi_type(dt);
+    x.n = comm_mpi_count(n, "exchange");
+    mpiCheck(MPI_Irecv(recv, x.n, x.mt, src, 0, c->mpi[g], &x.req[0]));
+    mpiCheck(MPI_Isend(send, x.n, x.mt, dst, 0, c->mpi[g], &x.req[1]));
+#else
+    (void)stream; (void)at; (void)send; (void)recv;
+    fatal("exchange: a group of %d ranks in a build without MPI", N);  // unreachable: peers were checked
+#endif
+    return x;
+}
+
+static void comm_exchange_wait(Comm* c, CommExchange* x, CommSite at = comm_here()) {
+    if (!x->pending) return;
+    x->pending = 0;
+#if COMM_NCCL
+    comm_wait(c, &x->h, at);
+#elif COMM_MPI
+    double t0 = wall_ms();
+    MPI_Status st[2];
+    WdWait w = wd_p2p(c, "exchange", x->g, x->peers, 2, at);
+    wd_wait(c, 2, x->req, st, &w);
+    int got = 0;
+    mpiCheck(MPI_Get_count(&st[0], x->mt, &got));
+    if (got != x->n) fatal("exchange: expected %d elements from rank %d of the %s group, got %d", x->n, x->peers[1], comm_group_name(x->g), got);
+    c->wait_ms += wall_ms() - t0;
+#else
+    (void)c; (void)at;
+#endif
+}

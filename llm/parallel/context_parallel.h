@@ -187,15 +187,11 @@ static inline size_t cp_heads_elems(const CPGroup* g, int B, int Tl, int Ca) {
 // ----------------------------------------------------------------------------
 // ring attention
 
-// the K/V block exchange of one ring step: send `mine` to the next rank, receive the previous rank's into
-// `next` (posted together: no rank waits for another's receive). dt: the buffers' element type.
+// one ring step's exchange, blocking: send `mine` to the next rank, receive the previous rank's into `next`
 static void cp_ring_exchange(CPGroup* g, const void* mine, void* next, size_t n, CommDtype dt, cudaStream_t s) {
     int N = g->size, r = g->rank;
-    CommP2P ops[2];
-    memset(ops, 0, sizeof(ops));
-    ops[0].send = 1; ops[0].buf = (void*)mine; ops[0].n = n; ops[0].peer = (r + 1) % N;
-    ops[1].send = 0; ops[1].buf = next; ops[1].n = n; ops[1].peer = (r + N - 1) % N;
-    comm_p2p_batch(g->comm, GROUP_CP, ops, 2, dt, s);
+    CommExchange x = comm_exchange_start(g->comm, GROUP_CP, mine, next, n, (r + 1) % N, (r + N - 1) % N, dt, s);
+    comm_exchange_wait(g->comm, &x);
 }
 
 // K and V of the rank's tokens out of qkv (B, Tl, 3Ca) into kv (B, Tl, 2Ca)
@@ -229,9 +225,8 @@ static void cp_ring_forward(CPGroup* g, floatX* out /*(B,Tl,Ca)*/, float* lse /*
     for (int step = 0; step < N; step++) {
         int o = (r - step + N) % N, cur = step % 2;
         const floatX* kv = g->kv[cur];
-        CommHandle early;  // the block on to the next rank while this one computes (MPI; NCCL: at the batch)
-        memset(&early, 0, sizeof(early));
-        if (step < N - 1) early = comm_p2p_post_send(g->comm, GROUP_CP, kv, n_kv, (r + 1) % N, 0, comm_dtype_of(kv));
+        CommExchange ahead;  // the next block on its way (from rank r-1; this one to r+1) while this one is computed
+        if (step < N - 1) ahead = comm_exchange_start(g->comm, GROUP_CP, kv, g->kv[1 - cur], n_kv, (r + 1) % N, (r + N - 1) % N, comm_dtype_of(kv), s);
         double t0 = wall_ms();
         cp_ring_pairs(g, o, [&](int qi, int ki, int causal) {
             attention_pair_forward(O[qi], m[qi], l[qi], qkv + (size_t)qi * c * 3 * Ca, q_bs, 3 * Ca,
@@ -239,13 +234,7 @@ static void cp_ring_forward(CPGroup* g, floatX* out /*(B,Tl,Ca)*/, float* lse /*
                                    B, H, hs, c, c, causal, s);
         });
         g->attn_ms += wall_ms() - t0;
-        if (step < N - 1) {
-            CommP2P ops[2];
-            memset(ops, 0, sizeof(ops));
-            ops[0].send = 1; ops[0].buf = (void*)kv; ops[0].n = n_kv; ops[0].peer = (r + 1) % N; ops[0].posted = &early;
-            ops[1].send = 0; ops[1].buf = g->kv[1 - cur]; ops[1].n = n_kv; ops[1].peer = (r + N - 1) % N;
-            comm_p2p_batch(g->comm, GROUP_CP, ops, 2, comm_dtype_of(kv), s);
-        }
+        if (step < N - 1) comm_exchange_wait(g->comm, &ahead);
     }
     double t0 = wall_ms();
     for (int k = 0; k < 2; k++) {
@@ -284,20 +273,13 @@ static void cp_ring_backward(CPGroup* g, floatX* dqkv /*(B,Tl,3Ca)*/, const floa
     for (int step = 0; step < N; step++) {
         int o = (r - step + N) % N, cur = step % 2;
         const floatX* kv = g->kv[cur];
-        CommHandle early;
-        memset(&early, 0, sizeof(early));
-        if (step < N - 1) early = comm_p2p_post_send(g->comm, GROUP_CP, kv, n_kv, (r + 1) % N, 0, comm_dtype_of(kv));
+        CommExchange ahead;  // the next K/V block travels while this one is computed
+        if (step < N - 1) ahead = comm_exchange_start(g->comm, GROUP_CP, kv, g->kv[1 - cur], n_kv, (r + 1) % N, (r + N - 1) % N, comm_dtype_of(kv), s);
         if (step >= 1) {
             if (step == 1) rows_zero_f32(travel, kv_bs, 2 * Ca, B, Tl, 2 * Ca, s);  // block r-1's accumulator starts here
             pairs(o, kv, kv + Ca, kv_bs, 2 * Ca, travel);
         }
-        if (step < N - 1) {
-            CommP2P ops[2];
-            memset(ops, 0, sizeof(ops));
-            ops[0].send = 1; ops[0].buf = (void*)kv; ops[0].n = n_kv; ops[0].peer = (r + 1) % N; ops[0].posted = &early;
-            ops[1].send = 0; ops[1].buf = g->kv[1 - cur]; ops[1].n = n_kv; ops[1].peer = (r + N - 1) % N;
-            comm_p2p_batch(g->comm, GROUP_CP, ops, 2, comm_dtype_of(kv), s);
-        }
+        if (step < N - 1) comm_exchange_wait(g->comm, &ahead);
         if (step >= 1) {  // block o's accumulator on to the next rank (its owner after the last step)
             cp_ring_exchange(g, travel, next, n_kv, COMM_FLOAT, s);
             float* t = travel; travel = next; next = t;
