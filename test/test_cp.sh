@@ -14,8 +14,9 @@
 #     Not bit-identical to one process, nor ring to Ulysses: ring attention merges the blocks of a row with the
 #     online softmax (FP32 rescaling per block, llm/ops/attention_blocks.h), while Ulysses runs the one-process
 #     attention on whole sequences; only the order of sums differs, so the tolerances are test_tp.sh's.
-#     FP8 (delayed and current scaling) at cp 2 against one process in FP8: the amaxes are reduced over cp. (The
-#     block and MX recipes scale blocks along the token dimension too, which cp regroups: not compared.)
+#     FP8 (delayed and current scaling) at cp 2 against one process in FP8: the amaxes are reduced over cp, so the
+#     first step's loss matches within 1e-5, and 4 steps within test_fp8_train.sh's layout bounds. (The block and MX
+#     recipes scale blocks along the token dimension too, which cp regroups: not compared.)
 #  1b. --recompute selective and full under ring and Ulysses: the same bytes as without (the same block
 #     pieces and all-to-alls rerun on the same inputs).
 #  2. The cp group's traffic of one step on every rank against the papers' counts (test/cp_check.py ledger:
@@ -99,11 +100,14 @@ for z in 1 3; do
     check ledger "dp 2 x cp 2 ZeRO-$z dp x cp traffic" "$tmp/d2c2z$z.json"
 done
 # FP8 with the per-tensor recipes: the amaxes of x and dy are reduced over cp (each rank holds part of a
-# micro-batch), so the scales are one process's
+# micro-batch), so the first step's scales are one process's and its loss matches to FP32's bound (1e-5, test_fp8_train.sh's
+# FIRST_TOL); after it, ring attention's last-bit differences from one process move an amax by an ulp and FP8 turns that
+# into whole FP8 steps near rounding boundaries: test_fp8_train.sh's layout bounds (losses 5e-3, parameters 1e-2)
 for f in delayed current; do
     train one_fp8_$f 0 "$CPU" --fp8 $f --total-batch 128 --grad-clip 0
     train cp2_fp8_$f 2 "$CPU" --fp8 $f --cp 2 --total-batch 128 --grad-clip 0 &&
-        check compare "cp 2 ring FP8 $f vs 1 process FP8 $f" "$tmp/cp2_fp8_$f" "$tmp/one_fp8_$f" 4e-6 1e-5
+        check first "cp 2 ring FP8 $f vs 1 process FP8 $f" "$tmp/cp2_fp8_$f" "$tmp/one_fp8_$f" 1e-5 &&
+        check compare "cp 2 ring FP8 $f vs 1 process FP8 $f" "$tmp/cp2_fp8_$f" "$tmp/one_fp8_$f" 5e-3 1e-2
 done
 # 1b. recompute: the same bytes
 for r in selective full; do

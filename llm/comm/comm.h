@@ -158,14 +158,8 @@ static CommHandle comm_all_gather_start(Comm* c, CommGroup g, const T* send, T* 
 static void comm_wait(Comm* c, CommHandle* h, CommSite at = comm_here()) {
     if (!h->pending) return;
 #if COMM_NCCL
-    if (h->gen == c->done_gen[h->slot]) {
-        cudaCheck(cudaEventRecord(c->ready_events[h->slot], h->stream));
-        c->wait_unread[h->slot] = 1;
-    } else {
-        c->waits_untimed++;  // its event was re-recorded for a later collective: ordered, not timed
-    }
-    cudaCheck(cudaStreamWaitEvent(h->stream, h->event, 0));
-    h->pending = 0;
+    (void)at;
+    comm_stream_wait_handle(c, h);
 #elif COMM_MPI
     double t0 = wall_ms();
     WdWait w = wd_collective(c, comm_kind_name(h->kind), h->group, h->seq, at);

@@ -87,6 +87,19 @@ static inline int comm_stream_end(Comm* c) {
     c->done_gen[i]++;
     return i;
 }
+
+// the compute stream of h waits for h's work on the comm stream (the wait timed by an event pair: see
+// comm_take_wait_ms in llm/comm/comm.h)
+static inline void comm_stream_wait_handle(Comm* c, CommHandle* h) {
+    if (h->gen == c->done_gen[h->slot]) {
+        cudaCheck(cudaEventRecord(c->ready_events[h->slot], h->stream));
+        c->wait_unread[h->slot] = 1;
+    } else {
+        c->waits_untimed++;  // its event was re-recorded for a later collective: ordered, not timed
+    }
+    cudaCheck(cudaStreamWaitEvent(h->stream, h->event, 0));
+    h->pending = 0;
+}
 #endif
 
 // n: elements of all_reduce / broadcast / send / recv; the block (per-rank) count of reduce_scatter,
