@@ -149,7 +149,9 @@ for b in cpu emu; do
     timeout 30 "${MPIRUN[@]}" -np 3 ./build/test_comm_$b --a2a-hang >"$log" 2>&1; rc=$?
     [ $rc -ne 0 ] && [ $rc -ne 124 ] || problems+=" exit $rc;"
     for r in 0 1; do
-        n=$(grep -c "watchdog: rank $r: .* in all_to_all #2 of the world group (world ranks 0,1,2) called at test/test_comm.cu:[0-9]*.*: missing rank 2 (no report: dead or hung); no report from rank 2" "$log")
+        want="in all_to_all #2 of the world group (world ranks 0,1,2) called at test/test_comm.cu:[0-9]*"
+        want+=".*: missing rank 2 (no report: dead or hung); no report from rank 2"
+        n=$(grep -c "watchdog: rank $r: .* $want" "$log")
         [ "$n" -eq 1 ] || problems+=" rank $r: $n lines naming all_to_all #2 and the missing rank 2;"
     done
     mesh=$(python3 test/watchdog_lines.py "$log" --np 3 --tp 1 --pp 1 --faulty 2)
