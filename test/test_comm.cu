@@ -29,6 +29,8 @@
 //   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
 //   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
 //   --a2a-overlap                 an all_to_all with recv == send (it has no in-place form): must fail
+//   --a2a-hang                    --comm-timeout 2 s; the last rank hangs before an all_to_all of the world:
+//                                 every other rank's watchdog must name it (test_comm.sh checks the lines)
 #include "../llm/comm/comm.h"
 #include "../llm/core/usage.h"
 #include <stdarg.h>
@@ -436,7 +438,8 @@ static void test_all_to_all(CommGroup g, size_t block) {
         float w = TT<T>::from(TT<T>::to(rand_val(tid, members[from], (size_t)me * block + k))), o = TT<T>::from(h[i]);
         if (memcmp(&w, &o, sizeof(float)) != 0) {
             ok = 0;
-            snprintf(detail, sizeof(detail), "[%zu] got %.9g, expected %.9g (block %zu from member %zu)", i, o, w, k, from);
+            snprintf(detail, sizeof(detail), "[%zu] got %.9g, expected %.9g (element %zu of the block from member %zu)", i, o,
+                     w, k, from);
         }
     }
     const double S = (double)N * block * sizeof(T), want_sent = (double)(N - 1) * block * sizeof(T);
@@ -851,7 +854,7 @@ static void bench_mode(void) {
 }
 
 static const char* USAGE =
-    "[--dp D] [--tp T] [--pp P] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap]\n"
+    "[--dp D] [--tp T] [--pp P] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap] [--a2a-hang]\n"
     "Tests llm/comm/comm.h under mpirun (test/test_comm.sh runs every layout): the mesh's groups, every\n"
     "collective against values computed from every rank's data, the byte ledger, the wait accounting.\n"
     "  --dp D --tp T --pp P  the layout (default: dp from the world size, tp 1, pp 1)\n"
@@ -859,11 +862,12 @@ static const char* USAGE =
     "  --die-rank R          rank R leaves without MPI_Finalize (exit 1, or SIGKILL with --die-signal)\n"
     "  --bench               all-reduce bandwidth, 1 MB to 64 MB, instead of the tests\n"
     "  --host-ptr            pass a host pointer to a collective (the emulated build refuses it)\n"
-    "  --a2a-overlap         an all_to_all with recv == send (refused: it has no in-place form)\n";
+    "  --a2a-overlap         an all_to_all with recv == send (refused: it has no in-place form)\n"
+    "  --a2a-hang            the last rank hangs before an all_to_all; the others' watchdog (2 s) ends the job\n";
 
 int main(int argc, char** argv) {
     usage_if_help(argc, argv, USAGE);
-    int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0;
+    int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0, a2a_hang = 0;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -876,8 +880,9 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--bench")) bench = 1;
         else if (!strcmp(a, "--host-ptr")) host_ptr = 1;
         else if (!strcmp(a, "--a2a-overlap")) a2a_overlap = 1;
+        else if (!strcmp(a, "--a2a-hang")) a2a_hang = 1;
         else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --seed --die-rank --die-signal --bench --host-ptr "
-                   "--a2a-overlap)", a);
+                   "--a2a-overlap --a2a-hang)", a);
     }
     comm_init(&C, &argc, &argv, dp, tp, pp);
     g_want_dp = dp; g_want_tp = tp; g_want_pp = pp;
@@ -901,6 +906,25 @@ int main(int argc, char** argv) {
         device_synchronize();
         if (C.world_rank == 0) printf("an all_to_all with recv == send was accepted\n");
         device_free(d);
+        comm_free(&C);
+        return 0;
+    }
+
+    if (a2a_hang) {  // one all_to_all that completes, then one the last rank never joins
+        const size_t block = 4, n = (size_t)C.world_size * block;
+        float* send = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
+        float* recv = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
+        device_memset_zero(send, n * sizeof(float), 0);
+        wd_set_timeout(&C, 2.0);
+        comm_all_to_all(&C, GROUP_WORLD, send, recv, block, (cudaStream_t)0);
+        device_synchronize();
+        if (C.world_rank == C.world_size - 1) {
+            fprintf(stderr, "rank %d: hangs before its second all_to_all\n", C.world_rank);
+            sleep(60);  // mpirun ends it once another rank's watchdog has ended that rank
+        }
+        comm_all_to_all(&C, GROUP_WORLD, send, recv, block, (cudaStream_t)0);
+        device_synchronize();
+        printf("rank %d: the all_to_all the last rank never joined returned\n", C.world_rank);
         comm_free(&C);
         return 0;
     }

@@ -9,7 +9,8 @@
 # bf16; each run checks that every collective ran as an emulated NCCL operation), the emulated NCCL
 # itself (build/emu/test_nccl_emu, 2 and 3 processes), then checks that an invalid layout exits
 # non-zero with one line, that a host pointer is refused by the emulated build, that an all_to_all
-# with overlapping buffers is refused (CPU and emulated builds; it has no in-place form), that a rank leaving
+# with overlapping buffers is refused (CPU and emulated builds; it has no in-place form), that the
+# watchdog's lines name an all_to_all that a hung rank never joins, that a rank leaving
 # without MPI_Finalize (exit(1), SIGKILL) while the others wait in an all-reduce ends the whole job
 # non-zero within 30 s, and that the CUDA/NCCL build compiles (when nvcc is here). Logs:
 # build/comm/*.log. Each run prints its seed; rerun one with --seed S.
@@ -137,6 +138,28 @@ for b in cpu emu; do
         ok "${b}_a2a_overlap: an all_to_all with recv == send exits $rc with 'all_to_all: send and recv buffers overlap'"
     else
         bad "${b}_a2a_overlap: exit $rc: $out"
+    fi
+done
+
+# the watchdog names an all_to_all: with --comm-timeout 2 s the last of 3 ranks hangs before the second
+# all_to_all of the world; ranks 0 and 1 each print one line naming it (all_to_all #2 of the world group,
+# rank 2 missing), checked against the mesh by test/watchdog_lines.py; the job ends non-zero
+for b in cpu emu; do
+    log=$LOG/${b}_a2a_hang.log t0=$SECONDS problems=""
+    timeout 30 "${MPIRUN[@]}" -np 3 ./build/test_comm_$b --a2a-hang >"$log" 2>&1; rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || problems+=" exit $rc;"
+    for r in 0 1; do
+        want="in all_to_all #2 of the world group (world ranks 0,1,2) called at test/test_comm.cu:[0-9]*"
+        want+=".*: missing rank 2 (no report: dead or hung); no report from rank 2"
+        n=$(grep -c "watchdog: rank $r: .* $want" "$log")
+        [ "$n" -eq 1 ] || problems+=" rank $r: $n lines naming all_to_all #2 and the missing rank 2;"
+    done
+    mesh=$(python3 test/watchdog_lines.py "$log" --np 3 --tp 1 --pp 1 --faulty 2)
+    [ -z "$mesh" ] || problems+=" $mesh;"
+    if [ -z "$problems" ]; then
+        ok "${b}_a2a_hang: exit $rc after $((SECONDS-t0)) s; $(grep -m1 'watchdog: rank 0:' "$log" | cut -c1-160)..."
+    else
+        bad "${b}_a2a_hang:$problems (see $log)"
     fi
 done
 

@@ -103,8 +103,8 @@ static inline void comm_stream_wait_handle(Comm* c, CommHandle* h) {
 #endif
 
 // n: elements of all_reduce / broadcast / send / recv; the block (per-rank) count of reduce_scatter,
-// all_gather and all_to_all. peer: the root of broadcast, the destination of send, the source of recv. at: the
-// API call's site (the watchdog's line).
+// all_gather and all_to_all. peer: the root of broadcast, the destination of send, the source of
+// recv. at: the API call's site (the watchdog's line).
 static CommHandle comm_run_body(Comm* c, CommKind kind, CommGroup g, const void* send, void* recv, size_t n,
                                 CommDtype dt, CommReduce op, int peer, cudaStream_t stream, int nonblocking,
                                 CommSite at) {

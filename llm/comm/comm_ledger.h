@@ -3,9 +3,9 @@
 // The ledger. Every collective adds to a per-rank table, per kind and per group: the number of
 // calls, the payload bytes (the size of the full logical buffer: n elements for all_reduce,
 // broadcast, send, recv; the size*block input of reduce_scatter and of all_to_all; the size*block
-// output of all_gather), and the bytes this rank sends under a ring algorithm, the communication model of the
-// ZeRO paper (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training Trillion
-// Parameter Models", sec. 7, "Analysis of communication volume"). For a group of N ranks and a
+// output of all_gather), and the bytes this rank sends under a ring algorithm, the communication
+// model of the ZeRO paper (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations Toward Training
+// Trillion Parameter Models", sec. 7, "Analysis of communication volume"). For a group of N ranks and a
 // payload of S bytes:
 //
 //     all_reduce      2 (N-1)/N * S   (a ring reduce-scatter followed by a ring all-gather)
