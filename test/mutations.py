@@ -1258,6 +1258,11 @@ MUTATIONS = [
       "data_gpt2"),
 
     # --- context parallelism (llm/parallel/context_parallel.h, its wiring; test/test_cp.sh) ---
+    M("cp-mesh-pp-inside-cp", "cp", "llm/comm/comm_mesh.h",
+      "    c->cp_rank = (r / tp) % cp;\n    c->pp_rank = (r / (tp * cp)) % pp;",
+      "    c->cp_rank = (r / (tp * pp)) % cp;\n    c->pp_rank = (r / tp) % pp;",
+      "the mesh: cp and pp swapped in the rank order (pp next to tp): the groups no longer match llm/comm/comm_mesh.h's formula",
+      "comm cp"),
     M("cp-wpe-local-positions", "cp", "llm/model/stage.h",
       "copy_device_to_device(st->cp_wpe + k * chunk, emb.wpe + ids[k] * chunk, chunk * sizeof(floatX), s);",
       "copy_device_to_device(st->cp_wpe + k * chunk, emb.wpe + k * chunk, chunk * sizeof(floatX), s);",

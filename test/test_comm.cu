@@ -85,20 +85,23 @@ static inline float rand_val(uint64_t test, int world_rank, size_t i) {
 // world ranks of the members of my group g, in group-rank order (the formula; test_mesh checks the
 // groups against the coordinates the ranks report)
 static void group_members(CommGroup g, int* members) {
-    int dp = C.dp, tp = C.tp, pp = C.pp;
-    int d = C.world_rank / (tp * pp), p = (C.world_rank / tp) % pp, t = C.world_rank % tp;
-    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp : g == GROUP_TP ? tp : pp;
-    if (g == GROUP_EMBED) {  // the first and the last pp rank of my (dp, tp); a middle pp rank alone
-        members[0] = p == 0 || p == pp - 1 ? (d * pp + 0) * tp + t : C.world_rank;
-        if (pp > 1 && (p == 0 || p == pp - 1)) members[1] = (d * pp + pp - 1) * tp + t;
+    int dp = C.dp, tp = C.tp, pp = C.pp, cp = C.cp;
+    // world rank = ((d * pp + p) * cp + q) * tp + t (llm/comm/comm_mesh.h), computed here on its own
+    int t = C.world_rank % tp, q = (C.world_rank / tp) % cp, p = (C.world_rank / (tp * cp)) % pp, d = C.world_rank / (tp * cp * pp);
+    auto rank = [&](int d_, int p_, int q_, int t_) { return ((d_ * pp + p_) * cp + q_) * tp + t_; };
+    if (g == GROUP_EMBED) {  // the first and the last pp rank of my (dp, cp, tp); a middle pp rank alone
+        members[0] = p == 0 || p == pp - 1 ? rank(d, 0, q, t) : C.world_rank;
+        if (pp > 1 && (p == 0 || p == pp - 1)) members[1] = rank(d, pp - 1, q, t);
         return;
     }
+    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp * cp : g == GROUP_TP ? tp : g == GROUP_CP ? cp : pp;
     for (int j = 0; j < N; j++) {
         switch (g) {
             case GROUP_WORLD: members[j] = j; break;
-            case GROUP_DP: members[j] = (j * pp + p) * tp + t; break;
-            case GROUP_TP: members[j] = (d * pp + p) * tp + j; break;
-            default: members[j] = (d * pp + j) * tp + t; break;
+            case GROUP_DP: members[j] = rank(j / cp, p, j % cp, t); break;  // the gradient group: dp x cp, cp inner
+            case GROUP_TP: members[j] = rank(d, p, q, j); break;
+            case GROUP_CP: members[j] = rank(d, p, j, t); break;
+            default: members[j] = rank(d, j, q, t); break;
         }
     }
 }
@@ -514,44 +517,44 @@ static void test_p2p(CommGroup g, size_t n) {
 // formula comm_init uses: the layout is the one asked for, the coordinates cover the dp x pp x tp grid
 // once, tp is innermost (consecutive world ranks differ in tp first, then pp), and each group is
 // exactly the ranks that share the other two coordinates, in the order of its own coordinate.
-static int g_want_dp, g_want_tp, g_want_pp;
+static int g_want_dp, g_want_tp, g_want_pp, g_want_cp = 1;
 static void test_mesh(void) {
     const int W = C.world_size;
-    int want_dp = g_want_dp ? g_want_dp : W / (g_want_tp * g_want_pp);
-    mcheck(C.dp == want_dp && C.tp == g_want_tp && C.pp == g_want_pp, NULL, "mesh: the layout asked for: dp %d (%s) tp %d pp %d",
-           want_dp, g_want_dp ? "--dp" : "world / (tp*pp)", g_want_tp, g_want_pp);
+    int want_dp = g_want_dp ? g_want_dp : W / (g_want_tp * g_want_pp * g_want_cp);
+    mcheck(C.dp == want_dp && C.tp == g_want_tp && C.pp == g_want_pp && C.cp == g_want_cp, NULL,
+           "mesh: the layout asked for: dp %d (%s) tp %d pp %d cp %d", want_dp, g_want_dp ? "--dp" : "world / (tp*pp*cp)",
+           g_want_tp, g_want_pp, g_want_cp);
     int r = C.world_rank;
-    int coords[3] = {C.dp_rank, C.pp_rank, C.tp_rank};
-    int* all = (int*)mallocCheck(3 * W * sizeof(int));
-    mpiCheck(MPI_Allgather(coords, 3, MPI_INT, all, 3, MPI_INT, MPI_COMM_WORLD));
+    enum { D = 0, P = 1, Q = 2, T = 3 };  // the coordinates: dp, pp, cp, tp
+    int coords[4] = {C.dp_rank, C.pp_rank, C.cp_rank, C.tp_rank}, size[4] = {C.dp, C.pp, C.cp, C.tp};
+    int* all = (int*)mallocCheck(4 * W * sizeof(int));
+    mpiCheck(MPI_Allgather(coords, 4, MPI_INT, all, 4, MPI_INT, MPI_COMM_WORLD));
     int ok = 1;
     char detail[320];
-    for (int a = 0; a < W; a++) {  // a bijection onto the grid, tp innermost
-        int d = all[3 * a], p = all[3 * a + 1], t = all[3 * a + 2];
-        if (d < 0 || d >= C.dp || p < 0 || p >= C.pp || t < 0 || t >= C.tp) ok = 0;
-        for (int b = 0; b < a; b++) if (!memcmp(all + 3 * a, all + 3 * b, 3 * sizeof(int))) ok = 0;
-        if (a > 0) {
-            int pd = all[3 * (a - 1)], pp_ = all[3 * (a - 1) + 1], pt = all[3 * (a - 1) + 2];
-            int next_t = t == pt + 1 && p == pp_ && d == pd;                       // the next tp rank
-            int next_p = t == 0 && pt == C.tp - 1 && p == pp_ + 1 && d == pd;     // tp wrapped: the next pp rank
-            int next_d = t == 0 && p == 0 && pt == C.tp - 1 && pp_ == C.pp - 1 && d == pd + 1;
-            if (!(next_t || next_p || next_d)) ok = 0;
+    for (int a = 0; a < W; a++) {  // a bijection onto the grid, counted with tp innermost, then cp, pp, dp
+        int rest = a;
+        for (int k = T; k >= D; k--) {
+            if (all[4 * a + k] != rest % size[k]) ok = 0;
+            rest /= size[k];
         }
+        if (rest != 0) ok = 0;
     }
-    snprintf(detail, sizeof(detail), "world %d -> dp %d pp %d tp %d", r, C.dp_rank, C.pp_rank, C.tp_rank);
-    mcheck(ok, detail, "mesh: the ranks' coordinates cover the dp x pp x tp grid once, tp innermost, then pp, then dp");
+    snprintf(detail, sizeof(detail), "world %d -> dp %d pp %d cp %d tp %d", r, C.dp_rank, C.pp_rank, C.cp_rank, C.tp_rank);
+    mcheck(ok, detail, "mesh: the ranks' coordinates cover the dp x pp x cp x tp grid once, tp innermost, then cp, pp, dp");
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        // the members from the gathered coordinates: the world ranks that share my other coordinates,
-        // ordered by the group's own coordinate (world: all, in world order)
-        // (embed: the first and the last pp rank sharing my dp and tp coordinates; a middle pp rank alone)
-        int members[64], got[64], N = 0, k = g == GROUP_DP ? 0 : (g == GROUP_PP || g == GROUP_EMBED) ? 1 : 2;
-        int end = coords[1] == 0 || coords[1] == C.pp - 1, want_rank = g == GROUP_WORLD ? r : coords[k];
+        // the members from the gathered coordinates: the world ranks that share my coordinates outside the group's
+        // own, ordered by the group's own (dp: the gradient group over dp x cp, ordered dp-major; world: all, in
+        // world order; embed: the first and the last pp rank sharing my other coordinates; a middle pp rank alone)
+        int vary[4] = {g == GROUP_DP, g == GROUP_PP || g == GROUP_EMBED, g == GROUP_DP || g == GROUP_CP, g == GROUP_TP};
+        auto key = [&](const int* x) { return g == GROUP_DP ? x[D] * C.cp + x[Q] : g == GROUP_TP ? x[T] : g == GROUP_CP ? x[Q] : x[P]; };
+        int members[64], got[64], N = 0;
+        int end = coords[P] == 0 || coords[P] == C.pp - 1, want_rank = g == GROUP_WORLD ? r : key(coords);
         for (int c = 0; g != GROUP_WORLD && c < W; c++) {
             for (int a = 0; a < W; a++) {
                 int same = 1;
-                for (int q = 0; q < 3; q++) if (q != k && all[3 * a + q] != coords[q]) same = 0;
+                for (int k = 0; k < 4; k++) if (!vary[k] && all[4 * a + k] != coords[k]) same = 0;
                 if (g == GROUP_EMBED && !(end ? (c == 0 || c == C.pp - 1) : a == r)) same = 0;
-                if (same && all[3 * a + k] == c) members[N++] = a;
+                if (same && key(all + 4 * a) == c) members[N++] = a;
             }
         }
         if (g == GROUP_WORLD) for (int a = 0; a < W; a++) members[N++] = a;
@@ -572,10 +575,10 @@ static void test_mesh(void) {
             fflush(stdout);
         }
     }
-    // the whole mesh, for the reader: world rank -> (dp, pp, tp)
+    // the whole mesh, for the reader: world rank -> (dp, pp, cp, tp)
     if (r == 0) {
-        printf("     world rank -> (dp, pp, tp):");
-        for (int i = 0; i < W && i < 16; i++) printf(" %d:(%d,%d,%d)", i, all[3 * i], all[3 * i + 1], all[3 * i + 2]);
+        printf("     world rank -> (dp, pp, cp, tp):");
+        for (int i = 0; i < W && i < 16; i++) printf(" %d:(%d,%d,%d,%d)", i, all[4 * i], all[4 * i + 1], all[4 * i + 2], all[4 * i + 3]);
         printf("%s\n", W > 16 ? " ..." : "");
         fflush(stdout);
     }
@@ -854,10 +857,11 @@ static void bench_mode(void) {
 }
 
 static const char* USAGE =
-    "[--dp D] [--tp T] [--pp P] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap] [--a2a-hang]\n"
+    "[--dp D] [--tp T] [--pp P] [--cp Q] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap] [--a2a-hang]\n"
     "Tests llm/comm/comm.h under mpirun (test/test_comm.sh runs every layout): the mesh's groups, every\n"
     "collective against values computed from every rank's data, the byte ledger, the wait accounting.\n"
     "  --dp D --tp T --pp P  the layout (default: dp from the world size, tp 1, pp 1)\n"
+    "  --cp Q                context-parallel ranks (default 1): the mesh dp x pp x cp x tp\n"
     "  --seed S              the data's seed (default 0: rank 0 picks one from the clock)\n"
     "  --die-rank R          rank R leaves without MPI_Finalize (exit 1, or SIGKILL with --die-signal)\n"
     "  --bench               all-reduce bandwidth, 1 MB to 64 MB, instead of the tests\n"
@@ -867,13 +871,14 @@ static const char* USAGE =
 
 int main(int argc, char** argv) {
     usage_if_help(argc, argv, USAGE);
-    int dp = 0, tp = 1, pp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0, a2a_hang = 0;
+    int dp = 0, tp = 1, pp = 1, cp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0, a2a_hang = 0;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (!strcmp(a, "--dp") && i + 1 < argc) dp = atoi(argv[++i]);
         else if (!strcmp(a, "--tp") && i + 1 < argc) tp = atoi(argv[++i]);
         else if (!strcmp(a, "--pp") && i + 1 < argc) pp = atoi(argv[++i]);
+        else if (!strcmp(a, "--cp") && i + 1 < argc) cp = atoi(argv[++i]);
         else if (!strcmp(a, "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--die-rank") && i + 1 < argc) die_rank = atoi(argv[++i]);
         else if (!strcmp(a, "--die-signal")) die_signal = 1;
@@ -881,11 +886,11 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--host-ptr")) host_ptr = 1;
         else if (!strcmp(a, "--a2a-overlap")) a2a_overlap = 1;
         else if (!strcmp(a, "--a2a-hang")) a2a_hang = 1;
-        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --seed --die-rank --die-signal --bench --host-ptr "
+        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --cp --seed --die-rank --die-signal --bench --host-ptr "
                    "--a2a-overlap --a2a-hang)", a);
     }
-    comm_init(&C, &argc, &argv, dp, tp, pp);
-    g_want_dp = dp; g_want_tp = tp; g_want_pp = pp;
+    comm_init_mesh(&C, &argc, &argv, dp, tp, pp, cp);
+    g_want_dp = dp; g_want_tp = tp; g_want_pp = pp; g_want_cp = cp;
     if (C.world_size > 64) fatal("test_comm: at most 64 processes (found %d)", C.world_size);
 
     if (die_rank >= 0) die_mode(die_rank, die_signal);

@@ -4,8 +4,9 @@
 #   bash test/test_comm.sh        (builds build/test_comm_cpu and build/test_comm_emu if needed)
 #
 # Runs test/test_comm.cu one process alone (Open MPI singleton init), under mpirun with 1, 2 and 4
-# processes in the layouts (dp x tp x pp) 2x1x1 1x2x1 1x1x2 4x1x1 2x2x1 1x2x2 2x1x2 (and dp inferred),
-# the emulated CUDA build with 1, 2 and 4 (comm.h's NCCL code against dev/emu/nccl_emu.h, float and
+# processes in the layouts (dp x tp x pp) 2x1x1 1x2x1 1x1x2 4x1x1 2x2x1 1x2x2 2x1x2 (and dp inferred), and
+# with context parallelism (dp x tp x pp x cp) 1x1x1x2, 2x1x1x2 (the gradient group dp x cp) and 1x2x2x2 (8 processes),
+# the emulated CUDA build with 1, 2 and 4 (and tp 2 x cp 2) (comm.h's NCCL code against dev/emu/nccl_emu.h, float and
 # bf16; each run checks that every collective ran as an emulated NCCL operation), the emulated NCCL
 # itself (build/emu/test_nccl_emu, 2 and 3 processes), then checks that an invalid layout exits
 # non-zero with one line, that a host pointer is refused by the emulated build, that an all_to_all
@@ -72,9 +73,13 @@ run cpu_2x2x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --tp 2 --p
 run cpu_1x2x2       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 1 --tp 2 --pp 2
 run cpu_2x1x2       "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --tp 1 --pp 2
 run cpu_dp_auto     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --pp 4
+run cpu_1x1x1x2     "${MPIRUN[@]}" -np 2 ./build/test_comm_cpu --cp 2
+run cpu_2x1x1x2     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --cp 2
+run cpu_1x2x2x2     "${MPIRUN[@]}" -np 8 ./build/test_comm_cpu --tp 2 --pp 2 --cp 2
 run emu_singleton   ./build/test_comm_emu
 run emu_1x2x1       "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --tp 2
 run emu_2x2x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_emu --dp 2 --tp 2 --pp 1
+run emu_1x2x1x2     "${MPIRUN[@]}" -np 4 ./build/test_comm_emu --tp 2 --cp 2
 
 # the emulated NCCL on its own: semantics, arithmetic, non-blocking communicators, refused arguments
 # (its summary line is "test_nccl_emu: N passed, M failed")

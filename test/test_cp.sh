@@ -153,12 +153,12 @@ train res_c2to1 0 "$CPU" --total-batch 128 --grad-clip 0 --resume "$tmp/cp2_zig/
     check compare "resume: 1 process from a cp 2 state vs cp 2" "$tmp/res_c2to1" "$tmp/cp2_zig" 4e-6 1e-5
 train res_1toc2 2 "$CPU" --cp 2 --cp-impl ulysses --total-batch 128 --grad-clip 0 --resume "$tmp/one_128/state_00000002.bin" &&
     check compare "resume: cp 2 Ulysses from a 1-process state vs 1 process" "$tmp/res_1toc2" "$tmp/one_128" 4e-6 1e-5
-# sharded checkpoints (llm/ckpt/ckpt_shard.h): saved by the 4 ranks of dp 2 x cp 2 ZeRO-1 (the optimizer state in 4
+# sharded checkpoints (llm/ckpt/ckpt_shard.h; "both": the gathered files too, for the comparison): saved by the 4 ranks of dp 2 x cp 2 ZeRO-1 (the optimizer state in 4
 # shards over dp x cp), resumed in one process and at cp 2 Ulysses with ZeRO-3 (2 shards)
-train d2c2z1_sh 4 "$CPU" --cp 2 --zero 1 --total-batch 512 --grad-clip 0 --checkpoint-format sharded &&
+train d2c2z1_sh 4 "$CPU" --cp 2 --zero 1 --total-batch 512 --grad-clip 0 --checkpoint-format both &&
 for to in "1 0" "cp2_uly_z3 2 --cp 2 --cp-impl ulysses --zero 3"; do
     set -- $to; n=res_sh_$1; np=$2; shift 2
-    train $n $np "$CPU" --total-batch 512 --grad-clip 0 --checkpoint-format sharded --resume "$tmp/d2c2z1_sh/ckpt_00000002" "$@" &&
+    train $n $np "$CPU" --total-batch 512 --grad-clip 0 --checkpoint-format both --resume "$tmp/d2c2z1_sh/ckpt_00000002" "$@" &&
         check compare "resume: $n from dp 2 x cp 2 ZeRO-1's sharded checkpoint vs the run that saved it" "$tmp/$n" "$tmp/d2c2z1_sh" 4e-6 1e-5
 done
 
