@@ -1259,9 +1259,9 @@ MUTATIONS = [
 
     # --- context parallelism (llm/parallel/context_parallel.h, its wiring; test/test_cp.sh) ---
     M("cp-mesh-pp-inside-cp", "cp", "llm/comm/comm_mesh.h",
-      "    c->cp_rank = (r / tp) % cp;\n    c->pp_rank = (r / (tp * cp)) % pp;",
-      "    c->cp_rank = (r / (tp * pp)) % cp;\n    c->pp_rank = (r / tp) % pp;",
-      "the mesh: cp and pp swapped in the rank order (pp next to tp): the groups no longer match llm/comm/comm_mesh.h's formula",
+      "    c->cp_rank = (r / tp) % cp;",
+      "    c->cp_rank = (r / (tp * pp)) % cp;",
+      "the mesh: the cp coordinate read as if pp were next to tp: the coordinates no longer cover the grid (the groups are wrong)",
       "comm cp"),
     M("cp-wpe-local-positions", "cp", "llm/model/stage.h",
       "copy_device_to_device(st->cp_wpe + k * chunk, emb.wpe + ids[k] * chunk, chunk * sizeof(floatX), s);",
