@@ -36,7 +36,9 @@
 #     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums); in
 #     BF16 against its own one process with test_ddp_zero.sh's BF16 bounds (losses 2e-3, the update 0.08 in
 #     relative L2).
-#  7. Bad layouts, each refused with one line, nothing written: T not splitting into 2 x cp chunks, Ulysses
+#  7. A hung cp rank (--inject hang): the job ends within --comm-timeout, rank 0's watchdog line naming the cp
+#     group and the missing rank.
+#  8. Bad layouts, each refused with one line, nothing written: T not splitting into 2 x cp chunks, Ulysses
 #     with heads that do not split over tp x cp, a world size cp does not divide; --cp-impl and
 #     --cp-balance outside their choices.
 #
@@ -177,7 +179,15 @@ if [ -x "$EMU16" ]; then  # BF16: the bounds of test_ddp_zero.sh's BF16 runs (th
     done
 else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
 
-# 7. bad layouts and flags
+# 7. a hung cp rank: the other's watchdog names it, in the cp group's exchange (llm/comm/watchdog.h)
+out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --cp 2 --inject hang@step=3,rank=1 --comm-timeout 3 \
+      --output-dir "$tmp/hang" 2>&1); rc=$?
+line=$(printf '%s\n' "$out" | grep '^watchdog: rank 0:' | head -1)
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [[ "$line" == *"of the cp group"*"missing rank 1"* ]]; then
+    ok "cp 2, rank 1 hung at step 3: exit $rc, ${line:0:220}"
+else bad "cp 2, rank 1 hung at step 3: exit $rc, watchdog line '$line'"; fi
+
+# 8. bad layouts and flags
 badlayout cp3_T32 3 "divide into 2 x cp" --cp 3
 badlayout uly_heads 3 "ulysses" --cp 3 --cp-impl ulysses -t 48 --total-batch 192
 badlayout cp2_np3 3 "--cp 2" --cp 2
