@@ -39,6 +39,7 @@
 // Checked: test/test_cp.sh (every layout against one process, the ledger against the counts above, the
 // activation bytes per rank against 1/N) and test/test_attention_ring.cu (the block pieces).
 #pragma once
+#include <time.h>
 #include "../core/common.h"
 #include "../core/device.h"
 #include "../comm/comm.h"
@@ -46,6 +47,7 @@
 #include "../ops/attention_ring.cuh"
 
 typedef enum { CP_RING = 0, CP_ULYSSES = 1 } CPImpl;
+#define CP_TIMED 256  // GPU: timed stretches between two reads of the events
 typedef enum { CP_ZIGZAG = 0, CP_CONTIGUOUS = 1 } CPBalance;
 static inline const char* cp_impl_name(int i) { return i == CP_ULYSSES ? "ulysses" : "ring"; }
 static inline const char* cp_balance_name(int b) { return b == CP_CONTIGUOUS ? "contiguous" : "zigzag"; }
@@ -70,6 +72,11 @@ typedef struct {
     float* scratch;     // Ulysses backward: (B, H/N, T) the attention backward's row dots
     void* mem;
     double attn_ms;     // the attention's compute time (its blocks, not its communication) since cp_take_ms
+    double t0;          // CPU builds: the process CPU time at cp_time_begin
+#if LLM_BUILD_CUDA
+    cudaEvent_t ev[2 * CP_TIMED];  // the GPU: an event pair around each timed stretch of kernels, read by cp_take_ms
+    int n_ev;
+#endif
 } CPGroup;
 
 static CPGroup cp_none(int T) {
@@ -137,6 +144,9 @@ static void cp_take_tokens(const CPGroup* g, int* dst, const int* src, int B) {
 static void cp_alloc(CPGroup* g, int B, int Ca, int H) {
     g->B = B; g->Ca = Ca; g->H = H;
     if (g->size <= 1) return;
+#if LLM_BUILD_CUDA
+    for (int i = 0; i < 2 * CP_TIMED; i++) cudaCheck(cudaEventCreate(&g->ev[i]));
+#endif
     size_t Tl = (size_t)cp_local_T(g), kv = (size_t)B * Tl * 2 * Ca, hs = (size_t)(Ca / H);
     size_t acc = 2 * (size_t)B * H * g->c * (hs + 2);  // O~, m, l of both chunks
     if (acc < (size_t)B * Tl * Ca) acc = (size_t)B * Tl * Ca;  // (the backward's dq)
@@ -168,12 +178,57 @@ static void cp_alloc(CPGroup* g, int B, int Ca, int H) {
 }
 
 static void cp_free(CPGroup* g) {
-    if (g->mem) device_free(g->mem);
+    if (g->mem == NULL) return;
+    device_free(g->mem);
     g->mem = NULL;
+#if LLM_BUILD_CUDA
+    for (int i = 0; i < 2 * CP_TIMED; i++) cudaCheck(cudaEventDestroy(g->ev[i]));
+#endif
+}
+
+// The attention's compute time, measured per rank (the balance of --cp-balance): on the CPU (and the emulated
+// build, whose kernels run on the host) the process CPU time of the block computations, which a rank sharing
+// its cores with others does not inflate; on a GPU an event pair around each stretch of kernels on the stream.
+static inline double cp_cpu_ms(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) fatal("clock_gettime failed (%s:%d)", __FILE__, __LINE__);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+static void cp_events_read(CPGroup* g) {
+#if LLM_BUILD_CUDA
+    for (int i = 0; i < g->n_ev; i++) {
+        float ms = 0.0f;
+        cudaCheck(cudaEventSynchronize(g->ev[2 * i + 1]));
+        cudaCheck(cudaEventElapsedTime(&ms, g->ev[2 * i], g->ev[2 * i + 1]));
+        g->attn_ms += ms;
+    }
+    g->n_ev = 0;
+#else
+    (void)g;
+#endif
+}
+static inline void cp_time_begin(CPGroup* g, cudaStream_t s) {
+#if LLM_BUILD_CUDA
+    if (g->n_ev == CP_TIMED) cp_events_read(g);
+    cudaCheck(cudaEventRecord(g->ev[2 * g->n_ev], s));
+#else
+    (void)s;
+    g->t0 = cp_cpu_ms();
+#endif
+}
+static inline void cp_time_end(CPGroup* g, cudaStream_t s) {
+#if LLM_BUILD_CUDA
+    cudaCheck(cudaEventRecord(g->ev[2 * g->n_ev + 1], s));
+    g->n_ev++;
+#else
+    (void)s;
+    g->attn_ms += cp_cpu_ms() - g->t0;
+#endif
 }
 
 // the attention compute time since the last call (ms), and the counter back to zero
 static double cp_take_ms(CPGroup* g) {
+    cp_events_read(g);
     double t = g->attn_ms;
     g->attn_ms = 0.0;
     return t;
@@ -227,21 +282,21 @@ static void cp_ring_forward(CPGroup* g, floatX* out /*(B,Tl,Ca)*/, float* lse /*
         const floatX* kv = g->kv[cur];
         CommExchange ahead;  // the next block on its way (from rank r-1; this one to r+1) while this one is computed
         if (step < N - 1) ahead = comm_exchange_start(g->comm, GROUP_CP, kv, g->kv[1 - cur], n_kv, (r + 1) % N, (r + N - 1) % N, comm_dtype_of(kv), s);
-        double t0 = wall_ms();
+        cp_time_begin(g, s);
         cp_ring_pairs(g, o, [&](int qi, int ki, int causal) {
             attention_pair_forward(O[qi], m[qi], l[qi], qkv + (size_t)qi * c * 3 * Ca, q_bs, 3 * Ca,
                                    kv + (size_t)ki * c * 2 * Ca, kv + (size_t)ki * c * 2 * Ca + Ca, kv_bs, 2 * Ca,
                                    B, H, hs, c, c, causal, s);
         });
-        g->attn_ms += wall_ms() - t0;
+        cp_time_end(g, s);
         if (step < N - 1) comm_exchange_wait(g->comm, &ahead);
     }
-    double t0 = wall_ms();
+    cp_time_begin(g, s);
     for (int k = 0; k < 2; k++) {
         attention_pair_finalise(out + (size_t)k * c * Ca, (size_t)Tl * Ca, Ca, lse + (size_t)k * c, Tl, O[k], m[k], l[k], B,
                                 H, hs, c, s);
     }
-    g->attn_ms += wall_ms() - t0;
+    cp_time_end(g, s);
 }
 
 static void cp_ring_backward(CPGroup* g, floatX* dqkv /*(B,Tl,3Ca)*/, const floatX* dout /*(B,Tl,Ca)*/,
@@ -253,19 +308,19 @@ static void cp_ring_backward(CPGroup* g, floatX* dqkv /*(B,Tl,3Ca)*/, const floa
     float *travel = g->dkv[0], *next = g->dkv[1];    // (B, Tl, 2Ca) each: a block's dK/dV on its way home
     // the pairs of the rank's queries with the K/V block of rank o (k, v: its rows, strides kbs, kts), dK/dV into dkv
     auto pairs = [&](int o, const floatX* k, const floatX* v, size_t kbs, size_t kts, float* dkv) {
-        double t0 = wall_ms();
+        cp_time_begin(g, s);
         cp_ring_pairs(g, o, [&](int qi, int ki, int causal) {
             size_t qo = (size_t)qi * c, ko = (size_t)ki * c;
             attention_pair_backward(dq + qo * Ca, o_bs, Ca, dkv + ko * 2 * Ca, dkv + ko * 2 * Ca + Ca, kv_bs, 2 * Ca,
                                     dout + qo * Ca, o_bs, Ca, lse + qo, g->D + qo, Tl, qkv + qo * 3 * Ca, q_bs, 3 * Ca,
                                     k + ko * kts, v + ko * kts, kbs, kts, B, H, hs, c, c, causal, s);
         });
-        g->attn_ms += wall_ms() - t0;
+        cp_time_end(g, s);
     };
-    double t0 = wall_ms();
+    cp_time_begin(g, s);
     rows_zero_f32(dq, o_bs, Ca, B, Tl, Ca, s);
     attention_pair_dot(g->D, Tl, dout, out, o_bs, Ca, B, H, hs, Tl, s);
-    g->attn_ms += wall_ms() - t0;
+    cp_time_end(g, s);
     cp_pack_kv(g, g->kv[0], qkv, B, Tl, Ca, s);
     // steps 1 .. N-1: the other ranks' blocks; block o's dK/dV accumulator starts at rank o+1 (step 1) and
     // is handed on after each step, reaching o after N-1 hops. The rank's own block is computed last, into
@@ -286,10 +341,10 @@ static void cp_ring_backward(CPGroup* g, floatX* dqkv /*(B,Tl,3Ca)*/, const floa
         }
     }
     pairs(r, qkv + Ca, qkv + 2 * Ca, q_bs, 3 * Ca, travel);  // the own block, into what came home
-    t0 = wall_ms();
+    cp_time_begin(g, s);
     rows_store_f32(dqkv, q_bs, 3 * Ca, dq, o_bs, Ca, B, Tl, Ca, s);
     rows_store_f32(dqkv + Ca, q_bs, 3 * Ca, travel, kv_bs, 2 * Ca, B, Tl, 2 * Ca, s);
-    g->attn_ms += wall_ms() - t0;
+    cp_time_end(g, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -354,9 +409,9 @@ static void cp_ulysses_forward(CPGroup* g, floatX* out /*(B,Tl,Ca)*/, float* lse
     cp_ulysses_pack(g, g->send, qkv, 3 * Ca, 3, B, Tl, Ca, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n3, s);
     cp_ulysses_to_sequence(g, qkv_h, g->recv, 3 * w, B, s);
-    double t0 = wall_ms();
+    cp_time_begin(g, s);
     attention_forward(out_h, lse, qkv_h, B, T, w, H / N, s);
-    g->attn_ms += wall_ms() - t0;
+    cp_time_end(g, s);
     cp_ulysses_from_sequence(g, g->send, out_h, w, B, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n1, s);
     cp_ulysses_unpack(g, out, Ca, g->recv, 1, B, Tl, Ca, s);
@@ -374,9 +429,9 @@ static void cp_ulysses_backward(CPGroup* g, floatX* dqkv /*(B,Tl,3Ca)*/, const f
     cp_ulysses_pack(g, g->send, dout, Ca, 1, B, Tl, Ca, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n1, s);
     cp_ulysses_to_sequence(g, dout_h, g->recv, w, B, s);
-    double t0 = wall_ms();
+    cp_time_begin(g, s);
     attention_backward(dqkv_h, g->scratch, dout_h, qkv_h, out_h, lse, B, T, w, H / N, s);
-    g->attn_ms += wall_ms() - t0;
+    cp_time_end(g, s);
     cp_ulysses_from_sequence(g, g->send, dqkv_h, 3 * w, B, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n3, s);
     cp_ulysses_unpack(g, dqkv, 3 * Ca, g->recv, 3, B, Tl, Ca, s);
