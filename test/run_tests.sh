@@ -52,9 +52,11 @@ run ops_grad ./build/test_ops_grad_cpu
 # FlashAttention's blocks on the CPU (llm/ops/attention_blocks.h): merged in any order = the plain attention, forward and backward
 run attention_blocks ./build/test_attention_blocks_cpu
 # ring attention's block-pair ops (llm/ops/attention_ring.cuh): the ring's pairs (zigzag, contiguous) = the whole-sequence attention;
-# the CPU reference, then the kernels (emulated) against it and against the reference, twice for the same bits
+# the CPU reference, then the kernels (emulated) against it and against the reference, twice for the same bits; in BF16
+# the kernels against the CPU reference op by op
 run attention_ring ./build/test_attention_ring_cpu
 run attention_ring_emu ./build/test_attention_ring_emu
+run attention_ring_emu_bf16 ./build/test_attention_ring_emu_bf16
 # pipeline schedules as data and their simulator (llm/parallel/schedule.h): structure, deadlock freedom, bubble formulas
 run schedule ./build/test_schedule_cpu
 # scripts/plot_trace.py: the simulator's traces and a real run's shape drawn as PNGs, checked against the trace

@@ -223,12 +223,13 @@ static void rows_zero_f32_cpu(float* dst, size_t d_bs, size_t d_ts, int B, int n
 // ----------------------------------------------------------------------------
 // CUDA kernels
 //
-// Scalar FP32 math on CUDA cores, not FlashAttention-grade (no tensor cores, tiles of 32 keys): the ring's
-// time goes to moving K/V around it, which these overlap. Each block takes RING_ROWS rows (queries, or keys in
-// the backward's dk/dv) of one (b, h), one warp per row; the other side's rows come through shared memory in
-// tiles of 32 (FP32, zero past hs; the row stride HD+1 keeps lane j's reads of row j on bank (j + c) % 32).
-// In a tile, lane j takes the tile's row j: its score, then the warp walks the tile's 32 rows with the value
-// of each row's lane broadcast by a shuffle, each lane adding into its channels c = lane + 32 r (r < HD/32).
+// Correctness first: scalar FP32 math on CUDA cores, not FlashAttention-grade (no tensor cores, tiles of
+// 32 rows; attention_kernels.cuh's WMMA tiles are the way to make them fast). Each block takes RING_ROWS rows
+// (queries, or keys in the backward's dk/dv) of one (b, h), one warp per row; the other side's rows come
+// through shared memory in tiles of 32 (FP32, zero past hs; the row stride HD+1 keeps lane j's reads of
+// row j on bank (j + c) % 32). In a tile, lane j takes the tile's row j: its score, then the warp walks
+// the tile's 32 rows with the value of each row's lane broadcast by a shuffle, each lane adding into its
+// channels c = lane + 32 r (r < HD/32).
 // Every sum runs in a fixed order and every output row has one writer: no atomics, the same bits every run.
 // HD: hs rounded up to 32, 64 or 128.
 #if LLM_HAS_KERNELS
