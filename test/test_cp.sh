@@ -35,7 +35,7 @@
 #  6. The emulated CUDA build (its kernels, comm.h's NCCL code and all-to-all against dev/emu/nccl_emu.h):
 #     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums); in
 #     BF16 against its own one process with test_ddp_zero.sh's BF16 bounds (losses 2e-3, the update 0.08 in
-#     relative L2).
+#     relative L2); the CPU BF16 build likewise (the ring's CPU pieces on 16-bit storage).
 #  7. A hung cp rank (--inject hang): the job ends within --comm-timeout, rank 0's watchdog line naming the cp
 #     group and the missing rank.
 #  8. Bad layouts, each refused with one line, nothing written: T not splitting into 2 x cp chunks, Ulysses
@@ -53,6 +53,7 @@ export OMP_NUM_THREADS=1
 CPU=${CPU:-./train_gpt_cpu}
 EMU=${EMU:-./build/train_gpt_emu}
 EMU16=${EMU16:-./build/train_gpt_emu_bf16}
+CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
 CHECK="python3 test/ddp_zero_check.py"
 LOG=build/cp
 mkdir -p "$LOG"
@@ -178,6 +179,13 @@ if [ -x "$EMU16" ]; then  # BF16: the bounds of test_ddp_zero.sh's BF16 runs (th
             check update "emulated CUDA BF16 cp 2 $impl vs its 1 process" "$tmp/emu16_cp2_$impl" "$tmp/emu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
     done
 else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
+if [ -x "$CPU16" ]; then  # the CPU build with BF16 storage (llm/core/half_cpu.h): the ring's CPU pieces on 16-bit floatX
+    train cpu16_one 0 "$CPU16" --total-batch 128 --grad-clip 0 &&
+    for impl in ring ulysses; do
+        train cpu16_cp2_$impl 2 "$CPU16" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
+            check update "CPU BF16 cp 2 $impl vs its 1 process" "$tmp/cpu16_cp2_$impl" "$tmp/cpu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+    done
+else bad "no $CPU16 (make build/train_gpt_cpu_bf16)"; fi
 
 # 7. a hung cp rank: the other's watchdog names it, in the cp group's exchange (llm/comm/watchdog.h)
 out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --cp 2 --inject hang@step=3,rank=1 --comm-timeout 3 \
