@@ -172,20 +172,18 @@ if [ -x "$EMU" ]; then
             check compare "emulated CUDA FP32 cp 2 $impl vs CPU 1 process" "$tmp/emu_cp2_$impl" "$tmp/one_128" 1e-5 1e-5
     done
 else bad "no $EMU (make build/train_gpt_emu)"; fi
-if [ -x "$EMU16" ]; then  # BF16: the bounds of test_ddp_zero.sh's BF16 runs (the order of BF16 roundings differs)
-    train emu16_one 0 "$EMU16" --total-batch 128 --grad-clip 0 &&
+# BF16 (the emulated build's kernels, and the CPU build's BF16 storage, llm/core/half_cpu.h, on which the ring's CPU
+# pieces run): against each build's own one process, with the bounds of test_ddp_zero.sh's BF16 runs (the order of BF16
+# roundings differs)
+for b in "emu16 $EMU16 emulated CUDA" "cpu16 $CPU16 CPU"; do
+    set -- $b; n=$1; bin=$2; shift 2
+    [ -x "$bin" ] || { bad "no $bin (make $bin)"; continue; }
+    train ${n}_one 0 "$bin" --total-batch 128 --grad-clip 0 &&
     for impl in ulysses ring; do
-        train emu16_cp2_$impl 2 "$EMU16" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
-            check update "emulated CUDA BF16 cp 2 $impl vs its 1 process" "$tmp/emu16_cp2_$impl" "$tmp/emu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+        train ${n}_cp2_$impl 2 "$bin" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
+            check update "$* BF16 cp 2 $impl vs its 1 process" "$tmp/${n}_cp2_$impl" "$tmp/${n}_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
     done
-else bad "no $EMU16 (make build/train_gpt_emu_bf16)"; fi
-if [ -x "$CPU16" ]; then  # the CPU build with BF16 storage (llm/core/half_cpu.h): the ring's CPU pieces on 16-bit floatX
-    train cpu16_one 0 "$CPU16" --total-batch 128 --grad-clip 0 &&
-    for impl in ring ulysses; do
-        train cpu16_cp2_$impl 2 "$CPU16" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
-            check update "CPU BF16 cp 2 $impl vs its 1 process" "$tmp/cpu16_cp2_$impl" "$tmp/cpu16_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
-    done
-else bad "no $CPU16 (make build/train_gpt_cpu_bf16)"; fi
+done
 
 # 7. a hung cp rank: the other's watchdog names it, in the cp group's exchange (llm/comm/watchdog.h)
 out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" --cp 2 --inject hang@step=3,rank=1 --comm-timeout 3 \

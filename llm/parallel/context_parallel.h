@@ -362,29 +362,21 @@ static void cp_ulysses_pack(const CPGroup* g, floatX* send, const floatX* src, s
                       (size_t)Tl * src_ts, src_ts, B, Tl, w, s);
 }
 
-// recv (N, B, Tl, rowlen) from every rank i, to dst (B, T, rowlen) at rank i's positions
-static void cp_ulysses_to_sequence(const CPGroup* g, floatX* dst, const floatX* recv, int rowlen, int B, cudaStream_t s) {
+// Between the all-to-all's blocks and the sequence order: blocks (N, B, Tl, rowlen), block i holding rank i's
+// tokens (its chunks, cp_chunks), and seq (B, T, rowlen) in position order. to_seq = 1: seq = blocks reordered
+// (after an all-to-all); 0: blocks = seq's rows by rank (before one).
+static void cp_ulysses_reorder(const CPGroup* g, floatX* blocks, floatX* seq, int rowlen, int B, int to_seq, cudaStream_t s) {
     int N = g->size, Tl = cp_local_T(g), c = g->c;
-    size_t blk = (size_t)B * Tl * rowlen;
+    size_t blk = (size_t)B * Tl * rowlen, bbs = (size_t)Tl * rowlen, sbs = (size_t)g->T * rowlen;
     for (int i = 0; i < N; i++) {
         int ids[2];
         cp_chunks(g, i, ids);
-        for (int k = 0; k < 2; k++)
-            rows_copy(dst + (size_t)ids[k] * c * rowlen, (size_t)g->T * rowlen, rowlen, recv + i * blk + (size_t)k * c * rowlen,
-                      (size_t)Tl * rowlen, rowlen, B, c, rowlen, s);
-    }
-}
-
-// the inverse: src (B, T, rowlen) in sequence order to send (N, B, Tl, rowlen), block i = rank i's positions
-static void cp_ulysses_from_sequence(const CPGroup* g, floatX* send, const floatX* src, int rowlen, int B, cudaStream_t s) {
-    int N = g->size, Tl = cp_local_T(g), c = g->c;
-    size_t blk = (size_t)B * Tl * rowlen;
-    for (int i = 0; i < N; i++) {
-        int ids[2];
-        cp_chunks(g, i, ids);
-        for (int k = 0; k < 2; k++)
-            rows_copy(send + i * blk + (size_t)k * c * rowlen, (size_t)Tl * rowlen, rowlen, src + (size_t)ids[k] * c * rowlen,
-                      (size_t)g->T * rowlen, rowlen, B, c, rowlen, s);
+        for (int k = 0; k < 2; k++) {
+            floatX* b = blocks + i * blk + (size_t)k * c * rowlen;  // rank i's chunk k
+            floatX* q = seq + (size_t)ids[k] * c * rowlen;          // its positions
+            if (to_seq) rows_copy(q, sbs, rowlen, b, bbs, rowlen, B, c, rowlen, s);
+            else rows_copy(b, bbs, rowlen, q, sbs, rowlen, B, c, rowlen, s);
+        }
     }
 }
 
@@ -408,11 +400,11 @@ static void cp_ulysses_forward(CPGroup* g, floatX* out /*(B,Tl,Ca)*/, float* lse
     floatX* out_h = heads + (size_t)B * T * 3 * w;  // (B, T, w)
     cp_ulysses_pack(g, g->send, qkv, 3 * Ca, 3, B, Tl, Ca, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n3, s);
-    cp_ulysses_to_sequence(g, qkv_h, g->recv, 3 * w, B, s);
+    cp_ulysses_reorder(g, g->recv, qkv_h, 3 * w, B, 1, s);
     cp_time_begin(g, s);
     attention_forward(out_h, lse, qkv_h, B, T, w, H / N, s);
     cp_time_end(g, s);
-    cp_ulysses_from_sequence(g, g->send, out_h, w, B, s);
+    cp_ulysses_reorder(g, g->send, out_h, w, B, 0, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n1, s);
     cp_ulysses_unpack(g, out, Ca, g->recv, 1, B, Tl, Ca, s);
 }
@@ -428,11 +420,11 @@ static void cp_ulysses_backward(CPGroup* g, floatX* dqkv /*(B,Tl,3Ca)*/, const f
     floatX* dqkv_h = g->dh + (size_t)B * T * w;     // (B, T, 3w)
     cp_ulysses_pack(g, g->send, dout, Ca, 1, B, Tl, Ca, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n1, s);
-    cp_ulysses_to_sequence(g, dout_h, g->recv, w, B, s);
+    cp_ulysses_reorder(g, g->recv, dout_h, w, B, 1, s);
     cp_time_begin(g, s);
     attention_backward(dqkv_h, g->scratch, dout_h, qkv_h, out_h, lse, B, T, w, H / N, s);
     cp_time_end(g, s);
-    cp_ulysses_from_sequence(g, g->send, dqkv_h, 3 * w, B, s);
+    cp_ulysses_reorder(g, g->send, dqkv_h, 3 * w, B, 0, s);
     comm_all_to_all(g->comm, GROUP_CP, g->send, g->recv, n3, s);
     cp_ulysses_unpack(g, dqkv, 3 * Ca, g->recv, 3, B, Tl, Ca, s);
 }
