@@ -137,7 +137,7 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     GPTConfig c = lay->cfg;
     st->tp = tp;
     st->cp = cp;
-    if (cp.T != T || T % (2 * cp.size) != 0) {
+    if (cp.T != T || (cp.size > 1 && T % (2 * cp.size) != 0)) {
         fatal("stage: the cp group splits sequences of %d tokens into 2 x %d chunks, the stage's are %d", cp.T, cp.size, T);
     }
     T = T / cp.size;  // from here on the rank's tokens

@@ -34,8 +34,9 @@
 //   (3 slices of B T/N C b bytes) and out (1 slice); backward dout (1) and dq,dk,dv (3). The heads must
 //   split: H divisible by tp x cp.
 //
-// The one-process layout is the special case N = 1 (plain attention). The positions of a rank's chunks
-// are cp_positions; the stage picks a micro-batch's tokens with cp_take_tokens.
+// The one-process layout is the special case N = 1 (plain attention). A rank's chunks are cp_chunks; the
+// stage (llm/model/stage.h) picks a micro-batch's tokens with cp_take_tokens and their rows of the position
+// embedding, and averages the loss over the cp group.
 // Checked: test/test_cp.sh (every layout against one process, the ledger against the counts above, the
 // activation bytes per rank against 1/N) and test/test_attention_ring.cu (the block pieces).
 #pragma once
@@ -121,14 +122,6 @@ static CPGroup cp_group(Comm* comm, int T, int impl, int balance) {
 }
 
 static inline int cp_local_T(const CPGroup* g) { return g->T / g->size; }
-
-// positions (Tl) of the rank's tokens in the sequence
-static void cp_positions(const CPGroup* g, int* pos) {
-    int ids[2];
-    cp_chunks(g, g->rank, ids);
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < g->c; i++) pos[k * g->c + i] = ids[k] * g->c + i;
-}
 
 // dst (B, Tl) = the rank's tokens of src (B, T) (host)
 static void cp_take_tokens(const CPGroup* g, int* dst, const int* src, int B) {
