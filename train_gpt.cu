@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     char tp_err[256];
     int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));  // m: the micro-batches of a step
     if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err)) ||  // before anything is allocated
-        (cp_layout_error(T, cfg.num_heads / comm.tp, comm.tp, comm.cp, args.cp_impl, tp_err, sizeof(tp_err)), tp_err[0]) ||
+        cp_layout_error(T, cfg.num_heads / comm.tp, comm.tp, comm.cp, args.cp_impl, tp_err, sizeof(tp_err)) ||
         pipe_layout_error(cfg, comm.pp, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err)) ||
         fp8_layout_error((Fp8Recipe)args.fp8, cfg.channels, comm.tp, tp_err, sizeof(tp_err))) {
         if (rank0) fprintf(stderr, "error: %s\n", tp_err);

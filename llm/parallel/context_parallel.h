@@ -96,16 +96,17 @@ static inline void cp_chunks(const CPGroup* g, int r, int ids[2]) {
     else { ids[0] = 2 * r; ids[1] = 2 * r + 1; }
 }
 
-// The layout error of --cp (or ""): T splits into 2N chunks; Ulysses needs the rank's heads to split
-static void cp_layout_error(int T, int heads_per_tp, int tp, int cp, int impl, char* err, size_t cap) {
+// The layout error of --cp in err and 1, or 0: T splits into 2N chunks; Ulysses needs the rank's heads to split
+static int cp_layout_error(int T, int heads_per_tp, int tp, int cp, int impl, char* err, size_t cap) {
     err[0] = '\0';
-    if (cp <= 1) return;
+    if (cp <= 1) return 0;
     if (T % (2 * cp) != 0) {
         snprintf(err, cap, "--cp %d: expected the sequence length -t %d to divide into 2 x cp = %d chunks", cp, T, 2 * cp);
     } else if (impl == CP_ULYSSES && heads_per_tp % cp != 0) {
         snprintf(err, cap, "--cp-impl ulysses: expected the %d heads to divide over --tp %d x --cp %d (each rank attends "
                  "with whole heads), found %d heads per tp rank", heads_per_tp * tp, tp, cp, heads_per_tp);
     }
+    return err[0] != '\0';
 }
 
 // the group of this process (comm NULL or cp 1: none)
