@@ -27,7 +27,7 @@
 #     cp 4 within --max-memory 0.045 GiB per rank (memory per rank printed), and one process refused by the same
 #     budget with one line.
 #  4. The balance, measured: with ring at cp 4 (T = 256) the per-rank attention compute (process CPU time) of
-#     contiguous has a max/min more than twice zigzag's, and zigzag's is under 2 (of the 2N = 8 chunks under the
+#     contiguous has a max/min at least 2.5 times zigzag's, and zigzag's is under 3 (of the 2N = 8 chunks under the
 #     causal mask, counting a diagonal pair as half, the contiguous ranks compute 2, 6, 10 and 14 pairs;
 #     every zigzag rank 8; measured here: contiguous 6.3 to 7.2, zigzag 1.02 to 1.48).
 #  5. Checkpoints are layout-independent: a cp 2 state resumes in one process and a one-process state at
@@ -154,9 +154,11 @@ balance() {  # BALANCE: the max/min of the run's line
     sed -n 's/.*attention compute per step by cp rank:.*max\/min \([0-9.]*\).*/\1/p' "$LOG/bal_$1.log"
 }
 con=$(balance contiguous); zig=$(balance zigzag)
-if [ -n "$zig" ] && [ -n "$con" ] && [ "$(echo "$con > 2 * $zig" | bc)" = 1 ] && [ "$(echo "$zig < 2" | bc)" = 1 ]; then
+# the pair counts predict 7 and 1; the machine's cores differ by up to ~1.5 (Ulysses, equal work on every rank, measures
+# 1.0-1.5 here): contiguous at least 2.5 times zigzag, zigzag under 3 (twice that noise)
+if [ -n "$zig" ] && [ -n "$con" ] && [ "$(echo "$con >= 2.5 * $zig" | bc)" = 1 ] && [ "$(echo "$zig < 3" | bc)" = 1 ]; then
     ok "cp 4 ring attention compute max/min: contiguous $con, zigzag $zig (block pairs per rank, a diagonal one counting half: contiguous 2, 6, 10, 14; zigzag 8 each)"
-else bad "cp 4 ring balance: contiguous '$con', zigzag '$zig' (expected contiguous > 2 x zigzag, zigzag < 2; see $LOG/bal_*.log)"; fi
+else bad "cp 4 ring balance: contiguous '$con', zigzag '$zig' (expected contiguous >= 2.5 x zigzag, zigzag < 3; see $LOG/bal_*.log)"; fi
 
 # 5. checkpoints across layouts
 train res_c2to1 0 "$CPU" --total-batch 128 --grad-clip 0 --resume "$tmp/cp2_zig/state_00000002.bin" &&
