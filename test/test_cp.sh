@@ -7,7 +7,7 @@
 #
 # Checked, one line each:
 #  1. cp 2 and cp 4, each of ring zigzag, ring contiguous and Ulysses; tp 2 x cp 2 (ring, Ulysses, and ring with
-#     sequence parallelism); pp 2 x cp 2 under every schedule; dp 2 x cp 2 with ZeRO-1 and ZeRO-3 (2 micro-steps
+#     sequence parallelism); pp 2 x cp 2 under every schedule (interleaved on a 4-layer model); dp 2 x cp 2 with ZeRO-1 and ZeRO-3 (2 micro-steps
 #     per rank): from the same seed checkpoint and data as one process on the same global batch, the train and
 #     val losses and the grad norms of 4 steps, and every parameter of the final model, match the one-process
 #     run; the samples and the exact-match answers are the same text.
@@ -98,6 +98,12 @@ for s in gpipe 1f1b zb-h1; do
     vs p2c2_$s 4 one_256 "pp 2 ($s) x cp 2 ring, 2 micro-batches" --pp 2 --schedule $s --cp 2 --total-batch 256
 done
 vs p2c2_uly 4 one_256 "pp 2 (1f1b) x cp 2 Ulysses, 2 micro-batches" --pp 2 --cp 2 --cp-impl ulysses --total-batch 256
+# the interleaved schedule needs a layer per virtual stage: a 4-layer model of its own (the later --model wins)
+timeout 60 "$CPU" "${common[@]}" --model d4,C=32,NH=4,maxT=64,V=257 --steps 1 --lr 0 --checkpoint-every 1 --val-every 0 \
+    --sample-every 0 --output-dir "$tmp/seed4" > "$LOG/seed4.log" 2>&1 || bad "4-layer seed checkpoint: see $LOG/seed4.log"
+train one_256_d4 0 "$CPU" --model "$tmp/seed4/model_00000001.bin" --total-batch 256 --grad-clip 0
+vs p2c2_il 4 one_256_d4 "pp 2 (interleaved, vpp 2) x cp 2 ring, 2 micro-batches" --model "$tmp/seed4/model_00000001.bin" --pp 2 \
+    --schedule interleaved --vpp 2 --cp 2 --total-batch 256
 for z in 1 3; do
     vs d2c2z$z 4 one_512 "dp 2 x cp 2 ring ZeRO-$z, 2 micro-steps" --cp 2 --zero $z --total-batch 512
     check memory "dp 2 x cp 2 ZeRO-$z memory (sharded over dp x cp = 4)" "$tmp/d2c2z$z.json"
