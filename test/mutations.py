@@ -1770,7 +1770,7 @@ TEST_BINARIES = {
     "ddp_zero": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16"],
     "faults": ["train_gpt_cpu", "build/train_gpt_emu"],
     "faults_precision": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16"],
-    "cp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16"],
+    "cp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16"],
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],
     "pp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16"],
     "split_backward_tp": ["build/test_split_backward_cpu", "build/test_split_backward_emu", "build/test_split_backward_emu_bf16"],

@@ -7,7 +7,7 @@
 #
 # Checked, one line each:
 #  1. cp 2 and cp 4, each of ring zigzag, ring contiguous and Ulysses; tp 2 x cp 2 (ring, Ulysses, and ring with
-#     sequence parallelism); pp 2 x cp 2 under every schedule (interleaved on a 4-layer model); dp 2 x cp 2 with ZeRO-1 and ZeRO-3 (2 micro-steps
+#     sequence parallelism); pp 2 x cp 2 under every schedule (interleaved on a 4-layer model); dp 2 x cp 2 with ZeRO-1, 2 and 3 (2 micro-steps
 #     per rank): from the same seed checkpoint and data as one process on the same global batch, the train and
 #     val losses and the grad norms of 4 steps, and every parameter of the final model, match the one-process
 #     run; the samples and the exact-match answers are the same text.
@@ -36,7 +36,8 @@
 #  6. The emulated CUDA build (its kernels, comm.h's NCCL code and all-to-all against dev/emu/nccl_emu.h):
 #     cp 2 Ulysses and ring against the CPU build's one process (FP32: 1e-5, the kernels' order of sums); in
 #     BF16 against its own one process with test_ddp_zero.sh's BF16 bounds (losses 2e-3, the update 0.08 in
-#     relative L2); the CPU BF16 build likewise (the ring's CPU pieces on 16-bit storage).
+#     relative L2); the CPU BF16 build likewise (the ring's CPU pieces on 16-bit storage), and the CPU FP16 build
+#     with a fixed loss scale (see there why not the dynamic one).
 #  7. A hung cp rank (--inject hang): the job ends within --comm-timeout, rank 0's watchdog line naming the cp
 #     group and the missing rank.
 #  8. Bad layouts, each refused with one line, nothing written: T not splitting into 2 x cp chunks, Ulysses
@@ -55,6 +56,7 @@ CPU=${CPU:-./train_gpt_cpu}
 EMU=${EMU:-./build/train_gpt_emu}
 EMU16=${EMU16:-./build/train_gpt_emu_bf16}
 CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
+CPU16H=${CPU16H:-./build/train_gpt_cpu_fp16}
 CHECK="python3 test/ddp_zero_check.py"
 LOG=build/cp
 mkdir -p "$LOG"
@@ -104,7 +106,7 @@ timeout 60 "$CPU" "${common[@]}" --model d4,C=32,NH=4,maxT=64,V=257 --steps 1 --
 train one_256_d4 0 "$CPU" --model "$tmp/seed4/model_00000001.bin" --total-batch 256 --grad-clip 0
 vs p2c2_il 4 one_256_d4 "pp 2 (interleaved, vpp 2) x cp 2 ring, 2 micro-batches" --model "$tmp/seed4/model_00000001.bin" --pp 2 \
     --schedule interleaved --vpp 2 --cp 2 --total-batch 256
-for z in 1 3; do
+for z in 1 2 3; do
     vs d2c2z$z 4 one_512 "dp 2 x cp 2 ring ZeRO-$z, 2 micro-steps" --cp 2 --zero $z --total-batch 512
     check memory "dp 2 x cp 2 ZeRO-$z memory (sharded over dp x cp = 4)" "$tmp/d2c2z$z.json"
     check ledger "dp 2 x cp 2 ZeRO-$z dp x cp traffic" "$tmp/d2c2z$z.json"
@@ -190,13 +192,18 @@ else bad "no $EMU (make build/train_gpt_emu)"; fi
 # BF16 (the emulated build's kernels, and the CPU build's BF16 storage, llm/core/half_cpu.h, on which the ring's CPU
 # pieces run): against each build's own one process, with the bounds of test_ddp_zero.sh's BF16 runs (the order of BF16
 # roundings differs)
-for b in "emu16 $EMU16 emulated CUDA" "cpu16 $CPU16 CPU"; do
+# FP16 (more mantissa than BF16: the same bounds hold) with a fixed loss scale: a cp rank's per-token gradients are N times
+# one process's (its loss is the mean over its T/N tokens, as Megatron's), so a dynamic scaler may halve where one
+# process's does not (measured: cp 2 at 32768 after step 1, one process at 65536), and the runs would differ by a step
+for b in "emu16 $EMU16 emulated CUDA BF16" "cpu16 $CPU16 CPU BF16" "cpu16h $CPU16H CPU FP16 --loss-scale 4096"; do
     set -- $b; n=$1; bin=$2; shift 2
+    what=""; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do what="$what $1"; shift; done
+    what=${what# }
     [ -x "$bin" ] || { bad "no $bin (make $bin)"; continue; }
-    train ${n}_one 0 "$bin" --total-batch 128 --grad-clip 0 &&
+    train ${n}_one 0 "$bin" --total-batch 128 --grad-clip 0 "$@" &&
     for impl in ulysses ring; do
-        train ${n}_cp2_$impl 2 "$bin" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 &&
-            check update "$* BF16 cp 2 $impl vs its 1 process" "$tmp/${n}_cp2_$impl" "$tmp/${n}_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
+        train ${n}_cp2_$impl 2 "$bin" --cp 2 --cp-impl $impl --total-batch 128 --grad-clip 0 "$@" &&
+            check update "$what cp 2 $impl vs its 1 process" "$tmp/${n}_cp2_$impl" "$tmp/${n}_one" "$tmp/seed/model_00000001.bin" 2e-3 0.08
     done
 done
 
