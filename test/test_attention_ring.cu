@@ -64,6 +64,7 @@
 #include "../llm/core/rand.h"
 #include "../llm/ops/attention.cuh"
 #include "../llm/ops/attention_ring.cuh"
+#include "../llm/ops/rows.cuh"
 #include "test_common.h"
 #include "../llm/core/usage.h"
 #include <time.h>

@@ -10,7 +10,8 @@
 //   Near-Infinite Context", sec. 3): the K/V block of each rank travels around the ring of N ranks; at
 //   step s rank r holds the block of rank r - s, computes its queries against it while the next block is
 //   already on its way, and merges the partial result with the online softmax (Milakov & Gimelshein 2018;
-//   the block pieces of llm/ops/attention_ring.cuh, whose CPU reference is llm/ops/attention_blocks.h).
+//   the block pieces of llm/ops/attention_ring.cuh, whose CPU reference is llm/ops/attention_blocks.h; rows
+//   move between buffers with llm/ops/rows.cuh).
 //   The backward sends the K/V blocks around again, and each block's dK/dV accumulator travels with it
 //   back to its owner. Sent per rank, per layer and micro-batch, with S = B (T/N) 2 C bytes of K/V in
 //   floatX (b bytes each) and 2 C (T/N) B 4 bytes of FP32 dK/dV:
@@ -46,6 +47,7 @@
 #include "../comm/comm.h"
 #include "../ops/attention.cuh"
 #include "../ops/attention_ring.cuh"
+#include "../ops/rows.cuh"
 
 typedef enum { CP_RING = 0, CP_ULYSSES = 1 } CPImpl;
 #define CP_TIMED 256  // GPU: timed stretches between two reads of the events
