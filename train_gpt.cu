@@ -87,7 +87,7 @@ typedef struct {
 // context parallelism: the attention compute time of this rank's stages since the last call (ms)
 static double cp_attention_ms(Pipeline* pipe) {
     double ms = 0.0;
-    for (int c = 0; c < pipe->V; c++) ms += cp_take_ms(&pipe->chunks[c].cp);
+    for (int c = 0; c < pipe->vpp; c++) ms += cp_take_ms(&pipe->chunks[c].cp);
     return ms;
 }
 
@@ -100,25 +100,28 @@ static void print_cp_balance(Comm* c, double mine_ms, int impl, int balance) {
         double lo = INFINITY, hi = 0.0;
         printf("context parallelism (%s%s%s): attention compute per step by cp rank:", cp_impl_name(impl),
                impl == CP_RING ? " " : "", impl == CP_RING ? cp_balance_name(balance) : "");
-        for (int q = 0; q < c->cp; q++) {
-            double ms = all[comm_world_rank_of(c, 0, 0, q, 0)];
+        int* cp_ranks = (int*)mallocCheck((size_t)c->world_size * sizeof(int));
+        mesh_group_members(&c->mesh, GROUP_CP, 0, cp_ranks);
+        for (int q = 0; q < c->mesh.cp.size; q++) {
+            double ms = all[cp_ranks[q]];
             printf(" %.2f", ms);
             if (ms < lo) lo = ms;
             if (ms > hi) hi = ms;
         }
         printf(" ms | max/min %.2f\n", lo > 0.0 ? hi / lo : NAN);
+        free(cp_ranks);
     }
     free(all);
 }
 
 static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,
                              const OptimConfig* oc, const InjectPlan* faults, const int* inputs, const int* targets,
-                             float dloss, int step, unsigned int seed) {
+                             int step, unsigned int seed) {
     StepResult r;
     dp_step_begin(dp);
     fp8_step_begin(fp8);
     r.scale = scaler->scale;
-    float loss = pipeline_step(pipe, inputs, targets, loss_scaler_seed(scaler, dloss));  // forward, backward
+    float loss = pipeline_step(pipe, inputs, targets, loss_scaler_seed(scaler, pipeline_dloss(pipe)));  // forward, backward
     inject_before_reductions(faults, step, dp->comm->world_rank);
     double t = wall_ms();
     dp_finish_grads(dp);
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
     parse_args(&args, argc, argv);
     args_check_default_data(&args);  // the default data not made yet: one line saying how to make it
     Comm comm;
-    comm_init_mesh(&comm, &argc, &argv, args.dp, args.tp, args.pp, args.cp);
+    comm_init(&comm, &argc, &argv, args.dp, args.tp, args.pp, args.cp);
     args_check_layout(&args, &comm);
     InjectPlan inject_plan;
     inject_parse(&inject_plan, args.inject, comm.world_size);
@@ -187,18 +190,18 @@ int main(int argc, char** argv) {
         fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg.max_seq_len, T);
     }
     char tp_err[256];
-    int grad_accum = (int)(args.total_batch / ((long)B * T * comm.dp));  // m: the micro-batches of a step
-    if (tp_layout_error(cfg, comm.tp, tp_err, sizeof(tp_err)) ||  // before anything is allocated
-        cp_layout_error(T, cfg.num_heads / comm.tp, comm.tp, comm.cp, args.cp_impl, tp_err, sizeof(tp_err)) ||
-        pipe_layout_error(cfg, comm.pp, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err)) ||
-        fp8_layout_error((Fp8Recipe)args.fp8, cfg.channels, comm.tp, tp_err, sizeof(tp_err))) {
+    int grad_accum = (int)(args.total_batch / ((long)B * T * comm.mesh.dp.size));  // m: the micro-batches of a step
+    if (tp_layout_error(cfg, comm.mesh.tp.size, tp_err, sizeof(tp_err)) ||  // before anything is allocated
+        cp_layout_error(T, cfg.num_heads / comm.mesh.tp.size, comm.mesh.tp.size, comm.mesh.cp.size, args.cp_impl, tp_err, sizeof(tp_err)) ||
+        pipe_layout_error(cfg, comm.mesh.pp.size, args.vpp, grad_accum, args.schedule, tp_err, sizeof(tp_err)) ||
+        fp8_layout_error((Fp8Recipe)args.fp8, cfg.channels, comm.mesh.tp.size, tp_err, sizeof(tp_err))) {
         if (rank0) fprintf(stderr, "error: %s\n", tp_err);
         comm_exit(&comm, EXIT_FAILURE);
     }
 
     // 3. data, checked before anything large is allocated; dp rank r reads its slice of every batch
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_data, "--train-data", B, T, comm.dp_rank, comm.dp, args.shuffle,
+    dataloader_init(&train_loader, args.train_data, "--train-data", B, T, comm.mesh.dp.rank, comm.mesh.dp.size, args.shuffle,
                     (uint64_t)args.seed, cfg.vocab_size);
     if (args.val_data) dataloader_init(&val_loader, args.val_data, "--val-data", B, T, 0, 1, 0, 0, cfg.vocab_size);
     Tokenizer tok;
@@ -218,20 +221,20 @@ int main(int argc, char** argv) {
     // (llm/parallel/dp.h), its stages that run them on a micro-batch (llm/model/stage.h) and the executor of the
     // schedule, and the sampler
     int* held = (int*)mallocCheck((size_t)num_units(cfg) * sizeof(int));
-    pipe_held_units(cfg, comm.pp, args.vpp, comm.pp_rank, held);
+    pipe_held_units(cfg, comm.mesh.pp.size, args.vpp, comm.mesh.pp.rank, held);
     DataParallel dp;
-    dp_init_pp(&dp, &comm, cfg, args.zero, held);
+    DpConfig dpc = {args.zero, held, args.sequence_parallel, inject_grad_hook(&inject_plan)};
+    dp_init(&dp, &comm, cfg, &dpc);
     free(held);
-    dp.sequence_parallel = args.sequence_parallel && comm.tp > 1;  // the LayerNorms' gradients are partial sums
     Pipeline pipe;
-    pipeline_init(&pipe, &dp, tp_group(dp.comm, args.sequence_parallel), cp_group(dp.comm, T, args.cp_impl, args.cp_balance),
+    pipeline_init(&pipe, &comm, &dp, tp_group(&comm, args.sequence_parallel), cp_group(&comm, T, args.cp_impl, args.cp_balance),
                   args.schedule, args.vpp, grad_accum, B, T, (Recompute)args.recompute);
     Fp8State fp8;  // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)
     Fp8Config fp8_cfg = {(Fp8Recipe)args.fp8, args.fp8_e4m3, args.fp8_history, args.fp8_reduce, args.fp8_margin};
     pipeline_enable_fp8(&pipe, &fp8, fp8_cfg);
     const Stage* stage = pipeline_first(&pipe);  // the memory report's per-layer figures
     Sampler sampler;  // decodes the chunks' stages, FP8 linears included, over the pipeline's messages
-    sampler_init(&sampler, pipe.chunks, pipe.V);
+    sampler_init(&sampler, pipe.chunks, pipe.vpp);
     pipeline_sampler_link(&pipe, &sampler);
     int steps = args.steps;
     if (steps < 0) steps = (int)(dataloader_num_samples(&train_loader) / (args.total_batch / T));
@@ -241,17 +244,17 @@ int main(int argc, char** argv) {
                cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
                dp.lay.num_parameters / 1e6, LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
         if (comm.world_size > 1 || dp.zero.shard_optim) {
-            printf("processes: %d = dp %d x tp %d x pp %d", comm.world_size, comm.dp, comm.tp, comm.pp);
-            if (comm.cp > 1) printf(" x cp %d (%s%s%s)", comm.cp, cp_impl_name(args.cp_impl), args.cp_impl == CP_RING ? ", " : "",
+            printf("processes: %d = dp %d x tp %d x pp %d", comm.world_size, comm.mesh.dp.size, comm.mesh.tp.size, comm.mesh.pp.size);
+            if (comm.mesh.cp.size > 1) printf(" x cp %d (%s%s%s)", comm.mesh.cp.size, cp_impl_name(args.cp_impl), args.cp_impl == CP_RING ? ", " : "",
                                     args.cp_impl == CP_RING ? cp_balance_name(args.cp_balance) : "");
             printf(" | %s | MPI start %.0f ms\n", zero_name(dp.zero.level), comm.init_ms);
         }
         printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n",
-               B, T, args.total_batch, grad_accum, comm.dp, steps, (long long)dataloader_num_samples(&train_loader));
+               B, T, args.total_batch, grad_accum, comm.mesh.dp.size, steps, (long long)dataloader_num_samples(&train_loader));
         mfu_print(&cfg, T, peak_tflops, peak_n, comm.world_size);
         if (args.recompute) printf("activation recompute: %s\n", recompute_name((Recompute)args.recompute));
         if (args.fp8) fp8_print(&fp8);
-        if (comm.pp > 1) pipeline_print(&pipe);
+        if (comm.mesh.pp.size > 1) pipeline_print(&pipe);
     }
 
     // the parameters and optimizer state: fresh, or resumed (each rank keeps its part of the state file)
@@ -319,7 +322,7 @@ int main(int argc, char** argv) {
     if (rank0) print_memory(&dp, stage);
     if (rank0) printf("AdamW: lr %g, beta1 %g, beta2 %g, eps %g, weight decay %g, grad clip %g\n", oc.lr, oc.beta1, oc.beta2, oc.eps,
                       oc.weight_decay, oc.grad_clip);
-    if (rank0 && args.sdc_check_every > 0 && dp.zero.shard_params && comm.dp > 1) {
+    if (rank0 && args.sdc_check_every > 0 && dp.zero.shard_params && comm.mesh.dp.size > 1) {
         printf("sdc check: ZeRO-3 keeps no replica of a parameter in the dp group: nothing to compare\n");
     }
 
@@ -354,9 +357,9 @@ int main(int argc, char** argv) {
         cp_attention_ms(&pipe);  // (what val and samples computed is not this step's)
         double t0 = wall_ms();
         straggler_step_begin(&straggler, &comm);
-        inject_before_step(&inject_plan, &comm, &dp, step, step_targets, (size_t)grad_accum * B * T, cfg.vocab_size);
+        inject_before_step(&inject_plan, &comm, step, step_targets, (size_t)grad_accum * B * T, cfg.vocab_size);
         StepResult r = train_step(&pipe, &dp, &scaler, &fp8, &health, &oc, &inject_plan, step_inputs, step_targets,
-                                  1.0f / ((float)B * (T / comm.cp) * grad_accum), step, (unsigned int)(args.seed + 7919u * (unsigned)step));
+                                  step, (unsigned int)(args.seed + 7919u * (unsigned)step));
         inject_after_update(&inject_plan, &dp, step);
         double ms = wall_ms() - t0;
         double wait = comm_take_wait_ms(&comm);  // how long the computation waited for reductions and gathers
@@ -383,7 +386,7 @@ int main(int argc, char** argv) {
         }
         double tok_s = (float)(args.total_batch / (ms / 1e3));
         double mfu = peak_tflops > 0.0 ? mfu_fraction(model_flops_per_token(&cfg, T), tok_s, peak_tflops, comm.world_size) : NAN;
-        report_step(&logger, &progress, rank0, step, steps, &r, vloss, ms, tok_s, mfu, comm.dp > 1 || dp.zero.shard_optim ? wait : NAN,
+        report_step(&logger, &progress, rank0, step, steps, &r, vloss, ms, tok_s, mfu, comm.mesh.dp.size > 1 || dp.zero.shard_optim ? wait : NAN,
                     scaler.mode != LOSS_SCALE_NONE);
         if (!sig && args.sample_every > 0 && (step % args.sample_every == 0 || last)) {
             print_sample(&sampler, eot, args.sample_len, &sample_rng, have_tok ? &tok : NULL, rank0, step);
@@ -401,12 +404,12 @@ int main(int argc, char** argv) {
     run_ckpt_finish(&ck);  // the last save, waited for
     if (rank0 && timed_steps > 0) {
         printf("average step time %.1f ms", total_ms / timed_steps);
-        if (comm.dp > 1 || dp.zero.shard_optim) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
+        if (comm.mesh.dp.size > 1 || dp.zero.shard_optim) printf(" | comm wait %.2f ms per step", total_wait / timed_steps);
         printf("\n");
     }
-    if (comm.cp > 1 && timed_steps > 0) print_cp_balance(&comm, total_cp_ms / timed_steps, args.cp_impl, args.cp_balance);
+    if (comm.mesh.cp.size > 1 && timed_steps > 0) print_cp_balance(&comm, total_cp_ms / timed_steps, args.cp_impl, args.cp_balance);
 
-    if (comm.pp > 1) {  // the tied embedding's two copies (the first and the last stage) stay identical
+    if (comm.mesh.pp.size > 1) {  // the tied embedding's two copies (the first and the last stage) stay identical
         double diff = dp_tied_embedding_diff(&dp);
         if (rank0) printf("tied embedding: max |first stage - last stage| = %g over %zu values\n", diff, dp.lay.units[UNIT_EMBED].n);
     }
@@ -422,7 +425,7 @@ int main(int argc, char** argv) {
     // the memory and the collectives of the last step, beside the papers' numbers
     comm.ledger = step_ledger;
     if (rank0) print_memory(&dp, stage);  // the peaks now include the training steps
-    if (rank0 && (comm.dp > 1 || dp.zero.shard_optim)) {
+    if (rank0 && (comm.mesh.dp.size > 1 || dp.zero.shard_optim)) {
         ledger_print(&comm, stdout);
         double sent = ledger_sent_bytes(&comm, COMM_ALL_KINDS, GROUP_DP);
         printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     comm_init(&comm, &argc, &argv, 1, 1, 1);
     context_init();
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, 0);
+    dp_init(&dp, &comm, cfg, NULL);
     float* p = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
     init_parameters(cfg, 1337, p);
     dp_import_params(&dp, p, 0);

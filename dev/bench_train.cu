@@ -7,7 +7,7 @@
 // RECOMPUTE: a comma-separated list of none, selective, full (default none); each is timed in turn,
 // in this one process, and the step times are printed as ratios to the first, beside the expected
 // cost from the FLOPs each recomputes.
-// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/parallel/tensor_parallel.h);
+// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/sharded/tensor_parallel.h);
 // rank 0 prints, and each step's time spent inside the tp group's blocking collectives (the host time
 // in comm.h: in the CPU build the collectives' whole duration, waiting for the other rank included)
 // is printed beside the step (dev/bench_tp.sh compares tp 2 with tp 1 in one run).
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     char tp_err[256];
     if (tp_layout_error(cfg, tp, tp_err, sizeof(tp_err))) fatal("bench: %s", tp_err);
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, 0);
+    dp_init(&dp, &comm, cfg, NULL);
     float* p = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
     init_parameters(cfg, 1337, p);
     dp_import_params(&dp, p, 0);

@@ -309,9 +309,9 @@ static void split_memory_check(SplitVerdict verdict, const char* tag, DataParall
     size_t before = mem_live(MEM_ACTIVATIONS);
     stage_enable_split_backward(&st);
     size_t total = mem_live(MEM_ACTIVATIONS) - before;
-    double b = sizeof(floatX), BT = (double)B * T, C = cfg.channels, t = tp.size, R = tp.sequence_parallel ? BT / t : BT;
-    double douts = BT * (3 * C / t + C + 4 * C / t + C);  // the four output gradients
-    double inputs = r == RECOMPUTE_NONE ? 0.0 : R * C + BT * C / t + R * C + (r == RECOMPUTE_FULL ? BT * 4 * C / t : 0.0);
+    double b = sizeof(floatX), BT = (double)B * T, C = cfg.channels, tp_size = tp.size, R = tp.sequence_parallel ? BT / tp_size : BT;
+    double douts = BT * (3 * C / tp_size + C + 4 * C / tp_size + C);  // the four output gradients
+    double inputs = r == RECOMPUTE_NONE ? 0.0 : R * C + BT * C / tp_size + R * C + (r == RECOMPUTE_FULL ? BT * 4 * C / tp_size : 0.0);
     double formula = b * (douts + inputs), measured = (double)st.split_w_bytes;
     int fields = 4 + (r == RECOMPUTE_NONE ? 0 : (r == RECOMPUTE_SELECTIVE ? 3 : 4));
     char line[600];

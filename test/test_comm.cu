@@ -85,7 +85,7 @@ static inline float rand_val(uint64_t test, int world_rank, size_t i) {
 // world ranks of the members of my group g, in group-rank order (the formula; test_mesh checks the
 // groups against the coordinates the ranks report)
 static void group_members(CommGroup g, int* members) {
-    int dp = C.dp, tp = C.tp, pp = C.pp, cp = C.cp;
+    int dp = C.mesh.dp.size, tp = C.mesh.tp.size, pp = C.mesh.pp.size, cp = C.mesh.cp.size;
     // world rank = ((d * pp + p) * cp + q) * tp + t (llm/comm/comm_mesh.h), computed here on its own
     int t = C.world_rank % tp, q = (C.world_rank / tp) % cp, p = (C.world_rank / (tp * cp)) % pp, d = C.world_rank / (tp * cp * pp);
     auto rank = [&](int d_, int p_, int q_, int t_) { return ((d_ * pp + p_) * cp + q_) * tp + t_; };
@@ -514,19 +514,21 @@ static void test_p2p(CommGroup g, size_t n) {
 // ----------------------------------------------------------------------------
 
 // The mesh, from what the ranks report about themselves (gathered over the world), not from the
-// formula comm_init uses: the layout is the one asked for, the coordinates cover the dp x pp x tp grid
-// once, tp is innermost (consecutive world ranks differ in tp first, then pp), and each group is
-// exactly the ranks that share the other two coordinates, in the order of its own coordinate.
+// formula comm_init uses: the layout is the one asked for, the coordinates cover the dp x pp x cp x tp grid
+// once, tp is innermost (consecutive world ranks differ in tp first, then cp, pp), and each group is
+// exactly the ranks that share the other coordinates, in the order of its own coordinates. Then the mesh's
+// arithmetic about any rank (llm/comm/mesh.h: mesh_coord, mesh_group_members, which the straggler detector,
+// the watchdog's lines and the trace's labels use for the other ranks) against what each rank reported.
 static int g_want_dp, g_want_tp, g_want_pp, g_want_cp = 1;
 static void test_mesh(void) {
     const int W = C.world_size;
     int want_dp = g_want_dp ? g_want_dp : W / (g_want_tp * g_want_pp * g_want_cp);
-    mcheck(C.dp == want_dp && C.tp == g_want_tp && C.pp == g_want_pp && C.cp == g_want_cp, NULL,
+    mcheck(C.mesh.dp.size == want_dp && C.mesh.tp.size == g_want_tp && C.mesh.pp.size == g_want_pp && C.mesh.cp.size == g_want_cp, NULL,
            "mesh: the layout asked for: dp %d (%s) tp %d pp %d cp %d", want_dp, g_want_dp ? "--dp" : "world / (tp*pp*cp)",
            g_want_tp, g_want_pp, g_want_cp);
     int r = C.world_rank;
     enum { D = 0, P = 1, Q = 2, T = 3 };  // the coordinates: dp, pp, cp, tp
-    int coords[4] = {C.dp_rank, C.pp_rank, C.cp_rank, C.tp_rank}, size[4] = {C.dp, C.pp, C.cp, C.tp};
+    int coords[4] = {C.mesh.dp.rank, C.mesh.pp.rank, C.mesh.cp.rank, C.mesh.tp.rank}, size[4] = {C.mesh.dp.size, C.mesh.pp.size, C.mesh.cp.size, C.mesh.tp.size};
     int* all = (int*)mallocCheck(4 * W * sizeof(int));
     mpiCheck(MPI_Allgather(coords, 4, MPI_INT, all, 4, MPI_INT, MPI_COMM_WORLD));
     int ok = 1;
@@ -539,26 +541,33 @@ static void test_mesh(void) {
         }
         if (rest != 0) ok = 0;
     }
-    snprintf(detail, sizeof(detail), "world %d -> dp %d pp %d cp %d tp %d", r, C.dp_rank, C.pp_rank, C.cp_rank, C.tp_rank);
+    snprintf(detail, sizeof(detail), "world %d -> dp %d pp %d cp %d tp %d", r, C.mesh.dp.rank, C.mesh.pp.rank, C.mesh.cp.rank, C.mesh.tp.rank);
     mcheck(ok, detail, "mesh: the ranks' coordinates cover the dp x pp x cp x tp grid once, tp innermost, then cp, pp, dp");
-    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        // the members from the gathered coordinates: the world ranks that share my coordinates outside the group's
-        // own, ordered by the group's own (dp: the gradient group over dp x cp, ordered dp-major; world: all, in
-        // world order; embed: the first and the last pp rank sharing my other coordinates; a middle pp rank alone)
+    // the members of group g that world rank me belongs to, from the gathered coordinates: the world ranks that
+    // share its coordinates outside the group's own, ordered by the group's own (dp: the gradient group over
+    // dp x cp, ordered dp-major; world: all, in world order; embed: the first and the last pp rank sharing its
+    // other coordinates; a middle pp rank alone); returns how many, and me's rank among them in *me_rank
+    auto expected = [&](int g, int me, int* members, int* me_rank) {
+        const int* mine = all + 4 * me;
         int vary[4] = {g == GROUP_DP, g == GROUP_PP || g == GROUP_EMBED, g == GROUP_DP || g == GROUP_CP, g == GROUP_TP};
-        auto key = [&](const int* x) { return g == GROUP_DP ? x[D] * C.cp + x[Q] : g == GROUP_TP ? x[T] : g == GROUP_CP ? x[Q] : x[P]; };
-        int members[64], got[64], N = 0;
-        int end = coords[P] == 0 || coords[P] == C.pp - 1, want_rank = g == GROUP_WORLD ? r : key(coords);
+        auto key = [&](const int* x) { return g == GROUP_DP ? x[D] * size[Q] + x[Q] : g == GROUP_TP ? x[T] : g == GROUP_CP ? x[Q] : x[P]; };
+        int N = 0, end = mine[P] == 0 || mine[P] == size[P] - 1;
+        *me_rank = g == GROUP_WORLD ? me : key(mine);
         for (int c = 0; g != GROUP_WORLD && c < W; c++) {
             for (int a = 0; a < W; a++) {
                 int same = 1;
-                for (int k = 0; k < 4; k++) if (!vary[k] && all[4 * a + k] != coords[k]) same = 0;
-                if (g == GROUP_EMBED && !(end ? (c == 0 || c == C.pp - 1) : a == r)) same = 0;
+                for (int k = 0; k < 4; k++) if (!vary[k] && all[4 * a + k] != mine[k]) same = 0;
+                if (g == GROUP_EMBED && !(end ? (c == 0 || c == size[P] - 1) : a == me)) same = 0;
                 if (same && key(all + 4 * a) == c) members[N++] = a;
             }
         }
         if (g == GROUP_WORLD) for (int a = 0; a < W; a++) members[N++] = a;
-        if (g == GROUP_EMBED) for (int j = 0; j < N; j++) if (members[j] == r) want_rank = j;
+        if (g == GROUP_EMBED) for (int j = 0; j < N; j++) if (members[j] == me) *me_rank = j;
+        return N;
+    };
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        int members[64], got[64], want_rank = 0;
+        int N = expected(g, r, members, &want_rank);
         if (C.mpi[g] != MPI_COMM_NULL) mpiCheck(MPI_Allgather(&r, 1, MPI_INT, got, 1, MPI_INT, C.mpi[g]));
         else got[0] = r;
         int okg = C.group_size[g] == N && comm_group_size(&C, (CommGroup)g) == N && C.group_rank[g] == want_rank &&
@@ -575,6 +584,28 @@ static void test_mesh(void) {
             fflush(stdout);
         }
     }
+    // the mesh's arithmetic about every rank, against what it reported: its coordinates, and the members of each of
+    // its groups in order (rank 0's view of all of them: the watchdog and the straggler detector reason so)
+    int okc = 1, okm = 1;
+    char why[200] = "";
+    for (int a = 0; a < W; a++) {
+        for (int k = 0; k < 4; k++) {
+            if (mesh_coord(&C.mesh, a, k) != all[4 * a + k]) {
+                okc = 0;
+                snprintf(why, sizeof(why), "mesh_coord(rank %d, %s) = %d, it reported %d", a, MESH_AXES[k].name, mesh_coord(&C.mesh, a, k), all[4 * a + k]);
+            }
+        }
+        if (mesh_world_rank(&C.mesh, all + 4 * a) != a) okc = 0;
+        for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+            int want[64], gotm[64], want_rank = 0;
+            int n = expected(g, a, want, &want_rank), m = mesh_group_members(&C.mesh, g, a, gotm);
+            int same = n == m;
+            for (int j = 0; same && j < n; j++) same = want[j] == gotm[j];
+            if (!same) { okm = 0; snprintf(why, sizeof(why), "mesh_group_members(%s, rank %d) differs (%d members, expected %d)", comm_group_name(g), a, m, n); }
+        }
+    }
+    mcheck(okc, why, "mesh: mesh_coord and mesh_world_rank of every world rank = the coordinates it reported");
+    mcheck(okm, why, "mesh: mesh_group_members of every group of every world rank = the ranks sharing its other coordinates, in order");
     // the whole mesh, for the reader: world rank -> (dp, pp, cp, tp)
     if (r == 0) {
         printf("     world rank -> (dp, pp, cp, tp):");
@@ -591,7 +622,7 @@ static void test_mesh(void) {
 static void test_barrier(void) {
     if (C.world_size < 2) return;
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        if (C.group_size[g] < 2 || (g == GROUP_EMBED && C.pp > 2)) continue;
+        if (C.group_size[g] < 2 || (g == GROUP_EMBED && C.mesh.pp.size > 2)) continue;
         // group rank 0 arrives 200 ms late; the others must wait for it
         mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = wall_ms();
@@ -748,7 +779,7 @@ static void test_ledger(void) {
 // the embed group when pp > 2: an all-reduce of (world rank + 1) over it sums its members' (the first and
 // the last pp rank of my dp and tp coordinates; a middle pp rank alone keeps its own)
 static void test_embed_group(void) {
-    if (C.pp <= 2) return;  // covered by test_all_collectives
+    if (C.mesh.pp.size <= 2) return;  // covered by test_all_collectives
     int members[64], N = C.group_size[GROUP_EMBED];
     group_members(GROUP_EMBED, members);
     float* d = (float*)device_malloc(sizeof(float), MEM_WORKSPACE);
@@ -759,10 +790,10 @@ static void test_embed_group(void) {
     device_synchronize();
     copy_to_host(&x, d, sizeof(float));
     device_free(d);
-    int end = C.pp_rank == 0 || C.pp_rank == C.pp - 1;
+    int end = C.mesh.pp.rank == 0 || C.mesh.pp.rank == C.mesh.pp.size - 1;
     char detail[120];
-    snprintf(detail, sizeof(detail), "pp rank %d: group of %d, sum %g, expected %g", C.pp_rank, N, x, want);
-    mcheck(x == want && N == (end ? 2 : 1), detail, "embed group (pp %d): the first and the last stage sum, a middle stage alone", C.pp);
+    snprintf(detail, sizeof(detail), "pp rank %d: group of %d, sum %g, expected %g", C.mesh.pp.rank, N, x, want);
+    mcheck(x == want && N == (end ? 2 : 1), detail, "embed group (pp %d): the first and the last stage sum, a middle stage alone", C.mesh.pp.size);
 }
 
 template <typename T>
@@ -773,7 +804,7 @@ static void test_all_collectives(void) {
         // the cases below run per group rank and root, and every check is a world collective: a group whose
         // size differs between ranks (the embed group with pp > 2: two end stages, the middle ones alone)
         // gets its own check (test_embed_group) instead
-        if (g == GROUP_EMBED && C.pp > 2) continue;
+        if (g == GROUP_EMBED && C.mesh.pp.size > 2) continue;
         // the same test ids on every rank of the group, whatever the other groups' sizes made them so far
         // (a middle pipeline stage's embed group is a group of one: it runs fewer cases)
         g_test_id = (uint64_t)(++g_group_calls) << 32;
@@ -889,7 +920,7 @@ int main(int argc, char** argv) {
         else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --cp --seed --die-rank --die-signal --bench --host-ptr "
                    "--a2a-overlap --a2a-hang)", a);
     }
-    comm_init_mesh(&C, &argc, &argv, dp, tp, pp, cp);
+    comm_init(&C, &argc, &argv, dp, tp, pp, cp);
     g_want_dp = dp; g_want_tp = tp; g_want_pp = pp; g_want_cp = cp;
     if (C.world_size > 64) fatal("test_comm: at most 64 processes (found %d)", C.world_size);
 
@@ -940,7 +971,7 @@ int main(int argc, char** argv) {
     g_seed = seed;
     if (C.world_rank == 0) {
         printf("test_comm: world %d = dp %d x pp %d x tp %d, %s build, floatX %s, collectives over %s, seed %llu, "
-               "MPI_Init %.0f ms%s\n", C.world_size, C.dp, C.pp, C.tp, LLM_BUILD_CUDA ? "CUDA" : LLM_BUILD_EMU ? "emulated" : "CPU",
+               "MPI_Init %.0f ms%s\n", C.world_size, C.mesh.dp.size, C.mesh.pp.size, C.mesh.tp.size, LLM_BUILD_CUDA ? "CUDA" : LLM_BUILD_EMU ? "emulated" : "CPU",
                PRECISION_MODE, comm_transport_name(), seed, C.init_ms, C.owns_mpi ? "" : " (MPI was up already)");
         fflush(stdout);
     }

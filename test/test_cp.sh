@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_cp.sh: context parallelism (llm/parallel/context_parallel.h): ring attention (Liu et al. 2023) with the
+# test_cp.sh: context parallelism (llm/sharded/context_parallel.h): ring attention (Liu et al. 2023) with the
 # zigzag and the contiguous split, and DeepSpeed-Ulysses (Jacobs et al. 2023), under mpirun, against one process
 # and the papers' counts.
 #

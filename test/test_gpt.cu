@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
            cfg.num_layers, cfg.num_heads, cfg.channels, V, Vp, cfg.max_seq_len, B, T, n, PRECISION_MODE);
 
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, 0);
+    dp_init(&dp, &comm, cfg, NULL);
     dp_import_params(&dp, params, 0);
     float* params0 = (float*)mallocCheck(n * sizeof(float));  // what the model starts from (BF16: rounded)
     dp_export(&dp, params0, NULL, NULL);
@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
         float norm0 = 0.0f;
         for (int k = 0; k < 2; k++) {
             DataParallel d;
-            dp_init(&d, &comm, cfg, 0);
+            dp_init(&d, &comm, cfg, NULL);
             dp_import_params(&d, params, 0);
             Stage sc;
             stage_init(&sc, &d.lay, &d.hooks, tp_group(d.comm, 0), stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
         fcloseCheck(f, "clip losses");
         if (nc != 10 || clip <= 0.0f) fatal("tiny_adamw_clip_losses.txt: expected clip= and 10 lines of loss and norm, found %d", nc);
         DataParallel d;
-        dp_init(&d, &comm, cfg, 0);
+        dp_init(&d, &comm, cfg, NULL);
         dp_import_params(&d, params, 0);
         Stage sc;
         stage_init(&sc, &d.lay, &d.hooks, tp_group(d.comm, 0), stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
         float* p1 = (float*)mallocCheck(n * sizeof(float));
         for (size_t i = 0; i < n; i++) p1[i] = 0.5f + 0.25f * (float)(i % 7);  // nonzero everywhere, exact in bf16
         DataParallel d;
-        dp_init(&d, &comm, cfg, 0);
+        dp_init(&d, &comm, cfg, NULL);
         dp_import_params(&d, p1, 1);
         dp_step_begin(&d);  // zero gradients
         OptimConfig ocw = {1e-2f, 1.0f, 0, 1, 0.9f, 0.95f, 1e-8f, 0.5f, 0.0f};
@@ -505,7 +505,7 @@ int main(int argc, char** argv) {
             }
         }
         DataParallel d;
-        dp_init(&d, &comm, cfg, 0);
+        dp_init(&d, &comm, cfg, NULL);
         dp_import_params(&d, ph, 1);
         dp_step_begin(&d);
         OptimConfig oc0 = {1e-3f, 1.0f, 0, 1, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     // a random model, one process (the data-parallel policy over one rank)
     GPTConfig cfg = {32, 61, pad_vocab(61), 2, 4, 32};  // maxT V Vp L NH C
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, 0);
+    dp_init(&dp, &comm, cfg, NULL);
     float* params = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
     init_parameters(cfg, seed, params);
     // weights 3x those of GPT-2's init: logits spread enough that the argmax is clear and the softmax

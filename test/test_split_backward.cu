@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
         y[i] = (int)(rng_f32(&rng) * cfg.vocab_size) % cfg.vocab_size;
     }
     DataParallel dp;
-    dp_init(&dp, &g_comm, cfg, 0);
+    dp_init(&dp, &g_comm, cfg, NULL);
     dp_import_params(&dp, params, 0);  // this tp rank's shards
     for (int sp = 0; sp <= (g_comm.group_size[GROUP_TP] > 1 ? 1 : 0); sp++) {
         TPGroup g = tp_group(&g_comm, sp);

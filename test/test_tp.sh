@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_tp.sh: Megatron tensor parallelism (llm/parallel/tensor_parallel.h; Shoeybi et al. 2019, sec. 3) under
+# test_tp.sh: Megatron tensor parallelism (llm/sharded/tensor_parallel.h; Shoeybi et al. 2019, sec. 3) under
 # mpirun, against one process and the paper's counts.
 #
 #   bash test/test_tp.sh   (needs ./train_gpt_cpu, build/train_gpt_emu{,_bf16}, build/test_tp_ops_{cpu,emu})

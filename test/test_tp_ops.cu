@@ -6,7 +6,7 @@
 // Inputs, weights, biases and output gradients are small integers (|v| <= 2), so every product and
 // every sum of the test's sizes is an integer below 2^24: exact in FP32 in any order. So each rank's
 // results must equal the unsplit layer's (computed here in double) bit for bit:
-//   column-parallel (f before it): forward y_r = x W_r^T + b_r is columns [r out/T, (r+1) out/T) of
+//   column-parallel (f before it): forward y_r = x W_r^T + b_r is columns [r out/tp, (r+1) out/tp) of
 //       the whole y; backward: dW_r and db_r are the rows of the whole dW, db; dx, after f's
 //       all-reduce, is the whole dx = dy W on every rank (without the all-reduce it is a part)
 //   row-parallel (g after it): forward y after g's all-reduce is the whole x W^T + b on every rank,
@@ -72,9 +72,9 @@ int main(int argc, char** argv) {
     comm_init(&C, &argc, &argv, 1, tp, 1);
     context_init();
     TPGroup g = tp_group(&C, 0);
-    int T = g.size, r = g.rank, BT = 8, in = 32, out = 64;
+    int tp_size = g.size, r = g.rank, BT = 8, in = 32, out = 64;
     cudaStream_t s = llm_ctx.stream;
-    if (C.world_rank == 0) printf("test_tp_ops: tp %d, %s, BT=%d in=%d out=%d\n", T, PRECISION_MODE, BT, in, out);
+    if (C.world_rank == 0) printf("test_tp_ops: tp %d, %s, BT=%d in=%d out=%d\n", tp_size, PRECISION_MODE, BT, in, out);
     Rng rng;
     rng_init(&rng, 1234);  // the same whole tensors on every rank
     std::vector<float> X = ints(&rng, (size_t)BT * in), W = ints(&rng, (size_t)out * in), b = ints(&rng, out);
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
 
     {   // column-parallel: rank r holds output rows [r ol, (r+1) ol) of W and b
         LinearSpec sp = linear_spec_tp("column", in, out, 0, LINEAR_COLUMN_PARALLEL, g);
-        int ol = out / T;
+        int ol = out / tp_size;
         std::vector<float> Wr(W.begin() + (size_t)r * ol * in, W.begin() + (size_t)(r + 1) * ol * in);
         std::vector<float> br(b.begin() + r * ol, b.begin() + (r + 1) * ol);
         floatX *dx = up(X), *dw = up(Wr), *dbias = up(br), *dy = (floatX*)device_malloc((size_t)BT * ol * sizeof(floatX), MEM_WORKSPACE);
@@ -130,13 +130,13 @@ int main(int argc, char** argv) {
                  "column-parallel backward: db_r = the rank's part of the whole db, exactly");
         snprintf(what, sizeof(what), "column-parallel: one tp all-reduce of BT*in = %d values (f's backward), ledger %.0f calls %.0f B",
                  BT * in, tp_calls(COMM_ALL_REDUCE) - c0, tp_payload(COMM_ALL_REDUCE) - p0);
-        tp_check(T == 1 || (tp_calls(COMM_ALL_REDUCE) - c0 == 1 && tp_payload(COMM_ALL_REDUCE) - p0 == (double)BT * in * sizeof(floatX)), what);
+        tp_check(tp_size == 1 || (tp_calls(COMM_ALL_REDUCE) - c0 == 1 && tp_payload(COMM_ALL_REDUCE) - p0 == (double)BT * in * sizeof(floatX)), what);
         device_free(dx); device_free(dw); device_free(dbias); device_free(dy); device_free(ddy); device_free(ddx);
         device_free(gw); device_free(gb);
     }
     {   // row-parallel: rank r holds input columns [r il, (r+1) il) of W; b replicated, added once
         LinearSpec sp = linear_spec_tp("row", in, out, 0, LINEAR_ROW_PARALLEL, g);
-        int il = in / T;
+        int il = in / tp_size;
         floatX *dx = up(cols_of(X, BT, in, r * il, il)), *dw = up(cols_of(W, out, in, r * il, il)), *dbias = up(b);
         floatX* dy = (floatX*)device_malloc((size_t)BT * out * sizeof(floatX), MEM_WORKSPACE);
         double c0 = tp_calls(COMM_ALL_REDUCE), p0 = tp_payload(COMM_ALL_REDUCE);
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
         tp_check(equal(down(dy, (size_t)BT * out), Y), "row-parallel forward: y after g's all-reduce = the whole x W^T + b on every rank, bias once, exactly");
         snprintf(what, sizeof(what), "row-parallel: one tp all-reduce of BT*out = %d values (g's forward), ledger %.0f calls %.0f B",
                  BT * out, tp_calls(COMM_ALL_REDUCE) - c0, tp_payload(COMM_ALL_REDUCE) - p0);
-        tp_check(T == 1 || (tp_calls(COMM_ALL_REDUCE) - c0 == 1 && tp_payload(COMM_ALL_REDUCE) - p0 == (double)BT * out * sizeof(floatX)), what);
+        tp_check(tp_size == 1 || (tp_calls(COMM_ALL_REDUCE) - c0 == 1 && tp_payload(COMM_ALL_REDUCE) - p0 == (double)BT * out * sizeof(floatX)), what);
         floatX *ddy = up(dY), *ddx = (floatX*)device_malloc((size_t)BT * il * sizeof(floatX), MEM_WORKSPACE);
         floatX *gw = up(std::vector<float>((size_t)out * il, 0.0f)), *gb = up(std::vector<float>(out, 0.0f));
         c0 = tp_calls(COMM_ALL_REDUCE);

@@ -109,7 +109,7 @@ static void ckpt_init(Ckpt* ck, Comm* comm, const DataParallel* dp, const Inject
                       int async, int keep, const char* schedule, int vpp) {
     memset(ck, 0, sizeof(*ck));
     ck->comm = comm; ck->inject = inject; ck->out_dir = out_dir; ck->async = async; ck->keep = keep;
-    snprintf(ck->layout, sizeof(ck->layout), "dp %d tp %d pp %d zero %d schedule %s vpp %d", comm->dp, comm->tp, comm->pp,
+    snprintf(ck->layout, sizeof(ck->layout), "dp %d tp %d pp %d zero %d schedule %s vpp %d", comm->mesh.dp.size, comm->mesh.tp.size, comm->mesh.pp.size,
              dp->zero.level, schedule, vpp);
     ckpt_build_map(ck, &dp->lay);
 }
@@ -146,7 +146,7 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
         if (!lay->units[u].held || (u == 0 && dp->pp_rank > 0)) continue;  // the tied embedding: the first stage's
         size_t lo, hi, n = lay->units[u].n;
         if (dp->zero.shard_optim) dp_owned(dp, u, &lo, &hi);
-        else { size_t b = (n + dp->dp - 1) / dp->dp; lo = (size_t)dp->rank * b; hi = lo + b; }  // DDP: 1/dp each
+        else { size_t b = (n + dp->size - 1) / dp->size; lo = (size_t)dp->rank * b; hi = lo + b; }  // DDP: 1/dp each
         if (hi > n) hi = n;
         int k = unit_tensors(lay, u, ts_);
         for (int i = 0; i < k; i++) {

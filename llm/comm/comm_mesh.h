@@ -1,32 +1,7 @@
-// comm_mesh.h: the process mesh: the dp x pp x cp x tp layout of the ranks, the groups, and starting and
-// ending the processes (MPI, one GPU per process, NCCL's communicators, the watchdog's side channel and
-// thread: comm_init, wd_set_timeout, comm_free, comm_exit).
-//
-// The mesh. World size = dp * pp * cp * tp. Rank order puts tp innermost (the ranks of a Megatron tensor-
-// parallel group are consecutive, so they share a node and its NVLink: Shoeybi et al. 2019,
-// "Megatron-LM", sec. 3, and Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
-// on GPU Clusters", sec. 3.3), then cp (context parallelism talks in every layer too -- ring attention's
-// K/V blocks, Ulysses' all-to-alls -- so it comes next to tp, on the same node while tp x cp fits one;
-// Megatron's order is tp-cp-dp-pp for the same reason), then pp, then dp:
-//
-//     world_rank = ((dp_rank * pp + pp_rank) * cp + cp_rank) * tp + tp_rank
-//
-// Six groups are built once with MPI_Comm_split:
-//     GROUP_WORLD  every rank
-//     GROUP_DP     the ranks with my (pp_rank, tp_rank), ordered by dp_rank * cp + cp_rank: the gradient
-//                  group (DDP, ZeRO). Context parallelism splits a micro-batch's tokens, not the weights,
-//                  so each cp rank holds a partial gradient of the same weights, reduced (averaged: the
-//                  ranks' losses are means over equally many tokens) with the dp replicas, and ZeRO shards
-//                  over dp x cp ranks (Megatron's data-parallel group "with cp"). The data itself is split
-//                  over dp only: dp_rank picks the batch, the cp ranks of one dp rank read the same one.
-//     GROUP_TP     the ranks with my (dp_rank, pp_rank, cp_rank), ordered by tp_rank   (Megatron)
-//     GROUP_PP     the ranks with my (dp_rank, cp_rank, tp_rank), ordered by pp_rank   (pipeline P2P)
-//     GROUP_EMBED  the first and the last pipeline stage with my (dp_rank, cp_rank, tp_rank): the two
-//                  copies of the tied token embedding, whose gradients are summed (llm/parallel/pipeline.h);
-//                  a middle stage is a group of one it never uses, and with pp = 1 it is the rank itself
-//     GROUP_CP     the ranks with my (dp_rank, pp_rank, tp_rank), ordered by cp_rank: the sequence's
-//                  chunks (ring attention's ring, Ulysses' all-to-alls: llm/parallel/context_parallel.h)
-// "rank" and "root"/"peer" arguments of the collectives are ranks within the named group.
+// comm_mesh.h: starting and ending the processes of the mesh (llm/comm/mesh.h: the layout, its groups and
+// the rank order): MPI, the layout checked before anything is allocated, one communicator per group of the
+// mesh, one GPU per process, NCCL's communicators, the watchdog's side channel and thread (comm_init,
+// wd_set_timeout, comm_free, comm_exit).
 #pragma once
 
 #include "comm_types.h"
@@ -36,34 +11,8 @@
 #include "watchdog_mpi.h"
 #endif
 
-static inline int comm_world_rank_of(const Comm* c, int dp_rank, int pp_rank, int cp_rank, int tp_rank) {
-    return ((dp_rank * c->pp + pp_rank) * c->cp + cp_rank) * c->tp + tp_rank;
-}
 static inline int comm_group_size(const Comm* c, CommGroup g) { return c->group_size[g]; }
 static inline int comm_group_rank(const Comm* c, CommGroup g) { return c->group_rank[g]; }
-
-// the layout error for dp x tp x pp x cp on `world` processes, or "" (dp = 0 is resolved in *dp)
-static void comm_layout_error(int world, int* dp, int tp, int pp, int cp, char* err, size_t cap) {
-    err[0] = '\0';
-    char model[48];  // the model-parallel ranks one dp replica needs
-    if (cp == 1) snprintf(model, sizeof(model), "--tp %d x --pp %d", tp, pp);
-    else snprintf(model, sizeof(model), "--tp %d x --pp %d x --cp %d", tp, pp, cp);
-    long long per = (long long)tp * pp * cp;
-    if (tp < 1 || pp < 1 || cp < 1 || *dp < 0) {
-        snprintf(err, cap, "invalid layout --dp %d --tp %d --pp %d --cp %d: expected tp >= 1, pp >= 1, cp >= 1, "
-                 "dp >= 0 (0 = world size / (tp*pp*cp))", *dp, tp, pp, cp);
-    } else if (*dp == 0 && world % per != 0) {
-        snprintf(err, cap, "invalid layout: %s = %lld must divide the world size, "
-                 "found a world size of %d (mpirun -np)", model, per, world);
-    } else {
-        if (*dp == 0) *dp = (int)(world / per);
-        long long want = (long long)*dp * per;
-        if (want != world) {
-            snprintf(err, cap, "invalid layout: --dp %d x %s = %lld processes "
-                     "expected, found a world size of %d (mpirun -np)", *dp, model, want, world);
-        }
-    }
-}
 
 #if !COMM_MPI
 // the launcher's process count when one started this process (Open MPI, MPICH/Hydra, ...), else 1
@@ -83,10 +32,10 @@ static inline int comm_launcher_size(int* rank) {
 }
 #endif
 
-// Start MPI (unless the caller did), check the layout, build the groups; over NCCL also pick the
-// GPU and create the NCCL communicators and the communication stream. Without MPI: one process.
-// dp = 0: dp = world size / (tp * pp * cp). Exits (rank 0 printing one line) on an invalid layout.
-static void comm_init_mesh(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, int cp) {
+// Start MPI (unless the caller did), check the layout, make the mesh (c->mesh) and build its groups; over
+// NCCL also pick the GPU and create the NCCL communicators and the communication stream. Without MPI: one
+// process. dp = 0: dp = world size / (tp * pp * cp). Exits (rank 0 printing one line) on an invalid layout.
+static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, int cp = 1) {
     memset(c, 0, sizeof(*c));
     char err[400] = "";
 #if COMM_MPI
@@ -108,7 +57,7 @@ static void comm_init_mesh(Comm* c, int* argc, char*** argv, int dp, int tp, int
     int world = c->world_size;
 
     // the layout, before anything is allocated
-    comm_layout_error(world, &dp, tp, pp, cp, err, sizeof(err));
+    mesh_layout_error(world, &dp, tp, pp, cp, err, sizeof(err));
     if (err[0]) {
         if (c->world_rank == 0) {
             fprintf(stderr, "error: %s\n", err);
@@ -126,7 +75,7 @@ static void comm_init_mesh(Comm* c, int* argc, char*** argv, int dp, int tp, int
         snprintf(err, sizeof(err), "this program was built without MPI and runs as one process, but the launcher "
                  "started %d (mpirun -np %d): rebuild with MPI (libopenmpi-dev) and NCCL for more", launched, launched);
     } else if (tp < 1 || pp < 1 || cp < 1 || dp < 0) {
-        comm_layout_error(world, &dp, tp, pp, cp, err, sizeof(err));
+        mesh_layout_error(world, &dp, tp, pp, cp, err, sizeof(err));
     } else if ((long long)(dp > 0 ? dp : 1) * tp * pp * cp != 1) {
         char layout[80];
         if (dp > 0) snprintf(layout, sizeof(layout), "--dp %d x --tp %d x --pp %d", dp, tp, pp);
@@ -148,26 +97,23 @@ static void comm_init_mesh(Comm* c, int* argc, char*** argv, int dp, int tp, int
     c->world_size = 1;
 #endif
 
-    c->dp = dp; c->tp = tp; c->pp = pp; c->cp = cp;
     int r = c->world_rank;
     llm_job.rank = c->world_rank;
     llm_job.size = c->world_size;
-    c->tp_rank = r % tp;
-    c->cp_rank = (r / tp) % cp;
-    c->pp_rank = (r / (tp * cp)) % pp;
-    c->dp_rank = r / (tp * cp * pp);
+    int sizes[MESH_NUM_AXES];
+    sizes[AXIS_DP] = dp; sizes[AXIS_PP] = pp; sizes[AXIS_CP] = cp; sizes[AXIS_TP] = tp;
+    mesh_make(&c->mesh, c->world_size, r, sizes);
 
 #if COMM_MPI
-    // the groups: color selects the members, key orders them
-    mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi[GROUP_WORLD]));
-    int dpcp_rank = c->dp_rank * cp + c->cp_rank;  // my rank in the gradient group
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, c->pp_rank * tp + c->tp_rank, dpcp_rank, &c->mpi[GROUP_DP]));
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, (c->dp_rank * pp + c->pp_rank) * cp + c->cp_rank, c->tp_rank, &c->mpi[GROUP_TP]));
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, dpcp_rank * tp + c->tp_rank, c->pp_rank, &c->mpi[GROUP_PP]));
-    int end_stage = c->pp_rank == 0 || c->pp_rank == pp - 1;  // the stages holding the token embedding
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, end_stage ? dpcp_rank * tp + c->tp_rank : MPI_UNDEFINED, c->pp_rank,
-                            &c->mpi[GROUP_EMBED]));
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, (c->dp_rank * pp + c->pp_rank) * tp + c->tp_rank, c->cp_rank, &c->mpi[GROUP_CP]));
+    // one communicator per group of the mesh: color (the group's first world rank) selects the members, key
+    // (the rank within the group) orders them; a middle pipeline stage is in no embed group (MPI_COMM_NULL)
+    int* members = (int*)mallocCheck((size_t)world * sizeof(int));
+    for (int g = 0; g < COMM_NUM_GROUPS; g++) {
+        mesh_group_members(&c->mesh, g, r, members);
+        int color = mesh_in_group(&c->mesh, g, r) ? members[0] : MPI_UNDEFINED;
+        mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, c->mesh.group_rank[g], &c->mpi[g]));
+    }
+    free(members);
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
         c->group_rank[g] = 0;
         c->group_size[g] = 1;
@@ -176,13 +122,10 @@ static void comm_init_mesh(Comm* c, int* argc, char*** argv, int dp, int tp, int
         mpiCheck(MPI_Comm_rank(c->mpi[g], &c->group_rank[g]));
         mpiCheck(MPI_Comm_size(c->mpi[g], &c->group_size[g]));
     }
-    const int want_rank[COMM_NUM_GROUPS] = {c->world_rank, dpcp_rank, c->tp_rank, c->pp_rank,
-                                            c->pp_rank == pp - 1 && pp > 1 ? 1 : 0, c->cp_rank};
-    const int want_size[COMM_NUM_GROUPS] = {world, dp * cp, tp, pp, end_stage && pp > 1 ? 2 : 1, cp};
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
-        if (c->group_rank[g] != want_rank[g] || c->group_size[g] != want_size[g]) {
+        if (c->group_rank[g] != c->mesh.group_rank[g] || c->group_size[g] != c->mesh.group_size[g]) {
             fprintf(stderr, "error: rank %d: %s group is rank %d of %d, expected %d of %d (%s:%d)\n", r,
-                    comm_group_name(g), c->group_rank[g], c->group_size[g], want_rank[g], want_size[g],
+                    comm_group_name(g), c->group_rank[g], c->group_size[g], c->mesh.group_rank[g], c->mesh.group_size[g],
                     __FILE__, __LINE__);
             comm_abort_all(EXIT_FAILURE);
         }
@@ -249,9 +192,6 @@ static void comm_init_mesh(Comm* c, int* argc, char*** argv, int dp, int tp, int
     }
 #endif
 }
-
-// the mesh without context parallelism (cp = 1)
-static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp) { comm_init_mesh(c, argc, argv, dp, tp, pp, 1); }
 
 // --comm-timeout: 0 turns the watchdog off; reports start after a fifth of it (at most 1 s). Over
 // NCCL (more than one process) it starts the watchdog thread.

@@ -158,7 +158,7 @@ static void comm_p2p_batch(Comm* c, CommGroup g, const CommP2P* ops, int n, Comm
 
 // A non-blocking exchange within group g: n elements of send to rank dst, n elements from rank src into recv,
 // started now and completed by comm_exchange_wait (the pair ring attention overlaps with its compute: the next
-// K/V block travels while the current one is computed, llm/parallel/context_parallel.h). Over NCCL it runs on the
+// K/V block travels while the current one is computed, llm/sharded/context_parallel.h). Over NCCL it runs on the
 // communication stream after the work already on `stream`, and the wait makes `stream` wait for it; over MPI an
 // Irecv and an Isend that the wait completes. Counted in the ledger as one send and one recv.
 typedef struct {

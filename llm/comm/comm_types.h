@@ -1,17 +1,16 @@
-// comm_types.h: the types of llm/comm/: the groups of the mesh (CommGroup), the kinds of collective
+// comm_types.h: the types of llm/comm/ (the mesh and its groups are llm/comm/mesh.h): the kinds of collective
 // (CommKind), the reductions and element types (CommReduce, CommDtype), a call's site (CommSite), a
 // rank's state (Comm, with its ledger and the watchdog's state) and what a non-blocking collective
 // returns (CommHandle); the element type of a buffer (comm_dtype_of) and the transport's name for logs.
 #pragma once
 
 #include "comm_transport.h"
+#include "mesh.h"
 #include <stddef.h>
 #if COMM_MPI
 #include <pthread.h>
 #endif
 
-typedef enum { GROUP_ALL = -1, GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4, GROUP_CP = 5 } CommGroup;
-#define COMM_NUM_GROUPS 6
 typedef enum {
     COMM_ALL_KINDS = -1,
     COMM_ALL_REDUCE = 0,
@@ -26,10 +25,6 @@ typedef enum {
 typedef enum { COMM_SUM = 0, COMM_AVG = 1, COMM_MAX = 2 } CommReduce;  // MAX: FP8 amaxes (llm/precision/fp8_linear.h)
 typedef enum { COMM_FLOAT = 0, COMM_BF16 = 1, COMM_FP16 = 2 } CommDtype;
 
-static inline const char* comm_group_name(int g) {
-    static const char* names[COMM_NUM_GROUPS] = {"world", "dp", "tp", "pp", "embed", "cp"};
-    return (g >= 0 && g < COMM_NUM_GROUPS) ? names[g] : "all";
-}
 static inline const char* comm_kind_name(int k) {
     static const char* names[COMM_NUM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather",
                                                 "broadcast", "send", "recv", "all_to_all"};
@@ -83,12 +78,9 @@ typedef struct {
 
 typedef struct {
     int world_rank, world_size;
-    int dp_rank, dp;
-    int tp_rank, tp;
-    int pp_rank, pp;
-    int cp_rank, cp;  // context parallelism: the sequence split (llm/parallel/context_parallel.h)
+    Mesh mesh;        // this rank's place in dp x pp x cp x tp, and the groups (llm/comm/mesh.h)
     int local_rank, local_size;  // within the node (MPI_COMM_TYPE_SHARED)
-    int group_rank[COMM_NUM_GROUPS], group_size[COMM_NUM_GROUPS];
+    int group_rank[COMM_NUM_GROUPS], group_size[COMM_NUM_GROUPS];  // the communicators' own (MPI's), checked against the mesh's
     int owns_mpi;     // comm_init called MPI_Init, so comm_free calls MPI_Finalize
     double init_ms;   // how long MPI_Init took (0 when MPI was already initialized, or without MPI)
     CommLedger ledger;

@@ -40,30 +40,10 @@ typedef struct {
     int step;          // the training step it was called in
 } WdWait;
 
-// the world rank of (dp_rank, pp_rank, cp_rank, tp_rank): llm/comm/comm_mesh.h's order, tp innermost
-static inline int wd_rank_of(const Comm* c, int d, int p, int q, int t) { return ((d * c->pp + p) * c->cp + q) * c->tp + t; }
-
-// the world ranks of my group g, in group order; returns how many
+// the world ranks of my group g, in group order (llm/comm/mesh.h); returns how many
 static int wd_members(const Comm* c, CommGroup g, int* out) {
-    int n = 0;
-    if (g == GROUP_WORLD) {
-        for (int r = 0; r < c->world_size; r++) out[n++] = r;
-    } else if (g == GROUP_DP) {
-        for (int d = 0; d < c->dp; d++)
-            for (int q = 0; q < c->cp; q++) out[n++] = wd_rank_of(c, d, c->pp_rank, q, c->tp_rank);
-    } else if (g == GROUP_TP) {
-        for (int t = 0; t < c->tp; t++) out[n++] = wd_rank_of(c, c->dp_rank, c->pp_rank, c->cp_rank, t);
-    } else if (g == GROUP_PP) {
-        for (int p = 0; p < c->pp; p++) out[n++] = wd_rank_of(c, c->dp_rank, p, c->cp_rank, c->tp_rank);
-    } else if (g == GROUP_EMBED && c->pp > 1 && (c->pp_rank == 0 || c->pp_rank == c->pp - 1)) {
-        out[n++] = wd_rank_of(c, c->dp_rank, 0, c->cp_rank, c->tp_rank);
-        out[n++] = wd_rank_of(c, c->dp_rank, c->pp - 1, c->cp_rank, c->tp_rank);
-    } else if (g == GROUP_CP) {
-        for (int q = 0; q < c->cp; q++) out[n++] = wd_rank_of(c, c->dp_rank, c->pp_rank, q, c->tp_rank);
-    } else {
-        out[n++] = c->world_rank;
-    }
-    return n;
+    if (g < 0 || g >= COMM_NUM_GROUPS) { out[0] = c->world_rank; return 1; }
+    return mesh_group_members(&c->mesh, g, c->world_rank, out);
 }
 
 // the world rank of rank r of my group g
@@ -109,7 +89,7 @@ static void wd_cat(char* buf, size_t cap, const char* fmt, ...) {
     va_end(ap);
 }
 
-// A header's __FILE__ is the path it was included by: "llm/model/../parallel/tensor_parallel.h" from
+// A header's __FILE__ is the path it was included by: "llm/model/../sharded/tensor_parallel.h" from
 // llm/model/block.h. The line names the file as a reader finds it in the tree: each "dir/../" of buf
 // is dropped (a "../" with nothing to drop before it stays).
 static void wd_drop_dotdot(char* buf) {

@@ -216,9 +216,9 @@ static void health_unit_name(const ParamLayout* lay, int u, char* out, size_t ca
 #define SDC_MSG_BYTES 256
 static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     msg[0] = '\0';
-    if (dp->zero.shard_params || dp->dp == 1) return 0;
+    if (dp->zero.shard_params || dp->size == 1) return 0;
     const ParamLayout* lay = &dp->lay;
-    int U = lay->num_units, block = 4 * U + 1, R = dp->dp;  // per rank: 4 16-bit pieces per unit, its world rank
+    int U = lay->num_units, block = 4 * U + 1, R = dp->size;  // per rank: 4 16-bit pieces per unit, its world rank
     float* mine = (float*)mallocCheck((size_t)block * sizeof(float));
     float* all = (float*)mallocCheck((size_t)block * R * sizeof(float));
     device_synchronize();  // (the parameters' last update)

@@ -14,7 +14,7 @@
 //                                            alone, for llm/faults/health.h's grad-norm rule; factor default 16)
 //   --inject 'spike@step=5,rank=0'           rank 0's batch at step 5 is replaced by one that blows the
 //                                            loss up (random targets: the loss jumps to ~ln V and more);
-//                                            the batch of rank 0's dp slice: all its tp and pp ranks
+//                                            the batch of rank 0's dp slice: all its tp, cp and pp ranks
 //   --inject 'slow@rank=2,ms=200'            rank 2 takes 200 ms longer per step from step 1 (a straggler);
 //                                            with step=N it starts at step N
 //   --inject 'bitflip@step=5,rank=1,index=123,bit=30'
@@ -38,6 +38,7 @@
 // naming it.
 #pragma once
 #include "../core/common.h"
+#include "../core/device.h"
 #include "../core/rand.h"
 #include "../comm/comm.h"
 #include "../parallel/dp.h"
@@ -66,6 +67,8 @@ typedef struct {
     int n;
     int reached;  // the highest step begun (a step run again after a rollback is not fresh)
     int fresh;    // the step now running runs for the first time
+    int nan_now;  // nan: 1 puts a NaN into the next unit gradient this rank finishes this step (then back to 0)
+    float grad_factor_now;  // gradspike: != 0 multiplies every unit gradient this rank finishes this step by it
 } InjectPlan;
 
 // parse one "key=value" integer of spec; 0 on success, else writes why into err
@@ -219,28 +222,53 @@ static void inject_stop(const InjectPlan* plan, int step, int rank, int at) {
 
 // Before step `step`: die, hang (those at its start) and slow on this rank; a spike on a rank of this
 // rank's dp slice (every tp, cp and pp rank of the slice reads the bad batch: targets (n) become random
-// tokens); which gradient faults this rank's data-parallel hooks put in this step (dp->inject_nan,
-// dp->inject_grad_factor). The faults of the gradients, batch and parameters strike the first time a
-// step runs only (a rollback repeats step numbers: a transient fault does not come back).
-static void inject_before_step(InjectPlan* plan, const Comm* c, DataParallel* dp, int step, int* targets, size_t n, int vocab) {
+// tokens); which gradient faults inject_grad_hook puts in this step. The faults of the gradients, batch and
+// parameters strike the first time a step runs only (a rollback repeats step numbers: a transient fault
+// does not come back).
+static void inject_before_step(InjectPlan* plan, const Comm* c, int step, int* targets, size_t n, int vocab) {
     plan->fresh = step > plan->reached;
     if (plan->fresh) plan->reached = step;
     int spike = 0;
-    for (int q = 0; q < c->tp * c->cp * c->pp && plan->fresh; q++) {  // (tp innermost, then cp, then pp)
-        int w = comm_world_rank_of(c, c->dp_rank, q / (c->tp * c->cp), (q / c->tp) % c->cp, q % c->tp);
-        spike |= inject_find(plan, INJECT_SPIKE, step, w) != NULL;
+    for (int w = 0; w < c->world_size && plan->fresh; w++) {  // the ranks of my dp coordinate read my batch
+        if (mesh_coord(&c->mesh, w, AXIS_DP) == c->mesh.dp.rank) spike |= inject_find(plan, INJECT_SPIKE, step, w) != NULL;
     }
     if (spike) {
         Rng r;
         rng_init(&r, 0x5bd1e995u + (uint64_t)step);
         for (size_t i = 0; i < n; i++) targets[i] = (int)(rng_u64(&r) % (uint64_t)vocab);
     }
-    dp->inject_nan = plan->fresh && inject_find(plan, INJECT_NAN, step, c->world_rank) != NULL;
+    plan->nan_now = plan->fresh && inject_find(plan, INJECT_NAN, step, c->world_rank) != NULL;
     const InjectFault* gs = plan->fresh ? inject_find(plan, INJECT_GRADSPIKE, step, c->world_rank) : NULL;
-    dp->inject_grad_factor = gs ? gs->factor : 0.0f;
+    plan->grad_factor_now = gs ? gs->factor : 0.0f;
     inject_stop(plan, step, c->world_rank, INJECT_AT_START);
     const InjectFault* slow = inject_find(plan, INJECT_SLOW, step, c->world_rank);
     if (slow) usleep((useconds_t)slow->ms * 1000);
+}
+
+// The gradient faults, on each unit gradient this rank finished, before its reduction: the data-parallel
+// policy's GradHook (llm/parallel/dp.h; inject_grad_hook gives it at dp_init). nan: a NaN in the unit's first
+// value (once per step); gradspike: the whole unit times the factor (through the host: a test's fault, not a
+// hot path).
+static void inject_before_reduce(void* ctx, floatX* grad, size_t n) {
+    InjectPlan* plan = (InjectPlan*)ctx;
+    if (plan->nan_now) {
+        floatX nan_x = float_to_floatX(NAN);
+        device_synchronize();
+        copy_to_device(grad, &nan_x, sizeof(floatX));
+        plan->nan_now = 0;
+    }
+    if (plan->grad_factor_now != 0.0f) {
+        float* h = (float*)mallocCheck(n * sizeof(float));
+        device_synchronize();
+        copy_to_host_float(h, grad, n);
+        for (size_t i = 0; i < n; i++) h[i] *= plan->grad_factor_now;
+        copy_floats_to_device(grad, h, n);
+        free(h);
+    }
+}
+static GradHook inject_grad_hook(InjectPlan* plan) {
+    GradHook h = {plan, inject_before_reduce};
+    return h;
 }
 
 // inside the step, after this rank's forward and backward, before its gradient reductions are waited:

@@ -17,8 +17,8 @@
 //   straggler: step 10: rank 1 computes 212.4 ms per step, 2.31 x the median 92.0 ms of the other ranks (--straggler-factor 1.5)
 //   {"step": 10, "straggler_rank": 1, "straggler_ratio": 2.31, "compute_ms": 212.4, "median_ms": 92.0}
 //
-// The median is taken over the ranks of the same pipeline stage (the dp x tp ranks that run the same
-// layers): stages do different work (the last one has the LM head), so comparing across them would
+// The median is taken over the ranks of the same pipeline stage (the dp x cp x tp ranks that run the same
+// layers, those with the same pp coordinate of the mesh: llm/comm/mesh.h): stages do different work (the last one has the LM head), so comparing across them would
 // name a healthy last stage. With one rank per stage there is nothing to compare it with.
 #pragma once
 #include "../core/common.h"
@@ -65,8 +65,8 @@ static int straggler_step_end(Straggler* s, Comm* c, Logger* lg, int step, doubl
     // per pipeline stage (the ranks with the same pp_rank), each rank against the median of the others
     double* v = (double*)mallocCheck((size_t)W * sizeof(double));
     for (int r = 0; r < W; r++) {
-        int p = (r / c->tp) % c->pp, n = 0;
-        for (int q = 0; q < W; q++) if (q != r && (q / c->tp) % c->pp == p) v[n++] = all[q];
+        int p = mesh_coord(&c->mesh, r, AXIS_PP), n = 0;
+        for (int q = 0; q < W; q++) if (q != r && mesh_coord(&c->mesh, q, AXIS_PP) == p) v[n++] = all[q];
         if (n < 1) continue;
         for (int i = 1; i < n; i++) {  // insertion sort: a handful of values
             double x = v[i];
@@ -81,7 +81,7 @@ static int straggler_step_end(Straggler* s, Comm* c, Logger* lg, int step, doubl
         found++;
         if (c->world_rank != 0) continue;
         printf("straggler: step %d: rank %d computes %.1f ms per step, %.2f x the median %.1f ms of the other ranks%s (--straggler-factor %g)\n",
-               step, r, all[r], ratio, median, c->pp > 1 ? " of its pipeline stage" : "", (double)s->factor);
+               step, r, all[r], ratio, median, c->mesh.pp.size > 1 ? " of its pipeline stage" : "", (double)s->factor);
         fflush(stdout);
         if (lg->f != NULL) {
             char line[256];

@@ -32,7 +32,7 @@
 //   heads       4 BTC (Ulysses) kept  -          -      qkv (the all-to-all and the attention core, rerun)
 // plus x_in itself (BTC), which the stage keeps in every policy (the stream, llm/model/stage.h). With context
 // parallelism T is the rank's share of the sequence; heads exists with Ulysses only (its head split of q, k, v
-// and the attention's output, llm/parallel/context_parallel.h).
+// and the attention's output, llm/sharded/context_parallel.h).
 //
 // selective = the paper's choice (sec. 5: recompute the attention core, QK^T, softmax and the
 // product with V, whose (B, NH, T, T) matrix was the largest activation, 2 NH T / C times the size of
@@ -81,7 +81,7 @@
 #include "../ops/layernorm.cuh"
 #include "../ops/attention.cuh"
 #include "../ops/residual.cuh"
-#include "../parallel/context_parallel.h"
+#include "../sharded/context_parallel.h"
 
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
 
@@ -105,15 +105,15 @@ typedef struct {
     floatX* fch;        // (B,T,4C) fc's output before GELU
     floatX* fch_gelu;   // (B,T,4C)
     floatX* heads;      // context parallelism, Ulysses: (B, cp T, 4C/cp) q, k, v and the output of the rank's heads over
-                        // the whole sequence (llm/parallel/context_parallel.h), for the backward; else none
+                        // the whole sequence (llm/sharded/context_parallel.h), for the backward; else none
 } BlockActs;
 
 // the linear layers of a block, and the part of the attention a rank runs: with tensor parallelism
-// (llm/parallel/tensor_parallel.h) each linear is split as the tensor table's tp column splits its weight
+// (llm/sharded/tensor_parallel.h) each linear is split as the tensor table's tp column splits its weight
 // (llm/model/tensors.h, linear_spec_of: QKV and fc column-parallel, attproj and fcproj row-parallel), and
-// the attention core runs on the rank's NH/T heads (heads) of hs channels, heads * hs = att_c channels.
+// the attention core runs on the rank's NH/tp heads (heads) of hs channels, heads * hs = att_c channels.
 // With context parallelism (cp, the stage's) the block's T is the rank's share of the sequence and the
-// attention core is ring attention or Ulysses over the cp group (llm/parallel/context_parallel.h).
+// attention core is ring attention or Ulysses over the cp group (llm/sharded/context_parallel.h).
 typedef struct {
     LinearSpec qkv, attproj, fc, fcproj;
     int heads, att_c;

@@ -13,7 +13,7 @@
 //   precision           the floatX of the build, or FP8 with a scaling recipe (Micikevicius et al.
 //                       2022, "FP8 Formats for Deep Learning"): the spec then points at the FP8 state
 //                       and names its entry (one spec per layer: llm/model/stage.h's stage_linears)
-// The tensor-parallel operators are llm/parallel/tensor_parallel.h; the matmul itself is llm/ops/matmul.cuh (OpenBLAS
+// The tensor-parallel operators are llm/sharded/tensor_parallel.h; the matmul itself is llm/ops/matmul.cuh (OpenBLAS
 // in the CPU build, cuBLASLt otherwise), or in FP8 llm/precision/fp8_linear.h (which quantizes the operands and
 // keeps the recipes' scales) over llm/matmul_fp8.cuh. Only the product changes with the precision:
 // the collectives around it are the same.
@@ -31,7 +31,7 @@
 #include "../core/common.h"
 #include "tensors.h"
 #include "../ops/matmul.cuh"
-#include "../parallel/tensor_parallel.h"
+#include "../sharded/tensor_parallel.h"
 #include "../precision/fp8_linear.h"
 
 typedef enum { LINEAR_REPLICATED = 0, LINEAR_COLUMN_PARALLEL, LINEAR_ROW_PARALLEL } LinearParallel;
@@ -40,7 +40,7 @@ typedef enum { LINEAR_PRECISION_FLOATX = 0, LINEAR_PRECISION_FP8 } LinearPrecisi
 typedef struct {
     const char* name;           // "qkv", "attproj", "fc", "fcproj", "lm_head": for messages
     int in, out;                // input and output features of the whole (unsplit) layer
-    int in_local, out_local;    // this rank's: in / T for row-parallel, out / T for column-parallel
+    int in_local, out_local;    // this rank's: in / tp for row-parallel, out / tp for column-parallel
     int gelu;                   // 1: GELU after the product (the forward writes the pre-activation too)
     LinearParallel parallel;
     TPGroup tp;                 // the tensor-parallel group (size 1: replicated)
@@ -50,9 +50,9 @@ typedef struct {
     int fp8_slot;               // FP8: this linear's entry, layer * 4 + (qkv, attproj, fc, fcproj)
 } LinearSpec;
 
-// a layer split `parallel` over the tp group g (replicated when g has one rank)
+// a layer split `parallel` over the tp group g (over a group of one rank each split is the whole layer, and
+// the tp operators around it are the identity: llm/sharded/tensor_parallel.h)
 static LinearSpec linear_spec_tp(const char* name, int in, int out, int gelu, LinearParallel parallel, TPGroup g) {
-    if (g.size == 1) parallel = LINEAR_REPLICATED;
     LinearSpec s = {name, in, out, in, out, gelu, parallel, g, g.sequence_parallel, LINEAR_PRECISION_FLOATX, NULL, 0};
     if (parallel == LINEAR_COLUMN_PARALLEL) s.out_local = out / g.size;
     if (parallel == LINEAR_ROW_PARALLEL) s.in_local = in / g.size;
@@ -132,22 +132,22 @@ static void linear_matmul_backward(const LinearSpec* s, floatX* dinp, floatX* dw
 
 // out (BT, out) = inp (BT, in) @ w^T + b; with spec->gelu, pre_gelu (BT, out) gets the product and out
 // its GELU. b may be NULL (the tied LM head has no bias). BT: the micro-batch's tokens.
-//   column-parallel: inp (BT, in) whole (f: identity), w (out/T, in), b (out/T), out (BT, out/T) local;
-//                    sequence-parallel: inp is this rank's (BT/T, in) block, all-gathered first
-//   row-parallel:    inp (BT, in/T) local, w (out, in/T); the partial products are summed over the tp
+//   column-parallel: inp (BT, in) whole (f: identity), w (out/tp, in), b (out/tp), out (BT, out/tp) local;
+//                    sequence-parallel: inp is this rank's (BT/tp, in) block, all-gathered first
+//   row-parallel:    inp (BT, in/tp) local, w (out, in/tp); the partial products are summed over the tp
 //                    group (g: all-reduce), the bias (out) added once, by tp rank 0; sequence-parallel:
-//                    reduce-scattered instead, out is this rank's (BT/T, out) block
+//                    reduce-scattered instead, out is this rank's (BT/tp, out) block
 static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, const floatX* inp,
                            const floatX* w /*(out_local, in_local)*/, const floatX* b /*(out_local) or NULL*/, int BT,
                            cudaStream_t stream) {
-    int row = s->parallel == LINEAR_ROW_PARALLEL, T = s->tp.size;
+    int row = s->parallel == LINEAR_ROW_PARALLEL, tp_size = s->tp.size;
     if (s->sequence_parallel && !row) {
-        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+        comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / tp_size * s->in, stream);
         inp = s->tp.gathered;
     }
     floatX* y = s->sequence_parallel && row ? s->tp.full : out;
     linear_matmul_forward(s, y, s->gelu ? pre_gelu : NULL, inp, w, row && s->tp.rank != 0 ? NULL : b, BT, stream);
-    if (row && s->sequence_parallel) comm_reduce_scatter(s->tp.comm, GROUP_TP, y, out, (size_t)BT / T * s->out, COMM_SUM, stream);
+    if (row && s->sequence_parallel) comm_reduce_scatter(s->tp.comm, GROUP_TP, y, out, (size_t)BT / tp_size * s->out, COMM_SUM, stream);
     else if (row) tp_all_reduce(&s->tp, out, (size_t)BT * s->out, stream);
 }
 
@@ -156,34 +156,34 @@ static void linear_forward(const LinearSpec* s, floatX* out, floatX* pre_gelu, c
 // in_local): then dinp also gets the GELU's derivative (the MLP's fcproj fuses fc's dGELU). scratch:
 // FP32, see matmul.
 //   column-parallel: dinp is this rank's part of the input's gradient: summed over the tp group
-//                    (f's backward: all-reduce); dout (BT, out/T) local. Sequence-parallel: inp (this
+//                    (f's backward: all-reduce); dout (BT, out/tp) local. Sequence-parallel: inp (this
 //                    rank's block) is all-gathered again for dw, and dinp reduce-scattered to the
-//                    rank's (BT/T, in) block
-//   row-parallel:    dout (BT, out) the same on every rank (g's backward: identity); dinp (BT, in/T)
+//                    rank's (BT/tp, in) block
+//   row-parallel:    dout (BT, out) the same on every rank (g's backward: identity); dinp (BT, in/tp)
 //                    local; db the same on every rank, so the replicated bias stays replicated.
-//                    Sequence-parallel: dout is this rank's (BT/T, out) block, all-gathered first
+//                    Sequence-parallel: dout is this rank's (BT/tp, out) block, all-gathered first
 // dw == db == NULL: only dinp (the B half of the split backward; inp unused, may be NULL, and a
 // sequence-parallel column-parallel layer gathers nothing: linear_backward_weight gathers inp for dw).
 static void linear_backward(const LinearSpec* s, floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
                             const floatX* inp, const floatX* w, float* scratch, const floatX* inp_pre_gelu,
                             int BT, cudaStream_t stream) {
-    int column = s->parallel == LINEAR_COLUMN_PARALLEL, T = s->tp.size;
+    int column = s->parallel == LINEAR_COLUMN_PARALLEL, tp_size = s->tp.size;
     if (column && inp_pre_gelu) {
         fatal("linear %s: the GELU derivative applies after the input gradient's all-reduce; a column-parallel layer takes no inp_pre_gelu", s->name);
     }
     floatX* dx = dinp;
     if (s->sequence_parallel && column) {
         if (dw != NULL) {
-            comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / T * s->in, stream);
+            comm_all_gather(s->tp.comm, GROUP_TP, inp, s->tp.gathered, (size_t)BT / tp_size * s->in, stream);
             inp = s->tp.gathered;
         }
         dx = s->tp.full;
     } else if (s->sequence_parallel) {
-        comm_all_gather(s->tp.comm, GROUP_TP, dout, s->tp.full, (size_t)BT / T * s->out, stream);
+        comm_all_gather(s->tp.comm, GROUP_TP, dout, s->tp.full, (size_t)BT / tp_size * s->out, stream);
         dout = s->tp.full;
     }
     linear_matmul_backward(s, dx, dw, db, dout, inp, w, scratch, inp_pre_gelu, BT, stream);
-    if (s->sequence_parallel && column) comm_reduce_scatter(s->tp.comm, GROUP_TP, dx, dinp, (size_t)BT / T * s->in, COMM_SUM, stream);
+    if (s->sequence_parallel && column) comm_reduce_scatter(s->tp.comm, GROUP_TP, dx, dinp, (size_t)BT / tp_size * s->in, COMM_SUM, stream);
     else if (column) tp_all_reduce(&s->tp, dinp, (size_t)BT * s->in, stream);
 }
 
@@ -199,7 +199,7 @@ static const floatX* linear_dout_for_weight(const LinearSpec* s, const floatX* d
 // kernels and the order of linear_backward's weight part, so B then W equals one linear_backward bit for
 // bit. dout (BT, out_local): the whole output gradient (a sequence-parallel row-parallel layer's: the
 // all-gathered one, linear_dout_for_weight); inp as linear_backward takes it: a sequence-parallel
-// column-parallel layer's is this rank's (BT/T, in) block, all-gathered here (a tp collective: every
+// column-parallel layer's is this rank's (BT/tp, in) block, all-gathered here (a tp collective: every
 // rank of the group runs its W). Needs no parameter (no w): under ZeRO-3 W gathers nothing.
 static void linear_backward_weight(const LinearSpec* s, floatX* dw /*(out_local, in_local)*/,
                                    floatX* db /*(out_local) or NULL*/, const floatX* dout, const floatX* inp,

@@ -24,7 +24,7 @@
 #include "block.h"
 #include "stage.h"
 #include "../ops/layernorm.cuh"
-#include "../parallel/tensor_parallel.h"
+#include "../sharded/tensor_parallel.h"
 
 // index of the largest of the first n logits (the first one on ties)
 static int sample_argmax(const float* logits, int n) {
@@ -61,8 +61,8 @@ typedef struct {
     const ParamLayout* lay;
     ParamHooks* hooks;
     TPGroup tp;          // the tensor-parallel group: each rank caches its NH/tp heads
-    int V;               // the chunks of layers this rank runs (virtual stage c P + pp rank for chunk c)
-    StageRange* ranges;  // (V)
+    int num_chunks;      // the chunks of layers this rank runs (virtual stage c pp_size + pp_rank for chunk c)
+    StageRange* ranges;  // (num_chunks)
     BlockLinears* lin;   // (L) layer l's linears as its stage runs them, for one token (held layers only)
     LinearSpec lm_head;
     int* cache_of;       // (L) where layer l's keys and values are in the caches; -1: not held here
@@ -79,11 +79,11 @@ typedef struct {
     long long positions; // single-position forwards run so far (for the tests)
 } Sampler;
 
-// Decodes what the V stages `chunks` train (this rank's chunks of the pipeline, in chunk order; one
+// Decodes what the num_chunks stages `chunks` train (this rank's chunks of the pipeline, in chunk order; one
 // stage holding the whole model without a pipeline): their ranges, parameters (their hooks), tp group
 // and linear specs, FP8 ones included (so after stage_enable_fp8). Nothing of the stages is kept but
 // the hooks, the layout and the FP8 state the specs point at.
-static void sampler_init(Sampler* sp, const Stage* chunks, int V) {
+static void sampler_init(Sampler* sp, const Stage* chunks, int num_chunks) {
     memset(sp, 0, sizeof(*sp));
     GPTConfig c = chunks[0].cfg;
     sp->cfg = c;
@@ -92,14 +92,14 @@ static void sampler_init(Sampler* sp, const Stage* chunks, int V) {
     sp->tp = chunks[0].tp;  // one token at a time: no sequence to split
     sp->tp.sequence_parallel = 0;
     sp->tp.gathered = sp->tp.full = NULL;
-    sp->V = V;
-    sp->ranges = (StageRange*)mallocCheck((size_t)V * sizeof(StageRange));
+    sp->num_chunks = num_chunks;
+    sp->ranges = (StageRange*)mallocCheck((size_t)num_chunks * sizeof(StageRange));
     sp->lin = (BlockLinears*)mallocCheck((size_t)c.num_layers * sizeof(BlockLinears));
     sp->cache_of = (int*)mallocCheck((size_t)c.num_layers * sizeof(int));
     BlockLinears one = block_linears_decode(&chunks[0].lin);  // sizes: every layer's are the same
     int held = 0;
     for (int l = 0; l < c.num_layers; l++) { sp->cache_of[l] = -1; sp->lin[l] = one; }
-    for (int k = 0; k < V; k++) {
+    for (int k = 0; k < num_chunks; k++) {
         sp->ranges[k] = chunks[k].range;
         for (int l = sp->ranges[k].first_layer; l < sp->ranges[k].last_layer; l++) {
             sp->cache_of[l] = held++;
@@ -112,7 +112,7 @@ static void sampler_init(Sampler* sp, const Stage* chunks, int V) {
     ActField f[BLOCK_DECODE_FIELDS + 6] = {
         {(void**)&sp->kcache, cache, 0, {1, 1, 1}},    {(void**)&sp->vcache, cache, 0, {1, 1, 1}},
         {(void**)&sp->x, C, 0, {1, 1, 1}},             {(void**)&sp->logits, Vl, 0, {1, 1, 1}},
-        {(void**)&sp->logits_all, sp->tp.size > 1 ? (size_t)c.padded_vocab_size : 0, 0, {1, 1, 1}},
+        {(void**)&sp->logits_all, vp_gather_elems(&sp->tp, c.padded_vocab_size), 0, {1, 1, 1}},
         {(void**)&sp->token, 1, 1, {1, 1, 1}},  // an int: 4 bytes, as a float
     };
     block_decode_fields(&sp->blk, &one, c.max_seq_len, f + 6);
@@ -140,10 +140,10 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
     size_t Ca = (size_t)sp->lin[0].att_c;
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = sp->hooks;
-    if (sp->link.ctx == NULL && (!sp->ranges[0].has_embedding || !sp->ranges[sp->V - 1].has_head)) {
+    if (sp->link.ctx == NULL && (!sp->ranges[0].has_embedding || !sp->ranges[sp->num_chunks - 1].has_head)) {
         fatal("sampler: this rank runs a pipeline stage, but the sampler has no link to the others (pipeline_sampler_link)");
     }
-    for (int k = 0; k < sp->V; k++) {
+    for (int k = 0; k < sp->num_chunks; k++) {
         StageRange r = sp->ranges[k];
         EmbedTensors emb = {NULL, NULL};
         if (r.has_embedding) {
@@ -170,11 +170,7 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
         if (!r.has_embedding) emb = embed_view(sp->lay, h->params(h->ctx, UNIT_EMBED, 0));
         if (want_logits) {
             linear_forward(&sp->lm_head, sp->logits, NULL, sp->blk.ln, emb.wte, NULL, 1, s);
-            const floatX* all = sp->logits;
-            if (sp->tp.size > 1) {  // one position's logits: gathered (the training loss never gathers them)
-                comm_all_gather(sp->tp.comm, GROUP_TP, sp->logits, sp->logits_all, (size_t)sp->lm_head.out_local, s);
-                all = sp->logits_all;
-            }
+            const floatX* all = vp_gather_logits(&sp->tp, sp->logits, sp->logits_all, c.padded_vocab_size, s);
             copy_to_host_float(sp->logits_host, all, (size_t)c.padded_vocab_size);
         }
         h->params_done(h->ctx, UNIT_EMBED, 0);

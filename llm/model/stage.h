@@ -52,8 +52,8 @@
 #include "../ops/encoder.cuh"
 #include "../ops/layernorm.cuh"
 #include "../ops/fused_classifier.cuh"
-#include "../parallel/tensor_parallel.h"
-#include "../parallel/context_parallel.h"
+#include "../sharded/tensor_parallel.h"
+#include "../sharded/context_parallel.h"
 
 // what a stage runs: the embedding (first stage), the blocks [first_layer, last_layer), the head (last)
 typedef struct {
@@ -97,13 +97,9 @@ typedef struct {
     BlockLinears lin;
     BlockLinears* layer_lin; // (L) after stage_enable_fp8: lin per layer, in FP8 with the layer's entries; else NULL
     LinearSpec lm_head;
-    int B, T;               // the micro-batch shape (with context parallelism: this rank's T = cp.T / cp.size tokens)
-    CPGroup cp;             // context parallelism (llm/parallel/context_parallel.h): the sequence split, the attention's
+    int B, T;               // the micro-batch shape (T: the rank's tokens of each sequence, cp_local_T)
+    CPGroup cp;             // context parallelism (llm/sharded/context_parallel.h): the sequence split, the attention's
                             // workspaces; size 1: none
-    int* cp_tokens;         // (B,T) host: the rank's tokens of the inputs or targets of a whole sequence
-    floatX* cp_wpe;         // (T,C) the position embeddings of the rank's tokens (their positions), for the encoder
-    floatX* cp_dwpe;        // (T,C) their gradients, added to wpe's rows after the encoder's backward
-    float* cp_loss;         // (2) the loss's sum over the cp group
     int num_slots;
     MicroBatch* slots;      // (num_slots)
     BlockActs shared;       // the recompute buffer: one layer's fields the policy does not keep
@@ -130,30 +126,23 @@ typedef struct {
 
 // tp: the tensor-parallel group that splits the linear layers (tp_group(NULL, 0): one process), with
 // or without sequence parallelism; lay must be the layout of this tp rank's shards. cp: the context-parallel
-// group (cp_group; cp_none(T): none) that splits each sequence of T tokens; the stage then holds T / cp.size.
+// group (cp_group; cp_none(T): none) that splits each sequence of T tokens; the stage then holds cp_local_T.
 static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPGroup tp, CPGroup cp, StageRange range,
                           int B, int T, Recompute recompute, int num_slots) {
     memset(st, 0, sizeof(*st));
     GPTConfig c = lay->cfg;
     st->tp = tp;
     st->cp = cp;
-    if (cp.T != T || (cp.size > 1 && T % (2 * cp.size) != 0)) {
-        fatal("stage: the cp group splits sequences of %d tokens into 2 x %d chunks, the stage's are %d", cp.T, cp.size, T);
-    }
-    T = T / cp.size;  // from here on the rank's tokens
-    if (tp.sequence_parallel && (T % tp.size != 0)) {
-        fatal("--sequence-parallel: expected the sequence length T = %d to divide evenly over --tp %d", T, tp.size);
-    }
-    if (tp.sequence_parallel) {  // the workspace of the all-gathers and reduce-scatters (llm/parallel/tensor_parallel.h)
+    cp_check_sequence(&cp, T);
+    T = cp_local_T(&cp);  // from here on the rank's tokens
+    tp_check_sequence(&tp, T);
+    if (tp.sequence_parallel) {  // the workspace of the all-gathers and reduce-scatters (llm/sharded/tensor_parallel.h)
         size_t n = (size_t)B * T * c.channels;
         st->sp_mem = device_malloc(2 * n * sizeof(floatX), MEM_WORKSPACE);
         st->tp.gathered = (floatX*)st->sp_mem;
         st->tp.full = st->tp.gathered + n;
     }
-    if (st->tp.size != lay->tp || st->tp.rank != lay->tp_rank) {
-        fatal("stage: the parameter layout holds tp rank %d of %d, the process is tp rank %d of %d", lay->tp_rank, lay->tp,
-              st->tp.rank, st->tp.size);
-    }
+    tp_check_shards(&st->tp, lay->tp_size, lay->tp_rank);
     if (range.first_layer < 0 || range.last_layer > c.num_layers || range.first_layer > range.last_layer) {
         fatal("stage: layers [%d, %d) are not within the model's %d layers", range.first_layer, range.last_layer, c.num_layers);
     }
@@ -163,14 +152,8 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     st->hooks = hooks;
     st->recompute = recompute;
     st->lin = block_linears(c, st->tp);
-    if (st->cp.size > 1) {
-        st->lin.cp = &st->cp;  // (the stage stays where it was made: pipeline.h's chunks, a caller's variable)
-        cp_alloc(&st->cp, B, st->lin.att_c, st->lin.heads);
-        st->cp_tokens = (int*)mallocCheck((size_t)B * T * sizeof(int));
-        st->cp_wpe = (floatX*)device_malloc((size_t)2 * T * c.channels * sizeof(floatX), MEM_WORKSPACE);
-        st->cp_dwpe = st->cp_wpe + (size_t)T * c.channels;
-        st->cp_loss = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
-    }
+    st->lin.cp = &st->cp;  // (the stage stays where it was made: pipeline.h's chunks, a caller's variable)
+    cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);
     st->lm_head = linear_spec_of("lm_head", c, T_WTE, -1, 0, st->tp);  // tied to wte: split as the table splits wte
     const LinearSpec* specs[5] = {&st->lin.qkv, &st->lin.attproj, &st->lin.fc, &st->lin.fcproj, &st->lm_head};
     for (int i = 0; i < 5; i++) linear_check(specs[i]);
@@ -222,7 +205,7 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
         {(void**)&b->proj, BT * C, 0, {1, 1, 1}},        {(void**)&b->x_scratch, recompute == RECOMPUTE_FULL ? R * C : 0, 0, {1, 1, 1}},
         {(void**)&b->dbuf_c, BT * C, 0, {1, 1, 1}},      {(void**)&b->dbuf_4c, BT * F, 0, {1, 1, 1}},
         {(void**)&b->dqkv, 3 * BT * Ca, 0, {1, 1, 1}},
-        {(void**)&st->vp_stats, head && st->tp.size > 1 ? (size_t)(st->tp.size + 1) * 3 * BT : 0, 1, {1, 1, 1}},
+        {(void**)&st->vp_stats, head * vp_stats_elems(&st->tp, (int)BT), 1, {1, 1, 1}},
         {(void**)&b->scratch, scratch_n, 1, {1, 1, 1}},  {(void**)&st->dx, R * C, 0, {1, 1, 1}},
         {(void**)&st->loss_acc, 2 * sizeof(double) / sizeof(float), 1, {1, 1, 1}},
     };
@@ -304,9 +287,6 @@ static void stage_free(Stage* st) {
     device_free(st->bufs_mem);
     device_free(st->sp_mem);
     cp_free(&st->cp);
-    device_free(st->cp_wpe);
-    device_free(st->cp_loss);
-    free(st->cp_tokens);
     free(st->layer_lin);
     memset(st, 0, sizeof(*st));
 }
@@ -318,7 +298,7 @@ static void stage_free(Stage* st) {
 // x_in (B,T,C) (device), the previous stage's output. On the last stage, with targets (B,T) (host), it
 // also computes the per-token losses and adds their mean to the loss accumulator; dloss > 0 means
 // training: the classifier then writes dlogits = dloss * d(loss_i)/d(logits) in place of the logits,
-// ready for stage_backward (dloss = 1 / (B * T * micro-batches per step) for the step's mean loss).
+// ready for stage_backward (dloss: each token's loss gradient, llm/parallel/pipeline.h's pipeline_dloss).
 // With dloss == 0 the logits stay in the slot's logits (B,T,Vp/tp). Other stages leave their output in
 // stage_output(). Units are used in the order embed, layer l0 .. l1-1, final, embed again (the LM head).
 static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* x_in, const int* targets, float dloss) {
@@ -336,24 +316,14 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     if (mb->w_pending) fatal("stage_forward: slot %d still holds the split backward's pending W (stage_backward_weight)", slot);
     EmbedTensors emb = {NULL, NULL};  // with the head too: held from the encoder to the LM head
     if (r.has_embedding) {
-        if (st->cp.size > 1) {  // (inputs: whole sequences; the rank's tokens of them)
-            cp_take_tokens(&st->cp, st->cp_tokens, inputs, B);
-            inputs = st->cp_tokens;
-        }
+        inputs = cp_local_tokens(&st->cp, inputs, B);  // (inputs: whole sequences; the rank's tokens of them)
         for (int i = 0; i < BT; i++) {
             if (inputs[i] < 0 || inputs[i] >= V) fatal("token id %d at position %d is outside the vocabulary [0, %d)", inputs[i], i, V);
         }
         copy_to_device(mb->inputs, inputs, BT * sizeof(int));
         memcpy(mb->inputs_host, inputs, BT * sizeof(int));
         emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 0));
-        const floatX* wpe = emb.wpe;  // (maxT,C): row t is position t's
-        if (st->cp.size > 1) {        // the rows of the rank's positions, as if they were positions 0 .. T-1
-            int ids[2];
-            cp_chunks(&st->cp, st->cp.rank, ids);
-            size_t chunk = (size_t)st->cp.c * C;
-            for (int k = 0; k < 2; k++) copy_device_to_device(st->cp_wpe + k * chunk, emb.wpe + ids[k] * chunk, chunk * sizeof(floatX), s);
-            wpe = st->cp_wpe;
-        }
+        const floatX* wpe = cp_local_wpe(&st->cp, emb.wpe, s);  // row t: the position of the rank's token t
         vp_embedding_forward(&st->tp, mb->x[r.first_layer], mb->inputs, emb.wte, wpe, c.padded_vocab_size, B, T, C, s);
         if (!r.has_head) h->params_done(h->ctx, UNIT_EMBED, 0);
     } else if (x_in != NULL) {  // (checked above: a stage without the embedding has one)
@@ -373,10 +343,7 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     linear_forward(&st->lm_head, mb->logits, NULL, mb->lnf, emb.wte, NULL, BT, s);
     h->params_done(h->ctx, UNIT_EMBED, 0);
     if (targets != NULL) {
-        if (st->cp.size > 1) {
-            cp_take_tokens(&st->cp, st->cp_tokens, targets, B);
-            targets = st->cp_tokens;
-        }
+        targets = cp_local_tokens(&st->cp, targets, B);
         copy_to_device(mb->targets, targets, BT * sizeof(int));
         vp_cross_entropy(&st->tp, mb->logits, mb->losses, dloss, mb->targets, st->vp_stats, BT, V, c.padded_vocab_size,
                          dloss > 0.0f, s);
@@ -443,22 +410,10 @@ static void stage_backward_impl(Stage* st, int slot, const floatX* dx_out, int s
             emb = embed_view(st->lay, h->params(h->ctx, UNIT_EMBED, 1));
             gemb = embed_view(st->lay, h->grads(h->ctx, UNIT_EMBED));
         }
-        floatX* dwpe = gemb.wpe;  // (maxT,C)
-        if (st->cp.size > 1) {
-            dwpe = st->cp_dwpe;  // (T,C) the rank's positions', then added to their rows of wpe's gradient
-            device_memset_zero(dwpe, (size_t)T * C * sizeof(floatX), s);
-        }
+        floatX* dwpe = cp_local_dwpe(&st->cp, gemb.wpe, s);  // (rows as cp_local_wpe gave them)
         vp_embedding_backward(&st->tp, gemb.wte, dwpe, b->scratch, st->dx, mb->inputs, mb->inputs_host,
                               c.padded_vocab_size, B, T, C, s);
-        if (st->cp.size > 1) {
-            int ids[2];
-            cp_chunks(&st->cp, st->cp.rank, ids);
-            size_t chunk = (size_t)st->cp.c * C;
-            for (int k = 0; k < 2; k++) {
-                floatX* rows = gemb.wpe + ids[k] * chunk;
-                residual_forward(rows, rows, dwpe + k * chunk, chunk, s);
-            }
-        }
+        cp_local_dwpe_add(&st->cp, gemb.wpe, s);
         h->params_done(h->ctx, UNIT_EMBED, 1);
         h->grads_ready(h->ctx, UNIT_EMBED);
     }
@@ -503,12 +458,5 @@ static double stage_take_loss(Stage* st) {
     double sum = 0.0;
     copy_to_host(&sum, st->loss_acc, sizeof(double));
     device_memset_zero(st->loss_acc, sizeof(double), llm_ctx.stream);
-    if (st->cp.size > 1) {  // each cp rank's mean is over its T tokens: the sequence's is their mean
-        float two[2] = {(float)sum, (float)(sum - (double)(float)sum)};  // the double as two floats
-        copy_to_device(st->cp_loss, two, sizeof(two));
-        comm_all_reduce(st->cp.comm, GROUP_CP, st->cp_loss, st->cp_loss, 2, COMM_SUM, llm_ctx.stream);
-        copy_to_host(two, st->cp_loss, sizeof(two));
-        sum = ((double)two[0] + (double)two[1]) / st->cp.size;
-    }
-    return sum;
+    return cp_mean_loss(&st->cp, sum);  // (each cp rank's mean is over its tokens: the sequences' is their mean)
 }

@@ -84,7 +84,7 @@ typedef enum {
     TP_REPLICATED,  // every tp rank holds all of it (wpe, biases of row-parallel layers)
     TP_NORM,        // replicated too (the LayerNorms), but with sequence parallelism each tp rank normalises
                     // its own tokens, so its gradient is a partial sum, all-reduced over tp (llm/parallel/dp.h)
-    TP_QKV_HEADS,   // output rows in head groups: rank r holds heads [r NH/T, (r+1) NH/T) of q, k and v
+    TP_QKV_HEADS,   // output rows in head groups: rank r holds heads [r NH/tp, (r+1) NH/tp) of q, k and v
     TP_ROWS,        // output rows (column-parallel linear: fc)
     TP_COLS,        // input columns (row-parallel linear: attproj, fcproj)
     TP_VOCAB,       // vocabulary rows (the token embedding, tied to the LM head)
@@ -175,35 +175,35 @@ typedef struct {
 } UnitInfo;
 
 // ----------------------------------------------------------------------------
-// tensor-parallel shards: tp rank r of T holds of each (layer's) tensor the part its TPSplit names.
+// tensor-parallel shards: tp rank r of tp_size holds of each (layer's) tensor the part its TPSplit names.
 // shard_rows/cols are the shape of that part; tp_shard_copy moves it between the whole (rows, cols)
 // tensor and the shard (rows_s, cols_s), both row-major.
-//   TP_QKV_HEADS  rows [r C/T, (r+1) C/T) of each of q, k, v (the three C-row thirds), stacked q, k, v:
-//                 the shard is itself a fused (3 C/T, cols) qkv of NH/T heads
-//   TP_ROWS, TP_VOCAB   rows [r rows/T, (r+1) rows/T)
-//   TP_COLS       columns [r cols/T, (r+1) cols/T) of every row
+//   TP_QKV_HEADS  rows [r C/tp, (r+1) C/tp) of each of q, k, v (the three C-row thirds), stacked q, k, v:
+//                 the shard is itself a fused (3 C/tp, cols) qkv of NH/tp heads
+//   TP_ROWS, TP_VOCAB   rows [r rows/tp, (r+1) rows/tp)
+//   TP_COLS       columns [r cols/tp, (r+1) cols/tp) of every row
 //   TP_REPLICATED, TP_NORM  all of it
 
-static inline size_t shard_rows(GPTConfig c, int t, int tp) {
+static inline size_t shard_rows(GPTConfig c, int t, int tp_size) {
     size_t rows = dim_value(c, TENSORS[t].rows);
     TPSplit sp = TENSORS[t].tp;
-    return sp == TP_QKV_HEADS || sp == TP_ROWS || sp == TP_VOCAB ? rows / (size_t)tp : rows;
+    return sp == TP_QKV_HEADS || sp == TP_ROWS || sp == TP_VOCAB ? rows / (size_t)tp_size : rows;
 }
-static inline size_t shard_cols(GPTConfig c, int t, int tp) {
+static inline size_t shard_cols(GPTConfig c, int t, int tp_size) {
     size_t cols = dim_value(c, TENSORS[t].cols);
-    return TENSORS[t].tp == TP_COLS ? cols / (size_t)tp : cols;
+    return TENSORS[t].tp == TP_COLS ? cols / (size_t)tp_size : cols;
 }
-static inline size_t tensor_shard_size(GPTConfig c, int t, int tp) { return shard_rows(c, t, tp) * shard_cols(c, t, tp); }
+static inline size_t tensor_shard_size(GPTConfig c, int t, int tp_size) { return shard_rows(c, t, tp_size) * shard_cols(c, t, tp_size); }
 
 // to_shard 1: shard = rank's part of whole; 0: whole's part = shard (the rest of whole untouched)
-static void tp_shard_copy(GPTConfig c, int t, int tp, int rank, float* whole /*(rows, cols)*/,
+static void tp_shard_copy(GPTConfig c, int t, int tp_size, int rank, float* whole /*(rows, cols)*/,
                           float* shard /*(rows_s, cols_s)*/, int to_shard) {
     size_t rows = dim_value(c, TENSORS[t].rows), cols = dim_value(c, TENSORS[t].cols);
-    size_t rs = shard_rows(c, t, tp), cs = shard_cols(c, t, tp);
+    size_t rs = shard_rows(c, t, tp_size), cs = shard_cols(c, t, tp_size);
     for (size_t i = 0; i < rs; i++) {
         size_t wi = i, wj = 0;  // row and first column of shard row i in the whole tensor
         switch (TENSORS[t].tp) {
-            case TP_QKV_HEADS: { size_t third = rows / 3, per = third / (size_t)tp;
+            case TP_QKV_HEADS: { size_t third = rows / 3, per = third / (size_t)tp_size;
                                  wi = (i / per) * third + (size_t)rank * per + i % per; break; }
             case TP_ROWS: case TP_VOCAB: wi = (size_t)rank * rs + i; break;
             case TP_COLS: wj = (size_t)rank * cs; break;
@@ -218,18 +218,18 @@ static void tp_shard_copy(GPTConfig c, int t, int tp, int rank, float* whole /*(
 
 // The layouts tensor parallelism can split, or one line saying why not (NULL: fine). Every split
 // dimension must divide evenly: the heads, C (row-parallel columns), 4C, and the padded vocabulary.
-static const char* tp_layout_error(GPTConfig c, int tp, char* buf, size_t n) {
-    if (tp < 1) { snprintf(buf, n, "--tp %d: expected a positive number of tensor-parallel ranks", tp); return buf; }
-    if (c.num_heads % tp != 0 || c.padded_vocab_size % tp != 0) {
+static const char* tp_layout_error(GPTConfig c, int tp_size, char* buf, size_t n) {
+    if (tp_size < 1) { snprintf(buf, n, "--tp %d: expected a positive number of tensor-parallel ranks", tp_size); return buf; }
+    if (c.num_heads % tp_size != 0 || c.padded_vocab_size % tp_size != 0) {
         snprintf(buf, n, "--tp %d: expected the heads (NH = %d) and the padded vocabulary (Vp = %d) to divide evenly "
-                 "over the tensor-parallel ranks", tp, c.num_heads, c.padded_vocab_size);
+                 "over the tensor-parallel ranks", tp_size, c.num_heads, c.padded_vocab_size);
         return buf;
     }
 #if LLM_HAS_KERNELS
     // the kernels read rows of the split tensors 16 bytes at a time
-    if ((c.channels / tp) % 8 != 0) {
+    if ((c.channels / tp_size) % 8 != 0) {
         snprintf(buf, n, "--tp %d: expected C / tp = %d / %d to be a multiple of 8 (16-byte rows of the split tensors "
-                 "for the kernels' 128-bit loads)", tp, c.channels, tp);
+                 "for the kernels' 128-bit loads)", tp_size, c.channels, tp_size);
         return buf;
     }
 #endif
@@ -238,7 +238,7 @@ static const char* tp_layout_error(GPTConfig c, int tp, char* buf, size_t n) {
 
 typedef struct {
     GPTConfig cfg;
-    int tp, tp_rank;                   // the tensor-parallel split: this layout holds rank tp_rank's shards
+    int tp_size, tp_rank;              // the tensor-parallel split: this layout holds rank tp_rank's shards
     size_t align;                      // every unit is padded to a multiple of this many values
     size_t num_parameters;             // Psi (the whole model's)
     size_t shard_parameters;           // the values this rank holds: its tp shards of the units of its
@@ -253,12 +253,12 @@ typedef struct {
 
 // the packed layout of tp rank tp_rank's shards (tp = 1: the whole model) of the units held[u] != 0
 // (held NULL: every unit; pipeline parallelism gives each stage its own, llm/parallel/pipeline.h)
-static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp, int tp_rank, const int* held) {
+static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank, const int* held) {
     memset(lay, 0, sizeof(*lay));
     char err[256];
-    if (tp_layout_error(c, tp, err, sizeof(err))) fatal("%s", err);
+    if (tp_layout_error(c, tp_size, err, sizeof(err))) fatal("%s", err);
     lay->cfg = c;
-    lay->tp = tp;
+    lay->tp_size = tp_size;
     lay->tp_rank = tp_rank;
     lay->align = align;
     lay->num_units = num_units(c);
@@ -268,7 +268,7 @@ static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp, 
     for (int t = 0; t < NUM_TENSORS; t++) {
         lay->ckpt_offset[t] = ckpt;
         ckpt += tensor_size(c, t);
-        size_t n = tensor_shard_size(c, t, tp);
+        size_t n = tensor_shard_size(c, t, tp_size);
         lay->layer_size[t] = n;
         int kind = tensor_unit_kind(t);
         size_t* in_unit = kind < 0 ? &in_embed : (kind == 0 ? &in_layer : &in_final);
@@ -289,8 +289,8 @@ static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp, 
     lay->packed_size = start;
 }
 
-static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp, int tp_rank) {
-    layout_init_pp(lay, c, align, tp, tp_rank, NULL);
+static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank) {
+    layout_init_pp(lay, c, align, tp_size, tp_rank, NULL);
 }
 static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) { layout_init_tp(lay, c, align, 1, 0); }
 
@@ -322,7 +322,7 @@ static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* p
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];
-            tp_shard_copy(lay->cfg, t, lay->tp, lay->tp_rank, (float*)ckpt + unit_tensor_ckpt_offset(lay, u, t),
+            tp_shard_copy(lay->cfg, t, lay->tp_size, lay->tp_rank, (float*)ckpt + unit_tensor_ckpt_offset(lay, u, t),
                           packed + lay->units[u].start + lay->unit_offset[t], 1);
         }
     }
@@ -338,7 +338,7 @@ static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const fl
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];
-            tp_shard_copy(lay->cfg, t, lay->tp, rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
+            tp_shard_copy(lay->cfg, t, lay->tp_size, rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
                           (float*)packed + lay->units[u].start + lay->unit_offset[t], 0);
         }
     }

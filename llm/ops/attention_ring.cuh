@@ -4,7 +4,7 @@
 // online-softmax accumulators (Milakov & Gimelshein 2018; Dao 2023, "FlashAttention-2", Algorithm 1), which
 // are finalised once every block has passed; the backward takes each block pair's share of dq, dk, dv from
 // the forward's row log-sum-exp and row dot D (FlashAttention-2, Algorithm 2). The ring's communication loop
-// is llm/parallel/context_parallel.h; these are the ops it calls on each (query block, key block) pair:
+// is llm/sharded/context_parallel.h; these are the ops it calls on each (query block, key block) pair:
 //   attention_pair_init      the empty result: O = 0, l = 0, m = -inf
 //   attention_pair_forward   merge into (O, m, l) the attention of nq queries against nk keys/values
 //                            (causal = 1: the diagonal pair, query i sees keys j <= i; 0: all keys)
@@ -200,7 +200,7 @@ static void attention_pair_backward_cpu(float* dq, size_t dq_bs, size_t dq_ts, f
 
 
 // ----------------------------------------------------------------------------
-// launchers (signatures fixed by llm/parallel/context_parallel.h; see the top of the file for the layouts)
+// launchers (signatures fixed by llm/sharded/context_parallel.h; see the top of the file for the layouts)
 
 // the empty result: O = 0, l = 0, m = -inf
 static void attention_pair_init(float* O, float* m, float* l, int B, int H, int nq, int hs, cudaStream_t s) {

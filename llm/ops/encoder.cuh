@@ -1,6 +1,6 @@
 // encoder.cuh: the GPT-2 input embedding, out[b,t,:] = wte[inp[b,t],:] + wpe[t,:], and its backward.
 // The backward is deterministic: every gradient element is summed in a fixed order.
-// The _range forms serve the vocabulary-parallel embedding (llm/parallel/tensor_parallel.h): wte holds only the
+// The _range forms serve the vocabulary-parallel embedding (llm/sharded/tensor_parallel.h): wte holds only the
 // rows of tokens [v0, v0 + Vl); a token outside contributes zero (and gets no gradient here), and
 // wpe may be NULL (added by one tp rank only).
 #pragma once

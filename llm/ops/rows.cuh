@@ -1,6 +1,6 @@
 // rows.cuh: moving (B, n, width) rows between buffers of different row strides: element (b, t, c) at
 // base + b*bs + t*ts + c on each side (bs, ts in elements). Ring attention and Ulysses
-// (llm/parallel/context_parallel.h) pack K/V out of the model's qkv, place a rank's chunks in the sequence, and
+// (llm/sharded/context_parallel.h) pack K/V out of the model's qkv, place a rank's chunks in the sequence, and
 // round their FP32 gradient accumulators into dqkv with these.
 //   rows_copy       dst row (b,t)[0..width) = src row (b,t)[0..width)
 //   rows_store_f32  the same from an FP32 source, rounded to floatX once

@@ -30,12 +30,29 @@
 #include "ddp.h"
 #include "zero.h"
 
+// A look at each unit gradient this rank finished, before its reduction (fn NULL: none). The data-parallel
+// step knows nothing of what it does: --inject's gradient faults (llm/faults/inject.h) are one.
+typedef struct {
+    void* ctx;
+    void (*before_reduce)(void* ctx, floatX* grad /*(n) device*/, size_t n);
+} GradHook;
+
+// What the policy is asked for at init (dp_init; NULL: DDP over every unit, nothing else)
+typedef struct {
+    int zero_level;         // 0 = DDP, 1-3 = ZeRO-1/2/3 (zero_config)
+    const int* held;        // (num_units) the units this rank's pipeline stage holds (llm/parallel/pipeline.h's
+                            // pipe_held_units), NULL: all
+    int sequence_parallel;  // --sequence-parallel: the TP_NORM tensors' gradients are partial sums over the tp
+                            // ranks' tokens (taken only with more than one tp rank)
+    GradHook grad_hook;
+} DpConfig;
+
 typedef struct {
     ZeroConfig zero;        // the three switches (llm/parallel/zero.h)
-    int dp, rank;
-    int pp, pp_rank;        // the pipeline: this rank's stage holds only its units (lay.units[u].held)
+    int size, rank;         // the gradient group (llm/comm/mesh.h: mesh.grad, dp x cp): N and this rank's place
+    int pp_size, pp_rank;   // the pipeline (mesh.pp): this rank's stage holds only its units (lay.units[u].held)
     Comm* comm;
-    ParamLayout lay;        // the packed layout, units padded to ZERO_ALIGN * dp values
+    ParamLayout lay;        // the packed layout, units padded to ZERO_ALIGN * N values
     ZeroState z;            // shard_optim: the blocks this rank owns (llm/parallel/zero.h)
     floatX* params;         // (packed_size) replicated parameters: all of them
     floatX* params_shard;   // (shard_size) shard_params: this rank's blocks of them
@@ -47,12 +64,9 @@ typedef struct {
     int last_micro;         // 1 in the step's last micro-batch: its backward communicates
     DpTrace trace;          // this step's data-parallel operations, in order (llm/parallel/ddp.h)
     int sequence_parallel;  // 1: the TP_NORM tensors' gradients are partial sums over the tp ranks' tokens,
-                            // all-reduced over tp in dp_finish_grads (set by the caller after dp_init)
+                            // all-reduced over tp in dp_finish_grads
     ParamHooks hooks;       // what the model calls
-    int inject_nan;         // --inject nan (llm/faults/inject.h): 1 puts a NaN into the next unit gradient this rank
-                            // finishes, before its reduction (then back to 0)
-    float inject_grad_factor;  // --inject gradspike: != 0 multiplies every unit gradient this rank finishes in
-                            // this step by it, before the reduction (the caller sets it per step)
+    GradHook grad_hook;     // DpConfig's
 } DataParallel;
 
 // the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
@@ -125,22 +139,8 @@ static void dp_hook_grads_ready(void* ctx, int u) {
     dp_trace(&dp->trace, 'R', u);
     cudaStream_t s = llm_ctx.stream;
     floatX* g = dp->grads + dp->lay.units[u].start;
-    if (dp->inject_nan) {  // the fault: this rank's gradient of unit u gets a NaN before the reduction
-        floatX nan_x = float_to_floatX(NAN);
-        device_synchronize();
-        copy_to_device(dp->zero.shard_grads ? dp->z.unit_grads[u] : g, &nan_x, sizeof(floatX));
-        dp->inject_nan = 0;
-    }
-    if (dp->inject_grad_factor != 0.0f) {  // the fault: this rank's whole gradient of unit u times the factor
-        // (through the host: a test's fault, not a hot path; every micro-batch's part is summed in by now)
-        floatX* dst = dp->zero.shard_grads ? dp->z.unit_grads[u] : g;
-        size_t n = dp->lay.units[u].n;
-        float* h = (float*)mallocCheck(n * sizeof(float));
-        device_synchronize();
-        copy_to_host_float(h, dst, n);
-        for (size_t i = 0; i < n; i++) h[i] *= dp->inject_grad_factor;
-        copy_floats_to_device(dst, h, n);
-        free(h);
+    if (dp->grad_hook.before_reduce != NULL) {  // (every micro-batch's part is summed in by now)
+        dp->grad_hook.before_reduce(dp->grad_hook.ctx, dp->zero.shard_grads ? dp->z.unit_grads[u] : g, dp->lay.units[u].n);
     }
     if (!dp->zero.shard_optim) {  // DDP: every rank needs the whole average
         ddp_bucket_ready(dp->comm, &dp->grad_queue, g, dp->lay.units[u].n, u, s);
@@ -154,7 +154,7 @@ static void dp_hook_grads_ready(void* ctx, int u) {
 // shard_params: every rank takes the token of dp rank 0, so all run the same forwards (each gathers)
 static int dp_hook_agree_token(void* ctx, int token) {
     DataParallel* dp = (DataParallel*)ctx;
-    if (!dp->zero.shard_params || dp->dp == 1) return token;
+    if (!dp->zero.shard_params || dp->size == 1) return token;
     float f = (float)token;  // exact for token ids < 2^24
     copy_to_device(dp->scalars + 1, &f, sizeof(float));
     comm_broadcast(dp->comm, GROUP_DP, dp->scalars + 1, 1, 0, llm_ctx.stream);
@@ -185,22 +185,26 @@ static double dp_paper_bytes(ZeroConfig zero, int N, double psi) {
     return whole * psi + parted * psi / N;
 }
 
-// The layout and this rank's storage for the ZeRO level zero_level (0 = DDP; its switches, zero_config)
-// over the dp group of comm. Allocates the parameters, gradients and optimizer state the switches keep,
-// dp_paper_bytes above (contents: zero gradients and moments; parameters set by dp_import_params). The
-// layout (the level, the batch) was validated by the caller.
-// held: the units this rank's pipeline stage holds (NULL: all; llm/parallel/pipeline.h's pipe_held_units).
-static void dp_init_pp(DataParallel* dp, Comm* comm, GPTConfig cfg, int zero_level, const int* held) {
+// The layout and this rank's storage for conf's ZeRO level (its switches, zero_config) over the gradient
+// group of comm's mesh (mesh.grad), for the units of this rank's pipeline stage, of this tp rank's shards.
+// Allocates the parameters, gradients and optimizer state the switches keep, dp_paper_bytes above (contents:
+// zero gradients and moments; parameters set by dp_import_params). The layout (the level, the batch) was
+// validated by the caller. conf NULL: DDP over every unit.
+static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, const DpConfig* conf) {
+    static const DpConfig ddp = {0, NULL, 0, {NULL, NULL}};
+    if (conf == NULL) conf = &ddp;
     memset(dp, 0, sizeof(*dp));
-    dp->zero = zero_config(zero_level);
+    const Mesh* mesh = &comm->mesh;
+    dp->zero = zero_config(conf->zero_level);
     dp->comm = comm;
-    dp->dp = comm_group_size(comm, GROUP_DP);
-    dp->rank = comm_group_rank(comm, GROUP_DP);
-    dp->pp = comm_group_size(comm, GROUP_PP);
-    dp->pp_rank = comm_group_rank(comm, GROUP_PP);
-    layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->dp, comm_group_size(comm, GROUP_TP), comm_group_rank(comm, GROUP_TP),
-                   held);
-    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->dp, dp->rank);
+    dp->size = mesh->grad.size;
+    dp->rank = mesh->grad.rank;
+    dp->pp_size = mesh->pp.size;
+    dp->pp_rank = mesh->pp.rank;
+    dp->sequence_parallel = conf->sequence_parallel && mesh->tp.size > 1;
+    dp->grad_hook = conf->grad_hook;
+    layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->size, mesh->tp.size, mesh->tp.rank, conf->held);
+    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank);
     dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
     size_t packed = dp->lay.packed_size, shard = dp->z.shard_size;  // Psi (padded) and about Psi/N values
@@ -221,8 +225,6 @@ static void dp_init_pp(DataParallel* dp, Comm* comm, GPTConfig cfg, int zero_lev
     ParamHooks h = {dp, dp_hook_params, dp_hook_params_done, dp_hook_grads, dp_hook_grads_ready, dp_hook_agree_token};
     dp->hooks = h;
 }
-
-static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, int zero_level) { dp_init_pp(dp, comm, cfg, zero_level, NULL); }
 
 static void dp_free(DataParallel* dp) {
     device_free(dp->params);

@@ -84,19 +84,19 @@ static void dp_import_moments(DataParallel* dp, const float* m, const float* v) 
 static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt);
 static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float* ckpt) {
     const ParamLayout* lay = &dp->lay;
-    if (lay->tp == 1) {
+    if (lay->tp_size == 1) {
         layout_to_checkpoint(lay, packed, ckpt);
         dp_pp_to_first_stage(dp, ckpt);
         return;
     }
     size_t n = lay->packed_size;
-    float* dev = (float*)device_malloc((size_t)(lay->tp + 1) * n * sizeof(float), MEM_COMM);
-    float* all = (float*)mallocCheck((size_t)lay->tp * n * sizeof(float));
-    copy_to_device(dev + (size_t)lay->tp * n, packed, n * sizeof(float));
-    comm_all_gather(dp->comm, GROUP_TP, dev + (size_t)lay->tp * n, dev, n, llm_ctx.stream);
+    float* dev = (float*)device_malloc((size_t)(lay->tp_size + 1) * n * sizeof(float), MEM_COMM);
+    float* all = (float*)mallocCheck((size_t)lay->tp_size * n * sizeof(float));
+    copy_to_device(dev + (size_t)lay->tp_size * n, packed, n * sizeof(float));
+    comm_all_gather(dp->comm, GROUP_TP, dev + (size_t)lay->tp_size * n, dev, n, llm_ctx.stream);
     device_synchronize();
-    copy_to_host(all, dev, (size_t)lay->tp * n * sizeof(float));
-    for (int r = 0; r < lay->tp; r++) layout_to_checkpoint_rank(lay, r, all + (size_t)r * n, ckpt);
+    copy_to_host(all, dev, (size_t)lay->tp_size * n * sizeof(float));
+    for (int r = 0; r < lay->tp_size; r++) layout_to_checkpoint_rank(lay, r, all + (size_t)r * n, ckpt);
     free(all);
     device_free(dev);
     dp_pp_to_first_stage(dp, ckpt);
@@ -107,7 +107,7 @@ static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float
 // ckpt, so the first stage (and world rank 0, which writes checkpoints) ends with the whole model.
 // The tied embedding comes from the first stage (the last stage's copy is the same).
 static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt) {
-    if (dp->pp == 1) return;
+    if (dp->pp_size == 1) return;
     const ParamLayout* lay = &dp->lay;
     size_t n = lay->num_parameters, U = (size_t)lay->num_units;
     float* dev = (float*)device_malloc((n + U) * sizeof(float), MEM_COMM);
@@ -119,7 +119,7 @@ static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt) {
         copy_to_device(dev, host, (n + U) * sizeof(float));
         comm_send(dp->comm, GROUP_PP, dev, n + U, 0, s);
     } else {
-        for (int q = 1; q < dp->pp; q++) {
+        for (int q = 1; q < dp->pp_size; q++) {
             comm_recv(dp->comm, GROUP_PP, dev, n + U, q, s);
             device_synchronize();
             copy_to_host(host, dev, (n + U) * sizeof(float));

@@ -88,13 +88,13 @@ static double dp_tied_embedding_diff(DataParallel* dp) {
 static void dp_finish_grads(DataParallel* dp) {
     dp_trace(&dp->trace, 'E', -1);
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
-    if (dp->sequence_parallel && dp->lay.tp > 1) dp_reduce_norm_grads_tp(dp);
+    if (dp->sequence_parallel && dp->lay.tp_size > 1) dp_reduce_norm_grads_tp(dp);
     if (comm_group_size(dp->comm, GROUP_EMBED) > 1) dp_reduce_tied_embedding(dp);
 }
 
 // the mean of x over the dp group
 static float dp_mean(DataParallel* dp, float x) {
-    if (dp->dp == 1) return x;
+    if (dp->size == 1) return x;
     copy_to_device(dp->scalars, &x, sizeof(float));
     comm_all_reduce(dp->comm, GROUP_DP, dp->scalars, dp->scalars, 1, COMM_AVG, llm_ctx.stream);
     copy_to_host(&x, dp->scalars, sizeof(float));
@@ -115,9 +115,9 @@ static float dp_grad_norm(DataParallel* dp) {
     AdamWState* st = &dp->opt;
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
-    int second_embed = dp->pp > 1 && dp->pp_rank == dp->pp - 1;  // the last stage's copy of the embedding
+    int second_embed = dp->pp_size > 1 && dp->pp_rank == dp->pp_size - 1;  // the last stage's copy of the embedding
     int copies = 0;  // this rank holds copies counted elsewhere: their squares go to dp->scalars[0]
-    if (lay->tp > 1 || second_embed) {
+    if (lay->tp_size > 1 || second_embed) {
         device_memset_zero(dp->scalars, sizeof(float), s);
         for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
             int copy = (tp_replicated(p.t) && lay->tp_rank != 0) || (second_embed && p.u == UNIT_EMBED);
@@ -141,8 +141,8 @@ static float dp_grad_norm(DataParallel* dp) {
         if (!isfinite(c2)) { float nan = NAN; copy_to_device(st->norm, &nan, sizeof(float)); }
     }
     if (dp->zero.shard_optim) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
-    if (lay->tp > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);
-    if (dp->pp > 1) comm_all_reduce(dp->comm, GROUP_PP, st->norm, st->norm, 1, COMM_SUM, s);
+    if (lay->tp_size > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);
+    if (dp->pp_size > 1) comm_all_reduce(dp->comm, GROUP_PP, st->norm, st->norm, 1, COMM_SUM, s);
     float norm2;
     copy_to_host(&norm2, st->norm, sizeof(float));
     return sqrtf(norm2);

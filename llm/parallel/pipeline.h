@@ -49,8 +49,8 @@ static void pipe_stage_layers(int L, int S, int s, int* l0, int* l1) {
     *l1 = *l0 + base + (s < extra ? 1 : 0);
 }
 
-static StageRange pipe_stage_range(GPTConfig c, int P, int V, int rank, int chunk) {
-    int S = P * V, s = chunk * P + rank;
+static StageRange pipe_stage_range(GPTConfig c, int pp_size, int vpp, int pp_rank, int chunk) {
+    int S = pp_size * vpp, s = chunk * pp_size + pp_rank;
     StageRange r;
     pipe_stage_layers(c.num_layers, S, s, &r.first_layer, &r.last_layer);
     r.has_embedding = s == 0;
@@ -58,27 +58,27 @@ static StageRange pipe_stage_range(GPTConfig c, int P, int V, int rank, int chun
     return r;
 }
 
-// held (num_units(c)): 1 for the units rank's chunks use (the embedding on the first and the last rank)
-static void pipe_held_units(GPTConfig c, int P, int V, int rank, int* held) {
+// held (num_units(c)): 1 for the units the chunks of pp rank pp_rank use (the embedding on the first and the last rank)
+static void pipe_held_units(GPTConfig c, int pp_size, int vpp, int pp_rank, int* held) {
     for (int u = 0; u < num_units(c); u++) held[u] = 0;
-    for (int k = 0; k < V; k++) {
-        StageRange r = pipe_stage_range(c, P, V, rank, k);
+    for (int k = 0; k < vpp; k++) {
+        StageRange r = pipe_stage_range(c, pp_size, vpp, pp_rank, k);
         for (int l = r.first_layer; l < r.last_layer; l++) held[unit_of_layer(l)] = 1;
         if (r.has_embedding || r.has_head) held[UNIT_EMBED] = 1;
         if (r.has_head) held[unit_final(c)] = 1;
     }
 }
 
-// why P ranks x V chunks cannot run `schedule` on this model with m micro-batches, or NULL
-static const char* pipe_layout_error(GPTConfig c, int P, int V, int m, const char* schedule, char* buf, size_t n) {
-    if (P < 1 || V < 1) { snprintf(buf, n, "--pp %d --vpp %d: expected both >= 1", P, V); return buf; }
-    if (V > 1 && P == 1) { snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", V); return buf; }
-    if ((long long)P * V > c.num_layers) {
+// why pp_size ranks x vpp chunks cannot run `schedule` on this model with m micro-batches, or NULL
+static const char* pipe_layout_error(GPTConfig c, int pp_size, int vpp, int m, const char* schedule, char* buf, size_t n) {
+    if (pp_size < 1 || vpp < 1) { snprintf(buf, n, "--pp %d --vpp %d: expected both >= 1", pp_size, vpp); return buf; }
+    if (vpp > 1 && pp_size == 1) { snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", vpp); return buf; }
+    if ((long long)pp_size * vpp > c.num_layers) {
         snprintf(buf, n, "--pp %d x --vpp %d = %d pipeline stages, but the model has %d layers: expected at most one stage "
-                 "per layer", P, V, P * V, c.num_layers);
+                 "per layer", pp_size, vpp, pp_size * vpp, c.num_layers);
         return buf;
     }
-    return schedule_error(schedule, P, m, V, buf, n);
+    return schedule_error(schedule, pp_size, m, vpp, buf, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -96,18 +96,20 @@ typedef struct {
     Comm* comm;
     DataParallel* dp;
     GPTConfig cfg;
-    int P, rank, V, m, B, T;
+    int pp_size, pp_rank;  // the pp axis of the mesh: this rank runs virtual stages c pp_size + pp_rank
+    int vpp;              // chunks (virtual stages) per rank: the schedule's V
+    int m, B, T;          // micro-batches per step, each B x T (T: the whole sequence; a stage holds its cp share)
     size_t R;             // rows of an activation message: B*T, or B*T/tp with sequence parallelism
     Schedule sched;       // every rank's list; this rank runs sched.ops[rank]
     PipePlan plan;
-    Stage* chunks;        // (V) chunk c runs virtual stage c P + rank
-    int* slot_of;         // (V, m) the slot micro-batch mb holds in chunk c this step; -1: none
-    int** slot_free;      // (V) 1 for each free slot of chunk c
+    Stage* chunks;        // (vpp) chunk c runs virtual stage c pp_size + pp_rank
+    int* slot_of;         // (vpp, m) the slot micro-batch mb holds in chunk c this step; -1: none
+    int** slot_free;      // (vpp) 1 for each free slot of chunk c
     floatX* act_recv;     // (R, C) the activation received for the next F
     floatX* grad_recv;    // (R, C) the gradient received for the next B
     int num_send;         // B outputs kept until their sends: the most a rank ever has waiting
     floatX* grad_send;    // (num_send, R, C)
-    int* send_of;         // (V, m) which grad_send buffer holds B(mb, c)'s output; -1: none
+    int* send_of;         // (vpp, m) which grad_send buffer holds B(mb, c)'s output; -1: none
     int* send_busy;       // (num_send)
     float* scalar;        // (2) device: the loss sent from the last stage
     CommHandle* posted;   // (this rank's plan entries) the sends started as soon as their data was ready
@@ -117,8 +119,8 @@ typedef struct {
     size_t act_bytes;     // measured: the activations (MEM_ACTIVATIONS) the chunks' slots took
 } Pipeline;
 
-static inline const Stage* pipeline_first(const Pipeline* pp) { return &pp->chunks[0]; }
-static inline int pipeline_is_last(const Pipeline* pp) { return pp->rank == pp->P - 1; }
+static inline const Stage* pipeline_first(const Pipeline* pipe) { return &pipe->chunks[0]; }
+static inline int pipeline_is_last(const Pipeline* pipe) { return pipe->pp_rank == pipe->pp_size - 1; }
 
 // the most micro-batches alive at once in each chunk of rank's list (after F, until B, or W when split)
 static void pipe_peak_slots(const Schedule* s, int rank, int* peak /*(V)*/) {
@@ -144,77 +146,77 @@ static int pipe_peak_sends(const Schedule* s, const PipePlan* p, int rank) {
     return peak;
 }
 
-// The stages of this pp rank for `schedule` (P = the pp group's size; m micro-batches of B x T), their
-// parameters and gradients from dp (made with pipe_held_units' units). The layout was checked with
-// pipe_layout_error.
-static void pipeline_init(Pipeline* pp, DataParallel* dp, TPGroup tp, CPGroup cp, const char* schedule, int V, int m, int B,
-                          int T, Recompute recompute) {
-    memset(pp, 0, sizeof(*pp));
-    pp->comm = dp->comm;
-    pp->dp = dp;
-    pp->cfg = dp->lay.cfg;
-    pp->P = dp->pp;
-    pp->rank = dp->pp_rank;
-    pp->V = V; pp->m = m; pp->B = B; pp->T = T;
-    schedule_make(&pp->sched, schedule, pp->P, m, V);
-    pp->plan = pipe_plan(&pp->sched);
-    int* peak = (int*)mallocCheck((size_t)V * sizeof(int));
-    pipe_peak_slots(&pp->sched, pp->rank, peak);
+// The stages of this pp rank (the mesh's pp axis: comm->mesh.pp) for `schedule` with vpp chunks per rank, m
+// micro-batches of B x T, their parameters and gradients from dp (made with pipe_held_units' units), their
+// linear layers split over tp and their sequences over cp. The layout was checked with pipe_layout_error.
+static void pipeline_init(Pipeline* pipe, Comm* comm, DataParallel* dp, TPGroup tp, CPGroup cp, const char* schedule, int vpp,
+                          int m, int B, int T, Recompute recompute) {
+    memset(pipe, 0, sizeof(*pipe));
+    pipe->comm = comm;
+    pipe->dp = dp;
+    pipe->cfg = dp->lay.cfg;
+    pipe->pp_size = comm->mesh.pp.size;
+    pipe->pp_rank = comm->mesh.pp.rank;
+    pipe->vpp = vpp; pipe->m = m; pipe->B = B; pipe->T = T;
+    schedule_make(&pipe->sched, schedule, pipe->pp_size, m, vpp);
+    pipe->plan = pipe_plan(&pipe->sched);
+    int* peak = (int*)mallocCheck((size_t)vpp * sizeof(int));
+    pipe_peak_slots(&pipe->sched, pipe->pp_rank, peak);
     size_t before = mem_live(MEM_ACTIVATIONS);
-    pp->chunks = (Stage*)mallocCheck((size_t)V * sizeof(Stage));
-    pp->slot_free = (int**)mallocCheck((size_t)V * sizeof(int*));
-    for (int c = 0; c < V; c++) {
+    pipe->chunks = (Stage*)mallocCheck((size_t)vpp * sizeof(Stage));
+    pipe->slot_free = (int**)mallocCheck((size_t)vpp * sizeof(int*));
+    for (int c = 0; c < vpp; c++) {
         int slots = peak[c] > 0 ? peak[c] : 1;
-        stage_init_cp(&pp->chunks[c], &dp->lay, &dp->hooks, tp, cp, pipe_stage_range(pp->cfg, pp->P, V, pp->rank, c), B, T,
+        stage_init_cp(&pipe->chunks[c], &dp->lay, &dp->hooks, tp, cp, pipe_stage_range(pipe->cfg, pipe->pp_size, vpp, pipe->pp_rank, c), B, T,
                       recompute, slots);
-        if (pp->sched.split_w) stage_enable_split_backward(&pp->chunks[c]);
-        pp->slot_free[c] = (int*)mallocCheck((size_t)slots * sizeof(int));
-        for (int k = 0; k < slots; k++) pp->slot_free[c][k] = 1;
+        if (pipe->sched.split_w) stage_enable_split_backward(&pipe->chunks[c]);
+        pipe->slot_free[c] = (int*)mallocCheck((size_t)slots * sizeof(int));
+        for (int k = 0; k < slots; k++) pipe->slot_free[c][k] = 1;
     }
-    pp->act_bytes = mem_live(MEM_ACTIVATIONS) - before;
+    pipe->act_bytes = mem_live(MEM_ACTIVATIONS) - before;
     free(peak);
-    pp->slot_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
-    pp->send_of = (int*)mallocCheck((size_t)V * m * sizeof(int));
-    for (int i = 0; i < V * m; i++) pp->slot_of[i] = pp->send_of[i] = -1;
-    const Stage* st = &pp->chunks[0];
-    pp->R = (size_t)tp_rows(&st->tp, st->B * st->T);  // (st->T: the rank's share of T with context parallelism)
-    size_t msg = pp->R * pp->cfg.channels;
-    pp->num_send = pipe_peak_sends(&pp->sched, &pp->plan, pp->rank);
-    pp->act_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
-    pp->grad_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
-    pp->grad_send = (floatX*)device_malloc((size_t)(pp->num_send > 0 ? pp->num_send : 1) * msg * sizeof(floatX), MEM_COMM);
-    pp->send_busy = (int*)calloc((size_t)(pp->num_send > 0 ? pp->num_send : 1), sizeof(int));
-    pp->scalar = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
-    pp->events = (PipeEvent*)mallocCheck(PIPE_MAX_EVENTS * sizeof(PipeEvent));
-    pp->posted = (CommHandle*)calloc((size_t)(pp->plan.n[pp->rank] + 1), sizeof(CommHandle));
+    pipe->slot_of = (int*)mallocCheck((size_t)vpp * m * sizeof(int));
+    pipe->send_of = (int*)mallocCheck((size_t)vpp * m * sizeof(int));
+    for (int i = 0; i < vpp * m; i++) pipe->slot_of[i] = pipe->send_of[i] = -1;
+    const Stage* st = &pipe->chunks[0];
+    pipe->R = (size_t)tp_rows(&st->tp, st->B * st->T);  // (st->T: the rank's share of T with context parallelism)
+    size_t msg = pipe->R * pipe->cfg.channels;
+    pipe->num_send = pipe_peak_sends(&pipe->sched, &pipe->plan, pipe->pp_rank);
+    pipe->act_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
+    pipe->grad_recv = (floatX*)device_malloc(msg * sizeof(floatX), MEM_COMM);
+    pipe->grad_send = (floatX*)device_malloc((size_t)(pipe->num_send > 0 ? pipe->num_send : 1) * msg * sizeof(floatX), MEM_COMM);
+    pipe->send_busy = (int*)calloc((size_t)(pipe->num_send > 0 ? pipe->num_send : 1), sizeof(int));
+    pipe->scalar = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
+    pipe->events = (PipeEvent*)mallocCheck(PIPE_MAX_EVENTS * sizeof(PipeEvent));
+    pipe->posted = (CommHandle*)calloc((size_t)(pipe->plan.n[pipe->pp_rank] + 1), sizeof(CommHandle));
 }
 
 // FP8 linear layers in every chunk (llm/precision/fp8_linear.h): fp8_init's state, its operand workspace sized
 // for this rank's largest GEMM operand. Once, after pipeline_init.
-static void pipeline_enable_fp8(Pipeline* pp, Fp8State* fp8, Fp8Config cfg) {
+static void pipeline_enable_fp8(Pipeline* pipe, Fp8State* fp8, Fp8Config cfg) {
     size_t max_elems = 0;
-    for (int c = 0; c < pp->V; c++) {
-        size_t e = stage_fp8_max_operand(&pp->chunks[c]);
+    for (int c = 0; c < pipe->vpp; c++) {
+        size_t e = stage_fp8_max_operand(&pipe->chunks[c]);
         if (e > max_elems) max_elems = e;
     }
-    fp8_init(fp8, cfg, pp->comm, pp->cfg.num_layers, max_elems);
-    for (int c = 0; c < pp->V; c++) stage_enable_fp8(&pp->chunks[c], fp8);
+    fp8_init(fp8, cfg, pipe->comm, pipe->cfg.num_layers, max_elems);
+    for (int c = 0; c < pipe->vpp; c++) stage_enable_fp8(&pipe->chunks[c], fp8);
 }
 
-static void pipeline_free(Pipeline* pp) {
-    for (int c = 0; c < pp->V; c++) { stage_free(&pp->chunks[c]); free(pp->slot_free[c]); }
-    free(pp->chunks); free(pp->slot_free); free(pp->slot_of); free(pp->send_of); free(pp->send_busy); free(pp->events);
-    free(pp->posted);
-    device_free(pp->act_recv); device_free(pp->grad_recv); device_free(pp->grad_send); device_free(pp->scalar);
-    schedule_free(&pp->sched);
-    pipe_plan_free(&pp->plan);
-    memset(pp, 0, sizeof(*pp));
+static void pipeline_free(Pipeline* pipe) {
+    for (int c = 0; c < pipe->vpp; c++) { stage_free(&pipe->chunks[c]); free(pipe->slot_free[c]); }
+    free(pipe->chunks); free(pipe->slot_free); free(pipe->slot_of); free(pipe->send_of); free(pipe->send_busy); free(pipe->events);
+    free(pipe->posted);
+    device_free(pipe->act_recv); device_free(pipe->grad_recv); device_free(pipe->grad_send); device_free(pipe->scalar);
+    schedule_free(&pipe->sched);
+    pipe_plan_free(&pipe->plan);
+    memset(pipe, 0, sizeof(*pipe));
 }
 
-static void pipe_event(Pipeline* pp, const char* name, const char* cat, double t0) {
-    if (!pp->trace_on || pp->num_events >= PIPE_MAX_EVENTS) return;
+static void pipe_event(Pipeline* pipe, const char* name, const char* cat, double t0) {
+    if (!pipe->trace_on || pipe->num_events >= PIPE_MAX_EVENTS) return;
     device_synchronize();
-    PipeEvent* e = &pp->events[pp->num_events++];
+    PipeEvent* e = &pipe->events[pipe->num_events++];
     snprintf(e->name, sizeof(e->name), "%s", name);
     snprintf(e->cat, sizeof(e->cat), "%s", cat);
     e->ts = t0;
@@ -222,116 +224,126 @@ static void pipe_event(Pipeline* pp, const char* name, const char* cat, double t
 }
 
 // v (n <= 2 floats, host) of the last stage, on every stage of the pp group (a broadcast)
-static void pipe_from_last_stage(Pipeline* pp, float* v, int n) {
-    copy_to_device(pp->scalar, v, (size_t)n * sizeof(float));
-    comm_broadcast(pp->comm, GROUP_PP, pp->scalar, (size_t)n, pp->P - 1, llm_ctx.stream);
-    copy_to_host(v, pp->scalar, (size_t)n * sizeof(float));
+static void pipe_from_last_stage(Pipeline* pipe, float* v, int n) {
+    copy_to_device(pipe->scalar, v, (size_t)n * sizeof(float));
+    comm_broadcast(pipe->comm, GROUP_PP, pipe->scalar, (size_t)n, pipe->pp_size - 1, llm_ctx.stream);
+    copy_to_host(v, pipe->scalar, (size_t)n * sizeof(float));
 }
 
 // a message's MPI tag: unique within the step
-static inline int pipe_tag(const Pipeline* pp, const PipeXfer* x) { return (x->kind * pp->m + x->mb) * pp->V * pp->P + x->stage; }
+static inline int pipe_tag(const Pipeline* pipe, const PipeXfer* x) { return (x->kind * pipe->m + x->mb) * pipe->vpp * pipe->pp_size + x->stage; }
 
 // Starts the sends of op (kind, mb, virtual stage vs)'s output now that it is ready (MPI: posted, then
 // waited in their batch; NCCL: issued in their batch, see comm_p2p_post_send). buf: the output.
-static void pipe_post_sends(Pipeline* pp, int kind, int mb, int vs, const void* buf) {
-    for (int i = 0; i < pp->plan.n[pp->rank]; i++) {
-        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+static void pipe_post_sends(Pipeline* pipe, int kind, int mb, int vs, const void* buf) {
+    for (int i = 0; i < pipe->plan.n[pipe->pp_rank]; i++) {
+        const PipeXfer* x = &pipe->plan.x[pipe->pp_rank][i];
         if (!x->send || x->kind != kind || x->mb != mb || x->stage != vs) continue;
-        pp->posted[i] = comm_p2p_post_send(pp->comm, GROUP_PP, buf, pp->R * pp->cfg.channels, x->peer, pipe_tag(pp, x),
+        pipe->posted[i] = comm_p2p_post_send(pipe->comm, GROUP_PP, buf, pipe->R * pipe->cfg.channels, x->peer, pipe_tag(pipe, x),
                                            comm_dtype_of((floatX*)NULL));
     }
 }
 
 // the messages of plan entries [k, e) of this rank, one batch
-static void pipe_run_batch(Pipeline* pp, int k, int e) {
+static void pipe_run_batch(Pipeline* pipe, int k, int e) {
     CommP2P ops[64];
     int n = 0;
-    size_t msg = pp->R * pp->cfg.channels;
+    size_t msg = pipe->R * pipe->cfg.channels;
     double t0 = wall_ms();
     char label[40] = "";  // e.g. "send F3>1 recv B2<1": what went to / came from which rank
     for (int i = k; i < e; i++) {
-        const PipeXfer* x = &pp->plan.x[pp->rank][i];
+        const PipeXfer* x = &pipe->plan.x[pipe->pp_rank][i];
         if (n == 64) fatal("pipeline: more than 64 messages in one batch");
         size_t at = strlen(label);
         snprintf(label + at, sizeof(label) - at, "%s%s %c%d%c%d", at ? " " : "", x->send ? "send" : "recv",
                  PIPE_OP_NAMES[x->kind], x->mb, x->send ? '>' : '<', x->peer);
-        int chunk = x->stage / pp->P, idx = chunk * pp->m + x->mb;  // the producer's chunk, when this rank sends
+        int chunk = x->stage / pipe->pp_size, idx = chunk * pipe->m + x->mb;  // the producer's chunk, when this rank sends
         void* buf;
-        if (!x->send) buf = x->kind == PIPE_F ? pp->act_recv : pp->grad_recv;
-        else if (x->kind == PIPE_F) buf = (void*)stage_output(&pp->chunks[chunk], pp->slot_of[idx]);
-        else buf = pp->grad_send + (size_t)pp->send_of[idx] * msg;
-        CommP2P o = {x->send, buf, msg, x->peer, pipe_tag(pp, x), x->send ? &pp->posted[i] : NULL};
+        if (!x->send) buf = x->kind == PIPE_F ? pipe->act_recv : pipe->grad_recv;
+        else if (x->kind == PIPE_F) buf = (void*)stage_output(&pipe->chunks[chunk], pipe->slot_of[idx]);
+        else buf = pipe->grad_send + (size_t)pipe->send_of[idx] * msg;
+        CommP2P o = {x->send, buf, msg, x->peer, pipe_tag(pipe, x), x->send ? &pipe->posted[i] : NULL};
         ops[n++] = o;
     }
-    comm_p2p_batch(pp->comm, GROUP_PP, ops, n, comm_dtype_of((floatX*)NULL), llm_ctx.stream);
+    comm_p2p_batch(pipe->comm, GROUP_PP, ops, n, comm_dtype_of((floatX*)NULL), llm_ctx.stream);
     for (int i = k; i < e; i++) {  // the sent gradients' buffers are free again
-        const PipeXfer* x = &pp->plan.x[pp->rank][i];
-        int idx = (x->stage / pp->P) * pp->m + x->mb;
-        if (x->send && x->kind == PIPE_B) { pp->send_busy[pp->send_of[idx]] = 0; pp->send_of[idx] = -1; }
+        const PipeXfer* x = &pipe->plan.x[pipe->pp_rank][i];
+        int idx = (x->stage / pipe->pp_size) * pipe->m + x->mb;
+        if (x->send && x->kind == PIPE_B) { pipe->send_busy[pipe->send_of[idx]] = 0; pipe->send_of[idx] = -1; }
     }
-    pipe_event(pp, label, "p2p", t0);
+    pipe_event(pipe, label, "p2p", t0);
 }
 
+// The loss's scale, written once. A step's loss is the mean of the per-token losses over its global batch:
+// m micro-batches of B sequences of T tokens on each dp rank. This rank's stage holds B x T_l of them per
+// micro-batch (T_l = T / cp: context parallelism splits each sequence; llm/sharded/context_parallel.h), so
+// seeding its backward with dloss = 1 / (B T_l m) per token makes its gradient that of the mean over its own
+// m B T_l tokens; the gradient group then averages these (mesh.grad: dp x cp ranks holding equally many
+// tokens, llm/parallel/dp.h), which gives the gradient of the mean over all dp cp m B T_l = dp m B T tokens.
+// (The loss scaler multiplies it: llm/precision/loss_scale.h.) Checked: test/test_gpt.cu (m = 2 micro-batches
+// against the PyTorch reference's gradient of the whole batch's mean).
+static float pipeline_dloss(const Pipeline* pipe) { return 1.0f / ((float)pipe->B * pipe->chunks[0].T * pipe->m); }
+
 // One step's forwards and backwards: inputs and targets (m, B, T) on the host (the first rank reads
-// inputs, the last targets; others may pass NULL). dloss: the factor of each micro-batch's mean loss
-// in the step's loss (1 / (m * dp ranks) ... as the caller scales). Returns the step's mean loss on
-// every rank of the pp group (the sum over micro-batches of their mean losses / m).
-static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, float dloss) {
-    const Schedule* s = &pp->sched;
-    int r = pp->rank, P = pp->P, S = P * pp->V, BT = pp->B * pp->T, k = 0;
-    const PipePlan* plan = &pp->plan;
-    size_t msg = pp->R * pp->cfg.channels;
-    pp->num_events = 0;
+// inputs, the last targets; others may pass NULL). dloss: each token's loss gradient, pipeline_dloss times
+// the loss scale. Returns the step's mean loss on every rank of the pp group (the sum over micro-batches of
+// their mean losses / m).
+static float pipeline_step(Pipeline* pipe, const int* inputs, const int* targets, float dloss) {
+    const Schedule* s = &pipe->sched;
+    int r = pipe->pp_rank, S = pipe->pp_size * pipe->vpp, BT = pipe->B * pipe->T, k = 0;
+    const PipePlan* plan = &pipe->plan;
+    size_t msg = pipe->R * pipe->cfg.channels;
+    pipe->num_events = 0;
     for (int i = 0; i <= s->n[r]; i++) {
         while (k < plan->n[r] && plan->x[r][k].before == i) {  // the batches due before op i, in time order
             int e = k + 1;
             while (e < plan->n[r] && plan->x[r][e].before == i && plan->x[r][e].t == plan->x[r][k].t) e++;
-            pipe_run_batch(pp, k, e);
+            pipe_run_batch(pipe, k, e);
             k = e;
         }
         if (i == s->n[r]) break;
         PipeOp op = s->ops[r][i];
-        Stage* st = &pp->chunks[op.chunk];
-        int vs = op.chunk * P + r, idx = op.chunk * pp->m + op.mb;
+        Stage* st = &pipe->chunks[op.chunk];
+        int vs = op.chunk * pipe->pp_size + r, idx = op.chunk * pipe->m + op.mb;
         char name[40];
-        if (pp->V > 1) snprintf(name, sizeof(name), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
+        if (pipe->vpp > 1) snprintf(name, sizeof(name), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
         else snprintf(name, sizeof(name), "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
         char cat[2] = {PIPE_OP_NAMES[op.kind], 0};
         double t0 = wall_ms();
         if (op.kind == PIPE_F) {
             int slot = 0;
-            while (slot < st->num_slots && !pp->slot_free[op.chunk][slot]) slot++;
+            while (slot < st->num_slots && !pipe->slot_free[op.chunk][slot]) slot++;
             if (slot == st->num_slots) fatal("pipeline: no free slot for F%d on chunk %d (rank %d)", op.mb, op.chunk, r);
-            pp->slot_free[op.chunk][slot] = 0;
-            pp->slot_of[idx] = slot;
+            pipe->slot_free[op.chunk][slot] = 0;
+            pipe->slot_of[idx] = slot;
             const int* tok = vs == 0 ? inputs + (size_t)op.mb * BT : NULL;
             const int* tgt = vs == S - 1 ? targets + (size_t)op.mb * BT : NULL;
-            stage_forward(st, slot, tok, vs == 0 ? NULL : pp->act_recv, tgt, dloss);
-            if (vs < S - 1) pipe_post_sends(pp, PIPE_F, op.mb, vs, stage_output(st, slot));
+            stage_forward(st, slot, tok, vs == 0 ? NULL : pipe->act_recv, tgt, dloss);
+            if (vs < S - 1) pipe_post_sends(pipe, PIPE_F, op.mb, vs, stage_output(st, slot));
         } else {
-            dp_micro_begin(pp->dp, op.mb, pp->m);  // the micro-batch's last backward communicates
-            int slot = pp->slot_of[idx];
+            dp_micro_begin(pipe->dp, op.mb, pipe->m);  // the micro-batch's last backward communicates
+            int slot = pipe->slot_of[idx];
             if (op.kind == PIPE_W) stage_backward_weight(st, slot);
-            else if (s->split_w) stage_backward_input(st, slot, vs == S - 1 ? NULL : pp->grad_recv);
-            else stage_backward(st, slot, vs == S - 1 ? NULL : pp->grad_recv);
+            else if (s->split_w) stage_backward_input(st, slot, vs == S - 1 ? NULL : pipe->grad_recv);
+            else stage_backward(st, slot, vs == S - 1 ? NULL : pipe->grad_recv);
             if (op.kind == PIPE_B && vs > 0) {  // keep the input gradient until its send
                 int b = 0;
-                while (b < pp->num_send && pp->send_busy[b]) b++;
-                if (b == pp->num_send) fatal("pipeline: no free send buffer for B%d (rank %d)", op.mb, r);
-                pp->send_busy[b] = 1;
-                pp->send_of[idx] = b;
-                copy_device_to_device(pp->grad_send + (size_t)b * msg, st->dx, msg * sizeof(floatX), llm_ctx.stream);
-                pipe_post_sends(pp, PIPE_B, op.mb, vs, pp->grad_send + (size_t)b * msg);
+                while (b < pipe->num_send && pipe->send_busy[b]) b++;
+                if (b == pipe->num_send) fatal("pipeline: no free send buffer for B%d (rank %d)", op.mb, r);
+                pipe->send_busy[b] = 1;
+                pipe->send_of[idx] = b;
+                copy_device_to_device(pipe->grad_send + (size_t)b * msg, st->dx, msg * sizeof(floatX), llm_ctx.stream);
+                pipe_post_sends(pipe, PIPE_B, op.mb, vs, pipe->grad_send + (size_t)b * msg);
             }
-            if (op.kind == PIPE_W || !s->split_w) { pp->slot_free[op.chunk][slot] = 1; pp->slot_of[idx] = -1; }
+            if (op.kind == PIPE_W || !s->split_w) { pipe->slot_free[op.chunk][slot] = 1; pipe->slot_of[idx] = -1; }
         }
-        pipe_event(pp, name, cat, t0);
+        pipe_event(pipe, name, cat, t0);
     }
     // the loss: the last stage's, to every stage
     float loss = 0.0f;
-    if (pipeline_is_last(pp)) loss = (float)(stage_take_loss(&pp->chunks[pp->V - 1]) / pp->m);
-    if (P > 1) {
-        pipe_from_last_stage(pp, &loss, 1);
+    if (pipeline_is_last(pipe)) loss = (float)(stage_take_loss(&pipe->chunks[pipe->vpp - 1]) / pipe->m);
+    if (pipe->pp_size > 1) {
+        pipe_from_last_stage(pipe, &loss, 1);
     }
     return loss;
 }
@@ -340,11 +352,11 @@ static float pipeline_step(Pipeline* pp, const int* inputs, const int* targets, 
 // stages in order, each receiving its input from the one before (virtual stage s - 1 is on the pp rank
 // before, wrapping from the last rank to the first between chunks) and sending its output to the next,
 // blocking. n: elements of x.
-static void pipe_recv_prev(Pipeline* pp, floatX* x, size_t n) {
-    comm_recv(pp->comm, GROUP_PP, x, n, (pp->rank + pp->P - 1) % pp->P, llm_ctx.stream);
+static void pipe_recv_prev(Pipeline* pipe, floatX* x, size_t n) {
+    comm_recv(pipe->comm, GROUP_PP, x, n, (pipe->pp_rank + pipe->pp_size - 1) % pipe->pp_size, llm_ctx.stream);
 }
-static void pipe_send_next(Pipeline* pp, const floatX* x, size_t n) {
-    comm_send(pp->comm, GROUP_PP, x, n, (pp->rank + 1) % pp->P, llm_ctx.stream);
+static void pipe_send_next(Pipeline* pipe, const floatX* x, size_t n) {
+    comm_send(pipe->comm, GROUP_PP, x, n, (pipe->pp_rank + 1) % pipe->pp_size, llm_ctx.stream);
 }
 
 // the sampler's link to the other stages (llm/model/sampler.h): this chain, and the sampled token from
@@ -352,30 +364,30 @@ static void pipe_send_next(Pipeline* pp, const floatX* x, size_t n) {
 static void pipe_link_recv(void* ctx, floatX* x, size_t n) { pipe_recv_prev((Pipeline*)ctx, x, n); }
 static void pipe_link_send(void* ctx, const floatX* x, size_t n) { pipe_send_next((Pipeline*)ctx, x, n); }
 static void pipe_link_from_last(void* ctx, float* v, int n) { pipe_from_last_stage((Pipeline*)ctx, v, n); }
-static void pipeline_sampler_link(Pipeline* pp, Sampler* sp) {
-    SamplerLink none = {NULL, NULL, NULL, NULL}, link = {pp, pipe_link_recv, pipe_link_send, pipe_link_from_last};
-    sp->link = pp->P > 1 ? link : none;
+static void pipeline_sampler_link(Pipeline* pipe, Sampler* sp) {
+    SamplerLink none = {NULL, NULL, NULL, NULL}, link = {pipe, pipe_link_recv, pipe_link_send, pipe_link_from_last};
+    sp->link = pipe->pp_size > 1 ? link : none;
 }
 
 // The mean loss of one batch without gradients (validation): inputs, targets (B, T) host. The forward
 // goes through the virtual stages in order, each receiving from the one before (blocking: one chain).
 // The loss reaches the other stages as two floats (its value and its rounding error), so every rank
 // has the last stage's double.
-static double pipeline_eval_loss(Pipeline* pp, const int* inputs, const int* targets) {
-    int P = pp->P, S = P * pp->V;
-    size_t msg = pp->R * pp->cfg.channels;
-    for (int c = 0; c < pp->V; c++) {
-        int vs = c * P + pp->rank;
-        Stage* st = &pp->chunks[c];
-        if (vs > 0) pipe_recv_prev(pp, pp->act_recv, msg);
-        stage_forward(st, 0, vs == 0 ? inputs : NULL, vs == 0 ? NULL : pp->act_recv, vs == S - 1 ? targets : NULL, 0.0f);
-        if (vs < S - 1) pipe_send_next(pp, stage_output(st, 0), msg);
+static double pipeline_eval_loss(Pipeline* pipe, const int* inputs, const int* targets) {
+    int S = pipe->pp_size * pipe->vpp;
+    size_t msg = pipe->R * pipe->cfg.channels;
+    for (int c = 0; c < pipe->vpp; c++) {
+        int vs = c * pipe->pp_size + pipe->pp_rank;
+        Stage* st = &pipe->chunks[c];
+        if (vs > 0) pipe_recv_prev(pipe, pipe->act_recv, msg);
+        stage_forward(st, 0, vs == 0 ? inputs : NULL, vs == 0 ? NULL : pipe->act_recv, vs == S - 1 ? targets : NULL, 0.0f);
+        if (vs < S - 1) pipe_send_next(pipe, stage_output(st, 0), msg);
     }
     double loss = 0.0;
-    if (pipeline_is_last(pp)) loss = stage_take_loss(&pp->chunks[pp->V - 1]);
-    if (P > 1) {
+    if (pipeline_is_last(pipe)) loss = stage_take_loss(&pipe->chunks[pipe->vpp - 1]);
+    if (pipe->pp_size > 1) {
         float two[2] = {(float)loss, (float)(loss - (double)(float)loss)};
-        pipe_from_last_stage(pp, two, 2);
+        pipe_from_last_stage(pipe, two, 2);
         loss = (double)two[0] + (double)two[1];
     }
     return loss;

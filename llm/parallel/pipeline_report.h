@@ -10,30 +10,30 @@
 #include "pipeline.h"
 
 // the split and the schedule, for the log (rank 0)
-static void pipeline_print(const Pipeline* pp) {
-    int S = pp->P * pp->V;
-    printf("pipeline: pp %d x vpp %d | schedule %s | m = %d micro-batches | layers per virtual stage:", pp->P, pp->V,
-           pp->sched.name, pp->m);
+static void pipeline_print(const Pipeline* pipe) {
+    int S = pipe->pp_size * pipe->vpp;
+    printf("pipeline: pp %d x vpp %d | schedule %s | m = %d micro-batches | layers per virtual stage:", pipe->pp_size, pipe->vpp,
+           pipe->sched.name, pipe->m);
     for (int v = 0; v < S; v++) {
         int l0, l1;
-        pipe_stage_layers(pp->cfg.num_layers, S, v, &l0, &l1);
+        pipe_stage_layers(pipe->cfg.num_layers, S, v, &l0, &l1);
         printf(" [%d,%d)", l0, l1);
     }
-    PipeSim sim = pipe_simulate(&pp->sched, pipe_plan_costs(&pp->sched));
-    printf(" | simulated bubble %.3f (F = 1, B = %g%s)\n", sim.bubble, pipe_plan_costs(&pp->sched).b, pp->sched.split_w ? ", W = 1" : "");
+    PipeSim sim = pipe_simulate(&pipe->sched, pipe_plan_costs(&pipe->sched));
+    printf(" | simulated bubble %.3f (F = 1, B = %g%s)\n", sim.bubble, pipe_plan_costs(&pipe->sched).b, pipe->sched.split_w ? ", W = 1" : "");
     pipe_sim_free(&sim);
 }
 
 // this rank's pipeline figures for the report (llm/train/report.h), as "key":value pairs: the slots its
 // chunks hold (the most micro-batches its list has alive), the simulator's peak of live micro-batches
 // for this rank (llm/parallel/schedule.h), and the activation bytes the slots took (the tagged allocator)
-static void pipeline_report_json(const Pipeline* pp, char* buf, size_t cap) {
+static void pipeline_report_json(const Pipeline* pipe, char* buf, size_t cap) {
     int slots = 0;
-    for (int c = 0; c < pp->V; c++) slots += pp->chunks[c].num_slots;
-    PipeSim sim = pipe_simulate(&pp->sched, pipe_plan_costs(&pp->sched));
+    for (int c = 0; c < pipe->vpp; c++) slots += pipe->chunks[c].num_slots;
+    PipeSim sim = pipe_simulate(&pipe->sched, pipe_plan_costs(&pipe->sched));
     snprintf(buf, cap, "\"schedule\":\"%s\",\"m\":%d,\"V\":%d,\"activation_slots\":%d,\"sim_peak_live\":%d,"
-             "\"pipeline_activation_bytes\":%zu,\"layers\":%d", pp->sched.name, pp->m, pp->V, slots, sim.peak_live[pp->rank],
-             pp->act_bytes, pp->chunks[0].range.last_layer - pp->chunks[0].range.first_layer);
+             "\"pipeline_activation_bytes\":%zu,\"layers\":%d", pipe->sched.name, pipe->m, pipe->vpp, slots, sim.peak_live[pipe->pp_rank],
+             pipe->act_bytes, pipe->chunks[0].range.last_layer - pipe->chunks[0].range.first_layer);
     pipe_sim_free(&sim);
 }
 
@@ -42,9 +42,9 @@ static void pipeline_report_json(const Pipeline* pp, char* buf, size_t cap) {
 
 // the measured bubble of the events of every rank (each rank's, all_n[r] of them): the idle time of
 // the ranks between the first op's start and the last op's end, over P times that span (F, B, W only)
-static double pipe_measured_bubble(const PipeEvent* all, const int* all_n, int P) {
+static double pipe_measured_bubble(const PipeEvent* all, const int* all_n, int pp_size) {
     double t0 = 1e300, t1 = -1e300, busy = 0.0;
-    for (int r = 0; r < P; r++) {
+    for (int r = 0; r < pp_size; r++) {
         for (int i = 0; i < all_n[r]; i++) {
             const PipeEvent* e = &all[(size_t)r * PIPE_MAX_EVENTS + i];
             if (strlen(e->cat) != 1) continue;  // F, B, W
@@ -54,53 +54,56 @@ static double pipe_measured_bubble(const PipeEvent* all, const int* all_n, int P
         }
     }
     if (t1 <= t0) return 0.0;
-    return 1.0 - busy / (P * (t1 - t0));
+    return 1.0 - busy / (pp_size * (t1 - t0));
 }
 
 // Gathers every rank's events to world rank 0, which writes them as a Chrome / Perfetto trace at path
 // (a row per rank; times from the earliest event). Every rank calls it. Returns the measured bubble of
 // the pp group of rank 0 (every rank of it: dp, tp) and writes it into the trace's otherData.
 // sim_bubble: the simulator's bubble for this schedule with the measured mean F, B, W times.
-static double pipeline_write_trace(Pipeline* pp, const char* path, int step, double* sim_bubble) {
-    Comm* c = pp->comm;
+static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, double* sim_bubble) {
+    Comm* c = pipe->comm;
     int W = c->world_size;
     PipeEvent* all = c->world_rank == 0 ? (PipeEvent*)mallocCheck((size_t)W * PIPE_MAX_EVENTS * sizeof(PipeEvent)) : NULL;
     int* all_n = c->world_rank == 0 ? (int*)mallocCheck((size_t)W * sizeof(int)) : NULL;
-    comm_gather_bytes(c, pp->events, PIPE_MAX_EVENTS * sizeof(PipeEvent), all);
-    comm_gather_bytes(c, &pp->num_events, sizeof(int), all_n);
+    comm_gather_bytes(c, pipe->events, PIPE_MAX_EVENTS * sizeof(PipeEvent), all);
+    comm_gather_bytes(c, &pipe->num_events, sizeof(int), all_n);
     double bubble = 0.0;
     if (c->world_rank == 0) {
-        // the pp group of world rank 0: ranks (dp 0, pp q, tp 0)
-        PipeEvent* ppev = (PipeEvent*)mallocCheck((size_t)pp->P * PIPE_MAX_EVENTS * sizeof(PipeEvent));
-        int* ppn = (int*)mallocCheck((size_t)pp->P * sizeof(int));
-        for (int q = 0; q < pp->P; q++) {
-            int w = comm_world_rank_of(c, 0, q, 0, 0);
+        // the pp group of world rank 0 (llm/comm/mesh.h)
+        PipeEvent* ppev = (PipeEvent*)mallocCheck((size_t)pipe->pp_size * PIPE_MAX_EVENTS * sizeof(PipeEvent));
+        int* ppn = (int*)mallocCheck((size_t)pipe->pp_size * sizeof(int));
+        int* members = (int*)mallocCheck((size_t)W * sizeof(int));
+        mesh_group_members(&c->mesh, GROUP_PP, 0, members);
+        for (int q = 0; q < pipe->pp_size; q++) {
+            int w = members[q];
             memcpy(ppev + (size_t)q * PIPE_MAX_EVENTS, all + (size_t)w * PIPE_MAX_EVENTS, PIPE_MAX_EVENTS * sizeof(PipeEvent));
             ppn[q] = all_n[w];
         }
-        bubble = pipe_measured_bubble(ppev, ppn, pp->P);
+        bubble = pipe_measured_bubble(ppev, ppn, pipe->pp_size);
         double sum[3] = {0, 0, 0};
         int cnt[3] = {0, 0, 0};
-        for (int q = 0; q < pp->P; q++) {
+        for (int q = 0; q < pipe->pp_size; q++) {
             for (int i = 0; i < ppn[q]; i++) {
                 const PipeEvent* e = &ppev[(size_t)q * PIPE_MAX_EVENTS + i];
                 for (int k = 0; k < 3; k++) if (e->cat[0] == PIPE_OP_NAMES[k] && e->cat[1] == 0) { sum[k] += e->dur; cnt[k]++; }
             }
         }
         PipeCosts mc = {cnt[0] ? sum[0] / cnt[0] : 0, cnt[1] ? sum[1] / cnt[1] : 0, cnt[2] ? sum[2] / cnt[2] : 0, 0.0};
-        PipeSim sim = pipe_simulate(&pp->sched, mc);
+        PipeSim sim = pipe_simulate(&pipe->sched, mc);
         *sim_bubble = sim.bubble;
         pipe_sim_free(&sim);
-        free(ppev); free(ppn);
+        free(ppev); free(ppn); free(members);
         double t0 = 1e300;
         for (int w = 0; w < W; w++) for (int i = 0; i < all_n[w]; i++) if (all[(size_t)w * PIPE_MAX_EVENTS + i].ts < t0) t0 = all[(size_t)w * PIPE_MAX_EVENTS + i].ts;
         FILE* f = fopen(path, "w");
         if (f == NULL) fatal("--trace: cannot write %s: %s", path, strerror(errno));
         fprintf(f, "{\"traceEvents\":[");
         for (int w = 0; w < W; w++) {
-            int dpr = w / (c->tp * c->pp), ppr = (w / c->tp) % c->pp, tpr = w % c->tp;
-            fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (dp %d pp %d tp %d)\"}}",
-                    w ? "," : "", w, w, dpr, ppr, tpr);
+            char coords[64];
+            mesh_coords_label(&c->mesh, w, coords, sizeof(coords));
+            fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (%s)\"}}",
+                    w ? "," : "", w, w, coords);
             for (int i = 0; i < all_n[w]; i++) {
                 const PipeEvent* e = &all[(size_t)w * PIPE_MAX_EVENTS + i];
                 fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}", e->name,
@@ -108,7 +111,7 @@ static double pipeline_write_trace(Pipeline* pp, const char* path, int step, dou
             }
         }
         fprintf(f, "],\"otherData\":{\"schedule\":\"%s\",\"P\":%d,\"m\":%d,\"V\":%d,\"step\":%d,\"measured_bubble\":%.6f,\"simulated_bubble\":%.6f}}\n",
-                pp->sched.name, pp->P, pp->m, pp->V, step, bubble, *sim_bubble);
+                pipe->sched.name, pipe->pp_size, pipe->m, pipe->vpp, step, bubble, *sim_bubble);
         if (fclose(f) != 0) fatal("--trace: error writing %s: %s", path, strerror(errno));
     }
     free(all); free(all_n);

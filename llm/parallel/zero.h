@@ -74,9 +74,9 @@ static const char* zero_name(int level) {
 
 typedef struct {
     ZeroConfig zero;
-    int dp, rank;
+    int size, rank;         // the gradient group's (llm/comm/mesh.h: mesh.grad, dp x cp): N and this rank's place
     int num_units;
-    size_t* block;          // (U) values of each block of unit u: padded / dp
+    size_t* block;          // (U) values of each block of unit u: padded / N
     size_t* shard_off;      // (U) where this rank's block of unit u starts in its shard
     size_t shard_size;      // sum of the blocks
     BufPool pool;           // unit working buffers (MEM_COMM)
@@ -90,16 +90,16 @@ typedef struct {
     DpTrace* trace;         // where the gathers are recorded (llm/parallel/ddp.h), or NULL
 } ZeroState;
 
-static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int dp, int rank) {
+static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int size, int rank) {
     memset(z, 0, sizeof(*z));
-    z->zero = zero; z->dp = dp; z->rank = rank;
+    z->zero = zero; z->size = size; z->rank = rank;
     int U = lay->num_units;
     z->num_units = U;
     z->block = (size_t*)mallocCheck((size_t)U * sizeof(size_t));
     z->shard_off = (size_t*)mallocCheck((size_t)U * sizeof(size_t));
     for (int u = 0; u < U; u++) {
-        if (lay->units[u].padded % ((size_t)ZERO_ALIGN * dp) != 0) fatal("zero_init: unit %d is not padded for %d ranks", u, dp);
-        z->block[u] = lay->units[u].padded / dp;
+        if (lay->units[u].padded % ((size_t)ZERO_ALIGN * size) != 0) fatal("zero_init: unit %d is not padded for %d ranks", u, size);
+        z->block[u] = lay->units[u].padded / size;
         z->shard_off[u] = z->shard_size;
         z->shard_size += z->block[u];
     }
@@ -177,7 +177,7 @@ static void zero_poll_grads(ZeroState* z, Comm* c, CommQueue* q) {
 static void zero_gather_start(ZeroState* z, Comm* c, int u, const floatX* params_shard, cudaStream_t s) {
     if (z->unit_params[u] != NULL) return;  // started already (prefetched)
     dp_trace(z->trace, 'G', u);
-    z->unit_params[u] = pool_get(&z->pool, z->block[u] * z->dp);
+    z->unit_params[u] = pool_get(&z->pool, z->block[u] * z->size);
     z->gathers[u] = comm_all_gather_start(c, GROUP_DP, params_shard + z->shard_off[u], z->unit_params[u], z->block[u], s);
 }
 
@@ -216,7 +216,7 @@ static void zero_check_released(const ZeroState* z) {
 // step's first micro-batch asks for it
 static floatX* zero_unit_grads(ZeroState* z, int u, cudaStream_t s) {
     if (z->unit_grads[u] == NULL) {
-        size_t n = z->block[u] * z->dp;
+        size_t n = z->block[u] * z->size;
         z->unit_grads[u] = pool_get(&z->pool, n);
         device_memset_zero(z->unit_grads[u], n * sizeof(floatX), s);
     }

@@ -42,7 +42,7 @@
 #include "fp8.cuh"
 #include "../ops/matmul.cuh"
 #include "matmul_fp8.cuh"
-#include "../parallel/tensor_parallel.h"
+#include "../sharded/tensor_parallel.h"
 
 typedef enum { FP8_RECIPE_NONE = 0, FP8_RECIPE_DELAYED, FP8_RECIPE_CURRENT, FP8_RECIPE_BLOCK, FP8_RECIPE_MX } Fp8Recipe;
 enum { FP8_X = 0, FP8_W = 1, FP8_DY = 2, FP8_TENSORS = 3 };  // the quantized tensors of a linear layer
@@ -193,7 +193,7 @@ static const float* fp8_tensor_scale(Fp8State* st, int i, const floatX* x, size_
     if (st->cfg.recipe == FP8_RECIPE_CURRENT || st->recorded == 0) {
         if (tp->size > 1) comm_all_reduce(tp->comm, GROUP_TP, amax, amax, 1, COMM_MAX, s);
         // context parallelism: x holds the rank's tokens of the micro-batch; the scale is the whole one's
-        if (tp->comm != NULL && tp->comm->cp > 1) comm_all_reduce(tp->comm, GROUP_CP, amax, amax, 1, COMM_MAX, s);
+        if (tp->comm != NULL && tp->comm->mesh.cp.size > 1) comm_all_reduce(tp->comm, GROUP_CP, amax, amax, 1, COMM_MAX, s);
         fp8_current_update(st->scale + i, amax, fmt, s);
     }
     return st->scale + i;

@@ -31,13 +31,13 @@ typedef struct {
     int keep_checkpoints;       // sharded: keep the K newest good checkpoints and the K newest of any kind (0: all)
     int save_on_signal;         // 1: SIGTERM/SIGINT save the step in flight and exit 128 + signal (llm/faults/preempt.h)
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp * cp)
-    int cp;                     // context-parallel ranks: the sequence split inside attention too (llm/parallel/context_parallel.h)
+    int cp;                     // context-parallel ranks: the sequence split inside attention too (llm/sharded/context_parallel.h)
     int cp_impl;                // 0 ring attention, 1 Ulysses (all-to-alls to a head split)
     int cp_balance;             // ring's split of the sequence: 0 zigzag (chunks i and 2N-1-i), 1 contiguous
     int zero;                   // ZeRO level: 0 = DDP, 1, 2, 3 (its switches: llm/parallel/zero.h)
     const char* report_json;    // memory and communication report, or NULL
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/model/block.h)
-    int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/parallel/tensor_parallel.h)
+    int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/sharded/tensor_parallel.h)
     const char* schedule;       // the pipeline schedule (llm/parallel/schedule.h): gpipe, 1f1b, interleaved, zb-h1
     int vpp;                    // chunks of layers per pipeline rank (interleaved)
     const char* trace;          // Chrome/Perfetto trace of the last training step, or NULL
@@ -131,9 +131,9 @@ static const FlagDoc FLAGS[] = {
     {"--log", 0, FLAG_STRING, A_(log_path), 0, 0, NULL, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, FLAG_STRING, A_(eval_file), 0, 0, NULL, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
     {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp*cp)); world size = dp*tp*pp*cp"},
-    {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/parallel/tensor_parallel.h)"},
+    {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/sharded/tensor_parallel.h)"},
     {"--sequence-parallel", 0, FLAG_INT, A_(sequence_parallel), 0, 1, NULL, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
-    {"--cp", 0, FLAG_INT, A_(cp), 1, 1 << 16, NULL, "context-parallel ranks (default 1): every sequence split over cp ranks, inside attention too (llm/parallel/context_parallel.h)"},
+    {"--cp", 0, FLAG_INT, A_(cp), 1, 1 << 16, NULL, "context-parallel ranks (default 1): every sequence split over cp ranks, inside attention too (llm/sharded/context_parallel.h)"},
     {"--cp-impl", 0, FLAG_CHOICE, A_(cp_impl), 0, 0, "ring|ulysses", "with --cp: ring attention (K/V blocks around the ring) or Ulysses (all-to-alls to a head split) (default ring)"},
     {"--cp-balance", 0, FLAG_CHOICE, A_(cp_balance), 0, 0, "zigzag|contiguous", "with --cp: the chunks of the sequence a rank holds: zigzag (i and 2cp-1-i, balanced under the causal mask) or contiguous (default zigzag)"},
     {"--pp", 0, FLAG_INT, A_(pp), 1, 1 << 16, NULL, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/parallel/pipeline.h)"},
@@ -336,18 +336,18 @@ static void args_check_default_data(const Args* a) {
 // rank exits non-zero. Sets a->total_batch when it was left to its default.
 static void args_check_layout(Args* a, Comm* c) {
     char err[512] = "";
-    long bt = (long)a->B * a->T, btdp = bt * c->dp;
+    long bt = (long)a->B * a->T, btdp = bt * c->mesh.dp.size;
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
-    if (a->sequence_parallel && c->tp > 1 && a->T % c->tp != 0) {
+    if (a->sequence_parallel && c->mesh.tp.size > 1 && a->T % c->mesh.tp.size != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
-                 a->T, c->tp);
+                 a->T, c->mesh.tp.size);
     } else if (a->total_batch <= 0 || a->total_batch % btdp != 0) {
-        if (c->dp == 1) {
+        if (c->mesh.dp.size == 1) {
             snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T = %d*%d = %ld, found %ld",
                      a->B, a->T, bt, a->total_batch);
         } else {
             snprintf(err, sizeof(err), "--total-batch: expected a positive multiple of B*T*dp = %d*%d*%d = %ld "
-                     "(every dp rank reads B*T tokens per micro-step), found %ld", a->B, a->T, c->dp, btdp, a->total_batch);
+                     "(every dp rank reads B*T tokens per micro-step), found %ld", a->B, a->T, c->mesh.dp.size, btdp, a->total_batch);
         }
     }
     if (err[0] == '\0') return;

@@ -11,21 +11,21 @@
 
 // the mean loss over `steps` batches of the loader from its start (through the pipeline's stages, on
 // every rank of the pp group; one rank: its one stage)
-static float val_loss(Pipeline* pp, DataLoader* val, int steps) {
+static float val_loss(Pipeline* pipe, DataLoader* val, int steps) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < steps; i++) {
         dataloader_next_batch(val);
-        sum += pipeline_eval_loss(pp, val->inputs, val->targets);
+        sum += pipeline_eval_loss(pipe, val->inputs, val->targets);
     }
     return (float)(sum / steps);
 }
 
 // val_loss, saying what it does while it does it (rank 0): "step 100: val loss on 5 batches of 32x56 tokens: 1.234567 (0.4 s)"
-static float val_loss_said(Pipeline* pp, DataLoader* val, int steps, int step, int rank0) {
+static float val_loss_said(Pipeline* pipe, DataLoader* val, int steps, int step, int rank0) {
     if (rank0) { printf("step %d: val loss on %d batches of %dx%d tokens: ", step, steps, val->B, val->T); fflush(stdout); }
     double t = wall_ms();
-    float loss = val_loss(pp, val, steps);
+    float loss = val_loss(pipe, val, steps);
     if (rank0) printf("%.6f (%.1f s)\n", loss, (wall_ms() - t) / 1e3);
     return loss;
 }

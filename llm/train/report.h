@@ -34,7 +34,7 @@ static void paper_formula_text(ZeroConfig zero, char* buf, size_t cap) {
 // values), P: the padded units. ZeRO-3 gathers the parameters in every micro-batch's forward and
 // backward: with gradient accumulation 2 * grad_accum all-gathers per step.
 static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
-    double N = dp->dp, f = (N - 1) / N;
+    double N = dp->size, f = (N - 1) / N;
     double S = (double)sizeof(floatX) * dp->lay.shard_parameters, P = (double)sizeof(floatX) * dp->lay.packed_size;
     if (!dp->zero.shard_optim) return 2 * f * S;   // all-reduce of the gradients
     if (!dp->zero.shard_params) return 2 * f * P;  // P_os, P_os+g: reduce-scatter + all-gather (sec. 7.2.1)
@@ -65,8 +65,8 @@ static double paper_sent_bytes(const DataParallel* dp, int grad_accum) {
 //   full       e sbh
 // With sequence parallelism as well (sec. 4.2.2: (34 sbh + 5 as^2 b) / t) every term is divided by t:
 // the LayerNorm/residual region holds 1/t of the tokens, and the gathered inputs of the column-
-// parallel linears are not kept (gathered again in the backward, llm/parallel/tensor_parallel.h).
-// With context parallelism over N ranks (llm/parallel/context_parallel.h) s is the rank's T/N tokens:
+// parallel linears are not kept (gathered again in the backward, llm/sharded/tensor_parallel.h).
+// With context parallelism over N ranks (llm/sharded/context_parallel.h) s is the rank's T/N tokens:
 // every term falls as 1/N. Ulysses keeps, without recompute, the head split of q, k, v and the output
 // (the rank's H/N heads over all s N tokens: 4 e sbh / t more); ring attention keeps nothing more.
 static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r, int tp, int sp, int ulysses) {
@@ -83,15 +83,15 @@ static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r,
 static void print_memory(const DataParallel* dp, const Stage* st) {
     double psi = (double)dp->lay.shard_parameters;  // Psi of the paper: what one model-parallel rank holds
     double states = (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_MOMENTS) + mem_live(MEM_MASTER));
-    double paper = dp_paper_bytes(dp->zero, dp->dp, psi);
+    double paper = dp_paper_bytes(dp->zero, dp->size, psi);
     char formula[32];
     paper_formula_text(dp->zero, formula, sizeof(formula));
-    int cp = dp->comm != NULL ? dp->comm->cp : 1;  // (context parallelism: the gradient group is dp x cp)
-    if (cp > 1) printf("memory per rank: %s over dp x cp = %d x %d", zero_name(dp->zero.level), dp->dp / cp, cp);
-    else printf("memory per rank: %s over dp = %d", zero_name(dp->zero.level), dp->dp);
+    int cp = dp->comm != NULL ? dp->comm->mesh.cp.size : 1;  // (context parallelism: the gradient group is dp x cp)
+    if (cp > 1) printf("memory per rank: %s over dp x cp = %d x %d", zero_name(dp->zero.level), dp->size / cp, cp);
+    else printf("memory per rank: %s over dp = %d", zero_name(dp->zero.level), dp->size);
     printf(", %s, Psi = %zu parameters (%d units padded to %zu values)", PRECISION_MODE, dp->lay.shard_parameters,
            dp->lay.num_units, dp->lay.packed_size);
-    if (dp->lay.tp > 1) printf(", this tp rank's shards of the model's %zu (tp = %d)", dp->lay.num_parameters, dp->lay.tp);
+    if (dp->lay.tp_size > 1) printf(", this tp rank's shards of the model's %zu (tp = %d)", dp->lay.num_parameters, dp->lay.tp_size);
     printf("\n");
     printf("  measured (allocated now | peak):");
     for (int k = 0; k < MEM_NUM_KINDS; k++) {
@@ -112,10 +112,10 @@ static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm
     size_t len = 0;
 #define REPORT_PUT(...) do { int w_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
                              if (w_ > 0) len += (size_t)w_; } while (0)
-    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d,\"tp_rank\":%d,\"pp_rank\":%d", c->world_rank, c->dp_rank, c->tp_rank, c->pp_rank);
+    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d,\"tp_rank\":%d,\"pp_rank\":%d", c->world_rank, c->mesh.dp.rank, c->mesh.tp.rank, c->mesh.pp.rank);
     // what this rank's pipeline stage holds (every rank alike without a pipeline)
     REPORT_PUT(",\"shard_parameters\":%zu,\"packed_parameters\":%zu,\"paper_model_states_bytes\":%.0f", dp->lay.shard_parameters,
-               dp->lay.packed_size, dp_paper_bytes(dp->zero, dp->dp, (double)dp->lay.shard_parameters));
+               dp->lay.packed_size, dp_paper_bytes(dp->zero, dp->size, (double)dp->lay.shard_parameters));
     if (extra) REPORT_PUT(",%s", extra);
     for (int k = 0; k < MEM_NUM_KINDS; k++) REPORT_PUT(",\"%s_bytes\":%zu,\"%s_peak_bytes\":%zu", keys[k], mem_live((MemKind)k), keys[k], mem_peak((MemKind)k));
     REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"dp_events_dropped\":%d,\"dp_events\":\"",
@@ -156,10 +156,10 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
                 "\"num_parameters\":%zu,\"shard_parameters\":%zu,\"num_units\":%d,\"packed_parameters\":%zu,\"grad_accum\":%d,\"B\":%d,\"T\":%d,"
                 "\"L\":%d,\"C\":%d,\"NH\":%d,\"sequence_parallel\":%d,\"recompute\":\"%s\",\"paper_formula\":\"%s\",\"paper_model_states_bytes\":%.0f,"
                 "\"paper_activations_per_layer_bytes\":%.0f,\"paper_sent_bytes_per_step\":%.1f,\"timed_steps\":%d,\"ranks\":[",
-                dp->zero.level, c->world_size, c->dp, c->tp, c->pp, c->cp, cp_impl_name(st->cp.impl), cp_balance_name(st->cp.balance), LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
+                dp->zero.level, c->world_size, c->mesh.dp.size, c->mesh.tp.size, c->mesh.pp.size, c->mesh.cp.size, cp_impl_name(st->cp.impl), cp_balance_name(st->cp.balance), LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
                 PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.shard_parameters, dp->lay.num_units,
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
-                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->zero, dp->dp, (double)dp->lay.shard_parameters),
+                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->zero, dp->size, (double)dp->lay.shard_parameters),
                 activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel,
                                                     st->cp.size > 1 && st->cp.impl == CP_ULYSSES), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(mf, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);

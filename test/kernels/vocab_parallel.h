@@ -1,5 +1,5 @@
 // test/kernels/vocab_parallel.h: the vocabulary-parallel pieces of tensor parallelism
-// (llm/parallel/tensor_parallel.h), each rank's kernels run here one rank after another on its slice, with the
+// (llm/sharded/tensor_parallel.h), each rank's kernels run here one rank after another on its slice, with the
 // all-gather done on the host:
 // - vp_classifier_stats + vp_classifier_finish over T ranks' slices of the logits against the one-rank
 //   classifier fused_classifier_cpu on the whole rows (the independent reference: one pass over the

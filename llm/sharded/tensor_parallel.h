@@ -11,8 +11,8 @@
 //         of dX = dY W)
 //     g   after a row-parallel linear: an all-reduce in the forward (each rank's rows of W^T give a
 //         partial sum of Y = X W^T), identity in the backward (dY is the same on every rank)
-// The MLP is fc (column-parallel, GELU local to the rank's 4C/T columns) then fcproj (row-parallel):
-// one f and one g. Attention is QKV (column-parallel by heads: NH/T heads' q, k and v per rank, so
+// The MLP is fc (column-parallel, GELU local to the rank's 4C/tp columns) then fcproj (row-parallel):
+// one f and one g. Attention is QKV (column-parallel by heads: NH/tp heads' q, k and v per rank, so
 // the attention core needs no communication) then attproj (row-parallel): one f and one g. The bias
 // of a row-parallel linear is added once, after the partial sums (here: by tp rank 0 before the
 // all-reduce, the same sum). So each block costs 2 all-reduces of (B,T,C) forward and 2 backward,
@@ -20,11 +20,11 @@
 //
 // The vocabulary-parallel embedding and LM head (sec. 3: the embedding matrix split along the
 // vocabulary, and the cross-entropy fused with the output layer so that the (B,T,V) logits are never
-// gathered): tp rank r holds rows [r Vp/T, (r+1) Vp/T) of the tied wte.
+// gathered): tp rank r holds rows [r Vp/tp, (r+1) Vp/tp) of the tied wte.
 //     embedding  each rank looks up the tokens in its range (the others contribute zero), rank 0 adds
 //                wpe, and an all-reduce sums: every rank gets wte[token] + wpe exactly (the one
 //                non-zero term plus wpe is a single rounding, as in one process)
-//     LM head    column-parallel over the vocabulary: logits (B,T,Vp/T) local; the cross-entropy
+//     LM head    column-parallel over the vocabulary: logits (B,T,Vp/tp) local; the cross-entropy
 //                (llm/ops/vocab_parallel_classifier.cuh) exchanges per row only (max, sum of exponentials,
 //                target logit), 3 floats per rank; dlogits stay local; the head's input gradient is
 //                the f all-reduce
@@ -63,6 +63,20 @@ static TPGroup tp_group(Comm* comm, int sequence_parallel) {
 // the tokens of a micro-batch of BT that this rank holds in a sequence-parallel region
 static inline int tp_rows(const TPGroup* g, int BT) { return g->sequence_parallel ? BT / g->size : BT; }
 
+// the checks of a stage's shapes against the group (each ends the program with one line): sequence
+// parallelism splits the T tokens of each sequence evenly; the parameters are this tp rank's shards
+static void tp_check_sequence(const TPGroup* g, int T) {
+    if (g->sequence_parallel && T % g->size != 0) {
+        fatal("--sequence-parallel: expected the sequence length T = %d to divide evenly over --tp %d", T, g->size);
+    }
+}
+static void tp_check_shards(const TPGroup* g, int shards_tp_size, int shards_tp_rank) {
+    if (g->size != shards_tp_size || g->rank != shards_tp_rank) {
+        fatal("stage: the parameter layout holds tp rank %d of %d, the process is tp rank %d of %d", shards_tp_rank,
+              shards_tp_size, g->rank, g->size);
+    }
+}
+
 // the sum over the tp group of buf (n floatX, device), in place: g's forward, f's backward
 static void tp_all_reduce(const TPGroup* g, floatX* buf, size_t n, cudaStream_t s) {
     if (g->size > 1) comm_all_reduce(g->comm, GROUP_TP, buf, buf, n, COMM_SUM, s);
@@ -70,8 +84,8 @@ static void tp_all_reduce(const TPGroup* g, floatX* buf, size_t n, cudaStream_t 
 
 // Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 // Transformer Models", sec. 4.2.2): the LayerNorms, the residual adds and the embedding's output, which
-// tensor parallelism leaves replicated, work on 1/T of the tokens (the B*T tokens of a micro-batch in
-// T contiguous blocks: with B = 1 the sequence split of the paper, in general a split of the tokens,
+// tensor parallelism leaves replicated, work on 1/tp of the tokens (the B*T tokens of a micro-batch in
+// tp contiguous blocks: with B = 1 the sequence split of the paper, in general a split of the tokens,
 // which is the same to these per-token ops). f becomes an all-gather of the tokens before each
 // column-parallel linear (its backward a reduce-scatter of the input gradient), g a reduce-scatter
 // after each row-parallel linear (its backward an all-gather of the output gradient): an all-reduce
@@ -83,11 +97,11 @@ static void tp_all_reduce(const TPGroup* g, floatX* buf, size_t n, cudaStream_t 
 
 // ----------------------------------------------------------------------------
 // the vocabulary-parallel embedding: out = wte[inp] + wpe, wte split by vocabulary rows; out is
-// (B,T,C), or with sequence parallelism this rank's (B*T/T_tp, C) block of it (a reduce-scatter
+// (B,T,C), or with sequence parallelism this rank's (B*T/tp, C) block of it (a reduce-scatter
 // instead of the all-reduce)
 
 static void vp_embedding_forward(const TPGroup* g, floatX* out, const int* inp /*(B,T) device*/,
-                                 const floatX* wte /*(Vp/T, C)*/, const floatX* wpe /*(maxT, C)*/, int Vp,
+                                 const floatX* wte /*(Vp/tp, C)*/, const floatX* wpe /*(maxT, C)*/, int Vp,
                                  int B, int T, int C, cudaStream_t s) {
     int Vl = Vp / g->size;
     size_t BTC = (size_t)B * T * C;
@@ -97,7 +111,7 @@ static void vp_embedding_forward(const TPGroup* g, floatX* out, const int* inp /
     else tp_all_reduce(g, out, BTC, s);
 }
 
-// dwte (Vp/T, C) += the rows of this rank's tokens; dwpe (maxT, C) += on every rank (the output's
+// dwte (Vp/tp, C) += the rows of this rank's tokens; dwpe (maxT, C) += on every rank (the output's
 // gradient is the same on every rank: with sequence parallelism it is all-gathered first)
 static void vp_embedding_backward(const TPGroup* g, floatX* dwte, floatX* dwpe, float* scratch, const floatX* dout,
                                   const int* inp, const int* inp_host, int Vp, int B, int T, int C, cudaStream_t s) {
@@ -110,9 +124,11 @@ static void vp_embedding_backward(const TPGroup* g, floatX* dwte, floatX* dwpe, 
 }
 
 // ----------------------------------------------------------------------------
-// the vocabulary-parallel cross-entropy of the LM head's local logits (BT, Vp/T): losses (BT) on every
-// rank, dlogits in place of the logits when write_dlogits. stats: (T + 1) * 3 * BT floats of device
-// memory (this rank's row states, then every rank's, gathered).
+// the vocabulary-parallel cross-entropy of the LM head's local logits (BT, Vp/tp): losses (BT) on every
+// rank, dlogits in place of the logits when write_dlogits. stats: vp_stats_elems floats of device memory
+// (this rank's row states, then every rank's, gathered).
+static inline size_t vp_stats_elems(const TPGroup* g, int BT) { return g->size > 1 ? (size_t)(g->size + 1) * 3 * BT : 0; }
+
 static void vp_cross_entropy(const TPGroup* g, floatX* logits, float* losses, float dloss, const int* targets, float* stats,
                              int BT, int V, int Vp, int write_dlogits, cudaStream_t s) {
     if (g->size == 1) {  // one rank: the fused one-pass classifier
@@ -124,4 +140,15 @@ static void vp_cross_entropy(const TPGroup* g, floatX* logits, float* losses, fl
     vp_classifier_stats(mine, logits, targets, g->rank * Vl, Vl, V, BT, s);
     comm_all_gather(g->comm, GROUP_TP, mine, stats, (size_t)3 * BT, s);
     vp_classifier_finish(logits, losses, stats, g->size, dloss, targets, g->rank * Vl, Vl, V, BT, write_dlogits, s);
+}
+
+// The whole vocabulary's logits of one position (decoding: the sampler), from this rank's Vp/tp: gathered into
+// all (vp_gather_elems: Vp elements with more than one tp rank, none without, where they are the local ones).
+// Returns where they are. The training loss never gathers them (vp_cross_entropy).
+static inline size_t vp_gather_elems(const TPGroup* g, int Vp) { return g->size > 1 ? (size_t)Vp : 0; }
+static const floatX* vp_gather_logits(const TPGroup* g, const floatX* logits /*(Vp/tp)*/, floatX* all /*(Vp)*/, int Vp,
+                                      cudaStream_t s) {
+    if (g->size == 1) return logits;
+    comm_all_gather(g->comm, GROUP_TP, logits, all, (size_t)(Vp / g->size), s);
+    return all;
 }
