@@ -18,9 +18,9 @@
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"
-#include "../llm/parallel/dp_export.h"
 #include "../llm/ops/optimizer.h"
 #include "../llm/core/usage.h"
+#include "bench_common.h"  // the arguments, the model's setup, random tokens, the median
 
 static const char* USAGE =
     "MODEL_DESCRIPTOR B T STEPS [RECIPES]\n"
@@ -29,7 +29,6 @@ static const char* USAGE =
     "  MODEL_DESCRIPTOR  e.g. d2,C=128,NH=4,maxT=64,V=257\n"
     "  B T STEPS         batch size, sequence length, timed steps (after one warm-up step)\n"
     "  RECIPES           comma-separated bf16, delayed, current, block, mx (default all five)\n";
-#include <algorithm>
 #include <vector>
 
 static double cpu_ms(void) {  // this process's CPU time, all threads
@@ -38,50 +37,33 @@ static double cpu_ms(void) {  // this process's CPU time, all threads
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int main(int argc, char** argv) {
     usage_args(argc, argv, USAGE);
     if (argc < 5 || argc > 6) {
         fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [RECIPES: bf16,delayed,current,block,mx]\n", argv[0]);
         return 1;
     }
-    GPTConfig cfg;
-    if (!gpt_config_from_descriptor(argv[1], &cfg)) fatal("bench_fp8: expected a descriptor like d2,C=128,NH=4,maxT=64,V=257, found '%s'", argv[1]);
-    int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
-    if (B <= 0 || T <= 0 || T > cfg.max_seq_len || steps <= 0) fatal("bench_fp8: bad B=%d T=%d steps=%d", B, T, steps);
+    BenchShape shape = bench_shape_args(argv, "bench_fp8", "d2,C=128,NH=4,maxT=64,V=257");
+    GPTConfig cfg = shape.cfg;
+    int B = shape.B, T = shape.T, steps = shape.steps;
     std::vector<Fp8Recipe> recipes;
     const char* list = argc == 6 ? argv[5] : "bf16,delayed,current,block,mx";
-    for (const char* p = list; *p;) {
-        const char* e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
+    bench_for_each_word(list, [&](const char* p, size_t len) {
         int found = -1;
         if (len == 4 && !strncmp(p, "bf16", 4)) found = FP8_RECIPE_NONE;
         for (int r = FP8_RECIPE_DELAYED; r <= FP8_RECIPE_MX; r++)
             if (len == strlen(fp8_recipe_name((Fp8Recipe)r)) && !strncmp(p, fp8_recipe_name((Fp8Recipe)r), len)) found = r;
         if (found < 0) fatal("bench_fp8: RECIPES: expected bf16, delayed, current, block or mx, found '%.*s'", (int)len, p);
         recipes.push_back((Fp8Recipe)found);
-        p += len + (e ? 1 : 0);
-    }
+    });
     if (recipes[0] != FP8_RECIPE_NONE) fatal("bench_fp8: RECIPES must start with bf16 (the ratios' base)");
     Comm comm;
     comm_init(&comm, &argc, &argv, 1, 1, 1);
     context_init();
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, NULL);
-    float* p = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
-    init_parameters(cfg, 1337, p);
-    dp_import_params(&dp, p, 0);
-    free(p);
-    OptimConfig oc = {3e-4f, 1.0f, 0, steps, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
+    bench_model_init(&dp, &comm, cfg);
+    OptimConfig oc = bench_optim_config(steps);
+    int threads = bench_threads();
     printf("bench_fp8: L=%d NH=%d C=%d maxT=%d V=%d, %.1fM parameters, B=%d T=%d, CPU %s, %d OpenMP threads, %d steps "
            "(+1 warm-up) of each recipe, interleaved\n", cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len,
            cfg.vocab_size, dp.lay.num_parameters / 1e6, B, T, PRECISION_MODE, threads, steps);
@@ -100,7 +82,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> ms(nr), cpu(nr);
     for (int s = 0; s <= steps; s++) {
         for (size_t i = 0; i < nr; i++) {
-            for (int k = 0; k < B * T; k++) { x[k] = (int)(rng_u64(&rng) % cfg.vocab_size); y[k] = (int)(rng_u64(&rng) % cfg.vocab_size); }
+            bench_random_tokens(&rng, cfg.vocab_size, x, y);
             double t0 = wall_ms(), c0 = cpu_ms();
             dp_step_begin(&dp);
             fp8_step_begin(&fp8[i]);
@@ -116,15 +98,13 @@ int main(int argc, char** argv) {
             if (s > 0) { ms[i].push_back(wall_ms() - t0); cpu[i].push_back(cpu_ms() - c0); }
         }
     }
-    double base = median(ms[0]), cbase = median(cpu[0]);
+    double base = bench_median(ms[0]), cbase = bench_median(cpu[0]);
     for (size_t i = 0; i < nr; i++) {
         const char* name = recipes[i] == FP8_RECIPE_NONE ? "bf16" : fp8_recipe_name(recipes[i]);
-        printf("%-8s median step %8.1f ms wall (%.2f x bf16) | %8.1f ms CPU (%.2f x bf16)\n", name, median(ms[i]),
-               median(ms[i]) / base, median(cpu[i]), median(cpu[i]) / cbase);
+        printf("%-8s median step %8.1f ms wall (%.2f x bf16) | %8.1f ms CPU (%.2f x bf16)\n", name, bench_median(ms[i]),
+               bench_median(ms[i]) / base, bench_median(cpu[i]), bench_median(cpu[i]) / cbase);
     }
     for (size_t i = 0; i < nr; i++) { fp8_free(&fp8[i]); stage_free(&st[i]); }
-    dp_free(&dp);
-    context_free();
-    comm_free(&comm);
+    bench_free(&dp, &comm);
     return 0;
 }

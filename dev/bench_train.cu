@@ -7,7 +7,7 @@
 // RECOMPUTE: a comma-separated list of none, selective, full (default none); each is timed in turn,
 // in this one process, and the step times are printed as ratios to the first, beside the expected
 // cost from the FLOPs each recomputes.
-// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/sharded/tensor_parallel.h);
+// TP: run under `mpirun -np TP` with the model split over TP tensor-parallel ranks (llm/parallel/tensor_parallel.h);
 // rank 0 prints, and each step's time spent inside the tp group's blocking collectives (the host time
 // in comm.h: in the CPU build the collectives' whole duration, waiting for the other rank included)
 // is printed beside the step (dev/bench_tp.sh compares tp 2 with tp 1 in one run).
@@ -22,11 +22,11 @@
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"
-#include "../llm/parallel/dp_export.h"
 #include "../llm/ops/optimizer.h"
 #include "../llm/train/report.h"
 #include "../llm/train/mfu.h"
 #include "../llm/core/usage.h"
+#include "bench_common.h"  // the arguments, the model's setup, random tokens, the median
 
 static const char* USAGE =
     "MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]\n"
@@ -37,14 +37,7 @@ static const char* USAGE =
     "  PEAK_TFLOPS       the hardware's peak, for the MFU (default 0: no MFU)\n"
     "  RECOMPUTE         comma-separated none, selective, full, each timed in turn (default none)\n"
     "  TP                tensor-parallel ranks, run under mpirun -np TP (default 1)\n";
-#include <algorithm>
 #include <vector>
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int main(int argc, char** argv) {
     usage_args(argc, argv, USAGE);
@@ -53,22 +46,18 @@ int main(int argc, char** argv) {
         return 1;
     }
     double peak_tflops = argc >= 6 ? atof(argv[5]) : 0.0;
-    GPTConfig cfg;
-    if (!gpt_config_from_descriptor(argv[1], &cfg)) fatal("bench: expected a descriptor like d4,C=256,NH=4,maxT=256,V=50257, found '%s'", argv[1]);
-    int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
-    if (B <= 0 || T <= 0 || T > cfg.max_seq_len || steps <= 0) fatal("bench: bad B=%d T=%d steps=%d", B, T, steps);
+    BenchShape shape = bench_shape_args(argv, "bench", "d4,C=256,NH=4,maxT=256,V=50257");
+    GPTConfig cfg = shape.cfg;
+    int B = shape.B, T = shape.T, steps = shape.steps;
     std::vector<Recompute> modes;
     const char* list = argc >= 7 ? argv[6] : "none";
     int tp = argc == 8 ? atoi(argv[7]) : 1;
-    for (const char* p = list; *p;) {
-        const char* e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
+    bench_for_each_word(list, [&](const char* p, size_t len) {
         if (len == 4 && !strncmp(p, "none", 4)) modes.push_back(RECOMPUTE_NONE);
         else if (len == 9 && !strncmp(p, "selective", 9)) modes.push_back(RECOMPUTE_SELECTIVE);
         else if (len == 4 && !strncmp(p, "full", 4)) modes.push_back(RECOMPUTE_FULL);
         else fatal("bench: RECOMPUTE: expected none, selective or full, found '%.*s'", (int)len, p);
-        p += len + (e ? 1 : 0);
-    }
+    });
     Comm comm;
     comm_init(&comm, &argc, &argv, 1, tp, 1);
     context_init();
@@ -76,16 +65,9 @@ int main(int argc, char** argv) {
     char tp_err[256];
     if (tp_layout_error(cfg, tp, tp_err, sizeof(tp_err))) fatal("bench: %s", tp_err);
     DataParallel dp;
-    dp_init(&dp, &comm, cfg, NULL);
-    float* p = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
-    init_parameters(cfg, 1337, p);
-    dp_import_params(&dp, p, 0);
-    free(p);
-    OptimConfig oc = {3e-4f, 1.0f, 0, steps, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
+    bench_model_init(&dp, &comm, cfg);
+    OptimConfig oc = bench_optim_config(steps);
+    int threads = bench_threads();
     if (rank0) printf("bench: L=%d NH=%d C=%d maxT=%d V=%d (Vp %d), %.1fM parameters, B=%d T=%d, %s %s, %d OpenMP threads, "
                       "tp %d, %d steps (+1 warm-up)\n", cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len,
                       cfg.vocab_size, cfg.padded_vocab_size, dp.lay.num_parameters / 1e6, B, T,
@@ -106,7 +88,7 @@ int main(int argc, char** argv) {
         stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, r, 1);
         std::vector<double> tf, tb, to, tt, ttp;
         for (int s = 0; s <= steps; s++) {
-            for (int i = 0; i < B * T; i++) { x[i] = (int)(rng_u64(&rng) % cfg.vocab_size); y[i] = (int)(rng_u64(&rng) % cfg.vocab_size); }
+            bench_random_tokens(&rng, cfg.vocab_size, x, y);
             double t0 = wall_ms(), tp0 = comm.blocking_ms[GROUP_TP];
             dp_step_begin(&dp);
             dp_micro_begin(&dp, 0, 1);
@@ -127,13 +109,13 @@ int main(int argc, char** argv) {
             ttp.push_back(comm.blocking_ms[GROUP_TP] - tp0);
             if (rank0) printf("  [%s] step %d: %.1f ms (loss %.4f)\n", recompute_name(r), s, t3 - t0, loss);
         }
-        double ms = median(tt), tok_s = B * T / (ms / 1e3);
+        double ms = bench_median(tt), tok_s = B * T / (ms / 1e3);
         if (mi == 0) base_ms = ms;
         if (rank0) {
             printf("recompute %-9s median step %.1f ms | forward %.1f ms | backward %.1f ms | optimizer %.1f ms | %.0f tok/s | %.2f TFLOP/s",
-                   recompute_name(r), ms, median(tf), median(tb), median(to), tok_s, tok_s * flops_per_token / 1e12);
+                   recompute_name(r), ms, bench_median(tf), bench_median(tb), bench_median(to), tok_s, tok_s * flops_per_token / 1e12);
             if (peak_tflops > 0) printf(" | MFU %.1f%% of %.0f TFLOP/s", 100.0 * tok_s * flops_per_token / 1e12 / peak_tflops, peak_tflops);
-            if (tp > 1) printf(" | tp collectives %.1f ms (%.1f%%)", median(ttp), 100.0 * median(ttp) / ms);
+            if (tp > 1) printf(" | tp collectives %.1f ms (%.1f%%)", bench_median(ttp), 100.0 * bench_median(ttp) / ms);
             printf("\n");
             printf("recompute %-9s step time / %s's: %.3f | expected from the FLOPs: %.3f | activations per layer: %zu B measured, %.0f B predicted\n",
                    recompute_name(r), recompute_name(modes[0]), ms / base_ms,
@@ -142,8 +124,6 @@ int main(int argc, char** argv) {
         }
         stage_free(&st);
     }
-    dp_free(&dp);
-    context_free();
-    comm_free(&comm);
+    bench_free(&dp, &comm);
     return 0;
 }

@@ -15,7 +15,7 @@ build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/core/common.
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-build/bench_cpu: dev/bench_train.cu $(LLM_HEADERS)
+build/bench_cpu: dev/bench_train.cu dev/bench_common.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
@@ -42,7 +42,7 @@ bench-matmul-bf16: build/bench_matmul_cpu_bf16
 # the training step of the BF16 CPU build in each FP8 recipe against BF16's, interleaved in one process
 # (dev/bench_fp8_cpu.cu; not a test): the test model of test_precision.sh, then GPT-2 124M's linear shapes
 # (C=768, 12 heads) on 2 layers and a small vocabulary, so that the LM head does not hide the linears
-build/bench_fp8_cpu_bf16: dev/bench_fp8_cpu.cu $(LLM_HEADERS)
+build/bench_fp8_cpu_bf16: dev/bench_fp8_cpu.cu dev/bench_common.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
 .PHONY: bench-fp8
@@ -176,7 +176,7 @@ build/test_fp8_gemm_gpu: test/test_fp8_gemm.cu $(LLM_HEADERS) test/test_common.h
 build/test_fp8_linear_gpu: test/test_fp8_linear.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
-build/bench_gpu: dev/bench_train.cu $(LLM_HEADERS)
+build/bench_gpu: dev/bench_train.cu dev/bench_common.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu

@@ -273,6 +273,23 @@ static void attention_for_chunks(int T, F f) {
 // qkvr (B,T,3C) is scratch for the permuted q,k,v of the CUDA path (kept for the backward);
 // att (B,NH,T,T) keeps the softmax probabilities for the backward.
 
+// what both launchers start from: q, k, v are (B,NH,T,hs) each, one after the other in qkvr (B,T,3C)
+// (and their gradients likewise in dqkvr); every product is batched over the B*NH heads
+typedef struct {
+    int hs, BNH;              // head size; heads, the batch count of the products
+    float scale;              // the softmax's 1/sqrt(hs)
+    size_t BTC, sTh, sTT;     // elements of one of q, k, v; a head's stride in them (T x hs) and in att (T x T)
+    const floatX *q, *k, *v;  // in qkvr
+} AttentionUnfused;
+static AttentionUnfused attention_unfused_start(const floatX* qkvr, int B, int T, int C, int NH) {
+    AttentionUnfused a;
+    a.hs = C / NH, a.BNH = B * NH;
+    a.scale = 1.0f / sqrtf((float)a.hs);
+    a.BTC = (size_t)B * T * C, a.sTh = (size_t)T * a.hs, a.sTT = (size_t)T * T;
+    a.q = qkvr, a.k = qkvr + a.BTC, a.v = qkvr + 2 * a.BTC;
+    return a;
+}
+
 // scratch (B,T,C) is free for the kernels' use during the forward (e.g. the (B,NH,T,hs) output of AV)
 static void attention_forward_unfused(floatX* out,        // (B,T,C)
                                       floatX* qkvr,       // (B,T,3C)
@@ -281,23 +298,20 @@ static void attention_forward_unfused(floatX* out,        // (B,T,C)
                                       const floatX* inp,  // (B,T,3C)
                               int B, int T, int C, int NH, cudaStream_t stream) {
     // q, k, v: (B,NH,T,hs) each, one after the other in qkvr; y: (B,NH,T,hs) in scratch
-    int hs = C / NH, BNH = B * NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t BTC = (size_t)B * T * C, sTh = (size_t)T * hs, sTT = (size_t)T * T;
-    floatX* q = qkvr;
-    floatX* k = qkvr + BTC;
-    floatX* v = qkvr + 2 * BTC;
+    AttentionUnfused a = attention_unfused_start(qkvr, B, T, C, NH);
+    const int hs = a.hs, BNH = a.BNH;
+    const size_t sTh = a.sTh, sTT = a.sTT;
     floatX* y = scratch;
     attention_to_heads(qkvr, inp, B, T, NH, hs, 3, stream);
     // preatt[r0:r1, 0:r1] (in att) = q[r0:r1] @ k[0:r1]^T, per (b,h); the rest of att is left alone
     attention_for_chunks(T, [&](int r0, int r1) {
-        matmul_batched(att + (size_t)r0 * T, q + (size_t)r0 * hs, k, NULL, NULL, r1 - r0, r1, hs, false, true,
+        matmul_batched(att + (size_t)r0 * T, a.q + (size_t)r0 * hs, a.k, NULL, NULL, r1 - r0, r1, hs, false, true,
                        hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
     });
-    attention_softmax_forward(att, BNH, T, scale, stream);
+    attention_softmax_forward(att, BNH, T, a.scale, stream);
     // y[r0:r1] = att[r0:r1, 0:r1] @ v[0:r1] (att is 0 past the diagonal, so the sum stops at r1)
     attention_for_chunks(T, [&](int r0, int r1) {
-        matmul_batched(y + (size_t)r0 * hs, att + (size_t)r0 * T, v, NULL, NULL, r1 - r0, hs, r1, false, false,
+        matmul_batched(y + (size_t)r0 * hs, att + (size_t)r0 * T, a.v, NULL, NULL, r1 - r0, hs, r1, false, false,
                        T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
     });
     attention_to_tokens(out, y, B, T, NH, hs, 1, stream);
@@ -316,33 +330,28 @@ static void attention_backward_unfused(floatX* dinp,        // (B,T,3C)
     // q, k, v and their gradients dq, dk, dv: (B,NH,T,hs) each, in qkvr and dqkvr; dy: (B,NH,T,hs)
     // in scratch. (inp is not needed: qkvr holds the same values, permuted.)
     (void)inp;
-    int hs = C / NH, BNH = B * NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t BTC = (size_t)B * T * C, sTh = (size_t)T * hs, sTT = (size_t)T * T;
-    const floatX* q = qkvr;
-    const floatX* k = qkvr + BTC;
-    const floatX* v = qkvr + 2 * BTC;
-    floatX* dq = dqkvr;
-    floatX* dk = dqkvr + BTC;
-    floatX* dv = dqkvr + 2 * BTC;
+    AttentionUnfused a = attention_unfused_start(qkvr, B, T, C, NH);
+    const int hs = a.hs, BNH = a.BNH;
+    const size_t sTh = a.sTh, sTT = a.sTT;
+    floatX *dq = dqkvr, *dk = dqkvr + a.BTC, *dv = dqkvr + 2 * a.BTC;
     floatX* dy = scratch;
     attention_to_heads(dy, dout, B, T, NH, hs, 1, stream);
     attention_for_chunks(T, [&](int r0, int r1) {
         // datt[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T
-        matmul_batched(datt + (size_t)r0 * T, dy + (size_t)r0 * hs, v, NULL, NULL, r1 - r0, r1, hs, false, true,
+        matmul_batched(datt + (size_t)r0 * T, dy + (size_t)r0 * hs, a.v, NULL, NULL, r1 - r0, r1, hs, false, true,
                        hs, hs, T, BNH, sTh, sTh, sTT, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
         // dv[r0:r1] = att[r0:T, r0:r1]^T @ dy[r0:T] (queries before r0 give these keys weight 0)
         matmul_batched(dv + (size_t)r0 * hs, att + (size_t)r0 * T + r0, dy + (size_t)r0 * hs, NULL, NULL,
                        r1 - r0, hs, T - r0, true, false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f,
                        MATMUL_EPILOGUE_NONE, stream);
     });
-    attention_softmax_backward(datt, att, BNH, T, scale, stream);  // datt now holds dpreatt
+    attention_softmax_backward(datt, att, BNH, T, a.scale, stream);  // datt now holds dpreatt
     attention_for_chunks(T, [&](int r0, int r1) {
         // dq[r0:r1] = dpreatt[r0:r1, 0:r1] @ k[0:r1]
-        matmul_batched(dq + (size_t)r0 * hs, datt + (size_t)r0 * T, k, NULL, NULL, r1 - r0, hs, r1, false, false,
+        matmul_batched(dq + (size_t)r0 * hs, datt + (size_t)r0 * T, a.k, NULL, NULL, r1 - r0, hs, r1, false, false,
                        T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f, MATMUL_EPILOGUE_NONE, stream);
         // dk[r0:r1] = dpreatt[r0:T, r0:r1]^T @ q[r0:T]
-        matmul_batched(dk + (size_t)r0 * hs, datt + (size_t)r0 * T + r0, q + (size_t)r0 * hs, NULL, NULL,
+        matmul_batched(dk + (size_t)r0 * hs, datt + (size_t)r0 * T + r0, a.q + (size_t)r0 * hs, NULL, NULL,
                        r1 - r0, hs, T - r0, true, false, T, hs, hs, BNH, sTT, sTh, sTh, 1.0f, 0.0f,
                        MATMUL_EPILOGUE_NONE, stream);
     });

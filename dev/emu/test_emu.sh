@@ -8,33 +8,10 @@
 # Usage: dev/emu/test_emu.sh [dir with test_emu, test_emu_asan, test_emu_tsan, test_emu_racecheck]
 #        (make test-emu)
 set -u
-B=${1:-build/emu}
-T=$B/test_emu
-A=$B/test_emu_asan
-S=$B/test_emu_tsan
-R=$B/test_emu_racecheck
-for bin in "$T" "$A" "$S" "$R"; do
-    if [ ! -x "$bin" ]; then
-        echo "error: $bin not found: build it with 'make test-emu' ($0:${LINENO})" >&2
-        exit 1
-    fi
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-start=$(date +%s)
-# the sanitizers' own options: report to stderr, keep their usual exit codes
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0}
-
-ok() { pass=$((pass + 1)); printf 'ok    %s\n' "$1"; }
-bad() {
-    fail=$((fail + 1))
-    printf 'FAIL  %s: %s\n' "$1" "$2"
-    if [ -n "${3:-}" ] && [ -f "$3" ]; then head -n 25 "$3" | sed 's/^/      | /'; fi
-}
+# T, A, S, R (the four builds), tmp, pass, fail, start, ok, bad, same_results, caught
+# shellcheck source=dev/emu/emu_test_lib.sh
+source "$(dirname "$0")/emu_test_lib.sh"
+emu_test_open "${1:-build/emu}" test_emu test-emu 5
 
 # run OUT ENV BIN ARG: run BIN ARG with the environment words ENV, output in OUT; sets rc
 run() {
@@ -53,11 +30,7 @@ check_same() {
     if grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer" "$out"; then
         bad "$name" "a sanitizer reported an error in a correct kernel" "$out"; return
     fi
-    local got
-    got=$(grep '^results ' "$out" | head -n 1)
-    if [ -z "$got" ]; then bad "$name" "no results line" "$out"; return; fi
-    if [ -n "$ref" ] && [ "$got" != "$ref" ]; then bad "$name" "'$got' differs from the forward order's '$ref'" "$out"; return; fi
-    ok "$name"
+    same_results "$name" "$out" "$ref" && ok "$name"
 }
 
 # check_fail NAME ENV BIN ARG PATTERN...: non-zero exit and every PATTERN (grep -E) in the output
@@ -66,13 +39,7 @@ check_fail() {
     local out="$tmp/case$((pass + fail)).out"
     shift 4
     run "$out" "$envs" "$bin" "$arg"
-    if [ "$rc" -eq 0 ]; then bad "$name" "exit status 0: the bug was not caught" "$out"; return; fi
-    if [ "$rc" -eq 124 ]; then bad "$name" "timed out" "$out"; return; fi
-    local p
-    for p in "$@"; do
-        if ! grep -qE -- "$p" "$out"; then bad "$name" "exit status $rc but no '$p' in the output" "$out"; return; fi
-    done
-    ok "$name"
+    caught "$name" "$rc" "$out" "$@"
 }
 
 # correct kernels: identical results in every order, on 1 and 2 OS threads, under the sanitizers

@@ -10,32 +10,10 @@
 # read by other lanes without a __syncwarp, and not the same with it. Ends with "wmma: N passed, M failed".
 # Usage: dev/emu/test_wmma.sh [dir with test_wmma, test_wmma_asan, test_wmma_tsan, test_wmma_racecheck]   (test/run_tests.sh: wmma)
 set -u
-B=${1:-build/emu}
-T=$B/test_wmma
-A=$B/test_wmma_asan
-S=$B/test_wmma_tsan
-R=$B/test_wmma_racecheck
-for bin in "$T" "$A" "$S" "$R"; do
-    if [ ! -x "$bin" ]; then
-        echo "error: $bin not found: build it with 'make $bin' ($0:${LINENO})" >&2
-        exit 1
-    fi
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-start=$(date +%s)
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0}
-
-ok() { pass=$((pass + 1)); printf 'ok   %s\n' "$1"; }
-bad() {
-    fail=$((fail + 1))
-    printf 'FAIL %s: %s\n' "$1" "$2"
-    if [ -n "${3:-}" ] && [ -f "$3" ]; then head -n 25 "$3" | sed 's/^/      | /'; fi
-}
+# T, A, S, R (the four builds), tmp, pass, fail, start, ok, bad, same_results, caught
+# shellcheck source=dev/emu/emu_test_lib.sh
+source "$(dirname "$0")/emu_test_lib.sh"
+emu_test_open "${1:-build/emu}" test_wmma "" 4
 
 # correct ENV BIN LABEL [REF]: every ok/FAIL line of the program counts (prefixed with LABEL); exit 0, no
 # sanitizer report, and the results line equal to REF when given
@@ -54,11 +32,7 @@ correct() {
     done < "$out"
     if [ "$rc" -ne 0 ]; then bad "$label" "exit status $rc" "$out"; return; fi
     if grep -qE "ERROR: AddressSanitizer|runtime error:|WARNING: ThreadSanitizer" "$out"; then bad "$label" "a sanitizer reported an error" "$out"; return; fi
-    local got
-    got=$(grep '^results ' "$out" | head -n 1)
-    if [ -z "$got" ]; then bad "$label" "no results line" "$out"; return; fi
-    if [ -n "$ref" ] && [ "$got" != "$ref" ]; then bad "$label" "'$got' differs from the forward order's '$ref'" "$out"; return; fi
-    ok "$label: results identical to the forward order's"
+    same_results "$label" "$out" "$ref" && ok "$label: results identical to the forward order's"
 }
 
 # check_fail NAME ARG PATTERN...: non-zero exit and every PATTERN (grep -E) in the output (BIN: the
@@ -68,14 +42,7 @@ check_fail() {
     local out="$tmp/f$((pass + fail)).out"
     shift 2
     timeout 120 "${BIN:-$T}" "$arg" > "$out" 2>&1
-    local rc=$?
-    if [ "$rc" -eq 0 ]; then bad "$name" "exit status 0: the bug was not caught" "$out"; return; fi
-    if [ "$rc" -eq 124 ]; then bad "$name" "timed out" "$out"; return; fi
-    local p
-    for p in "$@"; do
-        if ! grep -qE -- "$p" "$out"; then bad "$name" "exit status $rc but no '$p' in the output" "$out"; return; fi
-    done
-    ok "$name"
+    caught "$name" $? "$out" "$@"
 }
 
 EMU_ORDER=forward timeout 120 "$T" correct > "$tmp/ref.out" 2>&1
