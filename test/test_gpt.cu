@@ -1,5 +1,6 @@
 // test_gpt.cu: the whole model against the independent PyTorch reference (dev/reference/, float64,
-// stored as float32): logits, loss, the gradients of all 16 parameter tensors, the losses of 10
+// stored as float32): logits, loss, the gradients of all 16 parameter tensors (also with the batch cut into two
+// micro-batches, the pipeline executor seeding the loss's gradient as the trainer does), the losses of 10
 // AdamW steps, and the update those steps made (parameters after minus before); the same 10 steps with
 // global-norm gradient clipping, and clipping's effect on AdamW's moments. The model runs as
 // the trainer runs it: a stage (llm/model/stage.h) whose parameters come from the data-parallel policy
@@ -52,6 +53,7 @@
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"
 #include "../llm/parallel/dp_export.h"
+#include "../llm/parallel/pipeline.h"
 #include "../llm/ops/optimizer.h"
 #include "../llm/ckpt/checkpoint.h"
 #include "../llm/train/report.h"
@@ -167,6 +169,34 @@ int main(int argc, char** argv) {
         snprintf(what, sizeof(what), "grad %s", TENSORS[t].name);
         size_t off = dp.lay.ckpt_offset[t];
         compare(what, grads + off, want_grads + off, tensor_size(cfg, t), 1e-5f, 1e-4f);
+    }
+
+    // The loss's scale, written once (llm/parallel/pipeline.h's pipeline_dloss): the batch as m = 2 micro-batches
+    // of B/2 sequences, run by the pipeline executor as the trainer runs a step, gives the gradient of the whole
+    // batch's mean loss, the reference's, within the same bounds. A seed without the 1/m doubles every gradient
+    // (100% off, against a bound of about 1e-4 of the tensor's scale in FP32, 2e-2 in BF16).
+    {
+        DataParallel dm;
+        dp_init(&dm, &comm, cfg, NULL);
+        dp_import_params(&dm, params, 0);
+        Pipeline pipe;
+        pipeline_init(&pipe, &comm, &dm, tp_group(&comm, 0), cp_none(T), "1f1b", 1, 2, B / 2, T, RECOMPUTE_NONE);
+        dp_step_begin(&dm);
+        float lm = pipeline_step(&pipe, x, y, pipeline_dloss(&pipe));  // (x, y: (B, T) = (2, B/2, T))
+        dp_finish_grads(&dm);
+        float* gm = (float*)mallocCheck(n * sizeof(float));
+        grads_to_host(&dm, gm);
+        check(B % 2 == 0 && fabsf(lm - want_loss) <= loss_tol, "m = 2 micro-batches of B/2 = %d: the step's loss %.7f vs reference %.7f "
+              "(tol %.0e)", B / 2, lm, want_loss, loss_tol);
+        for (int t = 0; t < NUM_TENSORS; t++) {
+            char what[96];
+            snprintf(what, sizeof(what), "m = 2 micro-batches, pipeline_dloss: grad %s", TENSORS[t].name);
+            size_t off = dm.lay.ckpt_offset[t];
+            compare(what, gm + off, want_grads + off, tensor_size(cfg, t), 1e-5f, 1e-4f);
+        }
+        free(gm);
+        pipeline_free(&pipe);
+        dp_free(&dm);
     }
 
     // activation recompute: the bytes each layer keeps, as allocated, against the paper's per-layer

@@ -117,3 +117,35 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
     free(all); free(all_n);
     return bubble;
 }
+
+// context parallelism: the attention compute time of this rank's stages since the last call (ms)
+static double pipeline_cp_attention_ms(Pipeline* pipe) {
+    double ms = 0.0;
+    for (int c = 0; c < pipe->vpp; c++) ms += cp_take_ms(&pipe->chunks[c].cp);
+    return ms;
+}
+
+// Context parallelism's balance, measured: the attention compute time per step of each rank of the cp group of
+// world rank 0, mine_ms this rank's mean over the timed steps (every rank calls it; rank 0 prints)
+static void pipeline_print_cp_balance(Pipeline* pipe, double mine_ms) {
+    Comm* c = pipe->comm;
+    const CPGroup* g = &pipe->chunks[0].cp;
+    double* all = (double*)mallocCheck((size_t)c->world_size * sizeof(double));
+    comm_all_gather_host(c, mine_ms, all);
+    if (c->world_rank == 0) {
+        double lo = INFINITY, hi = 0.0;
+        printf("context parallelism (%s%s%s): attention compute per step by cp rank:", cp_impl_name(g->impl),
+               g->impl == CP_RING ? " " : "", g->impl == CP_RING ? cp_balance_name(g->balance) : "");
+        int* cp_ranks = (int*)mallocCheck((size_t)c->world_size * sizeof(int));
+        mesh_group_members(&c->mesh, GROUP_CP, 0, cp_ranks);
+        for (int q = 0; q < c->mesh.cp.size; q++) {
+            double ms = all[cp_ranks[q]];
+            printf(" %.2f", ms);
+            if (ms < lo) lo = ms;
+            if (ms > hi) hi = ms;
+        }
+        printf(" ms | max/min %.2f\n", lo > 0.0 ? hi / lo : NAN);
+        free(cp_ranks);
+    }
+    free(all);
+}

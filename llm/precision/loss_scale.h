@@ -47,6 +47,14 @@ static const char* loss_scale_mode_name(LossScaleMode m) {
 }
 
 // the factor of the backward's seed: dloss * S
+// its line at the start of a run (a scaler that scales)
+static void loss_scaler_print(const LossScaler* ls) {
+    if (ls->mode == LOSS_SCALE_NONE) return;
+    printf("loss scaling: %s, scale %g", loss_scale_mode_name(ls->mode), ls->scale);
+    if (ls->mode == LOSS_SCALE_DYNAMIC) printf(", doubled after %d good steps, halved on an overflow", ls->window);
+    printf("\n");
+}
+
 static float loss_scaler_seed(const LossScaler* ls, float dloss) { return dloss * ls->scale; }
 
 // After the step's gradients are reduced: given the global norm of the scaled gradients, sets *norm to

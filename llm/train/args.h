@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "../core/common.h"
 #include "../comm/comm.h"
+#include "../ops/optimizer.h"
 
 typedef struct {
     const char* model;          // checkpoint path or descriptor
@@ -356,4 +357,24 @@ static void args_check_layout(Args* a, Comm* c) {
         fflush(stderr);
     }
     comm_exit(c, EXIT_FAILURE);  // every rank gets here (same arguments), then all exit non-zero
+}
+
+// AdamW and the lr schedule over `steps` steps, as the flags say (a resumed run: beta1, beta2, eps from its
+// checkpoint unless given, llm/ckpt/ckpt_run.h)
+static OptimConfig args_optim_config(const Args* a, int steps) {
+    OptimConfig oc = {a->lr, a->lr_final, a->warmup, steps, isnan(a->beta1) ? ADAMW_DEFAULT_BETA1 : a->beta1,
+                      isnan(a->beta2) ? ADAMW_DEFAULT_BETA2 : a->beta2, isnan(a->eps) ? ADAMW_DEFAULT_EPS : a->eps,
+                      a->weight_decay, a->grad_clip};
+    return oc;
+}
+
+// Every directory the run writes into (--output-dir, the parents of --log, --report-json, --trace), made with
+// its parents: all checked first, so that nothing is created if one cannot be (rank 0)
+static void args_make_output_dirs(const Args* a) {
+    for (int create = 0; create <= 1; create++) {
+        make_dirs("--output-dir", a->output_dir, create);
+        if (a->log_path) make_parent_dirs("--log", a->log_path, create);
+        if (a->report_json) make_parent_dirs("--report-json", a->report_json, create);
+        if (a->trace) make_parent_dirs("--trace", a->trace, create);
+    }
 }

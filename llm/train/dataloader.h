@@ -458,3 +458,11 @@ static void dataloader_free(DataLoader* dl) {
     free(dl->flag);
     memset(dl, 0, sizeof(*dl));
 }
+
+// Reads one batch and goes back to where it was: a bad shard is reported before anything (a log, a checkpoint)
+// is written
+static void dataloader_probe(DataLoader* dl) {
+    DataPosition here = dataloader_position(dl);
+    dataloader_next_batch(dl);
+    dataloader_seek(dl, here);
+}

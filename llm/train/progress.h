@@ -4,6 +4,7 @@
 // the JSON log (llm/train/logger.h) keeps every step whatever is printed.
 #pragma once
 #include "../core/common.h"
+#include "logger.h"
 
 typedef struct {
     double t0;             // wall ms when the loop started
@@ -74,4 +75,33 @@ static void progress_summary(const Progress* p, const char* log_path, const char
     } else {
         printf("checkpoints: none (--checkpoint-every N saves them)\n");
     }
+}
+
+// what one optimizer step did (train_gpt.cu's train_step)
+typedef struct {
+    float loss, norm, lr, scale;  // the loss averaged over the ranks, the gradient norm, the lr and loss scale used
+    const char* skipped;          // why the update was skipped, or NULL
+} StepResult;
+
+// the step's line on the console (rank 0; every --print-every steps) and in log.jsonl (every
+// step); wait: NaN without data parallelism; mfu: a fraction (llm/train/mfu.h), a percentage on the console, NaN when
+// there is no peak (the emulated build without --peak-tflops)
+static void progress_step_line(Progress* pg, Logger* lg, int rank0, int step, int steps, const StepResult* r, float vloss, double ms,
+                        double tok_s, double mfu, double wait, int scaled) {
+    pg->train_loss = r->loss;
+    if (!isnan(vloss)) { pg->val_loss = vloss; pg->val_step = step; }
+    if (rank0 && progress_show(pg, step, !isnan(vloss) || r->skipped != NULL)) {
+        char times[96];
+        progress_times(pg, step, times, sizeof(times));
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, r->loss, r->lr, r->norm, ms, tok_s);
+        if (!isnan(mfu)) printf(" | MFU %.1f%%", 100.0 * mfu);
+        printf(" | %s", times);
+        if (!isnan(wait)) printf(" | comm wait %.1f ms", wait);
+        if (scaled) printf(" | loss scale %g", r->scale);
+        if (r->skipped) printf(" | skipped (%s)", r->skipped);
+        if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
+        printf("\n");
+    }
+    logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)mfu, (float)wait, scaled ? r->scale : NAN,
+                    r->skipped);
 }

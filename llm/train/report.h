@@ -7,7 +7,7 @@
 //   activations per layer    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 //                            Transformer Models", sec. 4.1 and Table 2, adapted to this model
 //                            (activation_formula_bytes below)
-// Printed by rank 0; written for every rank with --report-json.
+// Printed by rank 0; written for every rank with --report-json. And the run's first lines (print_run_header).
 #pragma once
 #include "../core/common.h"
 #include "../core/context.h"
@@ -15,6 +15,11 @@
 #include "../parallel/dp.h"
 #include "../model/block.h"
 #include "../model/stage.h"
+#include "../parallel/pipeline_report.h"
+#include "../precision/fp8_linear.h"
+#include "args.h"
+#include "dataloader.h"
+#include "mfu.h"
 #include "../ckpt/checkpoint.h"
 
 // the paper's bytes per parameter as text (Table 1: p + g + K, the partitioned ones' sum divided by N),
@@ -171,4 +176,35 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
     }
     free(mine);
     free(all);
+}
+
+// The run's first lines (rank 0): the model, the processes of the mesh, the batch, the MFU's peak, recompute,
+// FP8 and the pipeline
+static void print_run_header(const Args* a, const Comm* comm, const GPTConfig* cfg, const DataParallel* dp, const Pipeline* pipe,
+                             const Fp8State* fp8, const DataLoader* loader, int grad_accum, int steps, double peak_tflops, int peak_n) {
+    const Mesh* mesh = &comm->mesh;
+    printf("model: %s | L=%d NH=%d C=%d maxT=%d V=%d (Vp %d) | %.2fM parameters | %s %s\n", a->model, cfg->num_layers,
+           cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, dp->lay.num_parameters / 1e6,
+           LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"), PRECISION_MODE);
+    if (comm->world_size > 1 || dp->zero.shard_optim) {
+        printf("processes: %d = dp %d x tp %d x pp %d", comm->world_size, mesh->dp.size, mesh->tp.size, mesh->pp.size);
+        if (mesh->cp.size > 1) printf(" x cp %d (%s%s%s)", mesh->cp.size, cp_impl_name(a->cp_impl), a->cp_impl == CP_RING ? ", " : "",
+                                      a->cp_impl == CP_RING ? cp_balance_name(a->cp_balance) : "");
+        printf(" | %s | MPI start %.0f ms\n", zero_name(dp->zero.level), comm->init_ms);
+    }
+    printf("batch: B=%d T=%d | %ld tokens per step = %d micro-steps x %d ranks | %d steps | train samples per epoch %lld\n", a->B,
+           a->T, a->total_batch, grad_accum, mesh->dp.size, steps, (long long)dataloader_num_samples(loader));
+    mfu_print(cfg, a->T, peak_tflops, peak_n, comm->world_size);
+    if (a->recompute) printf("activation recompute: %s\n", recompute_name((Recompute)a->recompute));
+    if (a->fp8) fp8_print(fp8);
+    if (mesh->pp.size > 1) pipeline_print(pipe);
+}
+
+// The collectives of the last step (rank 0): the ledger by kind and group, and what the gradient group sent
+// beside the ZeRO paper's ring model
+static void print_step_traffic(const Comm* comm, const DataParallel* dp, int grad_accum) {
+    ledger_print(comm, stdout);
+    double sent = ledger_sent_bytes(comm, COMM_ALL_KINDS, GROUP_DP);
+    printf("  sent per step %.0f B; ZeRO paper (sec. 7, ring model) %.0f B for the gradients and parameters "
+           "(the rest: the loss and norm scalars)\n", sent, paper_sent_bytes(dp, grad_accum));
 }

@@ -118,3 +118,12 @@ static void print_tokens(const Tokenizer* tok, const int* tokens, int n) {
         else printf("%d ", tokens[i]);
     }
 }
+
+// The tokenizer at path if that file exists (1), else 0 and, when say, one line: the samples print token ids
+// (how: what makes the file, or "")
+static int tokenizer_init_if_found(Tokenizer* tok, const char* path, int say, const char* how) {
+    FILE* f = fopen(path, "rb");
+    if (f != NULL) { fclose(f); tokenizer_init(tok, path); return 1; }
+    if (say) printf("tokenizer %s not found: samples print token ids%s%s%s\n", path, how[0] ? " (" : "", how, how[0] ? ")" : "");
+    return 0;
+}
