@@ -1517,7 +1517,7 @@ MUTATIONS = [
       "",
       "the watchdog line names a header by the path it was included through (llm/model/../parallel/tensor_parallel.h)",
       "faults"),
-    # --- the headers of llm/ (test/test_headers.sh): each compiles alone, no include cycle, no dev/ ---
+    # --- the headers of llm/ (test/test_headers.sh): each compiles alone, no include cycle, no dev/, downhill ---
     M("hd-ledger-no-types", "headers", "llm/comm/comm_ledger.h",
       '#include "comm_types.h"',
       "",
@@ -1532,6 +1532,11 @@ MUTATIONS = [
       '#include "nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
       '#include "../../dev/emu/nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
       "the library names dev/ (the emulated NCCL by its path, not through -Idev/emu)",
+      "headers"),
+    M("hd-climb-report-ckpt", "headers", "llm/train/report.h",
+      '#include "../core/atomic_file.h"  // the report file, through a temporary name (af_write_text)',
+      '#include "../ckpt/checkpoint.h"  // the report file, through a temporary name (af_write_text)',
+      "train/report.h takes af_write_text through ckpt/checkpoint.h: an include that climbs (it compiles, no cycle)",
       "headers"),
     # MFU (llm/train/mfu.h): the FLOPs per token, the peak, the flag, and dev/bench_pytorch.py's copy of the formula
     M("mfu-factor-2", "mfu", "llm/train/mfu.h",
