@@ -1109,6 +1109,11 @@ MUTATIONS = [
       "    run_state_import(rs, &st, 1, path);",
       "the rollback rewinds the data to the checkpoint's position (the bad batches are read again)",
       "health"),
+    M("h-rollback-to-same-again", "health", "llm/ckpt/ckpt_run.h",
+      "    if (to < 0 || to == h->last_rollback) {",
+      "    if (to < 0) {",
+      "a second rollback to the checkpoint the previous one restored goes on in place of stopping with exit 3 (no healthy progress since)",
+      "health"),
     M("h-resume-forgets-windows", "health", "llm/ckpt/ckpt_run.h",
       "    health_import(rs->health, ts->health, ts->health_n, ts->bad_streak, ts->bad_skipped);",
       "    (void)rs->health;",
@@ -1528,7 +1533,7 @@ MUTATIONS = [
       "",
       "the watchdog line names a header by the path it was included through (llm/model/../sharded/tensor_parallel.h)",
       "faults"),
-    # --- the headers of llm/ (test/test_headers.sh): each compiles alone, no include cycle, no dev/ ---
+    # --- the headers of llm/ (test/test_headers.sh): each compiles alone, no include cycle, no dev/, downhill ---
     M("hd-ledger-no-types", "headers", "llm/comm/comm_ledger.h",
       '#include "comm_types.h"',
       "",
@@ -1543,6 +1548,11 @@ MUTATIONS = [
       '#include "nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
       '#include "../../dev/emu/nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
       "the library names dev/ (the emulated NCCL by its path, not through -Idev/emu)",
+      "headers"),
+    M("hd-climb-report-ckpt", "headers", "llm/train/report.h",
+      '#include "../core/atomic_file.h"  // the report file, through a temporary name (af_write_text)',
+      '#include "../ckpt/checkpoint.h"  // the report file, through a temporary name (af_write_text)',
+      "train/report.h takes af_write_text through ckpt/checkpoint.h: an include that climbs (it compiles, no cycle)",
       "headers"),
     # MFU (llm/train/mfu.h): the FLOPs per token, the peak, the flag, and dev/bench_pytorch.py's copy of the formula
     M("mfu-factor-2", "mfu", "llm/train/mfu.h",

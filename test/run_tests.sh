@@ -116,7 +116,8 @@ run pp bash test/test_pp.sh
 run split_backward_tp bash test/test_split_backward.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
-# the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include
+# the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
+# the includes run downhill (the order of the folders of llm/, docs/architecture.md)
 run headers bash test/test_headers.sh
 # every program the Makefile builds (from make -pq) answers --help and -h (usage on stdout, exit 0, quickly) and
 # refuses an unknown flag with one line

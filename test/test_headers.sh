@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_headers.sh: the library's headers are real headers (../shared/DESIGN.md, "Layout"): each compiles
-# alone, the includes of llm/ form no cycle, and no file under llm/ names dev/.
+# alone, the includes of llm/ form no cycle and run downhill, and no file under llm/ names dev/.
 #
 #   1. every llm/*/*.h and llm/*/*.cuh, included first and alone in a translation unit, passes
 #      `g++ -fsyntax-only` in three builds, with the Makefile's own flags: the CPU build with MPI
@@ -13,6 +13,9 @@
 #   2. the include graph of llm/ (the #include "..." lines, resolved relative to the including file)
 #      has no cycle; the cycle is printed if there is one.
 #   3. no #include line under llm/ names dev/ (the emulated build reaches dev/emu/ through -Idev/emu).
+#   4. the includes of llm/ run downhill: a file includes files of its own folder or of a folder lower in
+#      ORDER below (docs/architecture.md, "The tree"); each include that climbs is printed as
+#      llm/a/f.h:LINE includes "../b/g.h" (b is above a), and a folder of llm/ missing from ORDER fails.
 # One line per check; about a minute on 2 cores (the compiles run two at a time).
 set -u
 cd "$(dirname "$0")/.."
@@ -82,11 +85,18 @@ for b in cpu nompi emu; do
 done
 echo "(compiles: $((SECONDS - t0)) s)"
 
-# 2 and 3: the include graph
-graph=$(python3 - $(ls llm/*/*.h llm/*/*.cuh) <<'EOF'
+# 2, 3 and 4: the include graph
+# the folders of llm/, lowest first: a file may include its own folder's files and those of the folders
+# before its own (the same order as docs/architecture.md's rules paragraph)
+ORDER="core comm ops sharded precision model parallel train faults ckpt"
+graph=$(ORDER="$ORDER" python3 - $(ls llm/*/*.h llm/*/*.cuh) <<'EOF'
 import os, re, sys
 files = sys.argv[1:]
-edges, devs = {}, []
+order = os.environ["ORDER"].split()
+level = {d: i for i, d in enumerate(order)}
+edges, devs, climbs = {}, [], []
+for d in sorted({f.split("/")[1] for f in files} - set(level)):
+    climbs.append(f"llm/{d}/ is not in the order of the folders ({' '.join(order)})")
 for f in files:
     edges[f] = []
     for n, line in enumerate(open(f, encoding="utf-8"), 1):
@@ -99,6 +109,9 @@ for f in files:
         target = os.path.normpath(os.path.join(os.path.dirname(f), inc))
         if target in edges or os.path.exists(target) and target.startswith("llm/"):
             edges[f].append(target)
+            a, b = f.split("/")[1], target.split("/")[1]
+            if a in level and b in level and level[b] > level[a]:
+                climbs.append(f"{f}:{n} includes \"{inc}\" ({b} is above {a})")
 nedges = sum(len(v) for v in edges.values())
 # a depth-first search; a grey node reached again closes a cycle
 state, stack, cycle = {}, [], None
@@ -116,6 +129,7 @@ for f in files:
 print(f"EDGES {len(files)} {nedges}")
 print("CYCLE " + (" -> ".join(cycle) if cycle else ""))
 for d in devs: print("DEV " + d)
+for c in climbs: print("CLIMB " + c)
 EOF
 )
 read -r _ nfiles nedges <<< "$(grep '^EDGES' <<< "$graph")"
@@ -126,6 +140,10 @@ else bad "include graph of llm/ has a cycle: $cycle"; fi
 devs=$(grep '^DEV' <<< "$graph" | sed 's/^DEV //')
 if [ -z "$devs" ]; then ok "no #include under llm/ names dev/ (the emulator comes through -Idev/emu)"
 else bad "files under llm/ name dev/: $(echo $devs)"; fi
+climbs=$(grep '^CLIMB' <<< "$graph" | sed 's/^CLIMB //')
+if [ -z "$nedges" ]; then :
+elif [ -z "$climbs" ]; then ok "the includes of llm/ run downhill (lowest first: ${ORDER// / < })"
+else while IFS= read -r l; do bad "$l"; done <<< "$climbs"; fi
 
 echo "headers: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

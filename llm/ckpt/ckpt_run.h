@@ -4,8 +4,8 @@
 // the run's format (--checkpoint-format gathered: llm.c's model_<step>.bin and the resumable
 // state_<step>.bin, llm/ckpt/checkpoint.h; sharded: ckpt_<step>/, llm/ckpt/ckpt_shard.h, in the background with
 // --async-checkpoint; or both) with the verdict of the step it follows, and putting one back into the run
-// (a resume, or a rollback of llm/faults/health.h). A failed save ends every rank with one line and leaves
-// nothing of that step on disk; the earlier checkpoints are untouched.
+// (a resume, or the rollback that llm/faults/health.h calls for: run_rollback below). A failed save ends
+// every rank with one line and leaves nothing of that step on disk; the earlier checkpoints are untouched.
 #pragma once
 #include "../core/common.h"
 #include "../comm/comm.h"
@@ -184,15 +184,44 @@ static void run_preempted_exit(RunCkpt* rc, int step, int sig, int sig_rank) {
     comm_exit(rc->comm, 128 + sig);
 }
 
-// The rollback (llm/faults/health.h) after a streak of bad steps, or an SDC mismatch (sdc_msg non-empty),
-// at `step`: the save in flight completes, the newest last-known-good checkpoint goes back into the run
-// (or one line and exit 3); the data go on from where they are. Returns the step restored: the loop goes
-// on with the one after it.
+// The rollback's checkpoint, on every rank (after a streak of bad steps, or sdc_msg non-empty: an SDC
+// mismatch): the newest last-known-good one at or before `step` (llm/ckpt/ckpt_dir.h) read into st
+// (llm/ckpt/ckpt_resume.h; the caller puts it into the run and frees it), why it was needed into why, its
+// path into path; returns its step; rank 0 drops the list's entries after it, and the health state h
+// records it (the streak ends). Without one, or when it is the one the previous rollback went to, rank 0
+// prints one line and every rank exits with HEALTH_EXIT_CODE (llm/faults/health.h).
+static int run_rollback_read(Health* h, Comm* c, const char* dir, int step, const char* sdc_msg, const ParamLayout* lay,
+                             LoadedState* st, char* why, size_t why_cap, char* path, size_t path_cap) {
+    if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
+    else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
+    comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
+    int to = ckpt_read_newest_good(c, dir, step, lay, st, path, path_cap, "rollback");
+    if (to < 0 || to == h->last_rollback) {
+        if (to >= 0) loaded_state_free(st);
+        if (c->world_rank == 0) {
+            fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
+                    to < 0 ? "no last-known-good checkpoint to roll back to"
+                           : "the last-known-good checkpoint is the one the previous rollback restored",
+                    HEALTH_EXIT_CODE);
+        }
+        comm_exit(c, HEALTH_EXIT_CODE);
+    }
+    comm_barrier(c, GROUP_WORLD);  // every rank has chosen before rank 0 rewrites the list
+    if (c->world_rank == 0) ckpt_good_drop_after(dir, to);
+    h->last_rollback = to;
+    h->bad_streak = 0;
+    return to;
+}
+
+// The rollback that llm/faults/health.h calls for (health_needs_rollback: a streak of bad steps; or an SDC
+// mismatch, sdc_msg non-empty) at `step`: the save in flight completes, the newest last-known-good
+// checkpoint goes back into the run (or one line and exit 3); the data go on from where they are. Returns
+// the step restored: the loop goes on with the one after it.
 static int run_rollback(RunCkpt* rc, const RunState* rs, Logger* lg, int step, const char* sdc_msg) {
     run_ckpt_finish(rc);
     char why[500], path[1100];
     LoadedState st;
-    int to = health_rollback(rs->health, rc->comm, rc->out_dir, step, sdc_msg, &rs->dp->lay, &st, why, sizeof(why), path, sizeof(path));
+    int to = run_rollback_read(rs->health, rc->comm, rc->out_dir, step, sdc_msg, &rs->dp->lay, &st, why, sizeof(why), path, sizeof(path));
     run_state_import(rs, &st, 0, path);
     loaded_state_free(&st);
     DataPosition at = dataloader_position(rs->loader);

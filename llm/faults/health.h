@@ -16,7 +16,9 @@
 //   healthy steps enter the windows.
 //   a bad step is skipped: no update (parameters, moments and AdamW's step count stay), the data go on
 //   (its batches are consumed), the log line says "skipped": reason.
-//   after --max-bad-steps K bad steps in a row, or an SDC mismatch: the rollback. The model, the
+//   after --max-bad-steps K bad steps in a row (health_needs_rollback), or an SDC mismatch: the
+//   rollback, which the checkpoints' side of the loop does (run_rollback, llm/ckpt/ckpt_run.h: these
+//   checks decide it and keep its state, the streak and the last step rolled back to). The model, the
 //   optimizer, the loss scaler, the FP8 state, the sampler's RNG, the spike windows and the step
 //   counter come back from the newest last-known-good checkpoint (step s0), and the run goes on from step s0 + 1. The data do
 //   NOT rewind: the next step reads the batch after the last one read (the bad batches and those
@@ -54,8 +56,6 @@
 #include "../core/device.h"
 #include "../comm/comm.h"
 #include "../parallel/dp.h"
-#include "../ckpt/ckpt_dir.h"     // the checkpoints, and the list of the last-known-good ones
-#include "../ckpt/ckpt_resume.h"  // reading one back
 
 #define HEALTH_EXIT_CODE 3  // a rollback was needed and no checkpoint could serve
 
@@ -167,36 +167,8 @@ static const char* health_verdict(Health* h, float loss, float norm) {
     return why;
 }
 
-// 1 when the streak of bad steps calls for the rollback
+// 1 when the streak of bad steps calls for the rollback (run_rollback, llm/ckpt/ckpt_run.h)
 static int health_needs_rollback(const Health* h) { return h->cfg.max_bad_steps > 0 && h->bad_streak >= h->cfg.max_bad_steps; }
-
-// The rollback's checkpoint, on every rank (after a streak, or sdc_msg non-empty: an SDC mismatch): read
-// into st (llm/ckpt/ckpt_resume.h; the caller puts it into the run and frees it), why it was needed into why,
-// its path into path; returns its step; rank 0 drops the list's entries after it. Without one, or when it
-// is the one the previous rollback went to, rank 0 prints one line and every rank exits with
-// HEALTH_EXIT_CODE.
-static int health_rollback(Health* h, Comm* c, const char* dir, int step, const char* sdc_msg, const ParamLayout* lay,
-                           LoadedState* st, char* why, size_t why_cap, char* path, size_t path_cap) {
-    if (sdc_msg[0] != '\0') snprintf(why, why_cap, "%s", sdc_msg);
-    else snprintf(why, why_cap, "%d bad steps in a row (the last: %s)", h->bad_streak, h->reason);
-    comm_barrier(c, GROUP_WORLD);  // (rank 0's list is complete: every rank reads it)
-    int to = ckpt_read_newest_good(c, dir, step, lay, st, path, path_cap, "rollback");
-    if (to < 0 || to == h->last_rollback) {
-        if (to >= 0) loaded_state_free(st);
-        if (c->world_rank == 0) {
-            fprintf(stderr, "error: step %d: %s, and %s: stopping (exit %d)\n", step, why,
-                    to < 0 ? "no last-known-good checkpoint to roll back to"
-                           : "the last-known-good checkpoint is the one the previous rollback restored",
-                    HEALTH_EXIT_CODE);
-        }
-        comm_exit(c, HEALTH_EXIT_CODE);
-    }
-    comm_barrier(c, GROUP_WORLD);  // every rank has chosen before rank 0 rewrites the list
-    if (c->world_rank == 0) ckpt_good_drop_after(dir, to);
-    h->last_rollback = to;
-    h->bad_streak = 0;
-    return to;
-}
 
 // ----------------------------------------------------------------------------
 // silent data corruption

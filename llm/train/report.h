@@ -11,6 +11,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/context.h"
+#include "../core/atomic_file.h"  // the report file, through a temporary name (af_write_text)
 #include "../comm/comm.h"
 #include "../parallel/dp.h"
 #include "../model/block.h"
@@ -20,7 +21,6 @@
 #include "args.h"
 #include "dataloader.h"
 #include "mfu.h"
-#include "../ckpt/checkpoint.h"
 
 // the paper's bytes per parameter as text (Table 1: p + g + K, the partitioned ones' sum divided by N),
 // e.g. "4+4+8/N"
