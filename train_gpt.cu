@@ -143,7 +143,7 @@ static void setup_model(Trainer* tr) {
     if (a->T > cfg->max_seq_len) fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg->max_seq_len, a->T);
     tr->grad_accum = (int)(a->total_batch / ((long)a->B * a->T * mesh->dp.size));
     char err[256];
-    if (tp_layout_error(*cfg, mesh->tp.size, err, sizeof(err)) ||
+    if (tp_layout_error(cfg->num_heads, cfg->padded_vocab_size, cfg->channels, mesh->tp.size, err, sizeof(err)) ||
         cp_layout_error(a->T, cfg->num_heads / mesh->tp.size, mesh->tp.size, mesh->cp.size, a->cp_impl, err, sizeof(err)) ||
         pipe_layout_error(*cfg, mesh->pp.size, a->vpp, tr->grad_accum, a->schedule, err, sizeof(err)) ||
         fp8_layout_error((Fp8Recipe)a->fp8, cfg->channels, mesh->tp.size, err, sizeof(err))) {

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     context_init();
     int rank0 = comm.world_rank == 0;
     char tp_err[256];
-    if (tp_layout_error(cfg, tp, tp_err, sizeof(tp_err))) fatal("bench: %s", tp_err);
+    if (tp_layout_error(cfg.num_heads, cfg.padded_vocab_size, cfg.channels, tp, tp_err, sizeof(tp_err))) fatal("bench: %s", tp_err);
     DataParallel dp;
     bench_model_init(&dp, &comm, cfg);
     OptimConfig oc = bench_optim_config(steps);

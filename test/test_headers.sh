@@ -16,6 +16,10 @@
 #   4. the includes of llm/ run downhill: a file includes files of its own folder or of a folder lower in
 #      ORDER below (docs/architecture.md, "The tree"); each include that climbs is printed as
 #      llm/a/f.h:LINE includes "../b/g.h" (b is above a), and a folder of llm/ missing from ORDER fails.
+#   5. the model never branches on the layout (docs/architecture.md, "The process mesh"): no code line under
+#      llm/model/ (comments and strings left out) compares a layout size (a group's `.size`, an `<axis>_size`)
+#      with anything, or names the mesh. What differs by layout lives below it, in the Linear spec and in
+#      llm/sharded/'s operators, which are the identity on a group of one. Each offending line is printed.
 # One line per check; about a minute on 2 cores (the compiles run two at a time).
 set -u
 cd "$(dirname "$0")/.."
@@ -144,6 +148,25 @@ climbs=$(grep '^CLIMB' <<< "$graph" | sed 's/^CLIMB //')
 if [ -z "$nedges" ]; then :
 elif [ -z "$climbs" ]; then ok "the includes of llm/ run downhill (lowest first: ${ORDER// / < })"
 else while IFS= read -r l; do bad "$l"; done <<< "$climbs"; fi
+
+# 5. no layout branch in the model
+branches=$(python3 - llm/model/*.h <<'EOF'
+import re, sys
+code = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', re.S)
+OP = r'(?:==|!=|<=|>=|\s<\s|\s>\s)'
+SIZE = r'(?:\b\w+(?:\.|->)(?:\w+(?:\.|->))*size\b|\b(?:dp|pp|cp|tp|ep|grad)_size\b)'
+rules = [re.compile(SIZE + r'\s*' + OP), re.compile(OP + r'\s*' + SIZE), re.compile(r'\bmesh\b|\bMesh\b')]
+for f in sys.argv[1:]:
+    text = open(f, encoding="utf-8").read()
+    blank = code.sub(lambda m: re.sub(r'[^\n]', ' ', m.group(0)), text)  # comments and strings out, lines kept
+    lines = text.split('\n')
+    for n, line in enumerate(blank.split('\n'), 1):
+        if any(r.search(line) for r in rules):
+            print(f"{f}:{n}: {lines[n - 1].strip()}")
+EOF
+)
+if [ -z "$branches" ]; then ok "no file under llm/model/ compares a layout size or names the mesh (the model never branches on the layout)"
+else while IFS= read -r l; do bad "a layout branch in the model: $l"; done <<< "$branches"; fi
 
 echo "headers: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

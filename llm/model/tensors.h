@@ -16,6 +16,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/rand.h"
+#include "../sharded/tensor_parallel.h"  // tp_layout_error
 
 // ----------------------------------------------------------------------------
 // config
@@ -216,26 +217,6 @@ static void tp_shard_copy(GPTConfig c, int t, int tp_size, int rank, float* whol
     }
 }
 
-// The layouts tensor parallelism can split, or one line saying why not (NULL: fine). Every split
-// dimension must divide evenly: the heads, C (row-parallel columns), 4C, and the padded vocabulary.
-static const char* tp_layout_error(GPTConfig c, int tp_size, char* buf, size_t n) {
-    if (tp_size < 1) { snprintf(buf, n, "--tp %d: expected a positive number of tensor-parallel ranks", tp_size); return buf; }
-    if (c.num_heads % tp_size != 0 || c.padded_vocab_size % tp_size != 0) {
-        snprintf(buf, n, "--tp %d: expected the heads (NH = %d) and the padded vocabulary (Vp = %d) to divide evenly "
-                 "over the tensor-parallel ranks", tp_size, c.num_heads, c.padded_vocab_size);
-        return buf;
-    }
-#if LLM_HAS_KERNELS
-    // the kernels read rows of the split tensors 16 bytes at a time
-    if ((c.channels / tp_size) % 8 != 0) {
-        snprintf(buf, n, "--tp %d: expected C / tp = %d / %d to be a multiple of 8 (16-byte rows of the split tensors "
-                 "for the kernels' 128-bit loads)", tp_size, c.channels, tp_size);
-        return buf;
-    }
-#endif
-    return NULL;
-}
-
 typedef struct {
     GPTConfig cfg;
     int tp_size, tp_rank;              // the tensor-parallel split: this layout holds rank tp_rank's shards
@@ -256,7 +237,7 @@ typedef struct {
 static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank, const int* held) {
     memset(lay, 0, sizeof(*lay));
     char err[256];
-    if (tp_layout_error(c, tp_size, err, sizeof(err))) fatal("%s", err);
+    if (tp_layout_error(c.num_heads, c.padded_vocab_size, c.channels, tp_size, err, sizeof(err))) fatal("%s", err);
     lay->cfg = c;
     lay->tp_size = tp_size;
     lay->tp_rank = tp_rank;

@@ -41,6 +41,26 @@
 #include "../ops/fused_classifier.cuh"
 #include "../ops/vocab_parallel_classifier.cuh"
 
+// The models tensor parallelism can split over tp_size ranks, or one line saying why not (NULL: fine). Every split
+// dimension must divide evenly: the heads, C (row-parallel columns), 4C, and the padded vocabulary.
+static const char* tp_layout_error(int num_heads, int padded_vocab, int channels, int tp_size, char* buf, size_t n) {
+    if (tp_size < 1) { snprintf(buf, n, "--tp %d: expected a positive number of tensor-parallel ranks", tp_size); return buf; }
+    if (num_heads % tp_size != 0 || padded_vocab % tp_size != 0) {
+        snprintf(buf, n, "--tp %d: expected the heads (NH = %d) and the padded vocabulary (Vp = %d) to divide evenly "
+                 "over the tensor-parallel ranks", tp_size, num_heads, padded_vocab);
+        return buf;
+    }
+#if LLM_HAS_KERNELS
+    // the kernels read rows of the split tensors 16 bytes at a time
+    if ((channels / tp_size) % 8 != 0) {
+        snprintf(buf, n, "--tp %d: expected C / tp = %d / %d to be a multiple of 8 (16-byte rows of the split tensors "
+                 "for the kernels' 128-bit loads)", tp_size, channels, tp_size);
+        return buf;
+    }
+#endif
+    return NULL;
+}
+
 // this rank's place in the tp group (size 1, comm NULL: no tensor parallelism), and whether the
 // regions between the linear layers are sequence-parallel (with their two workspace buffers, set by
 // the stage that owns them)
