@@ -66,9 +66,9 @@ TIMEOUT=4
 # WD_EXPECT=RANK:GROUP (optional): RANK's line waits in GROUP and names the faulty rank missing.
 fault() {
     local name=$1 spec=$2 np=$3; shift 3
-    local kind=${spec%%@*} fr tp=1 pp=1 a prev=""
+    local kind=${spec%%@*} fr tp=1 pp=1 cp=1 a prev=""
     fr=$(printf '%s\n' "$spec" | sed -E 's/.*rank=([0-9]+).*/\1/')
-    for a in "$@"; do [ "$prev" = --tp ] && tp=$a; [ "$prev" = --pp ] && pp=$a; prev=$a; done
+    for a in "$@"; do [ "$prev" = --tp ] && tp=$a; [ "$prev" = --pp ] && pp=$a; [ "$prev" = --cp ] && cp=$a; prev=$a; done
     local mpi=("${MPIRUN[@]}") i
     if [ "$kind" = die ]; then  # MPIRUN sets it to 1 (an MCA parameter may be given once)
         for i in "${!mpi[@]}"; do [ "${mpi[$i]}" = orte_abort_on_non_zero_status ] && mpi[$((i + 1))]=0; done
@@ -103,7 +103,7 @@ fault() {
     grep -q " watchdog: rank $fr:" "$LOG/$name.log" && problems+=" the faulty rank printed a watchdog line;"
     grep -q "missing rank $fr (no report: dead or hung)" "$LOG/$name.log" || problems+=" no line names rank $fr missing;"
     # the groups' world ranks, the missing ranks and the chain of waits against the mesh (test/watchdog_lines.py)
-    mesh=$(python3 test/watchdog_lines.py "$LOG/$name.log" --np "$np" --tp "$tp" --pp "$pp" --faulty "$fr" ${WD_EXPECT:+--expect "$WD_EXPECT"})
+    mesh=$(python3 test/watchdog_lines.py "$LOG/$name.log" --np "$np" --tp "$tp" --pp "$pp" --cp "$cp" --faulty "$fr" ${WD_EXPECT:+--expect "$WD_EXPECT"})
     [ -z "$mesh" ] || problems+=" $mesh;"
     local example
     local er=${WD_EXPECT:-0}
@@ -127,6 +127,12 @@ fault hang_dp2tp2pp2 hang@step=3,rank=1 8 --tp 2 --pp 2 --total-batch 256
 # group's all-reduce. Rank 3 = (dp 0, stage 1, tp 1), partner 1; rank 4 = (dp 1, stage 0, tp 0), partner 6.
 WD_EXPECT=1:embed fault hang_embed_pp2tp2 hang@step=3,rank=3,at=reduce 4 --tp 2 --pp 2 --total-batch 128
 WD_EXPECT=6:embed fault hang_embed_dp2tp2pp2 hang@step=3,rank=4,at=reduce 8 --tp 2 --pp 2 --total-batch 256
+# cp 2 x pp 2 x tp 2 (8 processes, dp 1): world rank = (pp * 2 + cp) * 2 + tp (cp between tp and pp). Rank 2 =
+# (pp 0, cp 1, tp 0) hangs: every line lists its group as the mesh has it (the cp group {0,2}, the gradient group
+# dp x cp, ...). Then rank 6 = (pp 1, cp 1, tp 0) hangs before its reductions: its tied-embedding partner is rank 2
+# (pp 0, same cp and tp), which waits in the embed group.
+fault hang_cp2tp2pp2 hang@step=3,rank=2 8 --tp 2 --pp 2 --cp 2 --total-batch 128
+WD_EXPECT=2:embed fault hang_embed_cp2tp2pp2 hang@step=3,rank=6,at=reduce 8 --tp 2 --pp 2 --cp 2 --total-batch 128
 
 # straggler NAME NP RANK FLAGS...: the checks of 2: every check names world rank RANK alone (RANK -: no
 # rank may be named)
@@ -167,6 +173,38 @@ straggler slow_np4 4 1 --inject slow@rank=1,ms=300
 # ranks named if compared with stage 0), and rank 5 is slower than its stage only (not than stage 1).
 STAGE_LOADS="slow@rank=0,ms=60;slow@rank=1,ms=60;slow@rank=4,ms=60;slow@rank=2,ms=300;slow@rank=3,ms=300;slow@rank=6,ms=300;slow@rank=7,ms=300"
 straggler slow_dp2tp2pp2 8 5 --tp 2 --pp 2 --total-batch 256 --inject "slow@rank=5,ms=400;$STAGE_LOADS"
+# cp 2 x pp 2 x tp 2 (dp 1): stage 0 = world ranks 0-3, stage 1 = 4-7 (cp sits between tp and pp). Rank 1 slowed
+# 400 ms, the other ranks of stage 0 60 ms, stage 1 300 ms (as above). A detector that took a rank's stage as
+# (r / tp) % pp (pp next to tp, the order before cp) would compare {0,1,4,5} and {2,3,6,7}: rank 1 within 2.5 x of
+# that median (300 ms), nobody named. The same run writes the trace of its last step, whose rows are checked below.
+STAGE_LOADS_CP="slow@rank=0,ms=60;slow@rank=2,ms=60;slow@rank=3,ms=60;slow@rank=4,ms=300;slow@rank=5,ms=300;slow@rank=6,ms=300;slow@rank=7,ms=300"
+straggler slow_cp2tp2pp2 8 1 --tp 2 --pp 2 --cp 2 --total-batch 128 --trace "$tmp/trace_cp.json" \
+    --inject "slow@rank=1,ms=400;$STAGE_LOADS_CP"
+# the trace's rows: "rank w (dp d pp p cp c tp t)" for every world rank, the coordinates of the mesh's documented
+# order computed here (world = ((d pp_size + p) cp_size + c) tp_size + t), not by the trainer
+labels=$(python3 - "$tmp/trace_cp.json" <<'EOF'
+import json, sys
+tp, cp, pp, n = 2, 2, 2, 8
+try:
+    ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("name") == "process_name"]
+except OSError as e:
+    print(f"no trace ({e.strerror})")
+    sys.exit(0)
+got = {e["pid"]: e["args"]["name"] for e in ev}
+bad = []
+for w in range(n):
+    t, c, p, d = w % tp, (w // tp) % cp, (w // (tp * cp)) % pp, w // (tp * cp * pp)
+    want = f"rank {w} (dp {d} pp {p} cp {c} tp {t})"
+    if got.get(w) != want:
+        bad.append(f"{got.get(w)!r} != {want!r}")
+print("; ".join(bad) if bad or len(got) != n else "")
+EOF
+)
+if [ -z "$labels" ]; then
+    ok "slow_cp2tp2pp2: the trace names each of the 8 ranks by its mesh coordinates, e.g. $(grep -o 'rank 6 ([^)]*)' "$tmp/trace_cp.json" | head -1)"
+else
+    bad "slow_cp2tp2pp2: the trace's rank labels: $labels (see $LOG/slow_cp2tp2pp2.log)"
+fi
 STRAGGLER_EVERY=3
 straggler healthy_np4 4 -
 

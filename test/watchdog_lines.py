@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # watchdog_lines.py: checks the watchdog lines of a run with a dead or hung rank (test/test_faults.sh)
-# against the process mesh computed here, independently of llm/comm/comm_mesh.h and llm/comm/watchdog.h:
-# world_rank = (dp_rank * pp + pp_rank) * tp + tp_rank (tp innermost, then pp, then dp; the mesh's
-# documented order), and the groups of a rank: dp (same pp, tp), tp (same dp, pp), pp (same dp, tp),
-# embed (the first and the last stage with the same dp and tp, pp > 1; else the rank alone), world.
+# against the process mesh computed here, independently of llm/comm/mesh.h and llm/comm/watchdog.h:
+# world_rank = ((dp_rank * pp + pp_rank) * cp + cp_rank) * tp + tp_rank (tp innermost, then cp, pp, dp; the
+# mesh's documented order), and the groups of a rank: dp (the gradient group: same pp and tp, every dp and
+# cp, ordered dp-major), tp (same dp, pp, cp), pp (same dp, cp, tp), cp (same dp, pp, tp), embed (the first
+# and the last stage with the same dp, cp and tp, pp > 1; else the rank alone), world.
 #
-#   python3 test/watchdog_lines.py LOG --np N --tp T --pp P --faulty R [--expect RANK:GROUP ...]
+#   python3 test/watchdog_lines.py LOG --np N --tp T --pp P [--cp C] --faulty R [--expect RANK:GROUP ...]
 #
 # For each line "watchdog: rank r: step S: ... in NAME [#SEQ] of the G group (world ranks a,b,...)
 # called|waited at FILE:LINE...: missing rank x (why), rank y (why); no report from rank R":
@@ -27,20 +28,22 @@ LINE = re.compile(r"(?:^| )watchdog: rank (\d+): step (\d+): .*? in (\S+) (?:#(\
 MISSING = re.compile(r"(?:: missing rank |, rank )(\d+) \(([^)]*)\)")
 
 
-def members(r, g, n, tp, pp):
-    dp = n // (tp * pp)
-    t, p, d = r % tp, (r // tp) % pp, r // (tp * pp)
-    at = lambda d, p, t: (d * pp + p) * tp + t  # noqa: E731
+def members(r, g, n, tp, pp, cp=1):
+    dp = n // (tp * pp * cp)
+    t, q, p, d = r % tp, (r // tp) % cp, (r // (tp * cp)) % pp, r // (tp * cp * pp)
+    at = lambda d, p, q, t: ((d * pp + p) * cp + q) * tp + t  # noqa: E731
     if g == "world":
         return list(range(n))
     if g == "dp":
-        return [at(x, p, t) for x in range(dp)]
+        return [at(x, p, y, t) for x in range(dp) for y in range(cp)]
     if g == "tp":
-        return [at(d, p, x) for x in range(tp)]
+        return [at(d, p, q, x) for x in range(tp)]
     if g == "pp":
-        return [at(d, x, t) for x in range(pp)]
+        return [at(d, x, q, t) for x in range(pp)]
+    if g == "cp":
+        return [at(d, p, y, t) for y in range(cp)]
     if g == "embed":
-        return [at(d, 0, t), at(d, pp - 1, t)] if pp > 1 and p in (0, pp - 1) else [r]
+        return [at(d, 0, q, t), at(d, pp - 1, q, t)] if pp > 1 and p in (0, pp - 1) else [r]
     return None
 
 
@@ -50,6 +53,7 @@ def main():
     ap.add_argument("--np", type=int, required=True)
     ap.add_argument("--tp", type=int, required=True)
     ap.add_argument("--pp", type=int, required=True)
+    ap.add_argument("--cp", type=int, default=1)
     ap.add_argument("--faulty", type=int, required=True)
     ap.add_argument("--expect", action="append", default=[])
     a = ap.parse_args()
@@ -66,7 +70,7 @@ def main():
             r = int(m.group(1))
             lines[r] = (m.group(3), m.group(4), m.group(5), [int(x) for x in m.group(6).split(",")], m.group(7))
     for r, (name, seq, g, listed, tail) in sorted(lines.items()):
-        want = members(r, g, a.np, a.tp, a.pp)
+        want = members(r, g, a.np, a.tp, a.pp, a.cp)
         if listed != want:
             problems.append("rank %d: %s group listed as world ranks %s, expected %s" % (r, g, listed, want))
         silent = re.search(r"; no report from rank ([\d,]+)", tail)
