@@ -3,11 +3,12 @@
 // computation waits for communication: the API of llm/comm/, and the one header its users include.
 // The layers under it, each a header that includes what it uses (bottom up):
 //     llm/comm/comm_transport.h  which transport (MPI, NCCL, none), its headers, the checks of its calls
-//     llm/comm/comm_types.h      the types: groups, kinds, CommSite, Comm, CommHandle, the watchdog's state
+//     llm/comm/comm_types.h      the types: kinds, CommSite, Comm (with its Mesh), CommHandle, the watchdog's state
 //     llm/comm/watchdog.h        the communication watchdog (--comm-timeout): what both transports share;
 //                                llm/comm/watchdog_mpi.h (MPI, the side channel), llm/comm/watchdog_nccl.h
 //                                (NCCL's watchdog thread, over MPI's side channel)
-//     llm/comm/comm_mesh.h       the dp x pp x tp mesh: its groups, comm_init, one GPU per process, comm_free
+//     llm/comm/mesh.h            the mesh of named axes dp x pp x cp x tp: sizes, coordinates, groups, the rank order
+//     llm/comm/comm_mesh.h       the processes and the mesh's communicators: comm_init, one GPU per process, comm_free
 //     llm/comm/comm_ledger.h     the per-rank ledger of what every collective moved (the ring model)
 //     llm/comm/comm_mpi16.h      the CPU build's MPI path: 16-bit reductions (user ops), finishing a request
 //     llm/comm/comm_engine.h     comm_run: the one function under every collective and P2P, in every build

@@ -190,9 +190,9 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     msg[0] = '\0';
     if (dp->zero.shard_params || dp->size == 1) return 0;
     const ParamLayout* lay = &dp->lay;
-    int U = lay->num_units, block = 4 * U + 1, R = dp->size;  // per rank: 4 16-bit pieces per unit, its world rank
+    int U = lay->num_units, block = 4 * U + 1, N = dp->size;  // per rank: 4 16-bit pieces per unit, its world rank
     float* mine = (float*)mallocCheck((size_t)block * sizeof(float));
-    float* all = (float*)mallocCheck((size_t)block * R * sizeof(float));
+    float* all = (float*)mallocCheck((size_t)block * N * sizeof(float));
     device_synchronize();  // (the parameters' last update)
     for (int u = 0; u < U; u++) {
         uint64_t hsh = 0;
@@ -206,35 +206,35 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
         for (int k = 0; k < 4; k++) mine[4 * u + k] = (float)((hsh >> (16 * k)) & 0xffff);  // exact in FP32
     }
     mine[4 * U] = (float)dp->comm->world_rank;
-    float* d = (float*)device_malloc((size_t)block * (R + 1) * sizeof(float), MEM_COMM);
+    float* d = (float*)device_malloc((size_t)block * (N + 1) * sizeof(float), MEM_COMM);
     copy_to_device(d, mine, (size_t)block * sizeof(float));
     comm_all_gather(dp->comm, GROUP_DP, d, d + block, (size_t)block, llm_ctx.stream);
     device_synchronize();
-    copy_to_host(all, d + block, (size_t)block * R * sizeof(float));
+    copy_to_host(all, d + block, (size_t)block * N * sizeof(float));
     device_free(d);
     int bad_units = 0;
     for (int u = 0; u < U; u++) {
         // each rank's hash as 4 floats; the majority value (a rank whose hash most ranks share)
         int best = 0, best_votes = 0;
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < N; r++) {
             int votes = 0;
-            for (int q = 0; q < R; q++) votes += !memcmp(all + r * block + 4 * u, all + q * block + 4 * u, 4 * sizeof(float));
+            for (int q = 0; q < N; q++) votes += !memcmp(all + r * block + 4 * u, all + q * block + 4 * u, 4 * sizeof(float));
             if (votes > best_votes) { best = r; best_votes = votes; }
         }
-        if (best_votes == R) continue;
+        if (best_votes == N) continue;
         if (bad_units++ > 0) continue;
         char name[64], ranks[256] = "";
         health_unit_name(lay, u, name, sizeof(name));
         int named = 0;
-        for (int r = 0; r < R; r++) {
+        for (int r = 0; r < N; r++) {
             int differs = memcmp(all + r * block + 4 * u, all + best * block + 4 * u, 4 * sizeof(float)) != 0;
-            if (differs || 2 * best_votes <= R) {  // no strict majority: every rank is named
+            if (differs || 2 * best_votes <= N) {  // no strict majority: every rank is named
                 size_t l = strlen(ranks);
                 snprintf(ranks + l, sizeof(ranks) - l, "%s%d", named++ ? ", " : "", (int)all[r * block + 4 * U]);
             }
         }
         snprintf(msg, cap, "sdc: parameters differ: %s: rank%s %s %s", name, named > 1 ? "s" : "", ranks,
-                 2 * best_votes <= R ? "disagree (no majority among the replicas)" : "differ from the other replicas");
+                 2 * best_votes <= N ? "disagree (no majority among the replicas)" : "differ from the other replicas");
     }
     free(mine);
     free(all);

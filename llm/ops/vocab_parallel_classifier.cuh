@@ -1,11 +1,11 @@
 // vocab_parallel_classifier.cuh: the cross-entropy of logits split by vocabulary over the tp ranks
 // (Megatron-LM, Shoeybi et al. 2019, sec. 3: the LM head's output is never gathered). Tp rank r holds
-// the logits of columns [v0, v0 + Vl) (v0 = r Vl, Vl = Vp / T) of every row; columns >= V are padding
+// the logits of columns [v0, v0 + Vl) (v0 = r Vl, Vl = Vp / tp_size) of every row; columns >= V are padding
 // and count for nothing.
 //   stats   per row, over this rank's valid columns: m_r = max x, s_r = sum exp(x - m_r) (the online-
 //           softmax state, (-inf, 0) when the rank has no valid column), t_r = x[target] if the
 //           target is in this rank's range, else 0
-//   (the caller all-gathers the (m, s, t) triples of the T ranks: 3 floats per row and rank)
+//   (the caller all-gathers the (m, s, t) triples of the tp_size ranks: 3 floats per row and rank)
 //   finish  per row, the same on every rank: M = max_r m_r, S = sum_r s_r exp(m_r - M),
 //           lse = M + log S, loss = lse - sum_r t_r (one term is the target logit, the others 0);
 //           dlogits = dloss (exp(x - lse) - [column == target]) over this rank's valid columns,
@@ -43,16 +43,16 @@ static void vp_classifier_stats_cpu(float* stats,         // (BT, 3) out: m, s, 
     }
 }
 
-// the row's logsumexp and target logit from the T ranks' states (all, (T, BT, 3)), merged in rank order
-LLM_HD static inline void vp_merge_row(const float* all, int T, int BT, int i, float* lse, float* target) {
+// the row's logsumexp and target logit from the tp_size ranks' states (all, (tp_size, BT, 3)), merged in rank order
+LLM_HD static inline void vp_merge_row(const float* all, int tp_size, int BT, int i, float* lse, float* target) {
     float M = -INFINITY, t = 0.0f;
-    for (int r = 0; r < T; r++) {
+    for (int r = 0; r < tp_size; r++) {
         const float* st = all + ((size_t)r * BT + i) * 3;
         if (st[1] > 0.0f && st[0] > M) M = st[0];
         t += st[2];
     }
     float S = 0.0f;
-    for (int r = 0; r < T; r++) {
+    for (int r = 0; r < tp_size; r++) {
         const float* st = all + ((size_t)r * BT + i) * 3;
         if (st[1] > 0.0f) S += st[1] * expf(st[0] - M);
     }
@@ -62,14 +62,14 @@ LLM_HD static inline void vp_merge_row(const float* all, int T, int BT, int i, f
 
 static void vp_classifier_finish_cpu(float* logits,       // (BT, Vl) in: logits; out: dlogits if write_dlogits
                                      float* losses,       // (BT) out
-                                     const float* all,    // (T, BT, 3) every rank's stats
-                                     int T, float dloss, const int* targets, int v0, int Vl, int V, int BT,
+                                     const float* all,    // (tp_size, BT, 3) every rank's stats
+                                     int tp_size, float dloss, const int* targets, int v0, int Vl, int V, int BT,
                                      int write_dlogits) {
     int n = vp_valid_columns(v0, Vl, V);
     #pragma omp parallel for
     for (int i = 0; i < BT; i++) {
         float lse, xt;
-        vp_merge_row(all, T, BT, i, &lse, &xt);
+        vp_merge_row(all, tp_size, BT, i, &lse, &xt);
         losses[i] = lse - xt;
         if (!write_dlogits) continue;
         float* x = logits + (size_t)i * Vl;
@@ -107,18 +107,18 @@ vp_classifier_stats_kernel(float* stats,           // (BT, 3)
     }
 }
 
-// One block per row: every thread merges the T ranks' states (the same order everywhere), thread 0
-// writes the loss, then the block writes dlogits over the row in 16-byte chunks. Reads T * 12 bytes
+// One block per row: every thread merges the tp_size ranks' states (the same order everywhere), thread 0
+// writes the loss, then the block writes dlogits over the row in 16-byte chunks. Reads tp_size * 12 bytes
 // per row and, with write_dlogits, reads and writes sizeof(floatX) per logit.
 __global__ void __launch_bounds__(1024)
 vp_classifier_finish_kernel(floatX* logits,        // (BT, Vl)
                             float* losses,         // (BT)
-                            const float* all,      // (T, BT, 3)
-                            int T, float dloss, const int* targets, int v0, int Vl, int n, int BT,
+                            const float* all,      // (tp_size, BT, 3)
+                            int tp_size, float dloss, const int* targets, int v0, int Vl, int n, int BT,
                             int write_dlogits) {
     const int S = x128::size;
     float lse, xt;
-    vp_merge_row(all, T, BT, blockIdx.x, &lse, &xt);
+    vp_merge_row(all, tp_size, BT, blockIdx.x, &lse, &xt);
     if (threadIdx.x == 0) losses[blockIdx.x] = lse - xt;
     if (!write_dlogits) return;
     floatX* x = logits + (size_t)blockIdx.x * Vl;
@@ -166,20 +166,20 @@ static void vp_classifier_stats(float* stats, const floatX* logits, const int* t
 #endif
 }
 
-// losses (BT) and, with write_dlogits, dlogits in place of logits (BT, Vl), from all (T, BT, 3)
-static void vp_classifier_finish(floatX* logits, float* losses, const float* all, int T, float dloss, const int* targets,
+// losses (BT) and, with write_dlogits, dlogits in place of logits (BT, Vl), from all (tp_size, BT, 3)
+static void vp_classifier_finish(floatX* logits, float* losses, const float* all, int tp_size, float dloss, const int* targets,
                                  int v0, int Vl, int V, int BT, int write_dlogits, cudaStream_t stream) {
 #if LLM_BUILD_CPU
     (void)stream;
     float* l = f32_in((const floatX*)logits, (size_t)BT * Vl);
-    vp_classifier_finish_cpu(l, losses, all, T, dloss, targets, v0, Vl, V, BT, write_dlogits);
+    vp_classifier_finish_cpu(l, losses, all, tp_size, dloss, targets, v0, Vl, V, BT, write_dlogits);
     f32_store(logits, l, (size_t)BT * Vl);
 #else
     if (BT <= 0) return;
     vp_classifier_check("vp_classifier_finish", Vl, logits);
     int chunks = Vl / x128::size;
     int block = chunks >= 1024 ? 1024 : ((chunks + 31) / 32) * 32;
-    LAUNCH(vp_classifier_finish_kernel, dim3(BT), dim3(block), 0, stream, logits, losses, all, T, dloss, targets, v0,
+    LAUNCH(vp_classifier_finish_kernel, dim3(BT), dim3(block), 0, stream, logits, losses, all, tp_size, dloss, targets, v0,
            Vl, vp_valid_columns(v0, Vl, V), BT, write_dlogits);
 #endif
 }

@@ -117,7 +117,10 @@ static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm
     size_t len = 0;
 #define REPORT_PUT(...) do { int w_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
                              if (w_ > 0) len += (size_t)w_; } while (0)
-    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d,\"tp_rank\":%d,\"pp_rank\":%d", c->world_rank, c->mesh.dp.rank, c->mesh.tp.rank, c->mesh.pp.rank);
+    int chunks[2];  // the chunks of each sequence this rank holds (llm/sharded/cp_group.h; without cp: both of 2)
+    cp_chunks(&st->cp, st->cp.rank, chunks);
+    REPORT_PUT("{\"rank\":%d,\"dp_rank\":%d,\"tp_rank\":%d,\"pp_rank\":%d,\"cp_rank\":%d,\"cp_chunks\":[%d,%d]", c->world_rank,
+               c->mesh.dp.rank, c->mesh.tp.rank, c->mesh.pp.rank, c->mesh.cp.rank, chunks[0], chunks[1]);
     // what this rank's pipeline stage holds (every rank alike without a pipeline)
     REPORT_PUT(",\"shard_parameters\":%zu,\"packed_parameters\":%zu,\"paper_model_states_bytes\":%.0f", dp->lay.shard_parameters,
                dp->lay.packed_size, dp_paper_bytes(dp->zero, dp->size, (double)dp->lay.shard_parameters));

@@ -1,15 +1,15 @@
 // test/kernels/vocab_parallel.h: the vocabulary-parallel pieces of tensor parallelism
 // (llm/sharded/tensor_parallel.h), each rank's kernels run here one rank after another on its slice, with the
 // all-gather done on the host:
-// - vp_classifier_stats + vp_classifier_finish over T ranks' slices of the logits against the one-rank
+// - vp_classifier_stats + vp_classifier_finish over tp ranks' slices of the logits against the one-rank
 //   classifier fused_classifier_cpu on the whole rows (the independent reference: one pass over the
 //   whole row, a different formula for the sum), and the CPU reference of the split the same way.
 //   Losses and dlogits must agree within the one-rank kernel's tolerances against the same reference
-//   (test/kernels/fused_classifier.h, where their sizes are derived): the split only adds T merges of
+//   (test/kernels/fused_classifier.h, where their sizes are derived): the split only adds tp merges of
 //   (max, sum) states, a few roundings each. A lost target logit, a rank's sum counted twice or
 //   rescaled to the wrong max, padding counted, or the target's -1 on the wrong rank is off by ~1e-1
 //   or more.
-// - encoder_forward_range / encoder_backward_range over T vocabulary ranges (wpe on rank 0 only): the
+// - encoder_forward_range / encoder_backward_range over tp vocabulary ranges (wpe on rank 0 only): the
 //   sum of the ranks' outputs is the whole embedding's output bit for bit (one non-zero wte term plus
 //   wpe, one rounding, as in one process), the ranks' dwte slices put together are the whole dwte bit
 //   for bit (each token's positions are summed by one rank in the same order), and dwpe is the same
@@ -20,8 +20,8 @@
 #include "../../llm/ops/vocab_parallel_classifier.cuh"
 #include "../../llm/ops/encoder.cuh"
 
-static void vp_classifier_case(int BT, int V, int T, int write_dlogits) {
-    int Vp = ((V + 127) / 128) * 128, Vl = Vp / T;
+static void vp_classifier_case(int BT, int V, int tp_size, int write_dlogits) {
+    int Vp = ((V + 127) / 128) * 128, Vl = Vp / tp_size;
     float dloss = 1.0f / (float)(BT * 3);
     std::vector<float> logits = kc_randn((size_t)BT * Vp, 2.0f);
     for (int i = 0; i < BT; i++)
@@ -35,10 +35,10 @@ static void vp_classifier_case(int BT, int V, int T, int write_dlogits) {
     fused_classifier_cpu(want_logits.data(), want_losses.data(), dloss, targets.data(), BT, V, Vp, write_dlogits);
 
     // each rank's slice of the logits, its stats by the kernel and by the CPU reference
-    std::vector<std::vector<float>> slice(T);
-    std::vector<float> all_k((size_t)T * BT * 3), all_r((size_t)T * BT * 3);
+    std::vector<std::vector<float>> slice(tp_size);
+    std::vector<float> all_k((size_t)tp_size * BT * 3), all_r((size_t)tp_size * BT * 3);
     int* d_targets = kc_upload_raw(targets);
-    for (int r = 0; r < T; r++) {
+    for (int r = 0; r < tp_size; r++) {
         slice[r].resize((size_t)BT * Vl);
         for (int i = 0; i < BT; i++)
             for (int j = 0; j < Vl; j++) slice[r][(size_t)i * Vl + j] = (float)(floatX)logits[(size_t)i * Vp + r * Vl + j];
@@ -56,18 +56,18 @@ static void vp_classifier_case(int BT, int V, int T, int write_dlogits) {
     float* d_all = kc_upload_raw(all_k);
     std::vector<float> got_logits(logits.size()), ref_logits(logits.size());
     char what[200];
-    for (int r = 0; r < T; r++) {
+    for (int r = 0; r < tp_size; r++) {
         floatX* d_slice = kc_upload(slice[r]);
         float* d_losses = kc_alloc_poisoned<float>(BT);
-        vp_classifier_finish(d_slice, d_losses, d_all, T, dloss, d_targets, r * Vl, Vl, V, BT, write_dlogits, 0);
+        vp_classifier_finish(d_slice, d_losses, d_all, tp_size, dloss, d_targets, r * Vl, Vl, V, BT, write_dlogits, 0);
         cudaCheck(cudaDeviceSynchronize());
         std::vector<float> got_losses = kc_download_f32(d_losses, BT), got = kc_download(d_slice, (size_t)BT * Vl);
         std::vector<float> ref = slice[r], ref_losses(BT);
-        vp_classifier_finish_cpu(ref.data(), ref_losses.data(), all_r.data(), T, dloss, targets.data(), r * Vl, Vl, V,
+        vp_classifier_finish_cpu(ref.data(), ref_losses.data(), all_r.data(), tp_size, dloss, targets.data(), r * Vl, Vl, V,
                                  BT, write_dlogits);
-        snprintf(what, sizeof(what), "vp_classifier losses BT=%d V=%d T=%d rank %d vs one-rank fused_classifier_cpu", BT, V, T, r);
+        snprintf(what, sizeof(what), "vp_classifier losses BT=%d V=%d tp=%d rank %d vs one-rank fused_classifier_cpu", BT, V, tp_size, r);
         kc_compare(what, got_losses, want_losses, 1e-5f, 1e-5f, 1e-5f, 1e-5f);
-        snprintf(what, sizeof(what), "vp_classifier_cpu losses BT=%d V=%d T=%d rank %d vs one-rank fused_classifier_cpu", BT, V, T, r);
+        snprintf(what, sizeof(what), "vp_classifier_cpu losses BT=%d V=%d tp=%d rank %d vs one-rank fused_classifier_cpu", BT, V, tp_size, r);
         kc_compare(what, ref_losses, want_losses, 1e-5f, 1e-5f, 1e-5f, 1e-5f);
         for (int i = 0; i < BT; i++)
             for (int j = 0; j < Vl; j++) {
@@ -78,22 +78,22 @@ static void vp_classifier_case(int BT, int V, int T, int write_dlogits) {
         device_free(d_losses);
     }
     if (write_dlogits) {
-        snprintf(what, sizeof(what), "vp_classifier dlogits BT=%d V=%d T=%d vs one-rank fused_classifier_cpu", BT, V, T);
+        snprintf(what, sizeof(what), "vp_classifier dlogits BT=%d V=%d tp=%d vs one-rank fused_classifier_cpu", BT, V, tp_size);
         kc_compare(what, got_logits, want_logits, 1e-8f, 3e-5f, 1e-6f, 4e-3f);
-        snprintf(what, sizeof(what), "vp_classifier_cpu dlogits BT=%d V=%d T=%d vs one-rank fused_classifier_cpu", BT, V, T);
+        snprintf(what, sizeof(what), "vp_classifier_cpu dlogits BT=%d V=%d tp=%d vs one-rank fused_classifier_cpu", BT, V, tp_size);
         kc_compare(what, ref_logits, want_logits, 1e-8f, 3e-5f, 1e-6f, 4e-3f);
     } else {
         std::vector<float> orig(logits.size());
         for (size_t q = 0; q < logits.size(); q++) orig[q] = (float)(floatX)logits[q];
-        snprintf(what, sizeof(what), "vp_classifier leaves logits BT=%d V=%d T=%d", BT, V, T);
+        snprintf(what, sizeof(what), "vp_classifier leaves logits BT=%d V=%d tp=%d", BT, V, tp_size);
         kc_compare(what, got_logits, orig, 0.0f, 0.0f, 0.0f, 0.0f);
     }
     device_free(d_all);
     device_free(d_targets);
 }
 
-static void vp_encoder_case(int B, int T, int C, int Vp, int R) {
-    int maxT = T + 3, BT = B * T, Vl = Vp / R;
+static void vp_encoder_case(int B, int T, int C, int Vp, int tp_size) {
+    int maxT = T + 3, BT = B * T, Vl = Vp / tp_size;
     std::vector<float> wte = kc_randn((size_t)Vp * C, 1.0f), wpe = kc_randn((size_t)maxT * C, 1.0f);
     std::vector<float> dout = kc_randn((size_t)BT * C, 1.0f), dwte0 = kc_randn((size_t)Vp * C, 1.0f);
     std::vector<float> dwpe0 = kc_randn((size_t)maxT * C, 1.0f);
@@ -109,7 +109,7 @@ static void vp_encoder_case(int B, int T, int C, int Vp, int R) {
     std::vector<float> want_dwpe = kc_download(d_dwpe, (size_t)maxT * C);
     std::vector<float> sum((size_t)BT * C, 0.0f), dwte((size_t)Vp * C);
     int dwpe_same = 1;
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < tp_size; r++) {
         std::vector<float> wte_r(wte.begin() + (size_t)r * Vl * C, wte.begin() + (size_t)(r + 1) * Vl * C);
         std::vector<float> dwte_r(dwte0.begin() + (size_t)r * Vl * C, dwte0.begin() + (size_t)(r + 1) * Vl * C);
         floatX *dw = kc_upload(wte_r), *ddw = kc_upload(dwte_r), *ddp = kc_upload(dwpe0);
@@ -123,11 +123,11 @@ static void vp_encoder_case(int B, int T, int C, int Vp, int R) {
         device_free(dw); device_free(ddw); device_free(ddp);
     }
     char what[160];
-    snprintf(what, sizeof(what), "encoder_forward_range over %d vocabulary ranges, summed, B=%d T=%d C=%d Vp=%d", R, B, T, C, Vp);
+    snprintf(what, sizeof(what), "encoder_forward_range over %d vocabulary ranges, summed, B=%d T=%d C=%d Vp=%d", tp_size, B, T, C, Vp);
     kc_compare(what, sum, want, 0.0f, 0.0f, 0.0f, 0.0f);
-    snprintf(what, sizeof(what), "encoder_backward_range dwte over %d vocabulary ranges B=%d T=%d C=%d Vp=%d", R, B, T, C, Vp);
+    snprintf(what, sizeof(what), "encoder_backward_range dwte over %d vocabulary ranges B=%d T=%d C=%d Vp=%d", tp_size, B, T, C, Vp);
     kc_compare(what, dwte, want_dwte, 0.0f, 0.0f, 0.0f, 0.0f);
-    check(dwpe_same, "encoder_backward_range dwpe the same on each of %d ranks as one rank's, B=%d T=%d C=%d", R, B, T, C);
+    check(dwpe_same, "encoder_backward_range dwpe the same on each of %d ranks as one rank's, B=%d T=%d C=%d", tp_size, B, T, C);
     device_free(d_inp); device_free(d_wte); device_free(d_wpe); device_free(d_dout); device_free(d_out);
     device_free(d_dwte); device_free(d_dwpe); device_free(scratch);
 }
@@ -135,9 +135,9 @@ static void vp_encoder_case(int B, int T, int C, int Vp, int R) {
 static void test_vocab_parallel(void) {
     const int BTs[] = {1, 5};
     const int Vs[] = {7, 100, 1000};
-    for (int T : {2, 4})
+    for (int tp_size : {2, 4})
         for (int b : BTs)
-            for (int v : Vs) vp_classifier_case(b, v, T, 1);
+            for (int v : Vs) vp_classifier_case(b, v, tp_size, 1);
     vp_classifier_case(3, 1000, 4, 0);
     vp_classifier_case(2, 9001, 2, 1);  // more chunks than threads on a rank: the block-strided loops
     vp_encoder_case(2, 33, 40, 128, 2);
