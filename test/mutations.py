@@ -1151,7 +1151,7 @@ MUTATIONS = [
       "health"),
     M("h-sdc-rank-off-by-one", "health", "llm/faults/health.h",
       "    mine[4 * U] = (float)dp->comm->world_rank;",
-      "    mine[4 * U] = (float)dp->comm->dp_rank;",
+      "    mine[4 * U] = (float)dp->comm->mesh.dp.rank;",
       "the SDC message names the dp rank in place of the world rank",
       "health"),
     M("k-fp16-sr-biased", "kernels", "llm/ops/adamw.cuh",

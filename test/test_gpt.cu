@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     float* params0 = (float*)mallocCheck(n * sizeof(float));  // what the model starts from (BF16: rounded)
     dp_export(&dp, params0, NULL, NULL);
     Stage st;
-    stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
+    stage_init(&st, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
 
     // forward: logits (the unpadded V columns) and loss
     stage_forward(&st, 0, x, NULL, y, 0.0f);
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
     const int ACT_SLACK = 13 * 63;
     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
         Stage sr;
-        stage_init(&sr, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, (Recompute)r, 1);
+        stage_init(&sr, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), B, T, (Recompute)r, 1);
         double formula = activation_formula_bytes(cfg, B, T, (Recompute)r, 1, 0, 0), measured = (double)sr.layer_act_bytes;
         check(formula <= measured && measured <= formula + ACT_SLACK, "--recompute %s: a layer keeps %.0f B per micro-batch "
               "(allocated), formula %.0f B (Korthikanti et al. 2022 adapted; + <= %d B of alignment)",
@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
             // at T1 = maxT (the check prints both).
             int T1 = cfg.max_seq_len;
             Stage s1, sh;
-            stage_init(&s1, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T1, RECOMPUTE_NONE, 1);
-            stage_init(&sh, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T1 / 2, RECOMPUTE_NONE, 1);
+            stage_init(&s1, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), B, T1, RECOMPUTE_NONE, 1);
+            stage_init(&sh, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), B, T1 / 2, RECOMPUTE_NONE, 1);
             double full = (double)s1.layer_act_bytes, half = (double)sh.layer_act_bytes;
             double quad = (double)cfg.num_heads * B * T1 * T1 * sizeof(floatX) / 2;
             check(T1 % 2 == 0 && fabs(full - 2 * half) <= 2 * ACT_SLACK && quad > 2 * ACT_SLACK,
@@ -248,8 +248,8 @@ int main(int argc, char** argv) {
     {
         StageRange ra = {0, 1, 1, 0}, rb = {1, cfg.num_layers, 0, 1};
         Stage sa, sb;
-        stage_init(&sa, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), ra, B, T, RECOMPUTE_NONE, 1);
-        stage_init(&sb, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), rb, B, T, RECOMPUTE_NONE, 1);
+        stage_init(&sa, &dp.lay, &dp.hooks, tp_group(&comm, 0), ra, B, T, RECOMPUTE_NONE, 1);
+        stage_init(&sb, &dp.lay, &dp.hooks, tp_group(&comm, 0), rb, B, T, RECOMPUTE_NONE, 1);
         dp_step_begin(&dp);
         dp_micro_begin(&dp, 0, 1);
         stage_forward(&sa, 0, x, NULL, NULL, 0.0f);
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
             x2[i] = x[i]; y2[i] = y[i];
             x2[B * T + i] = x[(i + 1) % (B * T)]; y2[B * T + i] = y[(i + 1) % (B * T)];
         }
-        split_backward_checks(split_verdict, "split backward", &dp, tp_group(dp.comm, 0), x2, y2, B, T);
+        split_backward_checks(split_verdict, "split backward", &dp, tp_group(&comm, 0), x2, y2, B, T);
         free(x2);
         free(y2);
     }

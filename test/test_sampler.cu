@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
 
     // 1. the cache's logits at each position vs one full forward of the sequence
     Stage st;
-    stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+    stage_init(&st, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
     Sampler sp;
     sampler_init(&sp, &st, 1);
     stage_forward(&st, 0, tokens, NULL, NULL, 0.0f);
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
           "generating %d tokens after a prompt of %d ran %lld single-position forwards (p + n - 1 = %d)", n_new, p,
           sp.positions - before, p + n_new - 1);
     Stage st2;
-    stage_init(&st2, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, len, RECOMPUTE_NONE, 1);
+    stage_init(&st2, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), 1, len, RECOMPUTE_NONE, 1);
     stage_forward(&st2, 0, gen, NULL, NULL, 0.0f);
     float* full2 = (float*)mallocCheck((size_t)len * Vp * sizeof(float));
     copy_to_host_float(full2, st2.slots[0].logits, (size_t)len * Vp);
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     //    Every build checks that the sampler's linears are the FP8 stage's (recipe state, slot, precision).
     {
         Stage st8;
-        stage_init(&st8, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
+        stage_init(&st8, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
         Fp8State fp8;
         Fp8Config fc = {FP8_RECIPE_MX, 0, 1, FP8_AMAX_REDUCE_MAX, 0};
         fp8_init(&fp8, fc, dp.comm, cfg.num_layers, stage_fp8_max_operand(&st8));
