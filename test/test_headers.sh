@@ -47,6 +47,9 @@ declare -A TRANSPORT_ONLY=(
     [llm/comm/watchdog_mpi.h]="cpu emu"
     [llm/comm/watchdog_nccl.h]="emu"
     [llm/comm/comm_mpi16.h]="cpu"
+    [llm/comm/comm_engine_nccl.h]="emu"
+    [llm/comm/comm_engine_mpi.h]="cpu"
+    [llm/comm/comm_engine_none.h]="nompi"
 )
 
 # HEADERS="llm/comm/*.h" checks only those (while working on them); the graph is always the whole of llm/

@@ -11,7 +11,9 @@
 //     llm/comm/comm_mesh.h       the processes and the mesh's communicators: comm_init, one GPU per process, comm_free
 //     llm/comm/comm_ledger.h     the per-rank ledger of what every collective moved (the ring model)
 //     llm/comm/comm_mpi16.h      the CPU build's MPI path: 16-bit reductions (user ops), finishing a request
-//     llm/comm/comm_engine.h     comm_run: the one function under every collective and P2P, in every build
+//     llm/comm/comm_engine.h     comm_run: the one function under every collective and P2P, in every build:
+//                                the part every transport shares; one file per transport's part:
+//                                llm/comm/comm_engine_nccl.h, llm/comm/comm_engine_mpi.h, llm/comm/comm_engine_none.h
 //     llm/comm/comm_p2p.h        point to point within a group: send, recv, sendrecv, batches of them
 //
 // The call site. Every function of the API takes, last, the caller's file:line (`CommSite at =

@@ -2,7 +2,7 @@
 // ops (each partial result rounded to the buffer's type, as NCCL reduces bf16 and fp16), the MPI type
 // and count that carry a buffer, and the work MPI leaves to the host when a request completes
 // (comm_finish_host: the average's 1/N, the in-place reduce_scatter's move). The CPU build's alone
-// (MPI without NCCL): the engine (llm/comm/comm_engine.h) includes it there.
+// (MPI without NCCL): the engine's MPI transport (llm/comm/comm_engine_mpi.h) includes it there.
 #pragma once
 
 #include "comm_types.h"

@@ -1,8 +1,9 @@
 // comm_p2p.h: point to point within a group (pipeline stages): a blocking send and receive, an
 // exchange (sendrecv), and batches of sends and receives posted together (comm_p2p_batch), whose
 // sends may start early (comm_p2p_post_send). Over the collectives' engine (llm/comm/comm_engine.h:
-// comm_run, the stream ordering, the ledger, the watchdog); each call takes its caller's site as its
-// last argument (CommSite, llm/comm/comm_types.h), which the caller leaves out.
+// comm_run, the ledger, the watchdog; NCCL's stream ordering from llm/comm/comm_engine_nccl.h through
+// it); each call takes its caller's site as its last argument (CommSite, llm/comm/comm_types.h), which
+// the caller leaves out.
 #pragma once
 
 #include "comm_engine.h"

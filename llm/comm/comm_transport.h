@@ -13,8 +13,9 @@
 //                     collectives are local copies, mpi.h is not needed. Asking for more than one
 //                     process (a layout, or a launch by mpirun) is refused with one line.
 // COMM_MPI and COMM_NCCL say which; the files of one transport (llm/comm/watchdog_mpi.h,
-// llm/comm/watchdog_nccl.h, llm/comm/comm_mpi16.h) are chosen by which one is included, and stop with
-// an #error in a build without their transport.
+// llm/comm/watchdog_nccl.h, llm/comm/comm_mpi16.h, and the engine's llm/comm/comm_engine_nccl.h,
+// comm_engine_mpi.h, comm_engine_none.h) are chosen by which one is included, and stop with an #error
+// in a build without their transport.
 //
 // Errors. Every MPI call goes through mpiCheck and every NCCL call through ncclCheck; a failure
 // prints one line naming the call's file:line and ends the whole job (comm_abort_all: MPI_Abort).

@@ -1,7 +1,8 @@
 // comm_types.h: the types of llm/comm/ (the mesh and its groups are llm/comm/mesh.h): the kinds of collective
 // (CommKind), the reductions and element types (CommReduce, CommDtype), a call's site (CommSite), a
-// rank's state (Comm, with its ledger and the watchdog's state) and what a non-blocking collective
-// returns (CommHandle); the element type of a buffer (comm_dtype_of) and the transport's name for logs.
+// rank's state (Comm, with its ledger and the watchdog's state), one call of the engine (CommCall) and
+// what a non-blocking collective returns (CommHandle); the element type of a buffer (comm_dtype_of) and
+// the transport's name for logs.
 #pragma once
 
 #include "comm_transport.h"
@@ -108,6 +109,26 @@ typedef struct {
     int next_event;
 #endif
 } Comm;
+
+// One call of the engine (llm/comm/comm_engine.h): what the API function asked for, as comm_run hands it
+// to the part every transport shares and then to its transport's file (llm/comm/comm_engine_nccl.h,
+// comm_engine_mpi.h, comm_engine_none.h).
+typedef struct {
+    CommKind kind;
+    CommGroup g;
+    const void* send;     // NULL for recv; the same as recv for broadcast
+    void* recv;           // NULL for send
+    size_t n;             // elements of all_reduce / broadcast / send / recv; the block (per-rank) count
+                          // of reduce_scatter, all_gather and all_to_all
+    CommDtype dt;
+    CommReduce op;        // all_reduce and reduce_scatter
+    int peer;             // the root of broadcast, the destination of send, the source of recv
+    cudaStream_t stream;  // the compute stream the call is ordered after (NCCL)
+    int nonblocking;      // 1: the _start forms (the handle is waited later); 0: done on return
+    CommSite at;          // the API call's site (the watchdog's line)
+    int in_place;         // set by the engine's checks: the in-place layout of all_reduce,
+                          // reduce_scatter or all_gather (llm/comm/comm.h)
+} CommCall;
 
 // What a non-blocking collective returns; pass it to comm_wait exactly once (more is harmless).
 typedef struct {
