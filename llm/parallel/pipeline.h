@@ -1,11 +1,11 @@
-// pipeline.h: pipeline parallelism: the layers split over the P ranks of the pp group, and one
+// pipeline.h: pipeline parallelism: the layers split over the pp_size ranks of the mesh's pp axis, and one
 // executor that runs a rank's list of the schedule (llm/parallel/schedule.h: GPipe, 1F1B, interleaved 1F1B,
 // ZB-H1) on the micro-batches of an optimizer step (Huang et al. 2019, "GPipe"; Narayanan et al.
 // 2019 "PipeDream" and 2021 "Efficient Large-Scale Language Model Training on GPU Clusters" sec. 2.2;
 // Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
 //
-// The split. The schedule's S = P V virtual stages (V chunks per rank: virtual stage s runs on rank
-// s % P as its chunk s / P) take the L layers in order, as evenly as possible: each gets L / S, and the
+// The split. The schedule's S = pp_size x vpp virtual stages (vpp chunks per rank: virtual stage s runs on
+// pp rank s % pp_size as its chunk s / pp_size; the schedules' P and V) take the L layers in order, as evenly as possible: each gets L / S, and the
 // first L % S one more. The embedding (a lookup, no matmul) and the head (the final LayerNorm, the LM
 // head's matmul and the loss) are not counted as layers: the embedding goes with virtual stage 0, the
 // head with S - 1, and since the extra layers go to the first stages, the last stage, which has the
