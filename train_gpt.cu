@@ -100,8 +100,7 @@ typedef struct {
     DataLoader train_loader, val_loader;
     Tokenizer tok;
     int have_tok, eot;
-    double peak_tflops;        // the MFU's denominator (llm/train/mfu.h), measured on a GEMM of size peak_n
-    int peak_n;
+    MfuPeak peak;              // the MFU's denominator (llm/train/mfu.h): given, or measured on a GEMM
     DataParallel dp;           // what this rank holds of the parameters, gradients and optimizer state
     Pipeline pipe;             // its stages and the executor of the schedule
     Fp8State fp8;
@@ -120,6 +119,7 @@ typedef struct {
 // 1. the processes: the mesh and its layout, checked before any allocation; the watchdog; the context
 static void setup_processes(Trainer* tr, int* argc, char*** argv) {
     Args* a = &tr->args;
+    blas_choose_kernels(*argv);  // the best BLAS kernels this CPU has (llm/ops/blas_cpu.h): may re-execute once
     parse_args(a, *argc, *argv);
     args_check_default_data(a);  // the default data not made yet: one line saying how to make it
     comm_init(&tr->comm, argc, argv, a->dp, a->tp, a->pp, a->cp);
@@ -137,7 +137,6 @@ static void setup_model(Trainer* tr) {
     const Args* a = &tr->args;
     const Mesh* mesh = &tr->comm.mesh;
     GPTConfig* cfg = &tr->cfg;
-    tr->init_params = NULL;
     tr->from_descriptor = gpt_config_from_descriptor(a->model, cfg);
     if (!tr->from_descriptor) tr->init_params = checkpoint_load(a->model, cfg);
     if (a->T > cfg->max_seq_len) fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg->max_seq_len, a->T);
@@ -164,8 +163,7 @@ static void setup_data(Trainer* tr) {
                                                            strcmp(a->tokenizer, DEFAULT_TOKENIZER) ? "" : DEFAULT_DATA_HOW " makes it");
     tr->eot = tr->have_tok ? (int)tr->tok.eot_token : 50256;
     // --peak-tflops, or a GEMM measured now on every rank at once
-    tr->peak_n = 0;
-    tr->peak_tflops = a->peak_tflops > 0.0f ? (double)a->peak_tflops : measure_peak_tflops(&tr->peak_n);
+    tr->peak.tflops = a->peak_tflops > 0.0f ? (double)a->peak_tflops : measure_peak_tflops(&tr->peak.n);
     tr->steps = a->steps;
     if (tr->steps < 0) tr->steps = (int)(dataloader_num_samples(&tr->train_loader) / (a->total_batch / a->T));
     if (tr->steps <= 0) tr->steps = 1;
@@ -191,7 +189,7 @@ static void setup_parts(Trainer* tr) {
     sampler_init(&tr->sampler, tr->pipe.chunks, tr->pipe.vpp);  // the chunks' stages, decoded over the pipeline's messages
     pipeline_sampler_link(&tr->pipe, &tr->sampler);
     if (tr->rank0) print_run_header(&tr->args, &tr->comm, &tr->cfg, &tr->dp, &tr->pipe, &tr->fp8, &tr->train_loader, tr->grad_accum,
-                                    tr->steps, tr->peak_tflops, tr->peak_n);
+                                    tr->steps, tr->peak.tflops, tr->peak.n);
 }
 
 // 5. the state of the run: the optimizer's, the loss scaler's, the health checks', the checkpoints'; the
@@ -210,8 +208,6 @@ static void setup_state(Trainer* tr) {
     tr->run = (RunState){&tr->dp, &tr->fp8, sc, &tr->sample_rng, &tr->health, &tr->train_loader, &tr->oc, {a->beta1, a->beta2, a->eps}};
     run_ckpt_init(&tr->ck, &tr->comm, &tr->dp, &tr->faults, a->output_dir, a->checkpoint_format, a->async_checkpoint,
                   a->keep_checkpoints, a->schedule, a->vpp);
-    tr->start_step = 0;
-    tr->resumed_from[0] = '\0';
     if (a->resume) {
         // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt/ckpt_resume.h)
         tr->start_step = run_resume(&tr->comm, a->resume, a->output_dir, &tr->run, tr->resumed_from, sizeof(tr->resumed_from));
@@ -312,7 +308,7 @@ static void train_loop(Trainer* tr, LoopStats* ls) {
             vloss = val_loss_said(&tr->pipe, &tr->val_loader, a->val_steps, step, rank0);
         }
         double tok_s = (float)(a->total_batch / (ms / 1e3));
-        double mfu = tr->peak_tflops > 0.0 ? mfu_fraction(model_flops_per_token(&tr->cfg, T), tok_s, tr->peak_tflops, comm->world_size) : NAN;
+        double mfu = mfu_of_step(&tr->peak, model_flops_per_token(&tr->cfg, T), tok_s, comm->world_size, &tr->logger, rank0, step);
         progress_step_line(progress, &tr->logger, rank0, step, steps, &r, vloss, ms, tok_s, mfu,
                     comm->mesh.dp.size > 1 || tr->dp.zero.shard_optim ? wait : NAN, tr->scaler.mode != LOSS_SCALE_NONE);
         if (!sig && a->sample_every > 0 && (step % a->sample_every == 0 || last)) {
@@ -373,13 +369,13 @@ static void finish(Trainer* tr, LoopStats* ls) {
 
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // each line as it is printed, also into a file or a pipe (tee, a job's log)
-    Trainer tr;  // (the parts point into it: it stays here for the whole run)
+    Trainer tr = {};  // (zeroed; the parts point into it: it stays here for the whole run)
     setup_processes(&tr, &argc, &argv);
     setup_model(&tr);
     setup_data(&tr);
     setup_parts(&tr);
     setup_state(&tr);
-    LoopStats ls;
+    LoopStats ls;  // (the loop's measurements, for the end)
     train_loop(&tr, &ls);
     finish(&tr, &ls);
     health_free(&tr.health);

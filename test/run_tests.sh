@@ -16,6 +16,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # the project's virtual environment first where scripts/deps.sh made one (Python packages from PyPI)
 [ -x .venv/bin/python3 ] && export PATH="$PWD/.venv/bin:$PATH"
 total_pass=0; total_fail=0; total_skip=0; failed_tests=()
+# every program on this CPU's best OpenBLAS kernels (llm/ops/blas_cpu.h: the trainers choose them themselves, the test
+# programs do not), unless the caller chose; blas_cpu and mfu run without it, to test the trainers' own choice
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x build/test_blas_cpu ]; then
+    OPENBLAS_CORETYPE=$(./build/test_blas_cpu --best-core) && export OPENBLAS_CORETYPE && echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (this CPU's best kernels)"
+fi
 
 run() {  # run NAME CMD...
     local name=$1; shift
@@ -78,6 +83,9 @@ run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
 run half_cpu ./build/test_half_cpu
+# the OpenBLAS kernels (llm/ops/blas_cpu.h): the choice for CPUs of many kinds and the library's names as inputs; this
+# machine's features against /proc/cpuinfo, and the kernels in use its best
+run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
 run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
 run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
@@ -128,7 +136,7 @@ run bad_input bash test/test_bad_input.sh
 run recipes bash test/test_recipes.sh
 # MFU on the step line and in log.jsonl (llm/train/mfu.h) against the PaLM formula: --peak-tflops on 1 and 2
 # processes, the measured peak, the emulated build
-run mfu bash test/test_mfu.sh
+run mfu env -u OPENBLAS_CORETYPE bash test/test_mfu.sh
 # dev/bench_pytorch.py (the same-GPU anchor): its configs and FLOP count against the paper's; a smoke run where torch imports
 run bench_pytorch bash test/test_bench_pytorch.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,

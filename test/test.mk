@@ -69,7 +69,11 @@ build/fsync_trace.so: test/fsync_trace.c
 	@mkdir -p build
 	$(CC) -O2 -shared -fPIC $< -o $@ -ldl
 
-TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+# the OpenBLAS kernels the CPU build runs on (llm/ops/blas_cpu.h): the choice, and this machine's
+build/test_blas_cpu: test/test_blas_cpu.cpp $(LLM_HEADERS) test/test_common.h
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
+TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_blas_cpu build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
                  build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so
 

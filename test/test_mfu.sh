@@ -7,6 +7,9 @@
 #     console's "MFU x%" is the same number in percent;
 #   - with --peak-tflops under mpirun -np 2 (dp 2): the peak is per process, the run has two;
 #   - without the flag: the header names a measured peak > 0 and its source, and the log's MFU divides by it;
+#     the source names OpenBLAS's kernels, this CPU's best for its /proc/cpuinfo flags (llm/ops/blas_cpu.h), with
+#     one "blas:" line when OpenBLAS's own choice was weaker and had to be forced;
+#   - two trainers at once on the machine's cores: no step line above 100%, no log record above 1;
 #   - the emulated CUDA build: without the flag no peak (the header says n/a, no MFU on the step lines or in
 #     the log); with it the same check as the CPU build's.
 # (--peak-tflops' bad values: test_bad_input.sh.) About 6 s.
@@ -89,6 +92,76 @@ check_log "--peak-tflops, dp 2" "$tmp/b/log.jsonl" "$tmp/b.out" 0.001 2
 # no flag: the peak measured at start-up (sgemm on the CPU)
 "$BIN" "${common[@]}" --output-dir "$tmp/c" > "$tmp/c.out" 2>&1 || { echo "FAIL the run failed:"; cat "$tmp/c.out"; fail=$((fail+1)); }
 check_log "measured peak, CPU" "$tmp/c/log.jsonl" "$tmp/c.out" header 1
+
+# the kernels the measured peak ran on (llm/ops/blas_cpu.h): the header names OpenBLAS and its kernels, which
+# are the best this CPU's /proc/cpuinfo flags allow, computed here from the flags (Cooperlake: the five AVX-512
+# sets and avx512_bf16; SkylakeX: the five; Haswell, or Zen on AMD: avx2 and fma; Sandybridge: avx); the one
+# "blas:" line appears when OpenBLAS's own choice (build/test_blas_cpu --library-choice) was weaker, and only then
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x build/test_blas_cpu ]; then
+    verdict=$(python3 - "$tmp/c.out" "$(build/test_blas_cpu --library-choice)" <<'PY'
+import re, sys
+out, library = open(sys.argv[1]).read(), sys.argv[2]
+flags, amd = set(), False
+for line in open("/proc/cpuinfo"):
+    if line.startswith("flags") and not flags: flags = set(line.split(":", 1)[1].split())
+    if line.startswith("vendor_id"): amd = "AuthenticAMD" in line
+five = {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"} <= flags and {"avx2", "fma"} <= flags
+best = ("Cooperlake" if five and "avx512_bf16" in flags else "SkylakeX" if five else
+        ("Zen" if amd else "Haswell") if {"avx2", "fma"} <= flags else ("Bulldozer" if amd else "Sandybridge") if "avx" in flags else "Prescott")
+level = {"Cooperlake": 4, "SapphireRapids": 4, "SkylakeX": 3, "Haswell": 2, "Zen": 2, "Excavator": 2, "Sandybridge": 1,
+         "Bulldozer": 1, "Piledriver": 1, "Steamroller": 1}
+m = re.search(r"^mfu: .*\(measured: sgemm \d+\^3 FP32, OpenBLAS \S+ (\w+) kernels(, forced over its (\w+))?\)", out, re.M)
+forced_lines = re.findall(r"^blas: OpenBLAS chose its (\w+) kernels for this CPU, which runs (\w+)'s: restarted .*$", out, re.M)
+should_force = level.get(library, 0) < level.get(best, 0)
+if not m:
+    print("FAIL the header names no OpenBLAS kernels: %r" % re.findall(r"^mfu:.*", out, re.M))
+elif m.group(1) != best:
+    print("FAIL the peak ran on %s kernels, this CPU's best is %s (flags: %s)" % (m.group(1), best, " ".join(sorted(f for f in flags if f.startswith("avx") or f == "fma"))))
+elif should_force != bool(forced_lines) or should_force != bool(m.group(2)) or (forced_lines and forced_lines[0] != (library, best)):
+    print("FAIL the library chose %s, the best is %s: expected %s, found %d 'blas:' lines %s and a header %r" % (
+        library, best, "one forced line" if should_force else "none", len(forced_lines), forced_lines, m.group(0)))
+else:
+    print("ok   the peak ran on this CPU's best OpenBLAS kernels, %s%s" % (best, " (OpenBLAS chose %s: forced, one line says so)" % library if should_force else " (OpenBLAS's own choice)"))
+PY
+)
+    echo "$verdict"
+    pass=$((pass + $(grep -c '^ok ' <<< "$verdict"))); fail=$((fail + $(grep -c '^FAIL' <<< "$verdict")))
+elif [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+    echo "ok   OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set: the user's kernels, none forced (the choice: test_blas_cpu)"; pass=$((pass+1))
+else
+    echo "FAIL build/test_blas_cpu is not built (make build/test_blas_cpu)"; fail=$((fail+1))
+fi
+
+# two trainers at once on this machine's cores (each measures its peak while the other computes, and later steps may
+# run alone): no step line shows more than 100% and no log record more than 1 (llm/train/mfu.h: a step past the
+# measured peak gets the peak measured again or raised to its rate, and a line and a record say so)
+two=(--model d2,C=256,NH=4,maxT=64,V=257 --train-data "$D/addition_train.bin" --val-data "" -b 8 -t 64 --steps 60
+     --print-every 1 --sample-every 0 --val-every 0)
+"$BIN" "${two[@]}" --output-dir "$tmp/two1" > "$tmp/two1.out" 2>&1 & first=$!
+sleep 0.5
+"$BIN" "${two[@]}" --output-dir "$tmp/two2" > "$tmp/two2.out" 2>&1; rc2=$?
+wait $first; rc1=$?
+over=$(python3 - "$tmp/two1" "$tmp/two2" <<'PY'
+import json, re, sys
+bad, lines, top, raised = [], 0, 0.0, 0
+for d in sys.argv[1:]:
+    out = open(d + ".out").read()
+    for m in re.finditer(r"^step +\d+/\d+ .*\| MFU ([0-9.]+)%", out, re.M):
+        lines += 1; top = max(top, float(m.group(1)))
+        if float(m.group(1)) > 100.0: bad.append(m.group(0)[:60])
+    raised += len(re.findall(r"^mfu: step \d+ ran at", out, re.M))
+    for l in open(d + "/log.jsonl"):
+        o = json.loads(l)
+        if o.get("mfu", 0) > 1.0: bad.append("log step %d mfu %g" % (o["step"], o["mfu"]))
+print("%d %g %d %s" % (lines, top, raised, "; ".join(bad[:3])))
+PY
+)
+read -r nl top raised rest <<< "$over"
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$nl" -eq 120 ] && [ -z "$rest" ]; then
+    echo "ok   two trainers at once: $nl step lines, the highest MFU $top% (<= 100%), $raised peaks raised on the way"; pass=$((pass+1))
+else
+    echo "FAIL two trainers at once: exit $rc1 and $rc2, $nl step lines, above 100%: ${rest:-none}"; fail=$((fail+1))
+fi
 
 # the emulated CUDA build: no peak measured, no MFU shown; with --peak-tflops the same MFU as the CPU build
 if [ -x "$EMU" ]; then
