@@ -20,6 +20,7 @@
 #include "../llm/parallel/dp_step.h"
 #include "../llm/ops/optimizer.h"
 #include "../llm/core/usage.h"
+#include "../llm/ops/blas_cpu.h"
 #include "bench_common.h"  // the arguments, the model's setup, random tokens, the median
 
 static const char* USAGE =
@@ -39,6 +40,7 @@ static double cpu_ms(void) {  // this process's CPU time, all threads
 
 int main(int argc, char** argv) {
     usage_args(argc, argv, USAGE);
+    blas_choose_kernels(argv);  // the CPU's best OpenBLAS kernels, as the trainer runs on (llm/ops/blas_cpu.h)
     if (argc < 5 || argc > 6) {
         fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [RECIPES: bf16,delayed,current,block,mx]\n", argv[0]);
         return 1;

@@ -26,6 +26,7 @@
 #include "../llm/train/report.h"
 #include "../llm/train/mfu.h"
 #include "../llm/core/usage.h"
+#include "../llm/ops/blas_cpu.h"
 #include "bench_common.h"  // the arguments, the model's setup, random tokens, the median
 
 static const char* USAGE =
@@ -41,6 +42,7 @@ static const char* USAGE =
 
 int main(int argc, char** argv) {
     usage_args(argc, argv, USAGE);
+    blas_choose_kernels(argv);  // the CPU's best OpenBLAS kernels, as the trainer runs on (llm/ops/blas_cpu.h)
     if (argc < 5 || argc > 8) {
         fprintf(stderr, "usage: %s MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]\n", argv[0]);
         return 1;
