@@ -19,7 +19,14 @@
 #include "../llm/ops/blas_cpu.h"
 #include "../llm/train/mfu.h"
 #include "test_common.h"
+#include "../llm/core/usage.h"
 #include <string>
+
+static const char* USAGE =
+    "[--library-choice | --best-core]\n"
+    "Tests the choice of OpenBLAS's kernels (llm/ops/blas_cpu.h) and the MFU's peak (llm/train/mfu.h).\n"
+    "  --library-choice  print the kernels OpenBLAS chose by itself (no choice made here) and exit\n"
+    "  --best-core       print this CPU's best kernels for the library and exit\n";
 
 static CpuFeatures cpu(int avx, int avx2fma, int avx512, int bf16, int amd) {
     CpuFeatures f;
@@ -40,6 +47,10 @@ static void choice(const char* what, const CpuFeatures& f, const char* library, 
 }
 
 int main(int argc, char** argv) {
+    usage_if_help(argc, argv, USAGE);
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "--library-choice") != 0 && strcmp(argv[1], "--best-core") != 0)) {
+        usage_unknown_flag(argv, argv[argc - 1]);
+    }
     if (argc > 1 && strcmp(argv[1], "--library-choice") == 0) {
         printf("%s\n", openblas_get_corename());
         return 0;

@@ -46,7 +46,7 @@
 #     --cp-balance outside their choices.
 #
 # Tolerances: test_tp.sh's (losses and norms 4e-6 relative over 4 steps, parameters 1e-5 absolute at lr 1e-3,
-# where a step moves a parameter by up to ~1e-3): a wrong position embedding, a missed causal block, a
+# where a step moves a parameter by up to ~1e-3; AdamW's eps 1e-6, see `common` below): a wrong position embedding, a missed causal block, a
 # dK/dV not returned to its owner or a loss not averaged over cp moves them by far more (test/README.md).
 # Logs of each run: build/cp/.
 # Ends with "test_cp: N passed, M failed"; exit status 1 on any failure.
@@ -69,9 +69,13 @@ cpcheck() { if python3 test/cp_check.py "$@"; then pass=$((pass+1)); else fail=$
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
 # C = 32, NH = 4: cp 4 cuts T = 32 into 8 chunks of 4 tokens; Ulysses at cp 4 (or tp 2 x cp 2) gives each
-# rank one head
+# rank one head. AdamW's eps 1e-6, not 1e-8: at step 1 AdamW's update is lr g / (|g| + eps), so an element whose
+# gradient is a cancelling sum near eps moves by lr times its rounding: the 4-layer model's fc weight [31772] has
+# g = 5.06e-9 in one process and 4.74e-9 at pp 2 x cp 2 (6% apart, the sums' order), its step-1 updates 1.4e-5 apart,
+# past the 1e-5 bound with OpenBLAS's AVX-512 kernels (4.4e-6 with its SSE3 ones: the same element). With eps 1e-6
+# that element's update is lr g / 1e-6 ~ 5e-6 lr, and every update a smooth function of its gradient again.
 common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
-        -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1
+        -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1 --eps 1e-6
         --val-every 2 --val-steps 1 --sample-every 2 --sample-len 6 --checkpoint-every 2
         --eval-file "$D/addition_test.bin")
 
