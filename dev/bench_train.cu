@@ -28,6 +28,7 @@
 #include "../llm/core/usage.h"
 #include "../llm/ops/blas_cpu.h"
 #include "bench_common.h"  // the arguments, the model's setup, random tokens, the median
+#include "bench_breakdown.h"  // the CPU build: where the step goes, op by op, and its GEMMs run bare
 
 static const char* USAGE =
     "MODEL_DESCRIPTOR B T STEPS [PEAK_TFLOPS [RECOMPUTE,... [TP]]]\n"
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
         Stage st;
         stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, r, 1);
         std::vector<double> tf, tb, to, tt, ttp;
+        llm_ctx.prof.on = LLM_BUILD_CPU;  // the ops time themselves (the CPU build; a branch per op when off)
         for (int s = 0; s <= steps; s++) {
+            if (s == 1) op_profile_reset(&llm_ctx.prof);  // the warm-up step not counted
             bench_random_tokens(&rng, cfg.vocab_size, x, y);
             double t0 = wall_ms(), tp0 = comm.blocking_ms[GROUP_TP];
             dp_step_begin(&dp);
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
             ttp.push_back(comm.blocking_ms[GROUP_TP] - tp0);
             if (rank0) printf("  [%s] step %d: %.1f ms (loss %.4f)\n", recompute_name(r), s, t3 - t0, loss);
         }
+        llm_ctx.prof.on = 0;
         double ms = bench_median(tt), tok_s = B * T / (ms / 1e3);
         if (mi == 0) base_ms = ms;
         if (rank0) {
@@ -123,6 +127,11 @@ int main(int argc, char** argv) {
                    recompute_name(r), recompute_name(modes[0]), ms / base_ms,
                    (flops_per_token + extra[r]) / (flops_per_token + extra[modes[0]]), st.layer_act_bytes,
                    activation_formula_bytes(cfg, B, T, r, tp, 0, 0));
+#if LLM_BUILD_CPU
+            double sum = 0.0;
+            for (double t : tt) sum += t;
+            bench_print_breakdown(&llm_ctx.prof, steps, sum / steps, flops_per_token * B * T);
+#endif
         }
         stage_free(&st);
     }

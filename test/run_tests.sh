@@ -86,6 +86,9 @@ run half_cpu ./build/test_half_cpu
 # the OpenBLAS kernels (llm/ops/blas_cpu.h): the choice for CPUs of many kinds and the library's names as inputs; this
 # machine's features against /proc/cpuinfo, and the kernels in use its best
 run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
+# the ops' own timers (llm/core/op_profile.h, dev/bench_train.cu's breakdown): nested scopes told apart, every product
+# of a step with its shape (their FLOPs = the model's), the calls of each kind the model's
+run op_profile ./build/test_op_profile_cpu
 run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
 run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh

@@ -15,7 +15,7 @@ build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/core/common.
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
-build/bench_cpu: dev/bench_train.cu dev/bench_common.h $(LLM_HEADERS)
+build/bench_cpu: dev/bench_train.cu dev/bench_common.h dev/bench_breakdown.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 
@@ -73,7 +73,12 @@ build/fsync_trace.so: test/fsync_trace.c
 build/test_blas_cpu: test/test_blas_cpu.cpp $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
-TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_blas_cpu build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+
+# the ops' own timers (llm/core/op_profile.h), which dev/bench_train.cu's breakdown prints
+build/test_op_profile_cpu: test/test_op_profile.cu $(LLM_HEADERS) test/test_common.h
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
+TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_blas_cpu build/test_op_profile_cpu build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
                  build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so
 

@@ -2,7 +2,7 @@
 //
 // Everything the library keeps for the life of a process lives in one visible struct, `llm_ctx`:
 // the compute stream, the cuBLASLt handle and its workspace, the scratch of the global-norm
-// reduction, two tuning knobs the tests turn, and the allocator's counts. context_init() creates it
+// reduction, two tuning knobs the tests turn, the ops' timers and the allocator's counts. context_init() creates it
 // once at the start of a program (train_gpt.cu, each test), context_free() frees it once at the end;
 // models, optimizers and data-parallel policies come and go without touching it.
 //
@@ -21,6 +21,7 @@
 // that allocated a full buffer by mistake shows it. Free with device_free (the kind is remembered).
 #pragma once
 #include "common.h"
+#include "op_profile.h"  // OpProfile, OpScope: where a CPU step's time goes
 #if LLM_BUILD_CUDA
 #include <cublasLt.h>
 #elif LLM_BUILD_EMU
@@ -79,6 +80,7 @@ typedef struct {
     // tuning knobs (the tests run both settings)
     int matmul_fuse_gelu;          // 1: let cuBLASLt fuse GELU / dGELU into products when it can
     int attention_chunk_rows;      // > 0: attention's causal chunk height (0: the default)
+    OpProfile prof;                // the ops' timers (llm/core/op_profile.h), off unless a benchmark turns them on
 #if LLM_HAS_KERNELS
     cublasLtHandle_t lt;           // cuBLASLt (llm/ops/matmul.cuh)
     void* lt_workspace;            // (lt_workspace_bytes) its workspace
@@ -92,6 +94,14 @@ typedef struct {
 } Context;
 
 static Context llm_ctx;  // the process's context: the library's only global state
+
+// the first line of an op's launcher: its time, less its nested scopes', to KIND while llm_ctx.prof.on
+// (the CPU build, where an op has finished when its launcher returns; nothing in the kernel builds)
+#if LLM_BUILD_CPU
+#define OP_PROFILE(kind) OpScope op_scope_(&llm_ctx.prof, (kind))
+#else
+#define OP_PROFILE(kind) ((void)0)
+#endif
 
 // ----------------------------------------------------------------------------
 // the tagged allocator

@@ -10,7 +10,16 @@ static inline void device_memset_zero(void* p, size_t n, cudaStream_t stream) {
     cudaCheck(cudaMemsetAsync(p, 0, n, stream));
 #else
     (void)stream;
-    memset(p, 0, n);
+    // large buffers (the gradients, each step) in one slice per OpenMP thread: one core's stores do not fill
+    // the memory bandwidth (a 64 MB zeroing 5.6-7.7 ms on one core, 3.2-4.6 ms on two, this project's 2-core
+    // Xeon, 2026-11-28)
+    const size_t slice = (size_t)1 << 16;
+    if (n < 4 * slice) { memset(p, 0, n); return; }
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)ceil_div_sz(n, slice); i++) {
+        size_t at = (size_t)i * slice;
+        memset((char*)p + at, 0, n - at < slice ? n - at : slice);
+    }
 #endif
 }
 

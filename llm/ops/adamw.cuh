@@ -6,6 +6,7 @@
 // copy is updated and rounded (stochastically, from seed) into the 16-bit parameters.
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // OP_PROFILE
 
 // ----------------------------------------------------------------------------
 // Random bits for stochastic rounding, counter-based: a pure function of (seed, element index), so
@@ -205,6 +206,7 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
 static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, int t, float eps, float weight_decay,
                          float grad_scale, unsigned int seed, cudaStream_t stream, size_t index0 = 0) {
+    OP_PROFILE(OP_ADAMW);
 #if LLM_BUILD_CPU && defined(LLM_FLOATX_IS_FLOAT)
     (void)master; (void)seed; (void)stream; (void)index0;
     adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale);

@@ -30,6 +30,15 @@
 // ----------------------------------------------------------------------------
 // CPU reference
 
+// a . b over n floats, in SIMD lanes (their partial sums added at the end: an order of its own, fixed for
+// a given build, so that the forward and the backward's recomputation round alike)
+static inline float dot_cpu(const float* a, const float* b, int n) {
+    float s = 0.0f;
+    #pragma omp simd reduction(+:s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 // Row t of head h, sequence b: a[0..t] = softmax_{t2 <= t}(q_t . k_t2 * scale) (max, exponentials, sum,
 // normalisation, in that order: the forward and the backward's recomputation round alike); returns the
 // row's log-sum-exp max + log(sum)
@@ -39,15 +48,15 @@ static float attention_row_cpu(float* a /*(T)*/, const float* inp /*(B,T,3C)*/, 
     float maxv = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++) {
         const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-        float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[i];
-        s *= scale;
+        float s = dot_cpu(q, k, hs) * scale;
         a[t2] = s;
         if (s > maxv) maxv = s;
     }
     float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+    #pragma omp simd reduction(+:sum)
+    for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_fast(a[t2] - maxv); sum += a[t2]; }
     float inv = 1.0f / sum;
+    #pragma omp simd
     for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
     return maxv + logf(sum);
 }
@@ -72,6 +81,7 @@ static void attention_forward_cpu(float* out,        // (B,T,C)
                     for (int t2 = 0; t2 <= t; t2++) {
                         const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                         float w = a[t2];
+                        #pragma omp simd
                         for (int i = 0; i < hs; i++) o[i] += w * v[i];
                     }
                 }
@@ -114,18 +124,19 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
                     for (int t2 = 0; t2 <= t; t2++) {
                         const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                         float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                        float s = 0.0f;
-                        for (int i = 0; i < hs; i++) { s += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
+                        float s = 0.0f, p = a[t2];
+                        #pragma omp simd reduction(+:s)
+                        for (int i = 0; i < hs; i++) { s += dy[i] * v[i]; dv[i] += p * dy[i]; }
                         datt[t2] = s;
                     }
                     // softmax backward: dpre = p * (dp - sum_j p_j dp_j)
-                    float dot = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * datt[t2];
+                    float dot = dot_cpu(a, datt, t + 1);
                     float* dq = dinp + ((size_t)b * T + t) * 3 * C + h * hs;
                     for (int t2 = 0; t2 <= t; t2++) {
                         float dpre = a[t2] * (datt[t2] - dot) * scale;
                         const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
                         float* dk = dinp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                        #pragma omp simd
                         for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
                     }
                 }
@@ -152,19 +163,19 @@ static void attention_decode_cpu(float* out,          // (C)
         float maxv = -INFINITY;
         for (int t = 0; t < len; t++) {
             const float* k = kcache + (size_t)t * C + h * hs;
-            float s = 0.0f;
-            for (int i = 0; i < hs; i++) s += q[h * hs + i] * k[i];
-            a[t] = s * scale;
+            a[t] = dot_cpu(q + h * hs, k, hs) * scale;
             if (a[t] > maxv) maxv = a[t];
         }
         float sum = 0.0f;
-        for (int t = 0; t < len; t++) { a[t] = expf(a[t] - maxv); sum += a[t]; }
+        #pragma omp simd reduction(+:sum)
+        for (int t = 0; t < len; t++) { a[t] = exp_fast(a[t] - maxv); sum += a[t]; }
         float inv = 1.0f / sum;
         float* o = out + h * hs;
         for (int i = 0; i < hs; i++) o[i] = 0.0f;
         for (int t = 0; t < len; t++) {
             const float* v = vcache + (size_t)t * C + h * hs;
             float w = a[t] * inv;
+            #pragma omp simd
             for (int i = 0; i < hs; i++) o[i] += w * v[i];
         }
     }
@@ -247,6 +258,7 @@ static void attention_forward(floatX* out,        // (B,T,C)
                               float* lse,         // (B,NH,T) kept for the backward
                               const floatX* inp,  // (B,T,3C)
                               int B, int T, int C, int NH, cudaStream_t stream) {
+    OP_PROFILE(OP_ATTENTION);
 #if LLM_BUILD_CPU
     (void)stream;
 #if defined(LLM_FLOATX_IS_FLOAT)
@@ -274,6 +286,7 @@ static void attention_backward(floatX* dinp,        // (B,T,3C)
                                const floatX* out,   // (B,T,C) the forward's output
                                const float* lse,    // (B,NH,T) the forward's log-sum-exp
                                int B, int T, int C, int NH, cudaStream_t stream) {
+    OP_PROFILE(OP_ATTENTION);
 #if LLM_BUILD_CPU
     (void)scratch; (void)stream;
 #if defined(LLM_FLOATX_IS_FLOAT)

@@ -5,6 +5,7 @@
 // wpe may be NULL (added by one tp rank only).
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // OP_PROFILE
 
 // ----------------------------------------------------------------------------
 // CPU reference
@@ -190,6 +191,7 @@ static void encoder_forward_range(floatX* out,        // (B,T,C)
                                   const floatX* wte,  // (Vl,C) the rows of tokens [v0, v0 + Vl)
                                   const floatX* wpe,  // (maxT,C) or NULL
                                   int v0, int Vl, int B, int T, int C, cudaStream_t stream) {
+    OP_PROFILE(OP_ENCODER);
 #if LLM_BUILD_CPU
     (void)stream;
     // 16-bit floatX: FP32 views in, the output rounded once (llm/core/half_cpu.h); FP32: the arrays themselves
@@ -228,6 +230,7 @@ static void encoder_backward_range(floatX* dwte,        // (Vl,C) accumulates, t
                                    const int* inp,      // (B,T) on the device
                                    const int* inp_host, // (B,T) on the host
                                    int v0, int Vl, int B, int T, int C, cudaStream_t stream) {
+    OP_PROFILE(OP_ENCODER);
 #if LLM_BUILD_CPU
     (void)scratch; (void)inp_host; (void)stream;
     size_t BTC = (size_t)B * T * C;

@@ -7,6 +7,7 @@
 // accumulator, so that the trainer reads the loss back once per step, not once per micro-batch.
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // OP_PROFILE
 
 // ----------------------------------------------------------------------------
 // CPU reference
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(1024) loss_accumulate_kernel(double* acc,     
 
 static void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets,
                              int BT, int V, int Vp, int write_dlogits, cudaStream_t stream) {
+    OP_PROFILE(OP_CLASSIFIER);
 #if LLM_BUILD_CPU
     (void)stream;
     // 16-bit floatX: FP32 views in, each output rounded once (llm/core/half_cpu.h); FP32: the arrays themselves

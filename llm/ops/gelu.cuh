@@ -4,6 +4,7 @@
 // standalone forms.
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // OP_PROFILE
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2/pi)
 
@@ -97,6 +98,7 @@ static void gelu_check_aligned(const char* who, const void* a, const void* b) {
 // launchers
 
 static void gelu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t stream) {  // (N), (N)
+    OP_PROFILE(OP_GELU);
 #if LLM_BUILD_CPU
     (void)stream;
     gelu_forward_cpu(out, inp, N);
@@ -111,6 +113,7 @@ static void gelu_forward(floatX* out, const floatX* inp, size_t N, cudaStream_t 
 
 // d_in_out: dout on entry, dinp = gelu'(inp) * dout on exit
 static void gelu_backward_inplace(floatX* d_in_out, const floatX* inp, size_t N, cudaStream_t stream) {
+    OP_PROFILE(OP_GELU);
 #if LLM_BUILD_CPU
     (void)stream;
     gelu_backward_cpu(d_in_out, inp, d_in_out, N);

@@ -85,6 +85,7 @@ global_norm_finish_kernel(float* out,               // (1) in/out: *out += sum o
 // launcher: *out += sum(values^2); out is one float in device memory
 
 static void global_norm_squared(float* out, const floatX* values, size_t n, cudaStream_t stream) {
+    OP_PROFILE(OP_GRAD_NORM);
 #if LLM_BUILD_CPU
     (void)stream;
     float* x = f32_in(values, n);  // (16-bit floatX: an FP32 copy; FP32: values itself)

@@ -4,6 +4,7 @@
 // and the backward, which accumulates into dinp (the residual stream's gradient).
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // OP_PROFILE
 
 #define LAYERNORM_EPS 1e-5f
 
@@ -386,6 +387,7 @@ static int layernorm_forward_chunks_per_lane(const char* who, int C) {
 
 static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
                               const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream) {
+    OP_PROFILE(OP_LAYERNORM);
 #if LLM_BUILD_CPU
     (void)stream;
     // 16-bit floatX: FP32 views in, the output rounded once (llm/core/half_cpu.h); FP32: the arrays themselves
@@ -412,6 +414,7 @@ static void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
                                              const floatX* inp1, const floatX* inp2,
                                              const floatX* weight, const floatX* bias,
                                              int N, int C, cudaStream_t stream) {
+    OP_PROFILE(OP_LAYERNORM);
 #if LLM_BUILD_CPU
     (void)stream;
     // as the kernel: the residual rounded to floatX first, then the LayerNorm of the rounded residual
@@ -445,6 +448,7 @@ static void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 static void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, float* scratch,
                                const floatX* dout, const floatX* inp, const floatX* weight,
                                const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+    OP_PROFILE(OP_LAYERNORM);
 #if LLM_BUILD_CPU
     (void)scratch; (void)stream;
     // the accumulated gradients in FP32, each rounded once when stored back

@@ -54,6 +54,7 @@ static void matmul_batched(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(ba
                            floatX* aux /*(batch,M,N) or NULL*/, int M, int N, int K, bool transA, bool transB,
                            int lda, int ldb, int ldc, int batch, size_t strideA, size_t strideB, size_t strideC,
                            float alpha, float beta, MatmulEpilogue epilogue, cudaStream_t stream) {
+    OP_PROFILE(OP_BIAS_GELU);
 #if LLM_BUILD_CPU
     (void)stream;
     matmul_batched_cpu_x(c, a, b, bias, aux, M, N, K, transA, transB, lda, ldb, ldc, batch, strideA, strideB, strideC,
@@ -69,6 +70,7 @@ static void matmul_batched(floatX* c /*(batch: M x ldc)*/, const floatX* a /*(ba
 static void matmul_forward(floatX* out /*(BT,OC)*/, floatX* pre_gelu /*(BT,OC) or NULL*/, const floatX* inp /*(BT,C)*/,
                            const floatX* weight /*(OC,C)*/, const floatX* bias /*(OC) or NULL*/, int BT, int C, int OC,
                            cudaStream_t stream) {
+    OP_PROFILE(OP_BIAS_GELU);
 #if LLM_BUILD_CPU
     (void)stream;
     matmul_forward_cpu_x(out, pre_gelu, inp, weight, bias, BT, C, OC);
@@ -94,6 +96,7 @@ static void matmul_backward(floatX* dinp /*(BT,C) or NULL*/, floatX* dweight /*(
                             const floatX* dout /*(BT,OC)*/, const floatX* inp /*(BT,C)*/, const floatX* weight /*(OC,C)*/,
                             float* dbias_scratch /*(MATMUL_DBIAS_MAX_SPLITS*OC) or NULL*/,
                             const floatX* pre_gelu_of_inp /*(BT,C) or NULL*/, int BT, int C, int OC, cudaStream_t stream) {
+    OP_PROFILE(OP_BIAS_GELU);
 #if LLM_BUILD_CPU
     (void)stream;
     (void)dbias_scratch;

@@ -8,6 +8,7 @@
 // at the top of matmul.cuh.
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // llm_ctx.prof: each product's time and shape (llm/core/op_profile.h)
 #include "gelu.cuh"  // gelu_scalar / gelu_grad_scalar
 #include "matmul_epilogue.h"  // MatmulEpilogue
 
@@ -124,11 +125,34 @@ static void matmul_batched_naive_cpu(float* c /*(batch: M x ldc)*/, const float*
 // rows in order 0..BT-1 whatever the thread count, so the result is deterministic).
 #if LLM_BUILD_CPU
 
+// BATCH row-major products C_b = alpha op(A_b) op(B_b) + beta C_b by sgemm, one after the other, or one per
+// OpenMP thread (each single-threaded) where PER_THREAD; timed as one GEMM of its shape (op_profile.h)
+static void sgemm_cpu(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float beta, float* c, int ldc, int batch = 1, size_t strideA = 0,
+                      size_t strideB = 0, size_t strideC = 0, int per_thread = 0) {
+    OpScope scope(&llm_ctx.prof, OP_GEMM);
+    if (per_thread) {
+        #pragma omp parallel for schedule(static)
+        for (int bi = 0; bi < batch; bi++) {
+            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
+                        c + bi * strideC, ldc);
+        }
+    } else {
+        for (int bi = 0; bi < batch; bi++) {
+            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
+                        c + bi * strideC, ldc);
+        }
+    }
+    if (scope.p != NULL) {
+        GemmShape g = {ta == CblasTrans, tb == CblasTrans, M, N, K, batch, beta, 0, 0, 0.0};
+        op_profile_gemm(scope.p, g, scope.elapsed_ms());
+    }
+}
 
 static void matmul_forward_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC) or NULL*/, const float* inp /*(BT,C)*/,
                                const float* weight /*(OC,C)*/, const float* bias /*(OC) or NULL*/, int BT, int C, int OC) {
     float* dst = pre_gelu != NULL ? pre_gelu : out;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, dst, OC);
+    sgemm_cpu(CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, weight, C, 0.0f, dst, OC);
     if (bias == NULL && pre_gelu == NULL) return;
     // one pass over each row the product just wrote: + bias, then GELU
     #pragma omp parallel for schedule(static)
@@ -168,7 +192,7 @@ static void matmul_backward_cpu(float* dinp /*(BT,C) or NULL*/, float* dweight /
     if (dbias != NULL) matmul_dbias_cpu(dbias, dout, BT, OC);
     if (dinp != NULL) {
         // dinp (BT,C) = dout (BT,OC) @ weight (OC,C)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+        sgemm_cpu(CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
         if (pre_gelu_of_inp != NULL) {
             #pragma omp parallel for schedule(static)
             for (int bt = 0; bt < BT; bt++) {
@@ -180,7 +204,7 @@ static void matmul_backward_cpu(float* dinp /*(BT,C) or NULL*/, float* dweight /
         }
     }
     // dweight (OC,C) += dout^T (OC,BT) @ inp (BT,C)
-    if (dweight != NULL) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight != NULL) sgemm_cpu(CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 }
 
 // matmul_batched_naive_cpu's contract (see there), with sgemm. Many small products (attention's
@@ -194,18 +218,7 @@ static void matmul_batched_cpu(float* c /*(batch: M x ldc)*/, const float* a /*(
                                float alpha, float beta, MatmulEpilogue epilogue) {
     CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
     int per_batch_threads = batch > 1 && (double)M * N * K < 4.0e6;
-    if (per_batch_threads) {
-        #pragma omp parallel for schedule(static)
-        for (int bi = 0; bi < batch; bi++) {
-            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
-                        c + bi * strideC, ldc);
-        }
-    } else {
-        for (int bi = 0; bi < batch; bi++) {
-            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
-                        c + bi * strideC, ldc);
-        }
-    }
+    sgemm_cpu(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, batch, strideA, strideB, strideC, per_batch_threads);
     if (bias == NULL && epilogue == MATMUL_EPILOGUE_NONE) return;
     #pragma omp parallel for schedule(static)
     for (long r = 0; r < (long)batch * M; r++) {  // one row of one batch's C
@@ -236,7 +249,12 @@ static void matmul_batched_cpu(float* c /*(batch: M x ldc)*/, const float* a /*(
 // C (M,N) FP32 = op(A) op(B) + beta C, A and B BF16 (row-major)
 static inline void matmul_sbgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const floatX* a, int lda,
                                  const floatX* b, int ldb, float beta, float* c, int ldc) {
+    OpScope scope(&llm_ctx.prof, OP_GEMM);
     cblas_sbgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, (const bfloat16*)a, lda, (const bfloat16*)b, ldb, beta, c, ldc);
+    if (scope.p != NULL) {
+        GemmShape g = {ta == CblasTrans, tb == CblasTrans, M, N, K, 1, beta, 1, 0, 0.0};
+        op_profile_gemm(scope.p, g, scope.elapsed_ms());
+    }
 }
 #else
 #define MATMUL_SBGEMM 0

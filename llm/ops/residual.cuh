@@ -4,6 +4,7 @@
 // no backward op: the gradient of the stream flows on unchanged (llm/model/block.h).
 #pragma once
 #include "../core/common.h"
+#include "../core/context.h"  // OP_PROFILE
 
 // ----------------------------------------------------------------------------
 // CPU reference
@@ -47,6 +48,7 @@ __global__ void residual_forward_kernel(floatX* out,          // (N)
 // launcher: out = inp1 + inp2 (N values; 16-byte aligned pointers in the kernel builds)
 
 static void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, size_t N, cudaStream_t stream) {
+    OP_PROFILE(OP_RESIDUAL);
 #if LLM_BUILD_CPU
     (void)stream;
     residual_forward_cpu(out, inp1, inp2, N);
