@@ -75,7 +75,7 @@ assert len(ms) == 40, len(ms)
 print(statistics.median(ms))' "$W/ours_$1/log.jsonl"
 }
 
-cpu=$(sed -nE 's/^model name[[:space:]]*: (.*)/\1/p' /proc/cpuinfo | head -1)
+cpu="$(sed -nE 's/^model name[[:space:]]*: (.*)/\1/p' /proc/cpuinfo | head -1) (family $(sed -nE 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1) model $(sed -nE 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -1);$(grep -m1 '^flags' /proc/cpuinfo | grep -oE ' (avx2|avx512f|avx512_bf16|amx_tile)\b' | tr -d '\n'))"
 echo "== $ROUNDS rounds, alternating, $THREADS threads each, on: $cpu, $(nproc) cores, $(date -u +%Y-%m-%d)"
 L=() O=()
 for r in $(seq 1 "$ROUNDS"); do

@@ -14,6 +14,29 @@ ok()  { echo "ok   $*"; pass=$((pass+1)); }
 bad() { echo "FAIL $*"; fail=$((fail+1)); }
 check() { if $CHECK "$@"; then pass=$((pass+1)); else fail=$((fail+1)); fi; }
 
+# case_bg FN NAME ARGS...: `FN NAME ARGS...` in the background, its lines to $LOG/NAME.result, at most CASE_JOBS (default
+# 3) at once: for cases that spend their time waiting, idle (a watchdog's time-out), which overlap on 2 cores.
+# cases_wait: wait for them all, then print their lines in the order they started and count them.
+CASE_JOBS=${CASE_JOBS:-3}
+cases_queued=()
+case_bg() {
+    while [ "$(jobs -rp | wc -l)" -ge "$CASE_JOBS" ]; do wait -n; done
+    ( "$@" ) > "$LOG/$2.result" 2>&1 &
+    cases_queued+=("$2")
+}
+cases_wait() {
+    wait
+    local n l
+    for n in "${cases_queued[@]}"; do
+        while IFS= read -r l; do
+            case $l in "ok   "*) pass=$((pass+1)) ;; "FAIL "*) fail=$((fail+1)) ;; esac
+            echo "$l"
+        done < "$LOG/$n.result"
+        grep -qE '^(ok  |FAIL) ' "$LOG/$n.result" || bad "$n: the case printed no result (see $LOG/$n.result)"
+    done
+    cases_queued=()
+}
+
 # a bad layout: one line starting "error: " and naming SUBSTRING, a non-zero exit (not a time-out),
 # no output directory
 badlayout() {  # NAME NP SUBSTRING ARGS...

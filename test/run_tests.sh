@@ -13,6 +13,10 @@ set -u
 cd "$(dirname "$0")/.."
 mkdir -p build/test_logs
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Open MPI on one machine: its ob1 messaging over shared memory (the vader BTL), not UCX, whose start-up alone
+# costs each process ~0.2 s (MPI_Init 237 -> 33 ms per rank under mpirun, 352 -> 176 ms for a lone process; Open MPI
+# 4.1.4 on this project's 2-core Xeon, 2026-11-28), and the suite starts programs by the hundred; unless the caller chose
+export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} OMPI_MCA_osc=${OMPI_MCA_osc:-^ucx}
 # the project's virtual environment first where scripts/deps.sh made one (Python packages from PyPI)
 [ -x .venv/bin/python3 ] && export PATH="$PWD/.venv/bin:$PATH"
 total_pass=0; total_fail=0; total_skip=0; failed_tests=()

@@ -115,24 +115,27 @@ fault() {
     fi
 }
 
-fault die_dp2 die@step=3,rank=1 2
-fault hang_dp2 hang@step=3,rank=1 2
-fault die_dp4 die@step=3,rank=1 4
-fault hang_dp4 hang@step=3,rank=1 4
-fault die_tp2 die@step=3,rank=1 4 --tp 2
-fault hang_pp2 hang@step=3,rank=1 4 --pp 2 --total-batch 128
-fault die_dp2tp2pp2 die@step=3,rank=1 8 --tp 2 --pp 2 --total-batch 256
-fault hang_dp2tp2pp2 hang@step=3,rank=1 8 --tp 2 --pp 2 --total-batch 256
+# the cases run three at a time (case_bg, test/mpi_lib.sh): each spends most of its ~8 s waiting out the time-out, idle
+# (the watchdog polls with sleeps); their lines print in order once all have ended
+case_bg fault die_dp2 die@step=3,rank=1 2
+case_bg fault hang_dp2 hang@step=3,rank=1 2
+case_bg fault die_dp4 die@step=3,rank=1 4
+case_bg fault hang_dp4 hang@step=3,rank=1 4
+case_bg fault die_tp2 die@step=3,rank=1 4 --tp 2
+case_bg fault hang_pp2 hang@step=3,rank=1 4 --pp 2 --total-batch 128
+case_bg fault die_dp2tp2pp2 die@step=3,rank=1 8 --tp 2 --pp 2 --total-batch 256
+case_bg fault hang_dp2tp2pp2 hang@step=3,rank=1 8 --tp 2 --pp 2 --total-batch 256
 # a hang before the gradient reductions (at=reduce): the tied embedding's partner waits in the embed
 # group's all-reduce. Rank 3 = (dp 0, stage 1, tp 1), partner 1; rank 4 = (dp 1, stage 0, tp 0), partner 6.
-WD_EXPECT=1:embed fault hang_embed_pp2tp2 hang@step=3,rank=3,at=reduce 4 --tp 2 --pp 2 --total-batch 128
-WD_EXPECT=6:embed fault hang_embed_dp2tp2pp2 hang@step=3,rank=4,at=reduce 8 --tp 2 --pp 2 --total-batch 256
+WD_EXPECT=1:embed case_bg fault hang_embed_pp2tp2 hang@step=3,rank=3,at=reduce 4 --tp 2 --pp 2 --total-batch 128
+WD_EXPECT=6:embed case_bg fault hang_embed_dp2tp2pp2 hang@step=3,rank=4,at=reduce 8 --tp 2 --pp 2 --total-batch 256
 # cp 2 x pp 2 x tp 2 (8 processes, dp 1): world rank = (pp * 2 + cp) * 2 + tp (cp between tp and pp). Rank 2 =
 # (pp 0, cp 1, tp 0) hangs: every line lists its group as the mesh has it (the cp group {0,2}, the gradient group
 # dp x cp, ...). Then rank 6 = (pp 1, cp 1, tp 0) hangs before its reductions: its tied-embedding partner is rank 2
 # (pp 0, same cp and tp), which waits in the embed group.
-fault hang_cp2tp2pp2 hang@step=3,rank=2 8 --tp 2 --pp 2 --cp 2 --total-batch 128
-WD_EXPECT=2:embed fault hang_embed_cp2tp2pp2 hang@step=3,rank=6,at=reduce 8 --tp 2 --pp 2 --cp 2 --total-batch 128
+case_bg fault hang_cp2tp2pp2 hang@step=3,rank=2 8 --tp 2 --pp 2 --cp 2 --total-batch 128
+WD_EXPECT=2:embed case_bg fault hang_embed_cp2tp2pp2 hang@step=3,rank=6,at=reduce 8 --tp 2 --pp 2 --cp 2 --total-batch 128
+cases_wait
 
 # straggler NAME NP RANK FLAGS...: the checks of 2: every check names world rank RANK alone (RANK -: no
 # rank may be named)
