@@ -103,7 +103,7 @@ PREC_FLAGS :=
 endif
 # (with MPI it runs comm.h's NCCL code against dev/emu/nccl_emu.h, which needs NCCL's header only)
 # (-Idev/emu: the library reaches the emulator through the include path only: emu.h, cublaslt_emu.h, nccl_emu.h)
-EMU_FLAGS := -std=c++17 -O2 -g -x c++ -DLLM_EMU -fno-strict-aliasing -Wno-unknown-pragmas \
+EMU_FLAGS := -std=c++17 -O2 -x c++ -DLLM_EMU -fno-strict-aliasing -Wno-unknown-pragmas \
              -fopenmp -Idev/emu -I$(CUDA_HOME)/include $(MPI_CFLAGS) $(MPI_DEFS) $(NCCL_CFLAGS) $(BLAS_CFLAGS) $(PREC_FLAGS)
 EMU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm -lpthread
 

@@ -26,9 +26,10 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x build/test_blas_cpu ]; then
     OPENBLAS_CORETYPE=$(./build/test_blas_cpu --best-core) && export OPENBLAS_CORETYPE && echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE (this CPU's best kernels)"
 fi
 
-run() {  # run NAME CMD...
+# run_one NAME CMD...: runs one test, prints its lines (its FAIL and error lines, its summary) and writes its counts
+# "passed failed skipped" to build/test_logs/NAME.counts
+run_one() {
     local name=$1; shift
-    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
     local log=build/test_logs/$name.log t0=$SECONDS
     echo "== $name: $* (log: $log)"
     "$@" > "$log" 2>&1
@@ -49,9 +50,46 @@ run() {  # run NAME CMD...
         grep '^skip ' "$log" | grep -vE 'no GPU here|no PyTorch here|no PyPI here|no torch here' | sed 's/^/   unexpected /'
         f=$((f+u))
     fi
-    total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
-    [ "$f" -ne 0 ] && failed_tests+=("$name")
+    echo "$p $f $k" > "build/test_logs/$name.counts"
     echo "   $name: $p passed, $f failed, $k skipped ($((SECONDS-t0)) s)"
+}
+
+# the tests of one single-threaded process (the emulated kernels: the emulator runs a grid's blocks on one OS thread)
+# run two at a time, each on a core of its own; every other test runs alone, once those before it have ended
+PAIRED=" attention_ring_emu attention_ring_emu_bf16 cublaslt matmul_emu_bf16_forward matmul_emu_bf16_reverse
+matmul_emu_bf16_random matmul_emu_fp32 kernels_bf16_forward kernels_bf16_reverse kernels_bf16_random kernels_fp32_random
+kernels_fp16_random kernels_racecheck matmul_racecheck model_vs_pytorch_emu model_vs_pytorch_emu_bf16
+model_vs_pytorch_emu_fp16 sampler_emu_bf16 fp8_emu_forward fp8_emu_reverse fp8_emu_random fp8_gemm_emu_sm90
+fp8_gemm_emu_sm100 fp8_gemm_emu_sm80 fp8_linear_emu "
+PAIRED=${PAIRED//$'\n'/ }
+paired=()  # the paired tests started and not yet counted, in order
+
+count() {  # count NAME: adds the test's counts to the totals
+    local p f k
+    read -r p f k < "build/test_logs/$1.counts" || { p=0; f=1; k=0; echo "   $1: no counts (the test runner was killed?)"; }
+    total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
+    [ "$f" -ne 0 ] && failed_tests+=("$1")
+}
+drain() {  # the paired tests started: wait for them, print their lines in order, count them
+    wait
+    local n
+    for n in "${paired[@]}"; do cat "build/test_logs/$n.lines"; count "$n"; done
+    paired=()
+}
+
+run() {  # run NAME CMD...
+    local name=$1; shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+    rm -f "build/test_logs/$name.counts"
+    if [[ "$PAIRED" == *" $name "* ]] && [ "${TEST_PAIRS:-1}" = 1 ]; then
+        while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
+        OMP_NUM_THREADS=1 run_one "$name" "$@" > "build/test_logs/$name.lines" &
+        paired+=("$name")
+        return 0
+    fi
+    drain
+    run_one "$name" "$@"
+    count "$name"
 }
 
 # scripts/deps.sh and the Makefile's use of it, with stub dpkg-query / apt-get / sudo / id / python3: what is
@@ -218,6 +256,7 @@ run health bash test/test_health.sh
 # where the docs quote it, every llm/ file named in the reading guide, no path the docs name missing, no ../shared/
 run docs bash test/test_docs.sh
 
+drain
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

@@ -15,10 +15,11 @@ EMU_OBJS :=
 EMU_LINK := -lpthread -ldl
 EMU_BUILD := build/emu
 EMU_SAN_FLAGS := -O1 -g -fno-omit-frame-pointer
-# racecheck (emu_racecheck.h): compile with ThreadSanitizer's instrumentation, whose calls the emulator
+# racecheck (emu_racecheck.h): compile with -g (addr2line names a race's source lines; the other emulated builds go
+# without, which saves their compile an eighth) and ThreadSanitizer's instrumentation, whose calls the emulator
 # defines, and link WITHOUT -fsanitize=thread (so without libtsan): two steps, the object beside the
 # program. EMU_RACECHECK_LINK is the link step's flags (-fopenmp: the emulated build's OpenMP).
-EMU_RACECHECK_FLAGS := -DEMU_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+EMU_RACECHECK_FLAGS := -g -DEMU_RACECHECK -fsanitize=thread --param tsan-instrument-func-entry-exit=0
 EMU_RACECHECK_LINK := -fopenmp
 
 .PHONY: test-emu test-emu-nvcc test-wmma-nvcc
