@@ -14,7 +14,7 @@
 #     (step 1 within the same 4e-6 relative).
 #  2b. The emulated BF16 build (its shards carry the BF16 parameters beside the FP32 master): a dp 2
 #     ZeRO-1 checkpoint resumed under tp 2 and pp 2, bit-identical to resuming its gathered state.
-#  3. kill -9 of the whole job (mpirun and both ranks at once) at 20 random moments of a run with
+#  3. kill -9 of the whole job (mpirun and both ranks at once) at 20 random moments (two runs at a time) of a run with
 #     --async-checkpoint --checkpoint-every 1 and a slow disk (--inject slowdisk: each save spans several
 #     steps, so many kills land in a save), then --resume latest: every step's loss and norm, before the
 #     kill and after the resume, bit-identical to an uninterrupted run; every directory with a manifest
@@ -166,8 +166,11 @@ saved4=$(grep -n "saved checkpoint .*ckpt_00000004 " "$LOG/async_overlap.log" | 
 step6=$(grep -n "^step    6/" "$LOG/async_overlap.log" | cut -d: -f1)
 if [ -n "$saved4" ] && [ -n "$step6" ] && [ "$saved4" -gt "$step6" ]; then ok "--async-checkpoint: steps 5-6 ran while step 4's checkpoint was being written (log line $step6 < line $saved4)"
 else bad "--async-checkpoint: step 4's save (log line ${saved4:-none}) did not overlap steps 5-6 (line ${step6:-none})"; fi
-in_save=0; kills_ok=0
-for seed in $(seq 1 20); do
+# kill_case NAME SEED: one kill and its resume, one ok or FAIL line; $LOG/kill_SEED.in_save when the
+# kill landed in a save. The seeds run two at a time (case_bg, test/mpi_lib.sh): each spends most of its time
+# in its random delay and in the resumed run's slowed saves
+kill_case() {
+    local seed=$2 d delay sid pids v newest partial res expect from ignored got
     d=$tmp/kill_$seed
     delay=$(python3 -c "import random; random.seed($seed); print('%.2f' % random.uniform(0.9, 2.4))")
     setsid "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" "${kflags[@]}" --output-dir "$d" > "$LOG/kill_$seed.log" 2>&1 &
@@ -181,13 +184,13 @@ for seed in $(seq 1 20); do
     # the save in flight at the kill: a directory without a manifest, newer than the newest complete one
     # (an older one is a removal by --keep-checkpoints that the kill interrupted: it lost its manifest first)
     partial=$(cd "$d" 2>/dev/null && for x in ckpt_*; do [ -e "$x/manifest.txt" ] || [[ "$newest" != "ok" && ! "$x" > "$newest" ]] || echo "$x"; done | tr '\n' ' ')
-    [ -n "$partial" ] && in_save=$((in_save + 1))
-    if [ "${v%% *}" != "ok" ]; then bad "kill seed $seed: a directory with a manifest does not match it: $v"; continue; fi
+    [ -n "$partial" ] && touch "$LOG/kill_$seed.in_save"
+    if [ "${v%% *}" != "ok" ]; then bad "kill seed $seed: a directory with a manifest does not match it: $v"; return; fi
     if [ "$newest" = "ok" ]; then  # killed before the first save finished: nothing to resume
         res=(); expect="none"
     else res=(--resume latest); expect="$d/$newest"; fi
     timeout 120 "${MPIRUN[@]}" -np 2 "$CPU" "${common[@]}" "${kflags[@]}" --output-dir "$d" --log "$d/log2.jsonl" "${res[@]}" \
-        > "$LOG/kill_${seed}_resume.log" 2>&1 || { bad "kill seed $seed: resume exit status $?"; continue; }
+        > "$LOG/kill_${seed}_resume.log" 2>&1 || { bad "kill seed $seed: resume exit status $?"; return; }
     from=$(grep -o "resumed from [^ ]*" "$LOG/kill_${seed}_resume.log" | awk '{print $3}')
     ignored=$(grep -c "skipped: no manifest.txt: the save did not finish" "$LOG/kill_${seed}_resume.log")
     # every step, the killed run's logged ones and then the resumed run's, against the uninterrupted run
@@ -204,12 +207,16 @@ PY
 )
     if [ "$got" = "$(cat "$tmp/ref.fields")" ] && { [ "$expect" = none ] || [ "$from" = "$expect" ]; } && \
        { [ -z "$partial" ] || [ "$ignored" -ge 1 ] || [ "$expect" = none ]; }; then
-        kills_ok=$((kills_ok + 1))
-        echo "     seed $seed: killed after ${delay} s, partial: [${partial}], resumed from ${from:-scratch} ($ignored ignored): steps 1-$STEPS identical"
+        ok "kill seed $seed: killed after ${delay} s, partial: [${partial}], resumed from ${from:-scratch} ($ignored ignored): steps 1-$STEPS identical"
     else
         bad "kill seed $seed (after $delay s, partial [$partial]): resumed from '$from' (expected $expect, $ignored ignored), steps differ: $(diff <(echo "$got") "$tmp/ref.fields" | head -4 | tr '\n' ' ')"
     fi
-done
+}
+rm -f "$LOG"/kill_*.in_save
+for seed in $(seq 1 20); do CASE_JOBS=2 case_bg kill_case "kill_case_$seed" "$seed"; done
+cases_wait
+in_save=$(ls "$LOG"/kill_*.in_save 2>/dev/null | wc -l)
+kills_ok=$(cat "$LOG"/kill_case_*.result | grep -c "^ok   kill seed [0-9]*: killed after .*: steps 1-$STEPS identical$")
 [ $kills_ok -eq 20 ] && ok "kill -9 at 20 random moments: every resume bit-identical to the uninterrupted run, from the newest complete checkpoint"
 [ $in_save -ge 4 ] && ok "kill -9: $in_save of the 20 kills landed in a save (a checkpoint directory without its manifest, ignored on resume)" \
     || bad "kill -9: only $in_save of the 20 kills landed in a save (expected at least 4)"
