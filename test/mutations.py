@@ -1462,7 +1462,7 @@ MUTATIONS = [
       "    for (long i = 0; i < (long)ceil_div_sz(n, slice); i++) {",
       "    for (long i = 0; i < (long)ceil_div_sz(n, slice) - 1; i++) {",
       "the CPU build's zeroing of a large buffer leaves its last 64 KiB slice: the gradients' tail accumulates across steps",
-      "model_vs_pytorch resume ddp_zero"),
+      "op_profile"),
     # --- Hugging Face in and out (test/test_hf.sh: scripts/export_hf.py, import_hf.py, hf_gpt2.py, llmc_checkpoint.py, safetensors_np.py) ---
     M("hf-export-no-transpose", "hf", "scripts/hf_gpt2.py",
       '            out.append(("transformer.h.%d.%s" % (i, theirs), dt, a.T if linear else a))',
