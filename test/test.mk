@@ -185,10 +185,10 @@ build/test_fp8_gemm_gpu: test/test_fp8_gemm.cu $(LLM_HEADERS) test/test_common.h
 build/test_fp8_linear_gpu: test/test_fp8_linear.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
-build/bench_gpu: dev/bench_train.cu dev/bench_common.h $(LLM_HEADERS)
+build/bench_gpu: dev/bench_train.cu dev/bench_common.h dev/bench_breakdown.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
-TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu
+TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
 
 .PHONY: test test-build
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda

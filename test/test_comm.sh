@@ -185,7 +185,8 @@ die die_rank1_exit1      --die-rank 1
 die die_rank0_exit1      --die-rank 0
 die die_rank3_sigkill    --die-rank 3 --die-signal
 
-# the CUDA build (NCCL) must compile even where no GPU can run it
+# the CUDA build (NCCL) must compile even where no GPU can run it (make test-build builds it with the others, two at a
+# time; this make rebuilds it only when a source is newer)
 if command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
     if make -s -f Makefile -f test/comm.mk build/test_comm_cuda >"$LOG/build_cuda.log" 2>&1; then
         ok "cuda_build: nvcc compiles and links the NCCL path (build/test_comm_cuda)"
