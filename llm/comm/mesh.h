@@ -182,7 +182,7 @@ static void mesh_make(Mesh* m, int world, int rank, const int* size) {
 // the world size over the other axes).
 static void mesh_layout_error(int world, int* dp, int tp, int pp, int cp, char* err, size_t cap) {
     err[0] = '\0';
-    char model[48];  // the model-parallel ranks one dp replica needs
+    char model[64];  // the model-parallel ranks one dp replica needs (three ints of up to 11 characters fit)
     if (cp == 1) snprintf(model, sizeof(model), "--tp %d x --pp %d", tp, pp);
     else snprintf(model, sizeof(model), "--tp %d x --pp %d x --cp %d", tp, pp, cp);
     long long per = (long long)tp * pp * cp;
