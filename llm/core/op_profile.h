@@ -98,7 +98,10 @@ struct OpScope {
         p->child_ms[p->depth++] = 0.0;
         t0 = wall_ms();
     }
-    double elapsed_ms() const { return p != NULL ? wall_ms() - t0 : 0.0; }
+    // a GEMM scope, once its product is done: SHAPE's row takes the call and the time so far (nothing when off)
+    void gemm(GemmShape shape) const {
+        if (p != NULL) op_profile_gemm(p, shape, wall_ms() - t0);
+    }
     ~OpScope() {
         if (p == NULL) return;
         double ms = wall_ms() - t0;

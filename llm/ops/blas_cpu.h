@@ -2,8 +2,8 @@
 // sbgemm), the best this CPU has, without the user doing anything.
 //
 // OpenBLAS built with DYNAMIC_ARCH (Debian's is) picks one kernel set ("core") when it loads, from the CPU's
-// model numbers. A CPU newer than the library (Debian 12's 0.3.21 and a Sapphire Rapids Xeon, model 143, seen
-// on this project's machines) is not recognised, and the library falls back to its generic x86-64 kernels,
+// model numbers. A CPU newer than the library (Debian 12's 0.3.21 and this project's Xeons of the Sapphire and
+// Emerald Rapids kind: family 6 model 207 on 2026-11-28) is not recognised, and the library falls back to its generic x86-64 kernels,
 // "Prescott" (SSE3): sgemm measured 37-48 GFLOP/s at 2 threads there, against 269-299 with the Cooperlake
 // kernels (AVX-512 and AVX512-BF16) the same library has. The library reads OPENBLAS_CORETYPE when it loads,
 // before main, so the choice is made by re-executing once:

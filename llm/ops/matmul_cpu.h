@@ -131,22 +131,12 @@ static void sgemm_cpu(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int 
                       const float* b, int ldb, float beta, float* c, int ldc, int batch = 1, size_t strideA = 0,
                       size_t strideB = 0, size_t strideC = 0, int per_thread = 0) {
     OpScope scope(&llm_ctx.prof, OP_GEMM);
-    if (per_thread) {
-        #pragma omp parallel for schedule(static)
-        for (int bi = 0; bi < batch; bi++) {
-            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
-                        c + bi * strideC, ldc);
-        }
-    } else {
-        for (int bi = 0; bi < batch; bi++) {
-            cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
-                        c + bi * strideC, ldc);
-        }
+    #pragma omp parallel for schedule(static) if (per_thread)
+    for (int bi = 0; bi < batch; bi++) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a + bi * strideA, lda, b + bi * strideB, ldb, beta,
+                    c + bi * strideC, ldc);
     }
-    if (scope.p != NULL) {
-        GemmShape g = {ta == CblasTrans, tb == CblasTrans, M, N, K, batch, beta, 0, 0, 0.0};
-        op_profile_gemm(scope.p, g, scope.elapsed_ms());
-    }
+    scope.gemm({ta == CblasTrans, tb == CblasTrans, M, N, K, batch, beta, 0, 0, 0.0});
 }
 
 static void matmul_forward_cpu(float* out /*(BT,OC)*/, float* pre_gelu /*(BT,OC) or NULL*/, const float* inp /*(BT,C)*/,
@@ -251,10 +241,7 @@ static inline void matmul_sbgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, 
                                  const floatX* b, int ldb, float beta, float* c, int ldc) {
     OpScope scope(&llm_ctx.prof, OP_GEMM);
     cblas_sbgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, (const bfloat16*)a, lda, (const bfloat16*)b, ldb, beta, c, ldc);
-    if (scope.p != NULL) {
-        GemmShape g = {ta == CblasTrans, tb == CblasTrans, M, N, K, 1, beta, 1, 0, 0.0};
-        op_profile_gemm(scope.p, g, scope.elapsed_ms());
-    }
+    scope.gemm({ta == CblasTrans, tb == CblasTrans, M, N, K, 1, beta, 1, 0, 0.0});
 }
 #else
 #define MATMUL_SBGEMM 0

@@ -162,12 +162,13 @@ static double mfu_of_step(MfuPeak* p, double flops_per_token, double tok_s, int 
         printf("mfu: step %d ran at %.1f%% of the peak measured at start-up (%.4g TFLOP/s: measured low, the cores busy or "
                "cold); the peak is now %.4g TFLOP/s, %s\n", step, 100.0 * mfu, before, p->tflops, source);
     }
-    if (lg == NULL || lg->f == NULL) return mfu_fraction(flops_per_token, tok_s, p->tflops, devices);
-    char line[200];
-    snprintf(line, sizeof(line), "{\"step\": %d", step);
-    logger_append_float(line, sizeof(line), "peak_tflops", (float)p->tflops);
-    size_t used = strlen(line);
-    snprintf(line + used, sizeof(line) - used, ", \"peak_source\": \"%s\"}", source);
-    logger_write_line(lg, line);
+    if (lg != NULL && lg->f != NULL) {
+        char line[200];
+        snprintf(line, sizeof(line), "{\"step\": %d", step);
+        logger_append_float(line, sizeof(line), "peak_tflops", (float)p->tflops);
+        size_t used = strlen(line);
+        snprintf(line + used, sizeof(line) - used, ", \"peak_source\": \"%s\"}", source);
+        logger_write_line(lg, line);
+    }
     return mfu_fraction(flops_per_token, tok_s, p->tflops, devices);
 }
