@@ -58,21 +58,23 @@ OMP_NUM_THREADS=$THREADS ./train_gpt_cpu --model "$MODEL" -i "$TRAIN" -j "" -b 4
     --sample-every 0 -o "$W/init" > "$W/init.log" 2>&1 || { echo "error: dev/bench_llmc.sh: writing the model failed: $W/init.log" >&2; exit 1; }
 cp "$W/init/model_00000001.bin" "$W/gpt2_124M.bin"
 
+median() {  # the median of the numbers on stdin, one per line; N: how many there must be (or any)
+    sort -g | awk -v n="${1:-0}" '{ a[NR] = $1 } END { if (n > 0 && NR != n) exit 1; print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
 llmc_run() {  # llmc_run ROUND: llm.c's median step ms
     (cd "$W" && OMP_NUM_THREADS=$THREADS "$LLMC/train_gpt2" > "$W/llmc_$1.log" 2>&1) ||
         { echo "error: dev/bench_llmc.sh: llm.c's train_gpt2 failed: $W/llmc_$1.log" >&2; exit 1; }
     sed -nE 's/^step ([0-9]+): train loss [^ ]+ \(took ([0-9.]+) ms\)$/\1 \2/p' "$W/llmc_$1.log" |
-        awk '$1 >= 1 { print $2 }' | sort -g | awk '{ a[NR] = $1 } END { if (NR != 40) exit 1; print (a[20] + a[21]) / 2 }'
+        awk '$1 >= 1 { print $2 }' | median 40
 }
 ours_run() {  # ours_run ROUND: this trainer's median step ms
     OMP_NUM_THREADS=$THREADS ./train_gpt_cpu --model "$W/gpt2_124M.bin" -i "$TRAIN" -j "$VAL" --tokenizer "" -b 4 -t 64 \
         --steps 41 --lr 1e-4 --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0 --grad-clip 0 --val-every 10 --val-steps 5 \
         --sample-every 20 --shuffle 0 -o "$W/ours_$1" > "$W/ours_$1.log" 2>&1 ||
         { echo "error: dev/bench_llmc.sh: ./train_gpt_cpu failed: $W/ours_$1.log" >&2; exit 1; }
-    "$PY" -c 'import json, statistics, sys
-ms = [r["ms"] for r in map(json.loads, open(sys.argv[1])) if "ms" in r and r["step"] >= 2]
-assert len(ms) == 40, len(ms)
-print(statistics.median(ms))' "$W/ours_$1/log.jsonl"
+    "$PY" -c 'import json, sys
+print("\n".join(str(r["ms"]) for r in map(json.loads, open(sys.argv[1])) if "ms" in r and r["step"] >= 2))' \
+        "$W/ours_$1/log.jsonl" | median 40
 }
 
 cpu="$(sed -nE 's/^model name[[:space:]]*: (.*)/\1/p' /proc/cpuinfo | head -1) (family $(sed -nE 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1) model $(sed -nE 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -1);$(grep -m1 '^flags' /proc/cpuinfo | grep -oE ' (avx2|avx512f|avx512_bf16|amx_tile)\b' | tr -d '\n'))"
@@ -83,8 +85,8 @@ for r in $(seq 1 "$ROUNDS"); do
     L+=("$l"); O+=("$o")
     printf 'round %d: llm.c train_gpt2.c %.1f ms/step | ./train_gpt_cpu %.1f ms/step | %.2fx\n' "$r" "$l" "$o" "$(awk -v a="$l" -v b="$o" 'BEGIN { print a / b }')"
 done
-ml=$(printf '%s\n' "${L[@]}" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
-mo=$(printf '%s\n' "${O[@]}" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
+ml=$(printf '%s\n' "${L[@]}" | median)
+mo=$(printf '%s\n' "${O[@]}" | median)
 grep -m1 '^blas:\|mfu:' "$W/ours_1.log" || true
 printf 'median of %d rounds (%s, B=4 T=64, %d threads): llm.c %.1f ms/step, this trainer %.1f ms/step: %.2fx llm.c\n' \
     "$ROUNDS" "$MODEL" "$THREADS" "$ml" "$mo" "$(awk -v a="$ml" -v b="$mo" 'BEGIN { print a / b }')"
