@@ -159,8 +159,17 @@ clean:
 # ----------------------------------------------------------------------------
 # the embedded default run: synthetic 3-digit addition (dev/data/addition.py), a small GPT trained on
 # the CPU, then samples and the held-out exact-match accuracy. No network needed.
-TRAIN_DATA := data/addition
-TRAIN_OUT := out/addition
+TRAIN_DATA ?= data/addition
+TRAIN_OUT ?= out/addition
+# the run's flags, also what scripts/gpu_check.sh trains on the GPU (`make -s train-args`)
+TRAIN_ARGS = --model d2,C=64,NH=4,maxT=64,V=257 --train-data $(TRAIN_DATA)/addition_train.bin \
+    --val-data $(TRAIN_DATA)/addition_val.bin --tokenizer $(TRAIN_DATA)/addition_tokenizer.bin \
+    -b 32 -t 56 --steps 1000 --lr 3e-3 --warmup 100 --lr-final 0.05 --weight-decay 0.1 \
+    --val-every 100 --val-steps 5 --sample-every 250 --sample-len 56 --checkpoint-every 1000 --print-every 50 \
+    --output-dir $(TRAIN_OUT) --eval-file $(TRAIN_DATA)/addition_test.bin
+.PHONY: train-args
+train-args:
+	@echo $(TRAIN_ARGS)
 $(TRAIN_DATA)/addition_train.bin: dev/data/addition.py
 	$(PYTHON) dev/data/addition.py --digits 3 --out $(TRAIN_DATA)
 
@@ -169,12 +178,7 @@ train: build/deps/train.ok
 .PHONY: train-run
 train-run: train_gpt_cpu $(TRAIN_DATA)/addition_train.bin
 	@echo "training a 2-layer GPT on 3-digit addition; log: $(TRAIN_OUT)/log.jsonl"
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt_cpu \
-	    --model d2,C=64,NH=4,maxT=64,V=257 --train-data $(TRAIN_DATA)/addition_train.bin \
-	    --val-data $(TRAIN_DATA)/addition_val.bin --tokenizer $(TRAIN_DATA)/addition_tokenizer.bin \
-	    -b 32 -t 56 --steps 1000 --lr 3e-3 --warmup 100 --lr-final 0.05 --weight-decay 0.1 \
-	    --val-every 100 --val-steps 5 --sample-every 250 --sample-len 56 --checkpoint-every 1000 --print-every 50 \
-	    --output-dir $(TRAIN_OUT) --eval-file $(TRAIN_DATA)/addition_test.bin
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} ./train_gpt_cpu $(TRAIN_ARGS)
 	$(PYTHON) scripts/plot_logs.py --out $(TRAIN_OUT)/loss.png --title "3-digit addition, d2" addition=$(TRAIN_OUT)/log.jsonl
 	@echo "loss plot: $(TRAIN_OUT)/loss.png"
 

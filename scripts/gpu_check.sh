@@ -11,6 +11,12 @@
 # no MPI, no NCCL, no network: the programs are built single-process (the build's "note:" lines say so).
 #   bash scripts/gpu_check.sh            (PRECISION=BF16; PEAK_TFLOPS=... to set the MFU denominator,
 #                                         otherwise the measured dense bf16 GEMM peak of dev/cuda/matmul)
+# GPU_CHECK_BUDGET_S (default 500): the whole check's time; a phase that would start past it is skipped
+# and its row says so, and no program runs past it, so the table always prints. With OUT set (a folder),
+# the table and the logs (gpu_check_logs.tar.gz) are copied there at the end, whatever happened.
+# The phases, most telling first: build, the GPU tests, the real trainer end to end (`make train`'s
+# addition run on the GPU: its loss and held-out accuracy against the CPU build's in README.md), ours
+# vs PyTorch at GPT-2 124M, the kernel benchmarks, recompute.
 set -u
 cd "$(dirname "$0")/.."
 LOG=build/gpu_check
@@ -23,22 +29,52 @@ rows=()
 row() { rows+=("$(printf '%-40s %s' "$1" "$2")"); }
 phase_start=$SECONDS
 phase() { row "  (phase time: $1)" "$((SECONDS - phase_start)) s"; phase_start=$SECONDS; }
-# run with a time limit, so one hung program cannot spend the loan: limit_s command...
-limited() { local s=$1; shift; timeout --signal=KILL "$s" "$@"; local rc=$?; [ $rc -eq 137 ] && echo "(killed after ${s} s)"; return $rc; }
+BUDGET=${GPU_CHECK_BUDGET_S:-500}
+left() { echo $((BUDGET - (SECONDS - T0))); }
+# run with a time limit (never past the budget), so one hung program cannot spend the loan: limit_s command...
+limited() {
+    local s=$1; shift
+    [ "$s" -gt "$(left)" ] && s=$(left)
+    [ "$s" -lt 1 ] && { echo "(not run: the budget of ${BUDGET} s is spent)"; return 124; }
+    timeout --signal=KILL "$s" "$@"; local rc=$?; [ $rc -eq 137 ] && echo "(killed after ${s} s)"; return $rc
+}
+# a phase runs only with at least need_s seconds of the budget left: time_for need_s name
+time_for() { [ "$(left)" -ge "$1" ] && return 0; row "$2" "skipped: $(left) s of the ${BUDGET} s budget left"; return 1; }
+# the table and the logs to $OUT (the device tool's folder), whatever happens
+to_out() {
+    [ -n "${OUT:-}" ] && [ -d "$OUT" ] || return 0
+    printf '%s\n' "${rows[@]}" > "$OUT/summary.txt"
+    tar -czf "$OUT/gpu_check_logs.tar.gz" -C build gpu_check 2> /dev/null
+}
+trap to_out EXIT
 
 echo "== build (sm_${ARCH} only, -j${JOBS})"
 GENCODE="-gencode arch=compute_${ARCH},code=sm_${ARCH}"
-make -j"$JOBS" NVCC_GENCODE="$GENCODE" train_gpt build/test_kernels_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu \
-    build/bench_gpu > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
-while read -r note; do echo "$note"; row "build" "$note"; done < <(grep '^note:' "$LOG/build.log")
-# the kernel benchmarks (dev/cuda/cuda.mk), rebuilt every time; -k: one that fails leaves the others
+# the trainer and its GPU programs, and beside them the kernel benchmarks (dev/cuda/cuda.mk, rebuilt
+# every time; -k: one that fails leaves the others)
 for f in dev/cuda/*.cu; do rm -f "build/cuda/$(basename "$f" .cu)"; done
-make -k -j"$JOBS" dev-cuda CUDA_ARCH="sm_${ARCH}" > "$LOG/build_cuda.log" 2>&1
+make -k -j"$JOBS" dev-cuda CUDA_ARCH="sm_${ARCH}" > "$LOG/build_cuda.log" 2>&1 &
+cuda_make=$!
+if ! make -j"$JOBS" NVCC_GENCODE="$GENCODE" train_gpt build/test_kernels_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu \
+        build/bench_gpu > "$LOG/build.log" 2>&1; then
+    tail -30 "$LOG/build.log"
+    row "build" "FAILED after $((SECONDS - phase_start)) s: $(grep -m1 -E 'error' "$LOG/build.log")"
+    wait $cuda_make
+    exit 1
+fi
+while read -r note; do echo "$note"; row "build" "$note"; done < <(grep '^note:' "$LOG/build.log")
+wait $cuda_make
 for f in dev/cuda/*.cu; do
     n=$(basename "$f" .cu)
     [ -x "build/cuda/$n" ] || row "build dev/cuda/$n" "FAILED (see $LOG/build_cuda.log)"
 done
 phase build
+
+# what ptxas gave each kernel of the trainer on this GPU (registers, shared and local memory): for docs/
+if command -v cuobjdump > /dev/null; then
+    cuobjdump --dump-resource-usage train_gpt > "$LOG/resource_usage.txt" 2>&1
+    row "kernels of train_gpt using local memory" "$(grep -cE 'LOCAL:[1-9]' "$LOG/resource_usage.txt") of $(grep -c 'Function ' "$LOG/resource_usage.txt") (see $LOG/resource_usage.txt)"
+fi
 
 echo "== kernel harness (test/test_kernels.cu on the GPU)"
 limited 120 ./build/test_kernels_gpu > "$LOG/test_kernels.log" 2>&1
@@ -53,71 +89,98 @@ grep -E "^FAIL" "$LOG/test_fp8_linear.log" | head -20
 row "test_fp8_linear (GPU)" "$(tail -1 "$LOG/test_fp8_linear.log")"
 phase "GPU tests"
 
+# the real trainer, end to end: `make train`'s run (the same flags, `make -s train-args`) on the GPU. The
+# CPU build ends it at val loss 0.80 and 100% held-out exact-match accuracy (README.md)
+if time_for 30 "trainer end to end (make train's run)"; then
+    echo "== the trainer end to end: make train's addition run on the GPU"
+    python3 dev/data/addition.py --digits 3 --out "$LOG/addition" > "$LOG/addition_data.log" 2>&1
+    limited 120 ./train_gpt $(make -s --no-print-directory train-args TRAIN_DATA="$LOG/addition" TRAIN_OUT="$LOG/addition_out") \
+        > "$LOG/train_addition.log" 2>&1
+    rc=$?
+    grep -E "^(model|step 1000/|held-out|done)" "$LOG/train_addition.log"
+    acc=$(grep -oE 'held-out exact-match accuracy: [0-9.]+%' "$LOG/train_addition.log" | grep -oE '[0-9.]+%')
+    val=$(grep -oE 'val loss [0-9.]+ \(step 1000\)' "$LOG/train_addition.log" | grep -oE '[0-9]+\.[0-9]+')
+    per=$(grep -oE '[0-9.]+ ms per step' "$LOG/train_addition.log")
+    row "trainer: make train's run on the GPU" "exit $rc | val loss ${val:-?} (CPU 0.80) | held-out accuracy ${acc:-?} (CPU 100%) | ${per:-?}"
+    phase "trainer end to end"
+fi
+
+# the dense bf16 GEMM peak, the MFU's denominator
+echo "== dev/cuda/matmul (the bf16 GEMM peak)"
+[ -x build/cuda/matmul ] && limited 90 ./build/cuda/matmul > "$LOG/bench_matmul.log" 2>&1
+grep -E "^(version|kernel|best|median|peak)" "$LOG/bench_matmul.log" 2> /dev/null | head -12
+PEAK=${PEAK_TFLOPS:-$(grep -oE 'peak [0-9.]+ TFLOP/s' "$LOG/bench_matmul.log" 2>/dev/null | grep -oE '[0-9.]+' | head -1)}
+PEAK=${PEAK:-0}
+row "bf16 GEMM peak used for MFU" "${PEAK} TFLOP/s"
+
+if time_for 60 "ours GPT-2 124M"; then
+    echo "== GPT-2 124M training, ours: B=64 T=1024 (halved until it fits), $(grep -o 'PRECISION ?= [A-Z0-9]*' Makefile)"
+    B=64
+    while [ $B -ge 8 ]; do
+        limited 150 ./build/bench_gpu d12 $B 1024 20 "$PEAK" > "$LOG/bench_gpt2.log" 2>&1 && break
+        grep -qiE "out of memory|cudaErrorMemoryAllocation" "$LOG/bench_gpt2.log" || break
+        B=$((B / 2))
+    done
+    ours=$(grep '^recompute none *median' "$LOG/bench_gpt2.log")
+    echo "  $ours"
+    ours_tok=$(echo "$ours" | grep -oE '[0-9]+ tok/s' | grep -oE '[0-9]+')
+    row "ours GPT-2 124M B=$B T=1024" "${ours:-FAILED (see $LOG/bench_gpt2.log: $(tail -1 "$LOG/bench_gpt2.log"))}"
+    phase "GPT-2 124M ours"
+fi
+
+if time_for 90 "PyTorch GPT-2 124M"; then
+    echo "== GPT-2 124M training, PyTorch (dev/bench_pytorch.py) at the same B, T"
+    if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+        PB=${B:-64}  # PyTorch's activations may not fit where ours do: exit status 3 is its "out of memory"
+        while [ $PB -ge 8 ]; do
+            limited 240 python3 dev/bench_pytorch.py --model d12 -B $PB -T 1024 --steps 20 --peak-tflops "$PEAK" \
+                > "$LOG/bench_pytorch.log" 2>&1
+            [ $? -eq 3 ] || break
+            PB=$((PB / 2))
+        done
+        theirs=$(grep -E '^pytorch .*: tokens/s ' "$LOG/bench_pytorch.log" | tail -1)
+        echo "  $theirs"
+        theirs_tok=$(echo "$theirs" | grep -oE 'tokens/s [0-9.]+' | grep -oE '[0-9.]+')
+        row "PyTorch GPT-2 124M B=$PB T=1024" "${theirs:-FAILED (see $LOG/bench_pytorch.log: $(tail -1 "$LOG/bench_pytorch.log"))}"
+        if [ -n "${ours_tok:-}" ] && [ -n "${theirs_tok:-}" ]; then
+            row "ours / PyTorch tokens/s" "$(python3 -c "print(f'{$ours_tok / $theirs_tok:.3f}')") (B=$B vs B=$PB)"
+        fi
+    else
+        row "PyTorch GPT-2 124M" "skipped: torch with CUDA is not importable here"
+    fi
+    phase "GPT-2 124M PyTorch"
+fi
+
 echo "== kernel benchmarks (dev/cuda)"
 for f in dev/cuda/*.cu; do
     n=$(basename "$f" .cu)
     b="build/cuda/$n"
     [ -x "$b" ] || continue
-    limited 90 "$b" > "$LOG/bench_$n.log" 2>&1
+    [ "$n" = matmul ] || { time_for 20 "dev/cuda/$n" || continue; limited 60 "$b" > "$LOG/bench_$n.log" 2>&1; }
     grep -E "^(version|kernel|best|median|peak|fused)" "$LOG/bench_$n.log" | head -12 | while read -r line; do echo "  $n: $line"; done
     row "dev/cuda/$n" "$(grep -cE 'FAIL' "$LOG/bench_$n.log") failed checks, see $LOG/bench_$n.log"
 done
 # the FP8 GEMM's table: each recipe's path, TFLOP/s and speed-up over BF16 at GPT-2 124M's shapes
 [ -f "$LOG/bench_matmul_fp8.log" ] && grep -E "^(layer|qkv|attproj|fc|fcproj) " "$LOG/bench_matmul_fp8.log"
 # fused vs unfused attention: GPT-2 124M's shape (hs 64) from the run above, and hs 128
-if [ -x build/cuda/attention ]; then
-    limited 90 ./build/cuda/attention 8 1024 1536 12 > "$LOG/bench_attention_hs128.log" 2>&1
+if [ -x build/cuda/attention ] && time_for 20 "attention hs 128"; then
+    limited 60 ./build/cuda/attention 8 1024 1536 12 > "$LOG/bench_attention_hs128.log" 2>&1
     for f in bench_attention bench_attention_hs128; do
         line=$(grep '^fused vs unfused' "$LOG/$f.log")
         echo "  $line"
         row "attention ${line%%:*}" "${line#*: }"
     done
 fi
-PEAK=${PEAK_TFLOPS:-$(grep -oE 'peak [0-9.]+ TFLOP/s' "$LOG/bench_matmul.log" 2>/dev/null | grep -oE '[0-9.]+' | head -1)}
-PEAK=${PEAK:-0}
-row "bf16 GEMM peak used for MFU" "${PEAK} TFLOP/s"
 phase "kernel benchmarks"
 
-echo "== GPT-2 124M training, ours: B=64 T=1024 (halved until it fits), $(grep -o 'PRECISION ?= [A-Z0-9]*' Makefile)"
-B=64
-while [ $B -ge 8 ]; do
-    limited 150 ./build/bench_gpu d12 $B 1024 20 "$PEAK" > "$LOG/bench_gpt2.log" 2>&1 && break
-    grep -qiE "out of memory|cudaErrorMemoryAllocation" "$LOG/bench_gpt2.log" || break
-    B=$((B / 2))
-done
-ours=$(grep '^recompute none *median' "$LOG/bench_gpt2.log")
-echo "  $ours"
-ours_tok=$(echo "$ours" | grep -oE '[0-9]+ tok/s' | grep -oE '[0-9]+')
-row "ours GPT-2 124M B=$B T=1024" "${ours:-FAILED (see $LOG/bench_gpt2.log)}"
-phase "GPT-2 124M ours"
-
-echo "== GPT-2 124M training, PyTorch (dev/bench_pytorch.py) at the same B, T"
-if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
-    PB=$B  # PyTorch's activations may not fit where ours do: exit status 3 is its "out of memory"
-    while [ $PB -ge 8 ]; do
-        limited 240 python3 dev/bench_pytorch.py --model d12 -B $PB -T 1024 --steps 20 --peak-tflops "$PEAK" \
-            > "$LOG/bench_pytorch.log" 2>&1
-        [ $? -eq 3 ] || break
-        PB=$((PB / 2))
-    done
-    theirs=$(grep -E '^pytorch .*: tokens/s ' "$LOG/bench_pytorch.log" | tail -1)
-    echo "  $theirs"
-    theirs_tok=$(echo "$theirs" | grep -oE 'tokens/s [0-9.]+' | grep -oE '[0-9.]+')
-    row "PyTorch GPT-2 124M B=$PB T=1024" "${theirs:-FAILED (see $LOG/bench_pytorch.log)}"
-    if [ -n "${ours_tok:-}" ] && [ -n "${theirs_tok:-}" ]; then
-        row "ours / PyTorch tokens/s" "$(python3 -c "print(f'{$ours_tok / $theirs_tok:.3f}')") (B=$B vs B=$PB)"
-    fi
-else
-    row "PyTorch GPT-2 124M" "skipped: torch with CUDA is not importable here"
+if time_for 30 "recompute"; then
+    echo "== activation recompute (--recompute none, selective, full): GPT-2 124M B=16 T=1024, step time ratios"
+    limited 120 ./build/bench_gpu d12 16 1024 10 "$PEAK" none,selective,full > "$LOG/bench_recompute.log" 2>&1
+    grep "step time /" "$LOG/bench_recompute.log"
+    while read -r line; do row "recompute $(echo "$line" | awk '{print $2}')" "$(echo "$line" | cut -d' ' -f3-)"; done \
+        < <(grep "step time /" "$LOG/bench_recompute.log")
+    phase "recompute"
 fi
-phase "GPT-2 124M PyTorch"
-
-echo "== activation recompute (--recompute none, selective, full): GPT-2 124M B=16 T=1024, step time ratios"
-limited 120 ./build/bench_gpu d12 16 1024 10 "$PEAK" none,selective,full > "$LOG/bench_recompute.log" 2>&1
-grep "step time /" "$LOG/bench_recompute.log"
-while read -r line; do row "recompute $(echo "$line" | awk '{print $2}')" "$(echo "$line" | cut -d' ' -f3-)"; done \
-    < <(grep "step time /" "$LOG/bench_recompute.log")
-phase "recompute"
 row "total" "$((SECONDS - T0)) s"
 
 echo
