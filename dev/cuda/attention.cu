@@ -11,7 +11,8 @@
 //   version 1: unfused: permute q, k, v to (B,NH,T,hs); the scores and probabilities as a (B,NH,T,T)
 //              matrix in global memory (batched cuBLASLt products, cut along the diagonal in chunks of
 //              rows; softmax kernels); the backward reads the kept probabilities
-//   version 2: fused (FlashAttention-2's loop order): tiles in shared memory, WMMA tile products, one
+//   version 2: fused (FlashAttention-2's loop order): tiles in shared memory, mma.sync tile products with
+//              the scores and accumulators in registers (llm/ops/attention_mma_kernels.cuh), one
 //              FP32 log-sum-exp per row kept; the backward recomputes the probabilities
 // Reported per version: time, TFLOP/s of the causal FLOPs (the products' 4 B NH T^2 hs of a full T x T,
 // halved by the mask: 2 B NH T^2 hs forward; the backward's four products plus the fused version's

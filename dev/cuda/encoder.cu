@@ -37,6 +37,22 @@ __global__ void encoder_forward_kernel1(floatX* out, const int* inp,            
     out[idx] = (floatX)((float)wte[(size_t)inp[bt] * C + c] + (float)wpe[(size_t)t * C + c]);
 }
 
+// one line, "ok   what: max err/bound r" or "FAIL ...": every |got - want| within its element's bound
+static int rounded_sums_close(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                              const std::vector<float>& bound) {
+    double worst = 0.0;
+    size_t wi = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+        double r = fabs((double)got[i] - want[i]) / bound[i];
+        if (!(r <= worst)) { worst = r != r ? INFINITY : r; wi = i; }
+    }
+
+    int ok = worst <= 1.0 && got.size() == want.size();
+    printf("%s %s: max err/bound %.3g (at [%zu]: %.6g vs %.6g)\n", ok ? "ok  " : "FAIL", what, worst, wi,
+           wi < got.size() ? got[wi] : NAN, want[wi]);
+    return ok;
+}
+
 // backward, version 1: one thread per 16 bytes of dout, atomic adds (not deterministic).
 // Per element: reads 1 floatX of dout, 2 atomic read-modify-writes.
 __global__ void encoder_backward_kernel1(floatX* dwte, floatX* dwpe,             // (Vp,C), (maxT,C)
@@ -149,16 +165,40 @@ int main(int argc, char** argv) {
         close_enough(what, download(b.out, BTC), out, 0.0f, 4e-3f);
         report_gbs(what, bench_ms(reps, [&] { fwd[v](b); }), 3.0 * BTC * sizeof(floatX));
     }
+    // version 1's bound in 16 bits: an element that receives n atomic additions is rounded n times to
+    // floatX, each time by at most u |partial sum| <= u (|initial| + sum |dout|), u = 2^-8 BF16, 2^-11
+    // FP16 (the unit roundoff); allowed: twice that, for the FP32 reference's own sums and the second
+    // order; 1e-7 absolute for FP16's subnormals. The error grows with n: the most frequent token's row takes
+    // hundreds of roundings, so no one tolerance fits every element.
+    std::vector<float> bound_te(dwte0.size()), bound_pe(dwpe0.size()), absd(BTC);
+    for (size_t i = 0; i < BTC; i++) absd[i] = fabsf(dout[i]);
+    for (size_t i = 0; i < bound_te.size(); i++) bound_te[i] = fabsf(dwte0[i]);
+    for (size_t i = 0; i < bound_pe.size(); i++) bound_pe[i] = fabsf(dwpe0[i]);
+    encoder_backward_cpu(bound_te.data(), bound_pe.data(), absd.data(), inp.data(), 0, INT_MAX, B, T, C);
+    {
+        std::vector<int> count(Vp, 0);
+        for (size_t i = 0; i < BT; i++) count[inp[i]]++;
+        double u = 2 * (std::is_same<floatX, __half>::value ? 0x1p-11 : 0x1p-8);
+        for (int r = 0; r < Vp; r++)
+            for (int c = 0; c < C; c++) bound_te[(size_t)r * C + c] = (float)(count[r] * u * bound_te[(size_t)r * C + c] + 1e-7);
+        for (size_t i = 0; i < bound_pe.size(); i++) bound_pe[i] = (float)(B * u * bound_pe[i] + 1e-7);
+    }
     void (*bwd[])(Bufs&) = {backward1, backward2};
     for (int v = 0; v < 2; v++) {
         upload_to(b.dwte, dwte0);
         upload_to(b.dwpe, dwpe0);
         bwd[v](b);
         snprintf(what, sizeof(what), "backward %d", v + 1);
-        // version 1 in BF16 rounds the gradient at every addition: only a rough check
-        float atol = v == 0 && sizeof(floatX) == 2 ? 0.5f : 1e-3f * sqrtf((float)BT), rtol = 1e-2f;
-        close_enough(what, download(b.dwte, (size_t)Vp * C), dwte, atol, rtol);
-        close_enough("     dwpe", download(b.dwpe, (size_t)T * C), dwpe, atol, rtol);
+        if (v == 0 && sizeof(floatX) == 2) {
+            // version 1 in 16 bits rounds the gradient at every atomic addition: checked against that
+            // rounding's bound, per element
+            rounded_sums_close(what, download(b.dwte, (size_t)Vp * C), dwte, bound_te);
+            rounded_sums_close("     dwpe", download(b.dwpe, (size_t)T * C), dwpe, bound_pe);
+        } else {
+            float atol = 1e-3f * sqrtf((float)BT), rtol = 1e-2f;
+            close_enough(what, download(b.dwte, (size_t)Vp * C), dwte, atol, rtol);
+            close_enough("     dwpe", download(b.dwpe, (size_t)T * C), dwpe, atol, rtol);
+        }
         report_gbs(what, bench_ms(reps, [&] { bwd[v](b); }), (BTC + 2.0 * (touched + T) * C) * sizeof(floatX));
     }
     floatX* bufs[] = {b.wte, b.wpe, b.dout, b.dwte, b.dwpe, b.out};

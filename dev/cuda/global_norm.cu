@@ -54,6 +54,16 @@ __global__ void global_norm_kernel2(float* out, const floatX* values, size_t n) 
     if (threadIdx.x == 0) atomicAdd(out, sum);
 }
 
+// how many FP32 partial sums the version adds up in one chain (its blocks' atomics or partials)
+static size_t chain_length(int version, size_t n) {
+    if (version == 1) return ceil_div_sz(n, 512);
+    int dev = 0, sms = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    size_t want = ceil_div_sz(ceil_div_sz(n, x128::size), 512), cap = version == 2 ? (size_t)(4 * sms) : (size_t)llm_ctx.norm_grid_cap;
+    return want < cap ? want : cap;
+}
+
 static void run_version(int version, float* out, const floatX* values, size_t n) {
     if (version == 1) {
         LAUNCH(global_norm_kernel1, dim3((unsigned int)ceil_div_sz(n, 512)), dim3(512), 0, (cudaStream_t)0, out,
@@ -103,14 +113,21 @@ int main(int argc, char** argv) {
         }
         int same = 1;
         for (int r = 1; r < 5; r++) same &= memcmp(&got[0], &got[r], sizeof(float)) == 0;
-        double rel = fabs((double)got[0] - want) / want;
+        // the tolerance: the chain of m FP32 additions of positive partial sums (each rounded by up to
+        // 2^-24 of a partial that grows to the total) errs by about 2^-24 sqrt(m) / 3 of the total, one
+        // standard deviation of independent roundings; allowed: 6 of them, plus 1e-6 for the
+        // reference's own FP32 chunk sums. Version 1 at GPT-2 124M's n: m = 243117 atomics, 5.9e-5 (a
+        // lost block, 4e-6, hides in that chain's noise); versions 2 and 3: m <= a wave's blocks, ~4e-6
+        // (a lost block is 2e-3)
+        size_t m = chain_length(version, n);
+        double rel = fabs((double)got[0] - want) / want, tol = 0x1p-23 * sqrt((double)m) + 1e-6;
         float ms = bench_ms(50, [&]() {
             cudaCheck(cudaMemsetAsync(d_out, 0, sizeof(float), 0));
             run_version(version, d_out, d_values, n);
         });
         double bytes = (double)n * sizeof(floatX);
-        printf("version %d: %s (rel err %.2g, %s over 5 runs)  %.3f ms  %.0f GB/s (%.0f%% of peak)\n", version,
-               rel <= 1e-5 ? "ok" : "FAIL", rel, same ? "same bits" : "bits differ", ms, gbs(bytes, ms),
+        printf("version %d: %s (rel err %.2g, tolerance %.2g for a chain of %zu sums, %s over 5 runs)  %.3f ms  %.0f GB/s (%.0f%% of peak)\n",
+               version, rel <= tol ? "ok" : "FAIL", rel, tol, m, same ? "same bits" : "bits differ", ms, gbs(bytes, ms),
                100.0 * gbs(bytes, ms) / peak_gbs());
     }
     // (the context is released with the process)

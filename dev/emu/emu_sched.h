@@ -111,17 +111,18 @@ enum : uint8_t {
     EMU_C_BALLOT, EMU_C_ANY, EMU_C_ALL,
     EMU_C_RED_ADD, EMU_C_RED_MIN_S, EMU_C_RED_MAX_S, EMU_C_RED_MIN_U, EMU_C_RED_MAX_U,
     EMU_C_RED_AND, EMU_C_RED_OR, EMU_C_RED_XOR,
-    EMU_C_WMMA_FILL, EMU_C_WMMA_LOAD, EMU_C_WMMA_STORE, EMU_C_WMMA_MMA, EMU_C_N
+    EMU_C_WMMA_FILL, EMU_C_WMMA_LOAD, EMU_C_WMMA_STORE, EMU_C_WMMA_MMA, EMU_C_MMA_SYNC, EMU_C_N
 };
 static const char* const emu_coll_names[EMU_C_N] = {
     "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
     "__ballot_sync", "__any_sync", "__all_sync",
     "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_min_sync", "__reduce_max_sync",
     "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-    "wmma::fill_fragment", "wmma::load_matrix_sync", "wmma::store_matrix_sync", "wmma::mma_sync"};
-// the WMMA operations (mma.h) are classes of their own: a lane in mma_sync while another is in
+    "wmma::fill_fragment", "wmma::load_matrix_sync", "wmma::store_matrix_sync", "wmma::mma_sync",
+    "mma.sync.m16n8k16"};
+// the WMMA operations and PTX's mma.sync (mma.h) are classes of their own: a lane in mma_sync while another is in
 // store_matrix_sync is a misuse, reported like a shuffle meeting a __syncwarp
-static const uint8_t emu_coll_class[EMU_C_N] = {0, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 4, 5, 6, 7};
+static const uint8_t emu_coll_class[EMU_C_N] = {0, 1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 4, 5, 6, 7, 8};
 // a collective whose result needs every lane's data at once (wmma::mma_sync): each lane brings a
 // pointer to one of these as its value; when the last lane arrives, the first lane's run() gets all
 // 32 (the emulated WMMA needs a full warp) and computes every lane's result before any lane resumes

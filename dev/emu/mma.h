@@ -219,6 +219,70 @@ static inline void mma_sync_emu(const char* file, int line, fragment<accumulator
 }  // namespace wmma
 }  // namespace nvcuda
 
+// PTX's mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (llm/core/mma_ptx.cuh calls it),
+// with the fragment layouts the PTX ISA documents (unlike WMMA's, they are public: code may and does
+// rely on them). Lane L, g = L / 4, t = L % 4; each 32-bit register holds two 16-bit elements, the lower
+// column (A) or row (B) in its low half:
+//   A (16 x 16, row-major):   a[0] = A[g][2t, 2t+1]     a[1] = A[g+8][2t, 2t+1]
+//                             a[2] = A[g][2t+8, 2t+9]   a[3] = A[g+8][2t+8, 2t+9]
+//   B (16 x 8, "col"):        b[0] = B[2t, 2t+1][g]     b[1] = B[2t+8, 2t+9][g]
+//   C, D (16 x 8, float):     d[0], d[1] = D[g][2t, 2t+1]   d[2], d[3] = D[g+8][2t, 2t+1]
+// D = A B + C in the same arithmetic as wmma::mma_sync above (exact products, float sums in k order).
+// A full warp must call it (warp-collective, like WMMA).
+struct EmuMmaCall {
+    EmuWarpHook hook;
+    const uint32_t *a, *b;
+    float* d;
+    int bf16;
+};
+EMU_NOTSAN static inline float emu_mma_half_to_float(uint32_t r, int hi, int bf16) {
+    uint16_t h = (uint16_t)(hi ? r >> 16 : r & 0xffffu);
+    if (bf16) { __nv_bfloat16 v; __builtin_memcpy(&v, &h, 2); return nvcuda::wmma::emu_wmma_to_float(v); }
+    __half v;
+    __builtin_memcpy(&v, &h, 2);
+    return nvcuda::wmma::emu_wmma_to_float(v);
+}
+EMU_NOTSAN static inline void emu_mma_sync_run(EmuWarpHook* const* lanes, const char*, int) {
+    float A[16][16], B[16][8], D[16][8];
+    int bf16 = ((const EmuMmaCall*)lanes[0])->bf16;
+    for (int l = 0; l < 32; l++) {
+        const EmuMmaCall* c = (const EmuMmaCall*)lanes[l];
+        int g = l / 4, t = l % 4;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = emu_mma_half_to_float(c->a[0], h, bf16);
+            A[g + 8][2 * t + h] = emu_mma_half_to_float(c->a[1], h, bf16);
+            A[g][2 * t + 8 + h] = emu_mma_half_to_float(c->a[2], h, bf16);
+            A[g + 8][2 * t + 8 + h] = emu_mma_half_to_float(c->a[3], h, bf16);
+            B[2 * t + h][g] = emu_mma_half_to_float(c->b[0], h, bf16);
+            B[2 * t + 8 + h][g] = emu_mma_half_to_float(c->b[1], h, bf16);
+            D[g][2 * t + h] = c->d[h];
+            D[g + 8][2 * t + h] = c->d[2 + h];
+        }
+    }
+    float R[16][8];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            float acc = D[m][n];
+            for (int k = 0; k < 16; k++) acc += A[m][k] * B[k][n];
+            R[m][n] = acc;
+        }
+    for (int l = 0; l < 32; l++) {
+        const EmuMmaCall* c = (const EmuMmaCall*)lanes[l];
+        int g = l / 4, t = l % 4;
+        for (int h = 0; h < 2; h++) { c->d[h] = R[g][2 * t + h]; c->d[2 + h] = R[g + 8][2 * t + h]; }
+    }
+}
+// d (4 floats) += A B, a (4 registers), b (2 registers) of this lane; bf16: the 16-bit type
+static inline void emu_mma_sync_m16n8k16(const char* file, int line, float* d, const uint32_t* a, const uint32_t* b,
+                                         int bf16) {
+    EmuMmaCall call = {{emu_mma_sync_run}, a, b, d, bf16};
+    EmuWorker* w = emu_w;
+    if (w == NULL || w->running == NULL) emu_not_in_kernel("mma.sync.m16n8k16", file, line);
+    if (w->warps[w->running->lin >> 5].present != 0xffffffffu)
+        emu_misuse("mma.sync.m16n8k16 at %s:%d: needs a full warp of 32 threads (the block has %d threads)", file, line, w->n);
+    emu_warp_op(file, line, EMU_C_MMA_SYNC, 0xffffffffu, (uint64_t)(uintptr_t)&call, 0, 32);
+}
+
 // the calls keep the caller's file:line (for the error lines): `wmma::mma_sync(...)` becomes
 // `wmma::mma_sync_emu(__FILE__, __LINE__, ...)`, whatever namespace qualification it is written with
 #define fill_fragment(...) fill_fragment_emu(__FILE__, __LINE__, __VA_ARGS__)

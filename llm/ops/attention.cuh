@@ -22,7 +22,8 @@
 // ring attention are checked against them piece by piece
 #include "attention_blocks.h"
 // the fused kernels (FlashAttention-2), in their own file
-#include "attention_kernels.cuh"
+#include "attention_kernels.cuh"      // the FP32 build's kernels, the tiles, D
+#include "attention_mma_kernels.cuh"  // the 16-bit builds' tensor-core kernels
 #if LLM_HAS_KERNELS
 #include "../core/cuda_utils.cuh"
 #endif
@@ -272,8 +273,12 @@ static void attention_forward(floatX* out,        // (B,T,C)
     float scale = 1.0f / sqrtf((float)hs);
     attention_for_head_size(hs, [&](auto tile) {
         typedef decltype(tile) F;
-                attention_launch(attention_forward_kernel<F::HDIM>, F::WARPS, F::FORWARD, B * NH, ceil_div(T, F::BR), stream, out, lse,
-                         inp, T, C, NH, scale, vec);
+#if defined(ENABLE_FP32)
+        auto kernel = attention_forward_kernel<F::HDIM>;
+#else
+        auto kernel = attention_forward_mma_kernel<F::HDIM>;
+#endif
+        attention_launch(kernel, F::WARPS, F::FORWARD, B * NH, ceil_div(T, F::BR), stream, out, lse, inp, T, C, NH, scale, vec);
     });
 #endif
 }
@@ -304,11 +309,18 @@ static void attention_backward(floatX* dinp,        // (B,T,3C)
            T, C, NH);
     attention_for_head_size(hs, [&](auto tile) {
         typedef decltype(tile) F;
-                int tiles = ceil_div(T, F::BR);
-        attention_launch(attention_backward_dkdv_kernel<F::HDIM>, F::WARPS, F::DKDV, B * NH, tiles, stream, dinp, dout, inp, lse,
-                         (const float*)scratch, T, C, NH, scale, vec);
-        attention_launch(attention_backward_dq_kernel<F::HDIM>, F::WARPS, F::DQ, B * NH, tiles, stream, dinp, dout, inp, lse,
-                         (const float*)scratch, T, C, NH, scale, vec);
+        int tiles = ceil_div(T, F::BR);
+#if defined(ENABLE_FP32)
+        auto dkdv = attention_backward_dkdv_kernel<F::HDIM>;
+        auto dq = attention_backward_dq_kernel<F::HDIM>;
+#else
+        auto dkdv = attention_backward_dkdv_mma_kernel<F::HDIM>;
+        auto dq = attention_backward_dq_mma_kernel<F::HDIM>;
+#endif
+        attention_launch(dkdv, F::WARPS, F::DKDV, B * NH, tiles, stream, dinp, dout, inp, lse, (const float*)scratch, T, C, NH,
+                         scale, vec);
+        attention_launch(dq, F::WARPS, F::DQ, B * NH, tiles, stream, dinp, dout, inp, lse, (const float*)scratch, T, C, NH,
+                         scale, vec);
     });
 #endif
 }

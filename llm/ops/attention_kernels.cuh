@@ -1,19 +1,21 @@
-// attention_kernels.cuh: the fused causal attention kernels of llm/ops/attention.cuh (its CUDA path; the
-// CPU reference, the decode kernel and the launchers stay there). In their own file because the kernels
-// and their shared-memory tiling are one concern a reader takes in at once, beside the paper.
+// attention_kernels.cuh: the fused causal attention kernels of the FP32 CUDA build (tile products on
+// CUDA cores: no tensor core takes FP32 operands), the tiles and helpers they share with the 16-bit
+// builds' tensor-core kernels (attention_mma_kernels.cuh), and the backward's row dot products D of
+// both. The CPU reference, the decode kernel and the launchers are in llm/ops/attention.cuh. In their own
+// file because the kernels and their shared-memory tiling are one concern a reader takes in at once,
+// beside the paper.
 //
 // CUDA kernels: fused causal attention (Dao 2023, "FlashAttention-2", Algorithm 1 for the forward,
 // Algorithm 2 for the backward, with its work split: section 3.2)
 //
-// Every kernel works on tiles of BR positions of one head (b, h): BR = 64 for 16-bit floatX and
-// hs <= 64, else 32, so that the largest kernel, the backward's dk/dv, fits the 163 KiB of shared
-// memory an A100 allows a block (at BR = 64 it needs 127 KiB in BF16 at HD 64, but 190 KiB at HD 128
-// and 181 KiB in FP32 at HD 64; at BR = 32, 83 and 122 KiB at HD 128, 76 KiB in FP32 at HD 64),
-// 16 rows per warp, BR/16 warps. A tile's q, k, v (and dy) rows are
+// Every kernel works on tiles of BR positions of one head (b, h): BR = 64 for 16-bit floatX (the mma
+// kernels keep scores and accumulators in registers, so their shared memory is the floatX tiles alone:
+// 4 x 64 x (HD + 8) x 2 bytes, 70 KiB at HD 128), 32 in FP32, where these kernels keep S, P and the
+// accumulators in shared memory (the backward's dk/dv needs 76 KiB at HD 64), 16 rows per warp,
+// BR/16 warps. A tile's q, k, v (and dy) rows are
 // copied from the model's token layout (B,T,3C) into shared memory (no permute), zero-padded past T
-// and past hs to HD, the head size rounded up to 16 (16, 32, 64 or 128). Tile products run through
-// attention_warp_mma: WMMA 16x16x16 fragments with FP32 accumulation for 16-bit floatX (tensor
-// cores), plain FP32 loops on CUDA cores for the FP32 build. Each warp owns 16 rows of every tile it
+// and past hs to HD, the head size rounded up to 16 (16, 32, 64 or 128). Tile products here run
+// through attention_warp_mma: plain FP32 loops. Each warp owns 16 rows of every tile it
 // computes, so within a tile the warps only meet at the __syncthreads around the tile loads.
 //
 //   forward  (grid: query tiles x B*NH): for query tile i, for key tiles j = 0..i (the tiles above the
@@ -35,26 +37,23 @@
 // out and lse; no (B,NH,T,T) tensor (1.61 GB each, 11.7 GB per layer moved by the unfused path,
 // dev/cuda/attention_unfused.cuh).
 //
-// What it does not do that FlashAttention-3 (Shah et al. 2024) does on Hopper: warp specialisation
-// (producer warps loading tiles with TMA while consumer warps compute, asynchronously), wgmma (warpgroup
-// products straight from shared memory, larger than WMMA's 16x16x16 and without the register round
-// trip), FP8 tiles, and overlapping the softmax of one tile with the products of the next (ping-pong
-// scheduling). The paper reports 1.5-2x over FlashAttention-2 on H100 in BF16 from these.
+// What neither these nor the mma kernels do that FlashAttention-3 (Shah et al. 2024) does on Hopper:
+// warp specialisation (producer warps loading tiles with TMA while consumer warps compute,
+// asynchronously), wgmma (warpgroup products straight from shared memory), FP8 tiles, and overlapping
+// the softmax of one tile with the products of the next (ping-pong scheduling). The paper reports
+// 1.5-2x over FlashAttention-2 on H100 in BF16 from these.
 #pragma once
 #include <type_traits>
 #include "../core/common.h"
 #if LLM_HAS_KERNELS
 #include "../core/cuda_utils.cuh"
-#if !defined(ENABLE_FP32)
-#include <mma.h>  // nvcuda::wmma: the tile products of 16-bit floatX on tensor cores (dev/emu/mma.h emulated)
-#endif
 
 
 // the tile shape for a head size rounded up to HD
 template <int HD>
 struct AttentionTile {
     static constexpr int HDIM = HD;
-    static constexpr int BR = (sizeof(floatX) == 2 && HD <= 64) ? 64 : 32;  // positions per tile (above)
+    static constexpr int BR = sizeof(floatX) == 2 ? 64 : 32;  // positions per tile (above)
     static constexpr int WARPS = BR / 16;
     // row strides in elements, padded by 16 bytes (32 for FP32 S) against shared memory bank conflicts;
     // they keep every 16-row, 16-column fragment 32-byte aligned, as WMMA wants
@@ -66,9 +65,15 @@ struct AttentionTile {
                             P = (size_t)BR * LDP * sizeof(floatX), O = (size_t)BR * LDO * sizeof(float),
                             R = (size_t)BR * sizeof(float);
     // dynamic shared memory of each kernel (+128: the base is aligned up to 128 bytes)
+#if defined(ENABLE_FP32)
     static constexpr size_t FORWARD = 3 * X + S + P + O + 2 * R + 128;       // q, k, v, S, P, O, m, l
     static constexpr size_t DKDV = 4 * X + 2 * S + 2 * P + 2 * O + 2 * R + 128;  // k, v, q, dy, S, dP, P, dS, dK, dV, lse, D
     static constexpr size_t DQ = 4 * X + 2 * S + P + O + 2 * R + 128;        // q, dy, k, v, S, dP, dS, dQ, lse, D
+#else  // the mma kernels: the rest lives in registers
+    static constexpr size_t FORWARD = 3 * X + 128;         // q, k, v
+    static constexpr size_t DKDV = 4 * X + 2 * R + 128;    // k, v, q, dy, lse, D
+    static constexpr size_t DQ = 4 * X + 128;              // q, dy, k, v
+#endif
 };
 
 // the next buffer of `bytes` from the shared memory cursor p (every buffer starts 128-byte aligned)
@@ -104,38 +109,17 @@ __device__ __forceinline__ void attention_load_tile(floatX* dst, const floatX* s
 
 // One warp: D (16, N) = (acc ? D : 0) + A B, D float row-major (row stride ldd), A (16, K) floatX row-major
 // (lda), B (K, N) floatX: B[k][n] = b[k * ldb + n] (BT false) or b[n * ldb + k] (BT true: the transpose
-// of a row-major (N, K) tile, e.g. K^T from the k tile). N and K multiples of 16. Ends with __syncwarp,
-// so every lane then sees all of D.
+// of a row-major (N, K) tile, e.g. K^T from the k tile). Ends with __syncwarp, so every lane then sees
+// all of D. Plain FP32 loops (the FP32 build).
 template <int N, int K, bool BT>
 __device__ __forceinline__ void attention_warp_mma(float* d, int ldd, const floatX* a, int lda, const floatX* b, int ldb,
                                                    bool acc) {
-#if !defined(ENABLE_FP32)
-    using namespace nvcuda;
-    typedef typename std::conditional<BT, wmma::col_major, wmma::row_major>::type BLayout;
-    for (int n = 0; n < N; n += 16) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        if (acc) {
-            wmma::load_matrix_sync(c, d + n, ldd, wmma::mem_row_major);
-        } else {
-            wmma::fill_fragment(c, 0.0f);
-        }
-        for (int k = 0; k < K; k += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, BLayout> fb;
-            wmma::load_matrix_sync(fa, a + k, lda);
-            wmma::load_matrix_sync(fb, BT ? b + (size_t)n * ldb + k : b + (size_t)k * ldb + n, ldb);
-            wmma::mma_sync(c, fa, fb, c);
-        }
-        wmma::store_matrix_sync(d + n, c, ldd, wmma::mem_row_major);
-    }
-#else
     for (int e = threadIdx.x % 32; e < 16 * N; e += 32) {
         int r = e / N, n = e % N;
         float s = acc ? d[r * ldd + n] : 0.0f;
         for (int k = 0; k < K; k++) s += (float)a[r * lda + k] * (float)(BT ? b[n * ldb + k] : b[k * ldb + n]);
         d[r * ldd + n] = s;
     }
-#endif
     __syncwarp();
 }
 

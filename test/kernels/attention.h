@@ -1,5 +1,6 @@
 // test/kernels/attention.h: attention_forward and attention_backward (CUDA path: the fused causal
-// kernels of llm/ops/attention.cuh, FlashAttention-2 loop order, WMMA tiles for 16-bit floatX) against
+// kernels of llm/ops/attention.cuh, FlashAttention-2 loop order: mma.sync tensor-core products with
+// the scores and accumulators in registers for 16-bit floatX, FP32 loops in shared memory for FP32) against
 // attention_forward_cpu / attention_backward_cpu on the same floatX-rounded inputs, and kernels and
 // references against a float64 attention written here: softmax_{j <= t}(q_t . k_j / sqrt(hs)) v
 // (Vaswani et al. 2017, eq. 1, with GPT-2's causal mask), its row log-sum-exp
@@ -7,7 +8,7 @@
 // kernels and the references take the same scale = 1/sqrtf(hs), so their agreement alone cannot see a
 // wrong scale or softmax-backward expression; the float64 comparison does.
 //
-// Shapes (B,T,C,NH), hs = C/NH; the kernels' tiles are BR = 64 positions in 16 bits up to hs 64, else 32,
+// Shapes (B,T,C,NH), hs = C/NH; the kernels' tiles are BR = 64 positions in 16 bits, 32 in FP32,
 // the head padded to HD = 16, 32, 64 or 128 columns:
 //   (1,1,16,2)    hs 8 (HD 16), a single position: one tile of 1 row
 //   (2,7,24,2)    hs 12 (HD 16): not a multiple of a 128-bit chunk in 16 bits (the scalar tile loads)
@@ -15,7 +16,7 @@
 //                 alignment (the scalar tile loads in every build)
 //   (1,65,64,2)   hs 32, T = 65: two key tiles, the second of 1 row (the online rescale runs once; FP32: three of 32)
 //   (1,130,64,1)  hs 64 (HD 64), three key tiles, the last of 2 rows (FP32: five of 32)
-//   (1,70,256,2)  hs 128 (HD 128): three tiles of 32, the last of 6 rows
+//   (1,70,256,2)  hs 128 (HD 128): two tiles of 64, the last of 6 rows (FP32: three of 32)
 // Inputs: q ~ N(0,4) (2 x N(0,1), exact in every floatX), k, v, dout ~ N(0,1): the logits
 // q.k/sqrt(hs) ~ N(0,4), sharp enough that a row's running max moves between key tiles, so a missing
 // or wrong rescale shows. Before every launch the outputs (out, lse, dinp) and the backward's scratch
@@ -29,7 +30,7 @@
 // rounding points (attention_kernels.cuh), first order, every error at its maximum with the
 // same sign. u: the unit roundoff of a stored floatX (2^-8 BF16, 2^-11 FP16 with ax = KC_AX = 2^-25
 // absolute for its subnormals, 2^-24 FP32); e = 2^-24, FP32 arithmetic. A FP32 sum of n terms
-// (WMMA: exact products of 16-bit values, accumulated in FP32, chained through the accumulator; the
+// (mma.sync: exact products of 16-bit values, accumulated in FP32, chained through the accumulator; the
 // zero padding adds exactly) errs by <= n e sum|terms|. Per row t of a head, keys j <= t, with
 // l_j = scale q.k_j (float64), M = max_j l_j, x_j = M - l_j >= 0, w_j = e^-x_j / Z, Z = sum e^-x_j,
 // nt = the number of key tiles of row t (t/BR + 1: each adds one online rescale):

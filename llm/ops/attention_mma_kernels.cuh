@@ -1,0 +1,311 @@
+// attention_mma_kernels.cuh: the fused causal attention kernels of the 16-bit builds (BF16, FP16), with
+// the scores, probabilities and accumulators in registers (Dao 2023, "FlashAttention-2": Algorithm 1
+// for the forward, Algorithm 2 for the backward, its work split of section 3.2, and its section 3.3:
+// each warp owns whole rows, so the softmax needs no shared memory and no block barrier). The FP32
+// build keeps the plain kernels of attention_kernels.cuh (no tensor cores take FP32 operands);
+// attention.cuh chooses, and its CPU references are the math of both.
+//
+// Tiles: BR = 64 positions (queries or keys) per block, 4 warps of 16 rows each; key (query) tiles of
+// 64 as well, so a row of the forward goes through t / 64 + 1 online rescalings, as in the other
+// kernels. Shared memory holds only the floatX tiles copied from the model's layout (B,T,3C), zero-padded
+// past T and past hs to HD (attention_load_tile); every product is PTX's mma.sync.m16n8k16 on fragments
+// read straight from those tiles (llm/core/mma_ptx.cuh), with FP32 accumulation:
+//
+//   forward (grid: query tiles x B*NH): Q's fragments stay in registers; per key tile j <= i:
+//            S (16 x 64 a warp, 8 accumulators) = Q K_j^T; per row the online softmax over the 4 lanes
+//            that hold it (running max m and sum l in registers, O rescaled by e^(m_old - m_new));
+//            P rounded to floatX becomes the A fragment of O += P V_j with no trip through memory
+//            (two accumulators side by side are one A fragment). Then out = O / l, lse = m + log l.
+//   backward: D = rowsum(dy * out) (attention_backward_dot_kernel), then
+//     dk, dv (grid: key tiles x B*NH), per query tile i >= j: S^T = K Q_i^T, P^T = e^(scale S^T - lse);
+//            dV += Round(P^T) dY; dP^T = V dY^T; dS^T = P^T (dP^T - D); dK += Round(dS^T) Q
+//     dq     (grid: query tiles x B*NH), per key tile j <= i: S, dP = dY V^T, dS = P (dP - D) again,
+//            dQ += Round(dS) K. No atomics: the gradients are the same bits on every run.
+// The rounding points are those of attention_x16_cpu.h and test/kernels/attention.h's bounds: S, P and
+// dP in FP32, P rounded to floatX for P V and P^T dY only, dS rounded for its two products.
+//
+// Shared-memory reads: a fragment register is one 32-bit load of two adjacent elements (A, and B of
+// K^T and dY^T) or two 16-bit loads (B of V, dY, Q, K in the P V-like products); with rows padded by 8
+// elements (16 bytes) the 32 lanes of a load hit 32 different banks.
+// What it does not do (FlashAttention-2's and -3's further steps): cp.async / TMA double buffering of the
+// next tile while this one computes, ldmatrix, wgmma on Hopper, warp specialisation.
+#pragma once
+#include "../core/common.h"
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+#include "../core/cuda_utils.cuh"
+#include "../core/mma_ptx.cuh"
+#include "attention_kernels.cuh"  // AttentionTile, attention_carve, attention_load_tile, attention_head
+
+// max and sum over the 4 lanes of a quad: the lanes that hold one row of an accumulator
+__device__ __forceinline__ float attention_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float attention_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
+attention_forward_mma_kernel(floatX* out,        // (B,T,C)
+                             float* lse,         // (B,NH,T)
+                             const floatX* inp,  // (B,T,3C)
+                             int T, int C, int NH, float scale, int vec) {
+    typedef AttentionTile<HD> F;
+    constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
+    EXTERN_SHARED(char, smem);
+    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile
+    floatX* V = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    AttentionHead hd = attention_head(NH, T);
+    int hs = C / NH, lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, tq = lane % 4;
+    int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;  // the longest rows first
+    int t0 = q0 + r0 + lane / 4;                            // this lane's rows: t0 and t0 + 8
+    const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    __syncthreads();
+    uint32_t qa[KT][4];  // the warp's 16 rows of Q, as A fragments
+    for (int kk = 0; kk < KT; kk++) mma_load_a(qa[kk], Q + r0 * F::LDX + kk * 16, F::LDX);
+    float o[NO][4];  // (16, HD) unnormalised output
+    for (int d = 0; d < NO; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows t0, t0 + 8
+    for (int j = 0; j <= i; j++) {
+        __syncthreads();  // every warp is done with the previous K, V
+        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, j * BR, T, hs, vec);
+        attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, j * BR, T, hs, vec);
+        __syncthreads();
+        float s[NS][4];  // (16, BR) scores
+        for (int n = 0; n < NS; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int kk = 0; kk < KT; kk++) {
+                uint32_t b[2];
+                mma_load_bt(b, K + n * 8 * F::LDX + kk * 16, F::LDX);
+                mma_16816(s[n], qa[kk], b);  // S = Q K^T
+            }
+        }
+        // the online softmax. Row t always has key j*BR <= t unmasked (j <= i), so the new max is
+        // finite and the rescale factor e^(m_old - m_new) is 0 on the first tile.
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int n = 0; n < NS; n++)
+            for (int e = 0; e < 4; e++) {
+                int t = t0 + (e >> 1) * 8, key = j * BR + n * 8 + 2 * tq + (e & 1);
+                float x = key <= t && key < T ? s[n][e] * scale : -INFINITY;
+                s[n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float alpha[2], sum[2] = {0.0f, 0.0f};
+        for (int r = 0; r < 2; r++) {
+            float m_new = fmaxf(m[r], attention_quad_max(mx[r]));
+            alpha[r] = expf(m[r] - m_new);
+            m[r] = m_new;
+        }
+        for (int n = 0; n < NS; n++)
+            for (int e = 0; e < 4; e++) {
+                float pe = expf(s[n][e] - m[e >> 1]);
+                s[n][e] = pe;
+                sum[e >> 1] += pe;
+            }
+        for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + attention_quad_sum(sum[r]);
+        for (int d = 0; d < NO; d++) { o[d][0] *= alpha[0]; o[d][1] *= alpha[0]; o[d][2] *= alpha[1]; o[d][3] *= alpha[1]; }
+        for (int kk = 0; kk < BR / 16; kk++) {
+            uint32_t pa[4];
+            mma_pack_a(pa, s[2 * kk], s[2 * kk + 1]);  // P rounded to floatX, keys kk*16 .. +16
+            for (int d = 0; d < NO; d++) {
+                uint32_t b[2];
+                mma_load_b(b, V + kk * 16 * F::LDX + d * 8, F::LDX);
+                mma_16816(o[d], pa, b);  // O += P V
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int t = t0 + 8 * r;
+        if (t >= T) continue;
+        float inv = 1.0f / l[r];
+        floatX* dst = out + (hd.tok + t) * C + hd.h * hs;
+        for (int d = 0; d < NO; d++)
+            for (int h = 0; h < 2; h++) {
+                int c = d * 8 + 2 * tq + h;
+                if (c < hs) dst[c] = (floatX)(o[d][2 * r + h] * inv);
+            }
+        if (tq == 0) lse[(size_t)hd.bh * T + t] = m[r] + logf(l[r]);
+    }
+}
+
+// dk and dv of key tile j = blockIdx.y, over the query tiles i >= j
+template <int HD>
+__global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
+attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v parts written
+                                   const floatX* dout,  // (B,T,C)
+                                   const floatX* inp,   // (B,T,3C)
+                                   const float* lse,    // (B,NH,T)
+                                   const float* D,      // (B,NH,T)
+                                   int T, int C, int NH, float scale, int vec) {
+    typedef AttentionTile<HD> F;
+    constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
+    EXTERN_SHARED(char, smem);
+    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) this block's keys
+    floatX* V = attention_carve<floatX>(p, F::X);   // (BR, LDX)
+    floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current query tile
+    floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    float* L = attention_carve<float>(p, F::R);     // (BR) lse of the query tile
+    float* Dq = attention_carve<float>(p, F::R);    // (BR) D of the query tile
+    AttentionHead hd = attention_head(NH, T);
+    int hs = C / NH, lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, tq = lane % 4;
+    int j = blockIdx.y, k0 = j * BR, ntiles = (int)gridDim.y;  // key tile j has ntiles - j query tiles: first blocks longest
+    int key0 = k0 + r0 + lane / 4;                               // this lane's keys: key0 and key0 + 8
+    const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
+    const floatX* dy = dout + hd.tok * C + hd.h * hs;
+    attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
+    attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
+    float dk[NO][4], dv[NO][4];  // (16, HD) each
+    for (int d = 0; d < NO; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    for (int i = j; i < ntiles; i++) {
+        int q0 = i * BR;
+        __syncthreads();  // every warp is done with the previous Q, dY, L, D
+        attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+        attention_load_tile<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
+        for (int r = threadIdx.x; r < BR; r += blockDim.x) {
+            L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
+            Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
+        }
+        __syncthreads();
+        float pt[NS][4], dpt[NS][4];  // (16 keys, BR queries): P^T, then dP^T and dS^T
+        for (int n = 0; n < NS; n++) {
+            pt[n][0] = pt[n][1] = pt[n][2] = pt[n][3] = 0.0f;
+            dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+        }
+        for (int kk = 0; kk < KT; kk++) {
+            uint32_t ka[4], va[4];
+            mma_load_a(ka, K + r0 * F::LDX + kk * 16, F::LDX);
+            mma_load_a(va, V + r0 * F::LDX + kk * 16, F::LDX);
+            for (int n = 0; n < NS; n++) {
+                uint32_t b[2];
+                mma_load_bt(b, Q + n * 8 * F::LDX + kk * 16, F::LDX);
+                mma_16816(pt[n], ka, b);  // S^T = K Q^T
+                mma_load_bt(b, dY + n * 8 * F::LDX + kk * 16, F::LDX);
+                mma_16816(dpt[n], va, b);  // dP^T = V dY^T
+            }
+        }
+        for (int n = 0; n < NS; n++)
+            for (int e = 0; e < 4; e++) {  // P^T = e^(scale S^T - lse), 0 where the query is before the key or past T
+                int key = key0 + (e >> 1) * 8, c = n * 8 + 2 * tq + (e & 1), t = q0 + c;
+                float pv = t >= key && t < T && key < T ? expf(pt[n][e] * scale - L[c]) : 0.0f;
+                pt[n][e] = pv;
+                dpt[n][e] = pv * (dpt[n][e] - Dq[c]);  // dS^T = P^T (dP^T - D)
+            }
+        for (int kk = 0; kk < BR / 16; kk++) {
+            uint32_t pa[4], sa[4];
+            mma_pack_a(pa, pt[2 * kk], pt[2 * kk + 1]);    // P^T rounded, queries kk*16 .. +16
+            mma_pack_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);  // dS^T rounded
+            for (int d = 0; d < NO; d++) {
+                uint32_t b[2];
+                mma_load_b(b, dY + kk * 16 * F::LDX + d * 8, F::LDX);
+                mma_16816(dv[d], pa, b);  // dV += P^T dY
+                mma_load_b(b, Q + kk * 16 * F::LDX + d * 8, F::LDX);
+                mma_16816(dk[d], sa, b);  // dK += dS^T Q
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int key = key0 + 8 * r;
+        if (key >= T) continue;
+        floatX* dst = dinp + (hd.tok + key) * 3 * C + hd.h * hs;
+        for (int d = 0; d < NO; d++)
+            for (int h = 0; h < 2; h++) {
+                int c = d * 8 + 2 * tq + h;
+                if (c < hs) {
+                    dst[C + c] = (floatX)(dk[d][2 * r + h] * scale);
+                    dst[2 * C + c] = (floatX)dv[d][2 * r + h];
+                }
+            }
+    }
+}
+
+// dq of query tile i, over the key tiles j <= i
+template <int HD>
+__global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
+attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part written
+                                 const floatX* dout,  // (B,T,C)
+                                 const floatX* inp,   // (B,T,3C)
+                                 const float* lse,    // (B,NH,T)
+                                 const float* D,      // (B,NH,T)
+                                 int T, int C, int NH, float scale, int vec) {
+    typedef AttentionTile<HD> F;
+    constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
+    EXTERN_SHARED(char, smem);
+    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX)
+    floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current key tile
+    floatX* V = attention_carve<floatX>(p, F::X);   // (BR, LDX)
+    AttentionHead hd = attention_head(NH, T);
+    int hs = C / NH, lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, tq = lane % 4;
+    int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;
+    int t0 = q0 + r0 + lane / 4;  // this lane's rows: t0 and t0 + 8
+    const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    attention_load_tile<HD>(dY, dout + hd.tok * C + hd.h * hs, (size_t)C, q0, T, hs, vec);
+    float Lr[2], Dr[2];  // lse and D of rows t0, t0 + 8
+    for (int r = 0; r < 2; r++) {
+        int t = t0 + 8 * r;
+        Lr[r] = t < T ? lse[(size_t)hd.bh * T + t] : 0.0f;
+        Dr[r] = t < T ? D[(size_t)hd.bh * T + t] : 0.0f;
+    }
+    float dq[NO][4];  // (16, HD)
+    for (int d = 0; d < NO; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    for (int j = 0; j <= i; j++) {
+        int k0 = j * BR;
+        __syncthreads();  // every warp is done with the previous K, V (the first time: Q, dY loaded)
+        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
+        attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
+        __syncthreads();
+        float s[NS][4], dp[NS][4];  // (16, BR): S, then dP and dS
+        for (int n = 0; n < NS; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+        }
+        for (int kk = 0; kk < KT; kk++) {
+            uint32_t qa[4], ya[4];
+            mma_load_a(qa, Q + r0 * F::LDX + kk * 16, F::LDX);
+            mma_load_a(ya, dY + r0 * F::LDX + kk * 16, F::LDX);
+            for (int n = 0; n < NS; n++) {
+                uint32_t b[2];
+                mma_load_bt(b, K + n * 8 * F::LDX + kk * 16, F::LDX);
+                mma_16816(s[n], qa, b);  // S = Q K^T
+                mma_load_bt(b, V + n * 8 * F::LDX + kk * 16, F::LDX);
+                mma_16816(dp[n], ya, b);  // dP = dY V^T
+            }
+        }
+        for (int n = 0; n < NS; n++)
+            for (int e = 0; e < 4; e++) {  // dS = P (dP - D), P = e^(scale S - lse) recomputed
+                int r = e >> 1, t = t0 + 8 * r, key = k0 + n * 8 + 2 * tq + (e & 1);
+                float pv = key <= t && key < T && t < T ? expf(s[n][e] * scale - Lr[r]) : 0.0f;
+                dp[n][e] = pv * (dp[n][e] - Dr[r]);
+            }
+        for (int kk = 0; kk < BR / 16; kk++) {
+            uint32_t sa[4];
+            mma_pack_a(sa, dp[2 * kk], dp[2 * kk + 1]);  // dS rounded, keys kk*16 .. +16
+            for (int d = 0; d < NO; d++) {
+                uint32_t b[2];
+                mma_load_b(b, K + kk * 16 * F::LDX + d * 8, F::LDX);
+                mma_16816(dq[d], sa, b);  // dQ += dS K
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int t = t0 + 8 * r;
+        if (t >= T) continue;
+        floatX* dst = dinp + (hd.tok + t) * 3 * C + hd.h * hs;
+        for (int d = 0; d < NO; d++)
+            for (int h = 0; h < 2; h++) {
+                int c = d * 8 + 2 * tq + h;
+                if (c < hs) dst[c] = (floatX)(dq[d][2 * r + h] * scale);
+            }
+    }
+}
+
+#endif  // LLM_HAS_KERNELS && !ENABLE_FP32
