@@ -167,9 +167,11 @@ MUTATIONS = [
       "tensor-core attention backward: dq without the factor 1/sqrt(hs)",
       "kernels_bf16_random kernels_fp16_random"),
     M("k-fa-mma-kv-nosync", "kernels", "llm/ops/attention_mma_kernels.cuh",
-      "        __syncthreads();  // every warp is done with K, V before the next iteration's copies overwrite them",
-      "        // (no barrier before the next iteration's copies)",
-      "tensor-core attention forward: no __syncthreads between a key tile's last reads and the copies of the tile after next into its buffer (a warp overwrites what another still reads)",
+      "        __syncthreads();  // every warp is done with the previous K, V\n"
+      "        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, j * BR, T, hs, vec);",
+      "        // (no barrier before the next K, V tile load)\n"
+      "        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, j * BR, T, hs, vec);",
+      "tensor-core attention forward: no __syncthreads before loading the next K, V tile (a warp overwrites what another still reads)",
       "kernels_racecheck kernels_bf16_random"),
     M("k-mma-pack-a-order", "kernels", "llm/core/mma_ptx.cuh",
       "    a[1] = mma_pack((floatX)c0[2], (floatX)c0[3]);",

@@ -70,9 +70,9 @@ struct AttentionTile {
     static constexpr size_t DKDV = 4 * X + 2 * S + 2 * P + 2 * O + 2 * R + 128;  // k, v, q, dy, S, dP, P, dS, dK, dV, lse, D
     static constexpr size_t DQ = 4 * X + 2 * S + P + O + 2 * R + 128;        // q, dy, k, v, S, dP, dS, dQ, lse, D
 #else  // the mma kernels: the rest lives in registers
-    static constexpr size_t FORWARD = 5 * X + 128;         // q, two of k, v (the next tile's copies in flight)
-    static constexpr size_t DKDV = 6 * X + 4 * R + 128;    // k, v, two of q, dy, lse, D
-    static constexpr size_t DQ = 6 * X + 128;              // q, dy, two of k, v
+    static constexpr size_t FORWARD = 3 * X + 128;         // q, k, v
+    static constexpr size_t DKDV = 4 * X + 2 * R + 128;    // k, v, q, dy, lse, D
+    static constexpr size_t DQ = 4 * X + 128;              // q, dy, k, v
 #endif
 };
 

@@ -35,26 +35,6 @@
 #include "../core/cuda_utils.cuh"
 #include "../core/mma_ptx.cuh"
 #include "attention_kernels.cuh"  // AttentionTile, attention_carve, attention_load_tile, attention_head
-#include <cuda_pipeline.h>        // __pipeline_memcpy_async (cp.async; dev/emu/cuda_pipeline.h emulated)
-
-// attention_load_tile with the 16-byte chunks copied asynchronously (cp.async) when vec: the caller
-// commits the copies, waits for them and passes a __syncthreads before any thread reads the tile.
-// Rows past T and columns past hs are zeroed by plain stores; without vec the copy is plain too.
-template <int HD>
-__device__ __forceinline__ void attention_load_tile_async(floatX* dst, const floatX* src, size_t stride, int r0, int T,
-                                                          int hs, int vec) {
-    typedef AttentionTile<HD> F;
-    if (!vec) {
-        attention_load_tile<HD>(dst, src, stride, r0, T, hs, 0);
-        return;
-    }
-    const int V = x128::size, CH = HD / V;  // chunks per row
-    for (int e = threadIdx.x; e < F::BR * CH; e += blockDim.x) {
-        int r = e / CH, c = (e % CH) * V, t = r0 + r;
-        if (t < T && c < hs) __pipeline_memcpy_async(dst + r * F::LDX + c, src + (size_t)t * stride + c, 16);
-        else store128(dst + r * F::LDX + c, x128::constant((floatX)0.0f));
-    }
-}
 
 // max and sum over the 4 lanes of a quad: the lanes that hold one row of an accumulator
 __device__ __forceinline__ float attention_quad_max(float v) {
@@ -76,38 +56,26 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
     constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
     EXTERN_SHARED(char, smem);
     char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
-    floatX* Q = attention_carve<floatX>(p, F::X);                                 // (BR, LDX)
-    floatX* K0 = attention_carve<floatX>(p, F::X);  // (BR, LDX) key tiles: the even ones, the odd ones
-    floatX* K1 = attention_carve<floatX>(p, F::X);
-    floatX* V0 = attention_carve<floatX>(p, F::X);  // (BR, LDX)
-    floatX* V1 = attention_carve<floatX>(p, F::X);
+    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile
+    floatX* V = attention_carve<floatX>(p, F::X);  // (BR, LDX)
     AttentionHead hd = attention_head(NH, T);
     int hs = C / NH, lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, tq = lane % 4;
     int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;  // the longest rows first
     int t0 = q0 + r0 + lane / 4;                            // this lane's rows: t0 and t0 + 8
     const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
-    attention_load_tile_async<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
-    attention_load_tile_async<HD>(K0, qkv + C, 3 * (size_t)C, 0, T, hs, vec);
-    attention_load_tile_async<HD>(V0, qkv + 2 * C, 3 * (size_t)C, 0, T, hs, vec);
-    __pipeline_commit();
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    __syncthreads();
     uint32_t qa[KT][4];  // the warp's 16 rows of Q, as A fragments
-    float o[NO][4];      // (16, HD) unnormalised output
+    for (int kk = 0; kk < KT; kk++) mma_load_a(qa[kk], Q + r0 * F::LDX + kk * 16, F::LDX);
+    float o[NO][4];  // (16, HD) unnormalised output
     for (int d = 0; d < NO; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows t0, t0 + 8
     for (int j = 0; j <= i; j++) {
-        // the next key tile's copies go out before this one's products (its buffer was last read
-        // before the previous iteration's closing barrier), then this tile's copies are waited for
-        if (j < i) {
-            attention_load_tile_async<HD>(j & 1 ? K0 : K1, qkv + C, 3 * (size_t)C, (j + 1) * BR, T, hs, vec);
-            attention_load_tile_async<HD>(j & 1 ? V0 : V1, qkv + 2 * C, 3 * (size_t)C, (j + 1) * BR, T, hs, vec);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(1);
+        __syncthreads();  // every warp is done with the previous K, V
+        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, j * BR, T, hs, vec);
+        attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, j * BR, T, hs, vec);
         __syncthreads();
-        const floatX* K = j & 1 ? K1 : K0;  // (selects, not an indexed array: no local memory)
-        const floatX* V = j & 1 ? V1 : V0;
-        if (j == 0)
-            for (int kk = 0; kk < KT; kk++) mma_load_a(qa[kk], Q + r0 * F::LDX + kk * 16, F::LDX);
         float s[NS][4];  // (16, BR) scores
         for (int n = 0; n < NS; n++) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -150,7 +118,6 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
                 mma_16816(o[d], pa, b);  // O += P V
             }
         }
-        __syncthreads();  // every warp is done with K, V before the next iteration's copies overwrite them
     }
     for (int r = 0; r < 2; r++) {
         int t = t0 + 8 * r;
@@ -163,19 +130,6 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
                 if (c < hs) dst[c] = (floatX)(o[d][2 * r + h] * inv);
             }
         if (tq == 0) lse[(size_t)hd.bh * T + t] = m[r] + logf(l[r]);
-    }
-}
-
-// the dk/dv kernel's query tile from q0: q and dy (copied asynchronously), lse and D (plain loads)
-template <int HD>
-__device__ __forceinline__ void attention_load_query_tile(floatX* Q, floatX* dY, float* L, float* Dq, const floatX* qkv,
-                                                          const floatX* dy, const float* lse, const float* D, int bh, int q0,
-                                                          int T, int C, int hs, int vec) {
-    attention_load_tile_async<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
-    attention_load_tile_async<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
-    for (int r = threadIdx.x; r < AttentionTile<HD>::BR; r += blockDim.x) {
-        L[r] = q0 + r < T ? lse[(size_t)bh * T + q0 + r] : 0.0f;
-        Dq[r] = q0 + r < T ? D[(size_t)bh * T + q0 + r] : 0.0f;
     }
 }
 
@@ -194,40 +148,31 @@ attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v
     char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
     floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) this block's keys
     floatX* V = attention_carve<floatX>(p, F::X);   // (BR, LDX)
-    floatX* Q0 = attention_carve<floatX>(p, F::X);   // (BR, LDX) query tiles: the even ones, the odd ones
-    floatX* Q1 = attention_carve<floatX>(p, F::X);
-    floatX* dY0 = attention_carve<floatX>(p, F::X);  // (BR, LDX)
-    floatX* dY1 = attention_carve<floatX>(p, F::X);
-    float* L0 = attention_carve<float>(p, F::R);     // (BR) lse of the query tile
-    float* L1 = attention_carve<float>(p, F::R);
-    float* D0 = attention_carve<float>(p, F::R);     // (BR) D of the query tile
-    float* D1 = attention_carve<float>(p, F::R);
+    floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current query tile
+    floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
+    float* L = attention_carve<float>(p, F::R);     // (BR) lse of the query tile
+    float* Dq = attention_carve<float>(p, F::R);    // (BR) D of the query tile
     AttentionHead hd = attention_head(NH, T);
     int hs = C / NH, lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, tq = lane % 4;
     int j = blockIdx.y, k0 = j * BR, ntiles = (int)gridDim.y;  // key tile j has ntiles - j query tiles: first blocks longest
     int key0 = k0 + r0 + lane / 4;                               // this lane's keys: key0 and key0 + 8
     const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
     const floatX* dy = dout + hd.tok * C + hd.h * hs;
-    attention_load_tile_async<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
-    attention_load_tile_async<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
-    attention_load_query_tile<HD>(j & 1 ? Q1 : Q0, j & 1 ? dY1 : dY0, j & 1 ? L1 : L0, j & 1 ? D1 : D0, qkv, dy, lse, D,
-                                  hd.bh, k0, T, C, hs, vec);
-    __pipeline_commit();
+    attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
+    attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
     float dk[NO][4], dv[NO][4];  // (16, HD) each
     for (int d = 0; d < NO; d++)
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     for (int i = j; i < ntiles; i++) {
         int q0 = i * BR;
-        if (i + 1 < ntiles)  // the next query tile's copies first
-            attention_load_query_tile<HD>(i & 1 ? Q0 : Q1, i & 1 ? dY0 : dY1, i & 1 ? L0 : L1, i & 1 ? D0 : D1, qkv, dy,
-                                          lse, D, hd.bh, q0 + BR, T, C, hs, vec);
-        __pipeline_commit();
-        __pipeline_wait_prior(1);
+        __syncthreads();  // every warp is done with the previous Q, dY, L, D
+        attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+        attention_load_tile<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
+        for (int r = threadIdx.x; r < BR; r += blockDim.x) {
+            L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
+            Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
+        }
         __syncthreads();
-        const floatX* Q = i & 1 ? Q1 : Q0;  // (selects, not an indexed array: no local memory)
-        const floatX* dY = i & 1 ? dY1 : dY0;
-        const float* L = i & 1 ? L1 : L0;
-        const float* Dq = i & 1 ? D1 : D0;
         float pt[NS][4], dpt[NS][4];  // (16 keys, BR queries): P^T, then dP^T and dS^T
         for (int n = 0; n < NS; n++) {
             pt[n][0] = pt[n][1] = pt[n][2] = pt[n][3] = 0.0f;
@@ -264,7 +209,6 @@ attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v
                 mma_16816(dk[d], sa, b);  // dK += dS^T Q
             }
         }
-        __syncthreads();  // every warp is done with this query tile before the next iteration's copies overwrite it
     }
     for (int r = 0; r < 2; r++) {
         int key = key0 + 8 * r;
@@ -296,20 +240,15 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
     char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
     floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX)
     floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
-    floatX* K0 = attention_carve<floatX>(p, F::X);  // (BR, LDX) key tiles: the even ones, the odd ones
-    floatX* K1 = attention_carve<floatX>(p, F::X);
-    floatX* V0 = attention_carve<floatX>(p, F::X);  // (BR, LDX)
-    floatX* V1 = attention_carve<floatX>(p, F::X);
+    floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current key tile
+    floatX* V = attention_carve<floatX>(p, F::X);   // (BR, LDX)
     AttentionHead hd = attention_head(NH, T);
     int hs = C / NH, lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, tq = lane % 4;
     int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;
     int t0 = q0 + r0 + lane / 4;  // this lane's rows: t0 and t0 + 8
     const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
-    attention_load_tile_async<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
-    attention_load_tile_async<HD>(dY, dout + hd.tok * C + hd.h * hs, (size_t)C, q0, T, hs, vec);
-    attention_load_tile_async<HD>(K0, qkv + C, 3 * (size_t)C, 0, T, hs, vec);
-    attention_load_tile_async<HD>(V0, qkv + 2 * C, 3 * (size_t)C, 0, T, hs, vec);
-    __pipeline_commit();
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    attention_load_tile<HD>(dY, dout + hd.tok * C + hd.h * hs, (size_t)C, q0, T, hs, vec);
     float Lr[2], Dr[2];  // lse and D of rows t0, t0 + 8
     for (int r = 0; r < 2; r++) {
         int t = t0 + 8 * r;
@@ -320,15 +259,10 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
     for (int d = 0; d < NO; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     for (int j = 0; j <= i; j++) {
         int k0 = j * BR;
-        if (j < i) {  // the next key tile's copies first, as in the forward
-            attention_load_tile_async<HD>(j & 1 ? K0 : K1, qkv + C, 3 * (size_t)C, k0 + BR, T, hs, vec);
-            attention_load_tile_async<HD>(j & 1 ? V0 : V1, qkv + 2 * C, 3 * (size_t)C, k0 + BR, T, hs, vec);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(1);
+        __syncthreads();  // every warp is done with the previous K, V (the first time: Q, dY loaded)
+        attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
+        attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
         __syncthreads();
-        const floatX* K = j & 1 ? K1 : K0;  // (selects, not an indexed array: no local memory)
-        const floatX* V = j & 1 ? V1 : V0;
         float s[NS][4], dp[NS][4];  // (16, BR): S, then dP and dS
         for (int n = 0; n < NS; n++) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -361,7 +295,6 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
                 mma_16816(dq[d], sa, b);  // dQ += dS K
             }
         }
-        __syncthreads();  // every warp is done with this K, V tile before the next copies overwrite it
     }
     for (int r = 0; r < 2; r++) {
         int t = t0 + 8 * r;
