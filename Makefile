@@ -164,7 +164,7 @@ TRAIN_OUT ?= out/addition
 # the run's flags, also what scripts/gpu_check.sh trains on the GPU (`make -s train-args`)
 TRAIN_ARGS = --model d2,C=64,NH=4,maxT=64,V=257 --train-data $(TRAIN_DATA)/addition_train.bin \
     --val-data $(TRAIN_DATA)/addition_val.bin --tokenizer $(TRAIN_DATA)/addition_tokenizer.bin \
-    -b 32 -t 56 --steps 1000 --lr 3e-3 --warmup 100 --lr-final 0.05 --weight-decay 0.1 \
+    -b 32 -t 56 --steps 1000 --lr 1e-2 --warmup 100 --lr-final 0.05 --weight-decay 0.1 \
     --val-every 100 --val-steps 5 --sample-every 250 --sample-len 56 --checkpoint-every 1000 --print-every 50 \
     --output-dir $(TRAIN_OUT) --eval-file $(TRAIN_DATA)/addition_test.bin
 .PHONY: train-args

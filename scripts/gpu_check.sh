@@ -11,6 +11,7 @@
 # no MPI, no NCCL, no network: the programs are built single-process (the build's "note:" lines say so).
 #   bash scripts/gpu_check.sh            (PRECISION=BF16; PEAK_TFLOPS=... to set the MFU denominator,
 #                                         otherwise the measured dense bf16 GEMM peak of dev/cuda/matmul)
+# GPU_CHECK_KERNELS="attention ..." runs only those of dev/cuda's benchmarks (and matmul, for the peak).
 # GPU_CHECK_BUDGET_S (default 500): the whole check's time; a phase that would start past it is skipped
 # and its row says so, and no program runs past it, so the table always prints. With OUT set (a folder),
 # the table and the logs (gpu_check_logs.tar.gz) are copied there at the end, whatever happened.
@@ -162,6 +163,7 @@ for f in dev/cuda/*.cu; do
     n=$(basename "$f" .cu)
     b="build/cuda/$n"
     [ -x "$b" ] || continue
+    [ -z "${GPU_CHECK_KERNELS:-}" ] || [[ " $GPU_CHECK_KERNELS matmul " == *" $n "* ]] || continue
     [ "$n" = matmul ] || { time_for 20 "dev/cuda/$n" || continue; limited 60 "$b" > "$LOG/bench_$n.log" 2>&1; }
     grep -E "^(version|kernel|best|median|peak|fused)" "$LOG/bench_$n.log" | head -12 | while read -r line; do echo "  $n: $line"; done
     row "dev/cuda/$n" "$(grep -cE 'FAIL' "$LOG/bench_$n.log") failed checks, see $LOG/bench_$n.log"
@@ -187,6 +189,16 @@ if time_for 30 "recompute"; then
         < <(grep "step time /" "$LOG/bench_recompute.log")
     phase "recompute"
 fi
+# the kernel harness again under compute-sanitizer's racecheck (shared-memory hazards, cp.async's
+# included), which the emulator's racecheck cannot see for asynchronous copies (dev/emu/cuda_pipeline.h)
+if command -v compute-sanitizer > /dev/null && time_for 60 "racecheck (compute-sanitizer)"; then
+    echo "== test_kernels under compute-sanitizer --tool racecheck"
+    limited 120 compute-sanitizer --tool racecheck --racecheck-report hazard ./build/test_kernels_gpu > "$LOG/racecheck.log" 2>&1
+    rc=$?
+    row "test_kernels under racecheck" "exit $rc | $(grep -E '^test_kernels:' "$LOG/racecheck.log" | tail -1) | $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG/racecheck.log" | tail -1)"
+    phase "racecheck"
+fi
+
 # the same runs in the FP32 build (rebuilt last: it replaces train_gpt), beside the BF16 rows above
 if time_for 60 "trainer FP32 end to end"; then
     echo "== the trainer end to end in FP32"
