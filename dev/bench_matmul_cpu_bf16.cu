@@ -1,17 +1,23 @@
-// bench_matmul_cpu_bf16.cu: what BF16 storage costs the CPU build's linear layers, and what OpenBLAS's
-// cblas_sbgemm (BF16 operands, FP32 accumulation, AVX512_BF16 instructions) would gain over converting
-// to FP32 and calling sgemm. Built with the CPU build's BF16 flags (make build/bench_matmul_cpu_bf16;
-// -DLLM_HAVE_SBGEMM when the Makefile found an sbgemm that links and a CPU with AVX512_BF16).
+// bench_matmul_cpu_bf16.cu: what BF16 storage costs the CPU build's linear layers, and what a BF16 GEMM
+// (BF16 operands, FP32 accumulation, AVX512_BF16 instructions: OpenBLAS's cblas_sbgemm, and this project's
+// experiment dev/sbgemm_cpu.h) gains over converting to FP32 and calling sgemm. Built with the CPU build's
+// BF16 flags (make build/bench_matmul_cpu_bf16; -DLLM_HAVE_SBGEMM when the Makefile found an sbgemm that
+// links and a CPU with AVX512_BF16). OpenBLAS runs the kernels the trainer would (llm/ops/blas_cpu.h).
 // For GPT-2 124M's four linear layers at BT tokens, the median of a few calls of:
 //   fp32    cblas_sgemm on FP32 operands (the FP32 CPU build's product)
 //   conv    matmul_forward of this build without sbgemm: the BF16 operands converted to FP32, sgemm,
 //           the output rounded to BF16 (what the BF16 CPU build runs when sbgemm is missing)
 //   sbgemm  cblas_sbgemm on the BF16 operands, FP32 output, then rounded to BF16 (only with LLM_HAVE_SBGEMM)
-// and the ratios conv / fp32 and conv / sbgemm.
+//   own     dev/sbgemm_cpu.h on the BF16 operands, FP32 output, then rounded to BF16 (its AVX512-BF16
+//           kernel where the compiler targets it, else its portable one)
+// and the ratios conv / fp32, conv / sbgemm, fp32 / own; first, the rate of dev/sbgemm_cpu.h's
+// micro-kernel alone on one thread with its panels in L1 (its ceiling).
 //   ./build/bench_matmul_cpu_bf16 [BT] [repeats]     (defaults 1024, 5)
 #include "../llm/core/common.h"
 #include "../llm/ops/matmul.cuh"
 #include "../llm/core/usage.h"
+#include "../llm/ops/blas_cpu.h"
+#include "sbgemm_cpu.h"
 
 static const char* USAGE =
     "[BT [REPEATS]]\n"
@@ -26,6 +32,7 @@ static double median_ms(std::vector<double> v) { std::sort(v.begin(), v.end()); 
 
 int main(int argc, char** argv) {
     usage_args(argc, argv, USAGE);
+    blas_choose_kernels(argv);  // the CPU's best OpenBLAS kernels, as the trainer runs on
     int BT = argc > 1 ? atoi(argv[1]) : 1024, reps = argc > 2 ? atoi(argv[2]) : 5;
     const int shapes[4][3] = {{768, 2304, 0}, {768, 768, 0}, {768, 3072, 0}, {3072, 768, 0}};  // (C, OC): qkv, attproj, fc, fcproj
     const char* names[4] = {"qkv", "attproj", "fc", "fcproj"};
@@ -41,14 +48,24 @@ int main(int argc, char** argv) {
            1
 #endif
     );
-    double tot32 = 0, totc = 0, totsb = 0;
+    {   // the micro-kernel's ceiling: a 12 x 32 tile over 192 k pairs, its panels in L1, one thread
+        int kp = 192, iters = 20000;
+        std::vector<uint16_t> ap(2 * SBGEMM_MR * kp, 0x3f80), bp(2 * SBGEMM_NR * kp, 0x3f80);
+        std::vector<float> ct(SBGEMM_MR * SBGEMM_NR);
+        double t0 = wall_ms();
+        for (int it = 0; it < iters; it++) sbgemm_kernel(ct.data(), SBGEMM_NR, ap.data(), bp.data(), kp, SBGEMM_MR, SBGEMM_NR, 0);
+        double ms = wall_ms() - t0;
+        printf("dev/sbgemm_cpu.h micro-kernel (%s), one thread, in L1: %.1f GFLOP/s\n",
+               SBGEMM_AVX512BF16 ? "AVX512-BF16" : "portable", 4.0 * SBGEMM_MR * SBGEMM_NR * kp * iters / ms / 1e6);
+    }
+    double tot32 = 0, totc = 0, totsb = 0, toto = 0;
     for (int s = 0; s < 4; s++) {
         int C = shapes[s][0], OC = shapes[s][1];
         std::vector<float> x((size_t)BT * C), w((size_t)OC * C), y((size_t)BT * OC);
         for (size_t i = 0; i < x.size(); i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
         for (size_t i = 0; i < w.size(); i++) w[i] = (float)((i * 2246822519u) % 1000) / 1000.0f - 0.5f;
         std::vector<floatX> xh(x.begin(), x.end()), wh(w.begin(), w.end()), yh(y.size());
-        std::vector<double> t32, tc, tsb;
+        std::vector<double> t32, tc, tsb, to;
         for (int r = 0; r < reps + 1; r++) {
             double t0 = wall_ms();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, x.data(), C, w.data(), C, 0.0f, y.data(), OC);
@@ -65,17 +82,21 @@ int main(int argc, char** argv) {
             f32_store(yh.data(), sy, yh.size());
 #endif
             double t3 = wall_ms();
+            float* oy = f32_out(yh.data(), yh.size());
+            sbgemm_cpu(0, 1, BT, OC, C, xh.data(), C, wh.data(), C, 0.0f, oy, OC);
+            f32_store(yh.data(), oy, yh.size());
+            double t4 = wall_ms();
             if (r == 0) continue;  // warm-up
-            t32.push_back(t1 - t0); tc.push_back(t2 - t1); tsb.push_back(t3 - t2);
+            t32.push_back(t1 - t0); tc.push_back(t2 - t1); tsb.push_back(t3 - t2); to.push_back(t4 - t3);
         }
-        double a = median_ms(t32), b = median_ms(tc), c = median_ms(tsb);
-        tot32 += a; totc += b; totsb += c;
+        double a = median_ms(t32), b = median_ms(tc), c = median_ms(tsb), d = median_ms(to);
+        tot32 += a; totc += b; totsb += c; toto += d;
         printf("  %-8s (%d x %d) x (%d x %d)^T: fp32 %8.2f ms | conv %8.2f ms (%.2fx fp32)", names[s], BT, C, OC, C, a, b, b / a);
         if (MATMUL_SBGEMM) printf(" | sbgemm %8.2f ms (conv / sbgemm %.3f)", c, b / c);
-        printf("\n");
+        printf(" | own %8.2f ms (fp32 / own %.3f)\n", d, a / d);
     }
     printf("total: fp32 %.2f ms, conv %.2f ms (%.2fx fp32)", tot32, totc, totc / tot32);
     if (MATMUL_SBGEMM) printf(", sbgemm %.2f ms (conv / sbgemm %.3f)", totsb, totc / totsb);
-    printf("\n");
+    printf(", own %.2f ms (fp32 / own %.3f)\n", toto, tot32 / toto);
     return 0;
 }

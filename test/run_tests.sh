@@ -133,6 +133,8 @@ run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
 run op_profile ./build/test_op_profile_cpu
 run model_vs_pytorch_cpu_bf16 ./build/test_gpt_cpu_bf16
 run matmul_cpu_bf16 ./build/test_matmul_cpu_bf16
+run sbgemm_cpu ./build/test_sbgemm_cpu
+run sbgemm_portable_cpu ./build/test_sbgemm_portable_cpu
 run resume_cpu_bf16 env BIN=./build/train_gpt_cpu_bf16 bash test/test_resume.sh
 run resume_cpu_fp16 env BIN=./build/train_gpt_cpu_fp16 bash test/test_resume.sh
 # AdamW's --beta1, --beta2, --eps: they reach the moments and the update (AdamW's equations on the state files), the

@@ -32,8 +32,8 @@ build/test_gpt_cpu_bf16: test/test_gpt.cu test/split_backward_check.h $(LLM_HEAD
 build/test_matmul_cpu_bf16: test/test_matmul.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
-# BF16 storage's cost on the linear layers, and cblas_sbgemm's gain where OpenBLAS has it (not a test)
-build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu $(LLM_HEADERS)
+# BF16 storage's cost on the linear layers, and a BF16 GEMM's gain (cblas_sbgemm where OpenBLAS has it, dev/sbgemm_cpu.h) (not a test)
+build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu dev/sbgemm_cpu.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
 .PHONY: bench-matmul-bf16
@@ -80,7 +80,8 @@ build/test_op_profile_cpu: test/test_op_profile.cu $(LLM_HEADERS) test/test_comm
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_blas_cpu build/test_op_profile_cpu build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
-                 build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so
+                 build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so \
+                 build/test_sbgemm_cpu build/test_sbgemm_portable_cpu
 
 # the emulated CUDA build: the CUDA kernels compiled by g++ and run on the CPU by dev/emu/
 EMU_DEPS := $(LLM_HEADERS) $(wildcard dev/emu/*.h) test/test_common.h test/world_check.h test/kernel_check.h $(wildcard test/kernels/*.h)
@@ -173,6 +174,15 @@ TEST_EMU_BINS := build/test_attention_ring_emu build/test_attention_ring_emu_bf1
                  build/test_comm_cpu build/test_comm_emu $(EMU_BUILD)/test_nccl_emu
 
 # the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU
+# the BF16 GEMM experiment (dev/sbgemm_cpu.h): with the CPU's own instructions, and without
+# AVX512-BF16 (the portable kernel)
+build/test_sbgemm_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h test/test_common.h
+	@mkdir -p $(@D)
+	$(CXX) $(CPU_FLAGS_FP32) $< -o $@ -lm
+build/test_sbgemm_portable_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h test/test_common.h
+	@mkdir -p $(@D)
+	$(CXX) $(CPU_FLAGS_FP32) -mno-avx512bf16 -DSBGEMM_FORCE_PORTABLE $< -o $@ -lm
+
 build/test_kernels_gpu: test/test_kernels.cu $(LLM_HEADERS) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
