@@ -176,10 +176,10 @@ TEST_EMU_BINS := build/test_attention_ring_emu build/test_attention_ring_emu_bf1
 # the CUDA build, compiled (not run: CI has no GPU) — scripts/gpu_check.sh runs these on a GPU
 # the BF16 GEMM experiment (dev/sbgemm_cpu.h): with the CPU's own instructions, and without
 # AVX512-BF16 (the portable kernel)
-build/test_sbgemm_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h test/test_common.h
+build/test_sbgemm_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h $(LLM_HEADERS) test/test_common.h
 	@mkdir -p $(@D)
 	$(CXX) $(CPU_FLAGS_FP32) $< -o $@ -lm
-build/test_sbgemm_portable_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h test/test_common.h
+build/test_sbgemm_portable_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h $(LLM_HEADERS) test/test_common.h
 	@mkdir -p $(@D)
 	$(CXX) $(CPU_FLAGS_FP32) -mno-avx512bf16 -DSBGEMM_FORCE_PORTABLE $< -o $@ -lm
 

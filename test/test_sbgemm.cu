@@ -12,18 +12,12 @@
 // portable kernel, the same packing and blocking).
 #include "../llm/core/common.h"
 #include "../llm/core/rand.h"
+#include "../llm/core/half_cpu.h"  // bf16_bits_from_float: the toolkit's rounding
 #include "../dev/sbgemm_cpu.h"
 #include "../llm/core/usage.h"
 #include "test_common.h"
 #include <time.h>
 #include <vector>
-
-static uint16_t to_bf16(float f) {  // round to nearest even
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static int cpu_has_avx512_bf16(void) {
     FILE* f = fopen("/proc/cpuinfo", "r");
@@ -64,8 +58,8 @@ int main(int argc, char** argv) {
                     rng_normal(&rng, af.data(), af.size(), 0.0f, 1.0f);
                     rng_normal(&rng, bf.data(), bf.size(), 0.0f, 1.0f);
                     rng_normal(&rng, c0.data(), c0.size(), 0.0f, 1.0f);
-                    for (size_t i = 0; i < a.size(); i++) { a[i] = to_bf16(af[i]); af[i] = sbgemm_bf16_to_float(a[i]); }
-                    for (size_t i = 0; i < b.size(); i++) { b[i] = to_bf16(bf[i]); bf[i] = sbgemm_bf16_to_float(b[i]); }
+                    for (size_t i = 0; i < a.size(); i++) { a[i] = bf16_bits_from_float(af[i]); af[i] = sbgemm_bf16_to_float(a[i]); }
+                    for (size_t i = 0; i < b.size(); i++) { b[i] = bf16_bits_from_float(bf[i]); bf[i] = sbgemm_bf16_to_float(b[i]); }
                     for (size_t i = 0; i < c.size(); i++) c[i] = beta ? c0[i] : NAN;  // beta 0 must not read C
                     int lda = ta ? M : K, ldb = tb ? K : N;
                     sbgemm_cpu(ta, tb, M, N, K, a.data(), lda, b.data(), ldb, (float)beta, c.data(), N);
