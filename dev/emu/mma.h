@@ -164,9 +164,7 @@ EMU_NOTSAN static inline float emu_wmma_to_float(const __nv_bfloat16& v) {
     __builtin_memcpy(&f, &u, 4);
     return f;
 }
-EMU_NOTSAN static inline float emu_wmma_to_float(const __half& v) {
-    uint16_t h;
-    __builtin_memcpy(&h, &v, 2);
+EMU_NOTSAN static inline float emu_half_bits_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu, u;
     if (e == 0) {  // zero or subnormal: m * 2^-24, exact in float
         float f = (float)m * 5.9604644775390625e-8f;
@@ -176,6 +174,11 @@ EMU_NOTSAN static inline float emu_wmma_to_float(const __half& v) {
     float f;
     __builtin_memcpy(&f, &u, 4);
     return f;
+}
+EMU_NOTSAN static inline float emu_wmma_to_float(const __half& v) {
+    uint16_t h;
+    __builtin_memcpy(&h, &v, 2);
+    return emu_half_bits_to_float(h);
 }
 
 // the last lane to arrive: gather the three tiles from all lanes, compute, scatter D. It runs on that
@@ -237,10 +240,11 @@ struct EmuMmaCall {
 };
 EMU_NOTSAN static inline float emu_mma_half_to_float(uint32_t r, int hi, int bf16) {
     uint16_t h = (uint16_t)(hi ? r >> 16 : r & 0xffffu);
-    if (bf16) { __nv_bfloat16 v; __builtin_memcpy(&v, &h, 2); return nvcuda::wmma::emu_wmma_to_float(v); }
-    __half v;
-    __builtin_memcpy(&v, &h, 2);
-    return nvcuda::wmma::emu_wmma_to_float(v);
+    if (!bf16) return nvcuda::wmma::emu_half_bits_to_float(h);
+    uint32_t u = (uint32_t)h << 16;  // bf16: the top half of a float
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
 }
 EMU_NOTSAN static inline void emu_mma_sync_run(EmuWarpHook* const* lanes, const char*, int) {
     float A[16][16], B[16][8], D[16][8];
