@@ -107,6 +107,20 @@ __device__ __forceinline__ void attention_load_tile(floatX* dst, const floatX* s
     }
 }
 
+// the backward's query tile from q0: q and dy into (BR, LDX) tiles, the rows' lse and D (0 past T). The
+// whole block calls it.
+template <int HD>
+__device__ __forceinline__ void attention_load_query_tile(floatX* Q, floatX* dY, float* L, float* Dq, const floatX* qkv,
+                                                          const floatX* dy, const float* lse, const float* D, int bh, int q0,
+                                                          int T, int C, int hs, int vec) {
+    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
+    attention_load_tile<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
+    for (int r = threadIdx.x; r < AttentionTile<HD>::BR; r += blockDim.x) {
+        L[r] = q0 + r < T ? lse[(size_t)bh * T + q0 + r] : 0.0f;
+        Dq[r] = q0 + r < T ? D[(size_t)bh * T + q0 + r] : 0.0f;
+    }
+}
+
 // One warp: D (16, N) = (acc ? D : 0) + A B, D float row-major (row stride ldd), A (16, K) floatX row-major
 // (lda), B (K, N) floatX: B[k][n] = b[k * ldb + n] (BT false) or b[n * ldb + k] (BT true: the transpose
 // of a row-major (N, K) tile, e.g. K^T from the k tile). Ends with __syncwarp, so every lane then sees
@@ -255,12 +269,7 @@ attention_backward_dkdv_kernel(floatX* dinp,        // (B,T,3C): its k and v par
     for (int i = j; i < ntiles; i++) {
         int q0 = i * BR;
         __syncthreads();  // every warp is done with the previous Q, dY, L, D
-        attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
-        attention_load_tile<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
-        for (int r = threadIdx.x; r < BR; r += blockDim.x) {
-            L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
-            Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
-        }
+        attention_load_query_tile<HD>(Q, dY, L, Dq, qkv, dy, lse, D, hd.bh, q0, T, C, hs, vec);
         __syncthreads();
         attention_warp_mma<BR, HD, true>(Pt + r0 * F::LDS, F::LDS, K + r0 * F::LDX, F::LDX, Q, F::LDX, false);  // S^T = K Q^T
         for (int e = lane; e < 16 * BR; e += 32) {  // P^T = e^(scale S^T - lse), 0 where the query is before the key or past T
@@ -317,13 +326,8 @@ attention_backward_dq_kernel(floatX* dinp,        // (B,T,3C): its q part writte
     int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
     int i = (int)(gridDim.y - 1 - blockIdx.y), q0 = i * BR;
     const floatX* qkv = inp + hd.tok * 3 * C + hd.h * hs;
-    attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
-    attention_load_tile<HD>(dY, dout + hd.tok * C + hd.h * hs, (size_t)C, q0, T, hs, vec);
+    attention_load_query_tile<HD>(Q, dY, L, Dq, qkv, dout + hd.tok * C + hd.h * hs, lse, D, hd.bh, q0, T, C, hs, vec);
     for (int e = threadIdx.x; e < BR * HD; e += blockDim.x) dQ[(e / HD) * F::LDO + e % HD] = 0.0f;
-    for (int r = threadIdx.x; r < BR; r += blockDim.x) {
-        L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
-        Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
-    }
     for (int j = 0; j <= i; j++) {
         int k0 = j * BR;
         __syncthreads();  // every warp is done with the previous K, V (the first time: Q, dY, L, D loaded)

@@ -46,6 +46,15 @@ __device__ __forceinline__ float attention_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// zeroes N accumulators of 16 x 8 FP32 (float[N][4], mma_ptx.cuh's C layout). The tile products are
+// written out in each kernel: where the backward runs two products over the same loop (S^T and dP^T, dV and
+// dK; S and dP) they share it, which ptxas rewards (one loop per product: dk/dv at HD 64 184 registers
+// instead of 176, at HD 128 12 bytes of spills, dq at HD 128 255 instead of 176).
+template <int N>
+__device__ __forceinline__ void attention_mma_zero(float (*acc)[4]) {
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
 template <int HD>
 __global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
 attention_forward_mma_kernel(floatX* out,        // (B,T,C)
@@ -69,7 +78,7 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
     uint32_t qa[KT][4];  // the warp's 16 rows of Q, as A fragments
     for (int kk = 0; kk < KT; kk++) mma_load_a(qa[kk], Q + r0 * F::LDX + kk * 16, F::LDX);
     float o[NO][4];  // (16, HD) unnormalised output
-    for (int d = 0; d < NO; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    attention_mma_zero<NO>(o);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows t0, t0 + 8
     for (int j = 0; j <= i; j++) {
         __syncthreads();  // every warp is done with the previous K, V
@@ -77,14 +86,13 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
         attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, j * BR, T, hs, vec);
         __syncthreads();
         float s[NS][4];  // (16, BR) scores
-        for (int n = 0; n < NS; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        attention_mma_zero<NS>(s);
+        for (int n = 0; n < NS; n++)
             for (int kk = 0; kk < KT; kk++) {
                 uint32_t b[2];
                 mma_load_bt(b, K + n * 8 * F::LDX + kk * 16, F::LDX);
                 mma_16816(s[n], qa[kk], b);  // S = Q K^T
             }
-        }
         // the online softmax. Row t always has key j*BR <= t unmasked (j <= i), so the new max is
         // finite and the rescale factor e^(m_old - m_new) is 0 on the first tile.
         float mx[2] = {-INFINITY, -INFINITY};
@@ -161,23 +169,16 @@ attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v
     attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, k0, T, hs, vec);
     attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
     float dk[NO][4], dv[NO][4];  // (16, HD) each
-    for (int d = 0; d < NO; d++)
-        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    attention_mma_zero<NO>(dk);
+    attention_mma_zero<NO>(dv);
     for (int i = j; i < ntiles; i++) {
         int q0 = i * BR;
         __syncthreads();  // every warp is done with the previous Q, dY, L, D
-        attention_load_tile<HD>(Q, qkv, 3 * (size_t)C, q0, T, hs, vec);
-        attention_load_tile<HD>(dY, dy, (size_t)C, q0, T, hs, vec);
-        for (int r = threadIdx.x; r < BR; r += blockDim.x) {
-            L[r] = q0 + r < T ? lse[(size_t)hd.bh * T + q0 + r] : 0.0f;
-            Dq[r] = q0 + r < T ? D[(size_t)hd.bh * T + q0 + r] : 0.0f;
-        }
+        attention_load_query_tile<HD>(Q, dY, L, Dq, qkv, dy, lse, D, hd.bh, q0, T, C, hs, vec);
         __syncthreads();
         float pt[NS][4], dpt[NS][4];  // (16 keys, BR queries): P^T, then dP^T and dS^T
-        for (int n = 0; n < NS; n++) {
-            pt[n][0] = pt[n][1] = pt[n][2] = pt[n][3] = 0.0f;
-            dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
-        }
+        attention_mma_zero<NS>(pt);
+        attention_mma_zero<NS>(dpt);
         for (int kk = 0; kk < KT; kk++) {
             uint32_t ka[4], va[4];
             mma_load_a(ka, K + r0 * F::LDX + kk * 16, F::LDX);
@@ -256,7 +257,7 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
         Dr[r] = t < T ? D[(size_t)hd.bh * T + t] : 0.0f;
     }
     float dq[NO][4];  // (16, HD)
-    for (int d = 0; d < NO; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    attention_mma_zero<NO>(dq);
     for (int j = 0; j <= i; j++) {
         int k0 = j * BR;
         __syncthreads();  // every warp is done with the previous K, V (the first time: Q, dY loaded)
@@ -264,10 +265,8 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
         attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
         __syncthreads();
         float s[NS][4], dp[NS][4];  // (16, BR): S, then dP and dS
-        for (int n = 0; n < NS; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-        }
+        attention_mma_zero<NS>(s);
+        attention_mma_zero<NS>(dp);
         for (int kk = 0; kk < KT; kk++) {
             uint32_t qa[4], ya[4];
             mma_load_a(qa, Q + r0 * F::LDX + kk * 16, F::LDX);
