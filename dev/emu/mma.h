@@ -91,14 +91,18 @@ EMU_NOTSAN static inline void emu_wmma_uniform(EmuWarpHook* const* lanes, const 
     }
 }
 
+// a tensor-core collective (`what`, of the `kind` WMMA or mma.sync) is called from a kernel by a full warp
+static inline void emu_mma_in_full_warp(const char* what, const char* kind, const char* file, int line) {
+    EmuWorker* w = emu_w;
+    if (w == NULL || w->running == NULL) emu_not_in_kernel(what, file, line);
+    if (w->warps[w->running->lin >> 5].present != 0xffffffffu)
+        emu_misuse("%s at %s:%d: %s needs a full warp of 32 threads (the block has %d threads)", what, file, line, kind, w->n);
+}
+
 // one lane's checks before it joins the collective, and the collective itself
 template <typename T>
 static inline void emu_wmma_join(EmuWmmaCall* call, int coll, const char* file, int line) {
-    EmuWorker* w = emu_w;
-    if (w == NULL || w->running == NULL) emu_not_in_kernel(call->what, file, line);
-    if (w->warps[w->running->lin >> 5].present != 0xffffffffu)
-        emu_misuse("%s at %s:%d: WMMA needs a full warp of 32 threads (the block has %d threads)", call->what, file, line,
-                   w->n);
+    emu_mma_in_full_warp(call->what, "WMMA", file, line);
     if (coll == EMU_C_WMMA_LOAD || coll == EMU_C_WMMA_STORE) {
         if ((uintptr_t)call->p % 32 != 0)
             emu_misuse("%s at %s:%d: pointer %p is not 256-bit (32-byte) aligned", call->what, file, line, call->p);
@@ -156,13 +160,16 @@ static inline void store_matrix_sync_emu(const char* file, int line, float* p,
 
 // bf16 / half bits to float, by hand: the hook below must not call the toolkit's (instrumented)
 // conversions, see there
-EMU_NOTSAN static inline float emu_wmma_to_float(const __nv_bfloat16& v) {
-    uint16_t h;
-    __builtin_memcpy(&h, &v, 2);
-    uint32_t u = (uint32_t)h << 16;
+EMU_NOTSAN static inline float emu_bf16_bits_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;  // the top half of a float
     float f;
     __builtin_memcpy(&f, &u, 4);
     return f;
+}
+EMU_NOTSAN static inline float emu_wmma_to_float(const __nv_bfloat16& v) {
+    uint16_t h;
+    __builtin_memcpy(&h, &v, 2);
+    return emu_bf16_bits_to_float(h);
 }
 EMU_NOTSAN static inline float emu_half_bits_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu, u;
@@ -240,11 +247,7 @@ struct EmuMmaCall {
 };
 EMU_NOTSAN static inline float emu_mma_half_to_float(uint32_t r, int hi, int bf16) {
     uint16_t h = (uint16_t)(hi ? r >> 16 : r & 0xffffu);
-    if (!bf16) return nvcuda::wmma::emu_half_bits_to_float(h);
-    uint32_t u = (uint32_t)h << 16;  // bf16: the top half of a float
-    float f;
-    __builtin_memcpy(&f, &u, 4);
-    return f;
+    return bf16 ? nvcuda::wmma::emu_bf16_bits_to_float(h) : nvcuda::wmma::emu_half_bits_to_float(h);
 }
 EMU_NOTSAN static inline void emu_mma_sync_run(EmuWarpHook* const* lanes, const char*, int) {
     float A[16][16], B[16][8], D[16][8];
@@ -280,10 +283,7 @@ EMU_NOTSAN static inline void emu_mma_sync_run(EmuWarpHook* const* lanes, const 
 static inline void emu_mma_sync_m16n8k16(const char* file, int line, float* d, const uint32_t* a, const uint32_t* b,
                                          int bf16) {
     EmuMmaCall call = {{emu_mma_sync_run}, a, b, d, bf16};
-    EmuWorker* w = emu_w;
-    if (w == NULL || w->running == NULL) emu_not_in_kernel("mma.sync.m16n8k16", file, line);
-    if (w->warps[w->running->lin >> 5].present != 0xffffffffu)
-        emu_misuse("mma.sync.m16n8k16 at %s:%d: needs a full warp of 32 threads (the block has %d threads)", file, line, w->n);
+    nvcuda::wmma::emu_mma_in_full_warp("mma.sync.m16n8k16", "mma.sync", file, line);
     emu_warp_op(file, line, EMU_C_MMA_SYNC, 0xffffffffu, (uint64_t)(uintptr_t)&call, 0, 32);
 }
 
