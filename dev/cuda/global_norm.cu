@@ -54,20 +54,13 @@ __global__ void global_norm_kernel2(float* out, const floatX* values, size_t n) 
     if (threadIdx.x == 0) atomicAdd(out, sum);
 }
 
-// how many FP32 partial sums the version adds up in one chain (its blocks' atomics or partials)
-static size_t chain_length(int version, size_t n) {
-    if (version == 1) return ceil_div_sz(n, 512);
-    int dev = 0, sms = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    size_t want = ceil_div_sz(ceil_div_sz(n, x128::size), 512), cap = version == 2 ? (size_t)(4 * sms) : (size_t)llm_ctx.norm_grid_cap;
-    return want < cap ? want : cap;
-}
-
-static void run_version(int version, float* out, const floatX* values, size_t n) {
+// runs one version; returns how many FP32 partial sums it adds up in one chain (its blocks' atomics or
+// partials: its grid)
+static size_t run_version(int version, float* out, const floatX* values, size_t n) {
     if (version == 1) {
-        LAUNCH(global_norm_kernel1, dim3((unsigned int)ceil_div_sz(n, 512)), dim3(512), 0, (cudaStream_t)0, out,
-               values, n);
+        size_t grid = ceil_div_sz(n, 512);
+        LAUNCH(global_norm_kernel1, dim3((unsigned int)grid), dim3(512), 0, (cudaStream_t)0, out, values, n);
+        return grid;
     } else if (version == 2) {
         int dev = 0, sms = 0;
         cudaCheck(cudaGetDevice(&dev));
@@ -75,11 +68,12 @@ static void run_version(int version, float* out, const floatX* values, size_t n)
         size_t want = ceil_div_sz(ceil_div_sz(n, x128::size), 512);
         int grid = want < (size_t)(4 * sms) ? (int)want : 4 * sms;
         LAUNCH(global_norm_kernel2, dim3(grid), dim3(512), 0, (cudaStream_t)0, out, values, n);
+        return (size_t)grid;
     } else if (version == 3) {
         global_norm_squared(out, values, n, 0);
-    } else {
-        die_at(__FILE__, __LINE__, "no such version");
+        return (size_t)global_norm_grid(n);
     }
+    die_at(__FILE__, __LINE__, "no such version");
 }
 
 static const char* USAGE =
@@ -106,9 +100,10 @@ int main(int argc, char** argv) {
         if (only && version != only) continue;
         // check, five times from zero: the error, and whether the bits repeat
         float got[5];
+        size_t m = 0;  // the chain's length (below)
         for (int r = 0; r < 5; r++) {
             cudaCheck(cudaMemset(d_out, 0, sizeof(float)));
-            run_version(version, d_out, d_values, n);
+            m = run_version(version, d_out, d_values, n);
             cudaCheck(cudaMemcpy(&got[r], d_out, sizeof(float), cudaMemcpyDeviceToHost));
         }
         int same = 1;
@@ -119,7 +114,6 @@ int main(int argc, char** argv) {
         // reference's own FP32 chunk sums. Version 1 at GPT-2 124M's n: m = 243117 atomics, 5.9e-5 (a
         // lost block, 4e-6, hides in that chain's noise); versions 2 and 3: m <= a wave's blocks, ~4e-6
         // (a lost block is 2e-3)
-        size_t m = chain_length(version, n);
         double rel = fabs((double)got[0] - want) / want, tol = 0x1p-23 * sqrt((double)m) + 1e-6;
         float ms = bench_ms(50, [&]() {
             cudaCheck(cudaMemsetAsync(d_out, 0, sizeof(float), 0));

@@ -82,6 +82,15 @@ global_norm_finish_kernel(float* out,               // (1) in/out: *out += sum o
 #endif
 
 // ----------------------------------------------------------------------------
+#if LLM_HAS_KERNELS
+// the pass-1 grid for n values: enough blocks for one 16-byte chunk per thread, at most one full wave of
+// the device (also the number of partial sums the finishing block adds up)
+static int global_norm_grid(size_t n) {
+    size_t want = ceil_div_sz(ceil_div_sz(n, (size_t)x128::size), (size_t)GLOBAL_NORM_BLOCK);
+    return want < (size_t)llm_ctx.norm_grid_cap ? (int)want : llm_ctx.norm_grid_cap;
+}
+#endif
+
 // launcher: *out += sum(values^2); out is one float in device memory
 
 static void global_norm_squared(float* out, const floatX* values, size_t n, cudaStream_t stream) {
@@ -94,9 +103,7 @@ static void global_norm_squared(float* out, const floatX* values, size_t n, cuda
 #else
     if (n == 0) return;
     context_require("global_norm_squared");
-    // enough blocks for one 16-byte chunk per thread, at most one full wave of the device
-    size_t want = ceil_div_sz(ceil_div_sz(n, (size_t)x128::size), (size_t)GLOBAL_NORM_BLOCK);
-    int grid = want < (size_t)llm_ctx.norm_grid_cap ? (int)want : llm_ctx.norm_grid_cap;
+    int grid = global_norm_grid(n);
     LAUNCH(global_norm_partials_kernel, dim3(grid), dim3(GLOBAL_NORM_BLOCK), 0, stream,
            llm_ctx.norm_partials, values, n);
     int finish_block = grid >= 1024 ? 1024 : ((grid + 31) / 32) * 32;
