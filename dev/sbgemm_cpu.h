@@ -20,6 +20,7 @@
 // Edges are zero-padded in the packs (an odd K gets a zero pair member) and masked on the stores.
 #pragma once
 #include "../llm/core/common.h"
+#include "../llm/core/half_cpu.h"  // bf16_bits_to_float
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,37 +41,19 @@ static inline uint16_t sbgemm_bits(const void* p, size_t i) {
     memcpy(&v, (const char*)p + 2 * i, 2);
     return v;
 }
-static inline float sbgemm_bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-// op(A) rows [m0, m0 + mr) x k's [k0, k0 + kc) into one panel: pair p of row m at ap[(p * MR + m) * 2 + {0, 1}]
-static void sbgemm_pack_a(uint16_t* ap, const void* a, int lda, int ta, int m0, int mr, int k0, int kc) {
+// One panel of an operand seen as rows by k (op(A): its M rows; op(B): its N columns): rows [i0, i0 + ir)
+// by k's [k0, k0 + kc), zero-padded to R rows and to an even kc; pair p of row i at dst[(p * R + i) * 2 + {0, 1}].
+// Element (row, k) is src[k * ld + row] when kmajor (A transposed, B not), else src[row * ld + k].
+static void sbgemm_pack(uint16_t* dst, int R, const void* src, int ld, int kmajor, int i0, int ir, int k0, int kc) {
     int kp = (kc + 1) / 2;
     for (int p = 0; p < kp; p++)
-        for (int m = 0; m < SBGEMM_MR; m++)
+        for (int i = 0; i < R; i++)
             for (int h = 0; h < 2; h++) {
-                int k = k0 + 2 * p + h, row = m0 + m;
+                int k = k0 + 2 * p + h, row = i0 + i;
                 uint16_t v = 0;
-                if (m < mr && 2 * p + h < kc)
-                    v = ta ? sbgemm_bits(a, (size_t)k * lda + row) : sbgemm_bits(a, (size_t)row * lda + k);
-                ap[((size_t)p * SBGEMM_MR + m) * 2 + h] = v;
-            }
-}
-// op(B) columns [n0, n0 + nr) x k's [k0, k0 + kc) into one panel: pair p of column n at bp[(p * NR + n) * 2 + {0, 1}]
-static void sbgemm_pack_b(uint16_t* bp, const void* b, int ldb, int tb, int n0, int nr, int k0, int kc) {
-    int kp = (kc + 1) / 2;
-    for (int p = 0; p < kp; p++)
-        for (int n = 0; n < SBGEMM_NR; n++)
-            for (int h = 0; h < 2; h++) {
-                int k = k0 + 2 * p + h, col = n0 + n;
-                uint16_t v = 0;
-                if (n < nr && 2 * p + h < kc)
-                    v = tb ? sbgemm_bits(b, (size_t)col * ldb + k) : sbgemm_bits(b, (size_t)k * ldb + col);
-                bp[((size_t)p * SBGEMM_NR + n) * 2 + h] = v;
+                if (i < ir && 2 * p + h < kc)
+                    v = kmajor ? sbgemm_bits(src, (size_t)k * ld + row) : sbgemm_bits(src, (size_t)row * ld + k);
+                dst[((size_t)p * R + i) * 2 + h] = v;
             }
 }
 
@@ -111,9 +94,9 @@ static void sbgemm_kernel(float* c, int ldc, const uint16_t* ap, const uint16_t*
         const uint16_t* a = ap + (size_t)p * 2 * SBGEMM_MR;
         const uint16_t* b = bp + (size_t)p * 2 * SBGEMM_NR;
         for (int m = 0; m < SBGEMM_MR; m++) {
-            float a0 = sbgemm_bf16_to_float(a[2 * m]), a1 = sbgemm_bf16_to_float(a[2 * m + 1]);
+            float a0 = bf16_bits_to_float(a[2 * m]), a1 = bf16_bits_to_float(a[2 * m + 1]);
             for (int n = 0; n < SBGEMM_NR; n++)
-                acc[m][n] += a0 * sbgemm_bf16_to_float(b[2 * n]) + a1 * sbgemm_bf16_to_float(b[2 * n + 1]);
+                acc[m][n] += a0 * bf16_bits_to_float(b[2 * n]) + a1 * bf16_bits_to_float(b[2 * n + 1]);
         }
     }
     for (int m = 0; m < mr; m++)
@@ -144,14 +127,14 @@ static void sbgemm_cpu(int ta, int tb, int M, int N, int K, const void* a, int l
             #pragma omp for schedule(static)
             for (int i = 0; i < mpanels; i++) {
                 int m0 = i * SBGEMM_MR, mr = M - m0 < SBGEMM_MR ? M - m0 : SBGEMM_MR;
-                sbgemm_pack_a(apack + (size_t)i * apanel, a, lda, ta, m0, mr, k0, kc);
+                sbgemm_pack(apack + (size_t)i * apanel, SBGEMM_MR, a, lda, ta, m0, mr, k0, kc);
             }
             uint16_t* bpack = (uint16_t*)aligned_alloc(64, bpanel * sizeof(uint16_t));
             if (bpack == NULL) fatal("sbgemm_cpu: out of memory for a packed B panel");
             #pragma omp for schedule(static)
             for (int j = 0; j < npanels; j++) {
                 int n0 = j * SBGEMM_NR, nr = N - n0 < SBGEMM_NR ? N - n0 : SBGEMM_NR;
-                sbgemm_pack_b(bpack, b, ldb, tb, n0, nr, k0, kc);
+                sbgemm_pack(bpack, SBGEMM_NR, b, ldb, !tb, n0, nr, k0, kc);
                 for (int i = 0; i < mpanels; i++) {
                     int m0 = i * SBGEMM_MR, mr = M - m0 < SBGEMM_MR ? M - m0 : SBGEMM_MR;
                     sbgemm_kernel(c + (size_t)m0 * ldc + n0, ldc, apack + (size_t)i * apanel, bpack, kp, mr, nr, add);

@@ -178,10 +178,10 @@ TEST_EMU_BINS := build/test_attention_ring_emu build/test_attention_ring_emu_bf1
 # AVX512-BF16 (the portable kernel)
 build/test_sbgemm_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h $(LLM_HEADERS) test/test_common.h
 	@mkdir -p $(@D)
-	$(CXX) $(CPU_FLAGS_FP32) $< -o $@ -lm
+	$(CXX) $(CPU_FLAGS_FP32) $< -o $@ $(CPU_LIBS)
 build/test_sbgemm_portable_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h $(LLM_HEADERS) test/test_common.h
 	@mkdir -p $(@D)
-	$(CXX) $(CPU_FLAGS_FP32) -mno-avx512bf16 -DSBGEMM_FORCE_PORTABLE $< -o $@ -lm
+	$(CXX) $(CPU_FLAGS_FP32) -mno-avx512bf16 -DSBGEMM_FORCE_PORTABLE $< -o $@ $(CPU_LIBS)
 
 build/test_kernels_gpu: test/test_kernels.cu $(LLM_HEADERS) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
 	@mkdir -p build

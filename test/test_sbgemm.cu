@@ -15,19 +15,10 @@
 #include "../llm/core/half_cpu.h"  // bf16_bits_from_float: the toolkit's rounding
 #include "../dev/sbgemm_cpu.h"
 #include "../llm/core/usage.h"
+#include "../llm/ops/blas_cpu.h"  // cpu_features (checked against /proc/cpuinfo by test_blas_cpu)
 #include "test_common.h"
 #include <time.h>
 #include <vector>
-
-static int cpu_has_avx512_bf16(void) {
-    FILE* f = fopen("/proc/cpuinfo", "r");
-    if (f == NULL) return 0;
-    char line[8192];
-    int has = 0;
-    while (!has && fgets(line, sizeof(line), f)) has = strncmp(line, "flags", 5) == 0 && strstr(line, " avx512_bf16") != NULL;
-    fclose(f);
-    return has;
-}
 
 static const char* USAGE =
     "[SEED]\n"
@@ -41,8 +32,8 @@ int main(int argc, char** argv) {
            SBGEMM_AVX512BF16 ? "AVX512-BF16" : "portable");
 #if !defined(SBGEMM_FORCE_PORTABLE)
     // the build with the CPU's own instructions must use vdpbf16ps where the CPU has it
-    int has = cpu_has_avx512_bf16();
-    check(SBGEMM_AVX512BF16 == has, "kernel: %s, and the CPU %s avx512_bf16 (/proc/cpuinfo)",
+    int has = cpu_features().avx512_bf16;
+    check(SBGEMM_AVX512BF16 == has, "kernel: %s, and the CPU %s avx512_bf16 (cpuid, with the OS keeping zmm)",
           SBGEMM_AVX512BF16 ? "AVX512-BF16" : "portable", has ? "has" : "lacks");
 #endif
     Rng rng;
@@ -58,8 +49,8 @@ int main(int argc, char** argv) {
                     rng_normal(&rng, af.data(), af.size(), 0.0f, 1.0f);
                     rng_normal(&rng, bf.data(), bf.size(), 0.0f, 1.0f);
                     rng_normal(&rng, c0.data(), c0.size(), 0.0f, 1.0f);
-                    for (size_t i = 0; i < a.size(); i++) { a[i] = bf16_bits_from_float(af[i]); af[i] = sbgemm_bf16_to_float(a[i]); }
-                    for (size_t i = 0; i < b.size(); i++) { b[i] = bf16_bits_from_float(bf[i]); bf[i] = sbgemm_bf16_to_float(b[i]); }
+                    for (size_t i = 0; i < a.size(); i++) { a[i] = bf16_bits_from_float(af[i]); af[i] = bf16_bits_to_float(a[i]); }
+                    for (size_t i = 0; i < b.size(); i++) { b[i] = bf16_bits_from_float(bf[i]); bf[i] = bf16_bits_to_float(b[i]); }
                     for (size_t i = 0; i < c.size(); i++) c[i] = beta ? c0[i] : NAN;  // beta 0 must not read C
                     int lda = ta ? M : K, ldb = tb ? K : N;
                     sbgemm_cpu(ta, tb, M, N, K, a.data(), lda, b.data(), ldb, (float)beta, c.data(), N);
