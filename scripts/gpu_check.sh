@@ -77,17 +77,17 @@ if command -v cuobjdump > /dev/null; then
     row "kernels of train_gpt using local memory" "$(grep -cE 'LOCAL:[1-9]' "$LOG/resource_usage.txt") of $(grep -c 'Function ' "$LOG/resource_usage.txt") (see $LOG/resource_usage.txt)"
 fi
 
+gpu_test() {  # name limit_s lines: runs build/<name>_gpu, shows its FAIL lines (and the lines matching the
+             # pattern), one row with its count line
+    limited "$2" "./build/$1_gpu" > "$LOG/$1.log" 2>&1
+    grep -E "${3:-^FAIL}" "$LOG/$1.log" | head -20
+    row "$1 (GPU)" "$(tail -1 "$LOG/$1.log")"
+}
 echo "== kernel harness (test/test_kernels.cu on the GPU)"
-limited 120 ./build/test_kernels_gpu > "$LOG/test_kernels.log" 2>&1
-grep -E "^FAIL" "$LOG/test_kernels.log" | head -20
-row "test_kernels (GPU)" "$(tail -1 "$LOG/test_kernels.log")"
+gpu_test test_kernels 120
 echo "== FP8 GEMM and linear layer (test/test_fp8_gemm.cu, test/test_fp8_linear.cu on the GPU)"
-limited 60 ./build/test_fp8_gemm_gpu > "$LOG/test_fp8_gemm.log" 2>&1
-grep -E "describe|^FAIL" "$LOG/test_fp8_gemm.log" | head -20
-row "test_fp8_gemm (GPU)" "$(tail -1 "$LOG/test_fp8_gemm.log")"
-limited 60 ./build/test_fp8_linear_gpu > "$LOG/test_fp8_linear.log" 2>&1
-grep -E "^FAIL" "$LOG/test_fp8_linear.log" | head -20
-row "test_fp8_linear (GPU)" "$(tail -1 "$LOG/test_fp8_linear.log")"
+gpu_test test_fp8_gemm 60 "describe|^FAIL"
+gpu_test test_fp8_linear 60
 phase "GPU tests"
 
 # the real trainer, end to end: `make train`'s run (the same flags, `make -s train-args`) on the GPU, with
@@ -189,8 +189,8 @@ if time_for 30 "recompute"; then
         < <(grep "step time /" "$LOG/bench_recompute.log")
     phase "recompute"
 fi
-# the kernel harness again under compute-sanitizer's racecheck (shared-memory hazards, cp.async's
-# included), which the emulator's racecheck cannot see for asynchronous copies (dev/emu/cuda_pipeline.h)
+# the kernel harness again under compute-sanitizer's racecheck: the shared-memory hazards of the real
+# hardware's ordering, beside the emulator's racecheck (dev/emu/emu_racecheck.h)
 if command -v compute-sanitizer > /dev/null && time_for 60 "racecheck (compute-sanitizer)"; then
     echo "== test_kernels under compute-sanitizer --tool racecheck"
     limited 120 compute-sanitizer --tool racecheck --racecheck-report hazard ./build/test_kernels_gpu > "$LOG/racecheck.log" 2>&1

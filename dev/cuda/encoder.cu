@@ -46,7 +46,6 @@ static int rounded_sums_close(const char* what, const std::vector<float>& got, c
         double r = fabs((double)got[i] - want[i]) / bound[i];
         if (!(r <= worst)) { worst = r != r ? INFINITY : r; wi = i; }
     }
-
     int ok = worst <= 1.0 && got.size() == want.size();
     printf("%s %s: max err/bound %.3g (at [%zu]: %.6g vs %.6g)\n", ok ? "ok  " : "FAIL", what, worst, wi,
            wi < got.size() ? got[wi] : NAN, want[wi]);
