@@ -159,8 +159,8 @@ clean:
 # ----------------------------------------------------------------------------
 # the embedded default run: synthetic 3-digit addition (dev/data/addition.py), a small GPT trained on
 # the CPU, then samples and the held-out exact-match accuracy. No network needed.
-TRAIN_DATA ?= data/addition
-TRAIN_OUT ?= out/addition
+TRAIN_DATA := data/addition
+TRAIN_OUT := out/addition
 # the run's flags, also what scripts/gpu_check.sh trains on the GPU (`make -s train-args`)
 TRAIN_ARGS = --model d2,C=64,NH=4,maxT=64,V=257 --train-data $(TRAIN_DATA)/addition_train.bin \
     --val-data $(TRAIN_DATA)/addition_val.bin --tokenizer $(TRAIN_DATA)/addition_tokenizer.bin \
