@@ -46,13 +46,27 @@ __device__ __forceinline__ float attention_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// zeroes N accumulators of 16 x 8 FP32 (float[N][4], mma_ptx.cuh's C layout). The tile products are
-// written out in each kernel: where the backward runs two products over the same loop (S^T and dP^T, dV and
-// dK; S and dP) they share it, which ptxas rewards (one loop per product: dk/dv at HD 64 184 registers
-// instead of 176, at HD 128 12 bytes of spills, dq at HD 128 255 instead of 176).
+// zeroes N accumulators of 16 x 8 FP32 (float[N][4], mma_ptx.cuh's C layout). Where the backward runs two
+// products over the same operands' loop (S^T and dP^T, dV and dK in dk/dv; S and dP in dq) the loop stays
+// written out in the kernel, shared: one loop per product costs registers (dk/dv at HD 64 184 instead of
+// 176, 12 bytes of spills at HD 128; dq at HD 128 255 instead of 176; ptxas, sm_90).
 template <int N>
 __device__ __forceinline__ void attention_mma_zero(float (*acc)[4]) {
     for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+// acc (16, 8 NO) += Round(P) V: P (16, 16 NK) FP32 accumulators, each rounded once to floatX as it becomes an
+// A fragment; V a (16 NK, 8 NO) floatX tile of row stride LDX (the forward's O += P V, the dq pass's dQ += dS K)
+template <int NK, int NO, int LDX>
+__device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*P)[4], const floatX* V) {
+    for (int kk = 0; kk < NK; kk++) {
+        uint32_t pa[4];
+        mma_pack_a(pa, P[2 * kk], P[2 * kk + 1]);
+        for (int d = 0; d < NO; d++) {
+            uint32_t b[2];
+            mma_load_b(b, V + kk * 16 * LDX + d * 8, LDX);
+            mma_16816(acc[d], pa, b);
+        }
+    }
 }
 
 template <int HD>
@@ -117,15 +131,7 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
             }
         for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + attention_quad_sum(sum[r]);
         for (int d = 0; d < NO; d++) { o[d][0] *= alpha[0]; o[d][1] *= alpha[0]; o[d][2] *= alpha[1]; o[d][3] *= alpha[1]; }
-        for (int kk = 0; kk < BR / 16; kk++) {
-            uint32_t pa[4];
-            mma_pack_a(pa, s[2 * kk], s[2 * kk + 1]);  // P rounded to floatX, keys kk*16 .. +16
-            for (int d = 0; d < NO; d++) {
-                uint32_t b[2];
-                mma_load_b(b, V + kk * 16 * F::LDX + d * 8, F::LDX);
-                mma_16816(o[d], pa, b);  // O += P V
-            }
-        }
+        attention_mma_pv<BR / 16, NO, F::LDX>(o, s, V);  // O += P V, P rounded to floatX
     }
     for (int r = 0; r < 2; r++) {
         int t = t0 + 8 * r;
@@ -285,15 +291,7 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
                 float pv = key <= t && key < T && t < T ? expf(s[n][e] * scale - Lr[r]) : 0.0f;
                 dp[n][e] = pv * (dp[n][e] - Dr[r]);
             }
-        for (int kk = 0; kk < BR / 16; kk++) {
-            uint32_t sa[4];
-            mma_pack_a(sa, dp[2 * kk], dp[2 * kk + 1]);  // dS rounded, keys kk*16 .. +16
-            for (int d = 0; d < NO; d++) {
-                uint32_t b[2];
-                mma_load_b(b, K + kk * 16 * F::LDX + d * 8, F::LDX);
-                mma_16816(dq[d], sa, b);  // dQ += dS K
-            }
-        }
+        attention_mma_pv<BR / 16, NO, F::LDX>(dq, dp, K);  // dQ += dS K, dS rounded
     }
     for (int r = 0; r < 2; r++) {
         int t = t0 + 8 * r;
