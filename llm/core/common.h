@@ -99,6 +99,10 @@ static inline void job_error_line(const char* line) {
         }
     }
     if (llm_job.error_end) llm_job.error_end(llm_job.ctx);
+    // before MPI runs, a quiet rank waits 0.5 s before it exits: a launcher that sees any rank exit ends the
+    // others, and rank 0 ended before its write reached the launcher would print nothing at all (seen
+    // once in CI: `mpirun -np 4 ... --zero 5` exited 1 with no line). A failed launch ends 0.5 s later.
+    else if (!print && llm_job.size == 0) usleep(500 * 1000);
 }
 
 [[noreturn]] static inline void die_at(const char* file, int line, const char* msg) {
