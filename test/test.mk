@@ -52,7 +52,7 @@ bench-fp8: build/bench_fp8_cpu_bf16
 # llm/core/half_cpu.h's conversions against the CUDA toolkit's (host code of cuda_bf16.h / cuda_fp16.h)
 build/test_half_cpu: test/test_half_cpu.cpp llm/core/half_cpu.h llm/core/usage.h
 	@mkdir -p build
-	$(CXX) -std=c++17 -O2 -fopenmp -I$(CUDA_HOME)/include $< -o $@
+	$(CXX) -std=c++17 -O2 -march=native -fopenmp -I$(CUDA_HOME)/include $< -o $@
 HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \
                  build/test_matmul_cpu_bf16
 

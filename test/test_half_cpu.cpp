@@ -7,6 +7,7 @@
 //   round toward zero: |result| <= |x| and the next 16-bit value away from zero is > |x| (finite x);
 //   stochastic rounding: the two neighbours only, and the mean over many draws within 4 sigma of x.
 // Build: make build/test_half_cpu (needs only the toolkit's headers; no GPU, no CUDA runtime).
+// Built with -march=native, as the CPU trainers are: the 8-at-a-time conversions run on F16C where the CPU has it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdio.h>
@@ -133,6 +134,32 @@ int main(int argc, char** argv) {
         if (bf16_round_stochastic(x, bits).bits != (uint16_t)(u >> 16)) bad_rule++;
     }
     check(bad_rule == 0, "bf16 stochastic rounding = add the low 16 random bits to the float's bits, keep the top 16");
+    // the n-at-a-time conversions (F16C where the CPU has it) equal the scalar ones bit for bit, NaNs too;
+    // from an odd start and with a length not a multiple of 8, so the tails and unaligned loads run
+    {
+        std::vector<uint16_t> hs(0x10000u), back;
+        for (uint32_t b = 0; b < 0x10000u; b++) hs[b] = (uint16_t)b;
+        std::vector<float> fs(hs.size());
+        size_t bad = 0;
+        for (size_t start : {(size_t)0, (size_t)3}) {
+            fp16_bits_to_float_n(hs.data() + start, fs.data() + start, hs.size() - start);
+            for (size_t i = start; i < hs.size(); i++) bad += half_cpu_f2u(fs[i]) != half_cpu_f2u(fp16_bits_to_float(hs[i]));
+        }
+        snprintf(msg, sizeof(msg), "fp16 -> float, 8 at a time (%s): all 65536 patterns equal the scalar conversion's bits (%zu differ)",
+                 HALF_CPU_F16C ? "F16C" : "no F16C: scalar", bad);
+        check(bad == 0, msg);
+        std::vector<float> xs = boundary_floats(fp16_bits_to_float);
+        for (uint32_t b = 0x7c01u; b < 0x7c40u; b++) xs.push_back(half_cpu_u2f(0x7f800000u | (b << 13)));  // NaN payloads
+        back.resize(xs.size());
+        bad = 0;
+        for (size_t start : {(size_t)0, (size_t)5}) {
+            fp16_bits_from_float_n(xs.data() + start, back.data() + start, xs.size() - start);
+            for (size_t i = start; i < xs.size(); i++) bad += back[i] != fp16_bits_from_float(xs[i]);
+        }
+        snprintf(msg, sizeof(msg), "float -> fp16, 8 at a time (%s): %zu floats at every rounding boundary equal the scalar "
+                 "conversion's bits (%zu differ)", HALF_CPU_F16C ? "F16C" : "no F16C: scalar", xs.size(), bad);
+        check(bad == 0, msg);
+    }
     printf("test_half_cpu: %d passed, %d failed, 0 skipped\n", passes, fails);
     return fails ? 1 : 0;
 }

@@ -75,6 +75,52 @@ static inline float fp16_bits_to_float(uint16_t h) {
 }
 
 // ----------------------------------------------------------------------------
+// n values at a time: the conversions above, bit for bit, 8 lanes at a time with the F16C instructions
+// (vcvtph2ps, vcvtps2ph: every x86 CPU since 2012; -march=native turns them on where the CPU has them).
+// Both round as above (to nearest even, subnormals exact, overflow to inf); only NaN differs (F16C
+// quiets it and keeps part of its payload, the scalar conversions give 0x7fff / keep the payload), so a
+// block of 8 with a NaN in it goes through the scalar code. Without F16C: the scalar code. The FP16 CPU
+// build spent 43% of its step in these conversions one value at a time (perf, d2 C=128 B=8 T=64).
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define HALF_CPU_F16C 1
+#else
+#define HALF_CPU_F16C 0
+#endif
+
+static inline void fp16_bits_to_float_n(const uint16_t* h /*(n)*/, float* f /*(n)*/, size_t n) {
+    size_t i = 0;
+#if HALF_CPU_F16C
+    for (; i + 8 <= n; i += 8) {
+        __m128i hv = _mm_loadu_si128((const __m128i*)(h + i));
+        // a NaN: exponent all ones, mantissa not zero, i.e. (h & 0x7fff) > 0x7c00
+        __m128i a = _mm_and_si128(hv, _mm_set1_epi16(0x7fff));
+        if (_mm_movemask_epi8(_mm_cmpgt_epi16(a, _mm_set1_epi16(0x7c00))) != 0) {
+            for (size_t j = i; j < i + 8; j++) f[j] = fp16_bits_to_float(h[j]);
+            continue;
+        }
+        _mm256_storeu_ps(f + i, _mm256_cvtph_ps(hv));
+    }
+#endif
+    for (; i < n; i++) f[i] = fp16_bits_to_float(h[i]);
+}
+
+static inline void fp16_bits_from_float_n(const float* f /*(n)*/, uint16_t* h /*(n)*/, size_t n) {
+    size_t i = 0;
+#if HALF_CPU_F16C
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(f + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+            for (size_t j = i; j < i + 8; j++) h[j] = fp16_bits_from_float(f[j]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i*)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#endif
+    for (; i < n; i++) h[i] = fp16_bits_from_float(f[i]);
+}
+
+// ----------------------------------------------------------------------------
 // the storage types: a float goes in rounded to nearest even, comes out exactly
 
 struct bf16_cpu {
@@ -179,8 +225,13 @@ template <class T> static inline float* f32_in(const T* x, size_t n) {
     } else {
         if (x == NULL) return NULL;
         float* p = f32_alloc(n);
-        #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) p[i] = (float)x[i];
+        if constexpr (std::is_same<T, fp16_cpu>::value) {
+            #pragma omp parallel for if (n > 65536)
+            for (size_t b = 0; b < n; b += 4096) fp16_bits_to_float_n(&x[b].bits, p + b, n - b < 4096 ? n - b : 4096);
+        } else {
+            #pragma omp parallel for simd if (n > 65536)
+            for (size_t i = 0; i < n; i++) p[i] = (float)x[i];
+        }
         return p;
     }
 }
@@ -200,8 +251,13 @@ template <class T> static inline void f32_store(T* dst, float* p, size_t n) {
         (void)dst; (void)p; (void)n;
     } else {
         if (dst == NULL) return;
-        #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) dst[i] = T(p[i]);
+        if constexpr (std::is_same<T, fp16_cpu>::value) {
+            #pragma omp parallel for if (n > 65536)
+            for (size_t b = 0; b < n; b += 4096) fp16_bits_from_float_n(p + b, &dst[b].bits, n - b < 4096 ? n - b : 4096);
+        } else {
+            #pragma omp parallel for simd if (n > 65536)
+            for (size_t i = 0; i < n; i++) dst[i] = T(p[i]);
+        }
         f32_release(p);
     }
 }
