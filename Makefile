@@ -108,9 +108,28 @@ EMU_FLAGS := -std=c++17 -O2 -x c++ -DLLM_EMU -fno-strict-aliasing -Wno-unknown-p
 EMU_LIBS := $(BLAS_LIBS) $(MPI_LIBS) -lm -lpthread
 
 # --- CUDA build ---
-# A100 and H100 by default; scripts/gpu_check.sh builds for the GPU at hand only (NVCC_GENCODE=...)
-NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCC_FLAGS := -O3 -std=c++17 --use_fast_math $(NVCC_GENCODE) -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
+# The targets. By default, machine code (SASS) for each of A100 (sm_80), H100/H200 (sm_90), B200/GB200/B300
+# (sm_100: SASS runs on the later minor versions of its major) and RTX 50 / RTX PRO 6000 Blackwell (sm_120)
+# that this nvcc knows, plus the PTX of the newest of them, which the driver compiles for any later GPU
+# (the kernels use nothing newer than sm_80's instructions: mma.sync m16n8k16). GPU_ARCH=native: the GPU
+# at hand only (nvcc -arch=native); NVCC_GENCODE=...: your own list. The test programs built with nvcc
+# are compile checks here (scripts/gpu_check.sh builds and runs them for the GPU at hand): one target,
+# sm_90, unless GPU_ARCH or NVCC_GENCODE chose (NVCC_TEST_GENCODE). Recursive variables: nvcc is asked
+# only when a CUDA program is built.
+NVCC_ARCH_LIST = $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
+NVCC_SASS = $(or $(foreach a,80 90 100 120,$(if $(filter compute_$(a),$(NVCC_ARCH_LIST)),$(a))),80 90)
+ifeq ($(GPU_ARCH),native)
+NVCC_GENCODE ?= -arch=native
+endif
+ifeq ($(origin NVCC_GENCODE),undefined)
+NVCC_GENCODE = $(foreach a,$(NVCC_SASS),-gencode arch=compute_$(a),code=sm_$(a)) \
+               -gencode arch=compute_$(lastword $(NVCC_SASS)),code=compute_$(lastword $(NVCC_SASS))
+NVCC_TEST_GENCODE ?= -gencode arch=compute_90,code=sm_90
+else
+NVCC_TEST_GENCODE ?= $(NVCC_GENCODE)
+endif
+NVCC_FLAGS = -O3 -std=c++17 --use_fast_math $(NVCC_GENCODE) -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
+NVCC_TEST_FLAGS = -O3 -std=c++17 --use_fast_math $(NVCC_TEST_GENCODE) -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) $(PREC_FLAGS)
 NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
 LLM_HEADERS := $(wildcard llm/*/*.h llm/*/*.cuh)

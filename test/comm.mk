@@ -1,5 +1,5 @@
 # test/comm.mk: the tests of llm/comm/comm.h (process mesh, collectives, byte ledger).
-# Included by the top Makefile (CXX, CPU_FLAGS, CPU_LIBS, EMU_FLAGS, EMU_LIBS, NVCC, NVCC_FLAGS, NVCC_LIBS).
+# Included by the top Makefile (CXX, CPU_FLAGS, CPU_LIBS, EMU_FLAGS, EMU_LIBS, NVCC, NVCC_TEST_FLAGS, NVCC_LIBS).
 #
 #   make test-comm              build both programs and run test/test_comm.sh (every layout, ~30 s)
 #   build/test_comm_cpu         CPU build (floatX = float); run under mpirun, see test/test_comm.cu
@@ -25,7 +25,7 @@ build/test_comm_emu: $(COMM_TEST_DEPS) $(wildcard dev/emu/*.h)
 
 build/test_comm_cuda: $(COMM_TEST_DEPS)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 
 .PHONY: test-comm bench-comm
 test-comm: build/test_comm_cpu build/test_comm_emu

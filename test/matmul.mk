@@ -41,4 +41,4 @@ test-matmul: $(MATMUL_TESTS)
 # the same test on a real GPU (not part of test-matmul: CI has none). Run it where a GPU is at hand.
 build/test_matmul_gpu: test/test_matmul.cu $(MATMUL_TEST_DEPS)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ -lcublasLt
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ -lcublasLt

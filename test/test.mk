@@ -185,19 +185,19 @@ build/test_sbgemm_portable_cpu: test/test_sbgemm.cu dev/sbgemm_cpu.h $(LLM_HEADE
 
 build/test_kernels_gpu: test/test_kernels.cu $(LLM_HEADERS) test/test_common.h test/kernel_check.h $(wildcard test/kernels/*.h)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/test_fp8_gpu: test/test_fp8.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/test_fp8_gemm_gpu: test/test_fp8_gemm.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/test_fp8_linear_gpu: test/test_fp8_linear.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/bench_gpu: dev/bench_train.cu dev/bench_common.h dev/bench_breakdown.h $(LLM_HEADERS)
 	@mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
 
 .PHONY: test test-build

@@ -1,5 +1,5 @@
 # dev/emu/emu.mk: the CUDA emulator's part of the Makefile (included by the top-level Makefile,
-# which defines CXX, NVCC, EMU_FLAGS, NVCC_FLAGS and CUDA_HOME).
+# which defines CXX, NVCC, EMU_FLAGS, NVCC_TEST_FLAGS and CUDA_HOME).
 #
 #   make test-emu        build dev/emu/test_emu.cu four ways into build/emu/ (plain, ASan+UBSan,
 #                        TSan, racecheck) and run dev/emu/test_emu.sh
@@ -46,7 +46,7 @@ test-emu: $(EMU_BUILD)/test_emu $(EMU_BUILD)/test_emu_asan $(EMU_BUILD)/test_emu
 
 test-emu-nvcc: dev/emu/test_emu.cu $(EMU_HEADERS)
 	@mkdir -p $(EMU_BUILD)
-	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_emu_nvcc.o
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_emu_nvcc.o
 
 # the emulated NCCL (nccl_emu.h) tested on its own, under mpirun (run by test/test_comm.sh)
 $(EMU_BUILD)/test_nccl_emu: dev/emu/test_nccl_emu.cu $(EMU_HEADERS)
@@ -74,4 +74,4 @@ $(EMU_BUILD)/test_wmma_racecheck: dev/emu/test_wmma.cu $(EMU_HEADERS)
 
 test-wmma-nvcc: dev/emu/test_wmma.cu $(EMU_HEADERS)
 	@mkdir -p $(EMU_BUILD)
-	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_wmma_nvcc.o
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu -c $< -o $(EMU_BUILD)/test_wmma_nvcc.o
