@@ -1884,6 +1884,10 @@ SOURCE_TESTS = {"headers": "llm/", "bench_pytorch": "dev/bench_pytorch.py", "dat
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
+    "moe": ["build/test_moe_cpu"],
+    "moe_cpu_bf16": ["build/test_moe_cpu_bf16"],
+    "moe_emu": ["build/test_moe_emu"],
+    "moe_emu_bf16": ["build/test_moe_emu_bf16"],
     "attention_blocks": ["build/test_attention_blocks_cpu"],
     "attention_ring": ["build/test_attention_ring_cpu"],
     "attention_ring_emu": ["build/test_attention_ring_emu"],
@@ -1978,6 +1982,10 @@ BINARY_SOURCES = {
     "build/test_op_profile_cpu": "test/test_op_profile.cu",
     "build/test_matmul_cpu_bf16": "test/test_matmul.cu",
     "build/test_ops_grad_cpu": "test/test_ops_grad.cu",
+    "build/test_moe_cpu": "test/test_moe.cu",
+    "build/test_moe_cpu_bf16": "test/test_moe.cu",
+    "build/test_moe_emu": "test/test_moe.cu",
+    "build/test_moe_emu_bf16": "test/test_moe.cu",
     "build/test_attention_blocks_cpu": "test/test_attention_blocks.cu",
     "build/test_attention_ring_cpu": "test/test_attention_ring.cu",
     "build/test_attention_ring_emu": "test/test_attention_ring.cu",

@@ -699,15 +699,16 @@ static int check_rel_max(const char* what, const std::vector<float>& got, const 
 // Bounds against float64: FP32 builds 2e-5 of the tensor's largest value (the FP32 forward's error is
 // ~(C + 4C + K) u ~ 5e-6 of the size of its terms for C = 16, and the gradients sum ~16 tokens more:
 // observed ~1e-6); the losses 1e-5 relative. 16-bit builds: the inputs, parameters and every activation
-// stored in BF16 (2^-8) or FP16 (2^-11), about six roundings in a chain through two products: 4e-2 (BF16)
-// of the largest value, 1e-2 relative on the losses (logits from rounded x and Wr). The fixture's inputs
+// stored in BF16 (2^-8), about six roundings in a chain through two products: 2e-2 of the largest value
+// (observed up to 7.4e-3 in the CPU BF16 and emulated BF16 builds), 5e-3 relative on the losses (logits
+// from rounded x and Wr; observed 1.5e-3). The fixture's inputs
 // keep every routing decision 0.02 from a tie, far more than the 16-bit rounding moves the probs, so the
 // counts must match exactly in every build.
 static void test_fixture(void) {
     FILE* f = fopenCheck(MOE_FIXTURE, "rb");
     std::vector<int> hdr = read_i32(f, 3);
     if (hdr[0] != 20261201 || hdr[1] != 1) fatal("%s: expected magic 20261201 version 1, found %d %d", MOE_FIXTURE, hdr[0], hdr[1]);
-    double tol = X16 ? (UX > 1.0 / 1024 ? 4e-2 : 1e-2) : 2e-5, ltol = X16 ? 1e-2 : 1e-5;
+    double tol = X16 ? 2e-2 : 2e-5, ltol = X16 ? 5e-3 : 1e-5;
     for (int ci = 0; ci < hdr[2]; ci++) {
         std::vector<int> dims = read_i32(f, 8);
         std::vector<float> fl = read_f32(f, 4);
