@@ -464,21 +464,60 @@ static void fd_check(const char* what, Layer& L, float* v, size_t n, const std::
           "skipped (a routing decision flipped)", what, done, worst, maxg, S, flips);
 }
 
+// the smallest gap between a routing decision and its tie in the layer's last forward: each token's worst
+// chosen prob against its best unchosen one, and each expert's lowest kept prob against its highest dropped
+static double routing_margin(const Layer& L) {
+    int N = L.N, E = L.s.num_experts, K = L.s.top_k;
+    const MoERouting& r = L.a.route;
+    double m = INFINITY;
+    for (int n = 0; n < N; n++) {
+        double worst_in = INFINITY, best_out = -INFINITY;
+        for (int e = 0; e < E; e++) {
+            int in = 0;
+            for (int k = 0; k < K; k++) in |= r.expert[n * K + k] == e;
+            if (in) worst_in = fmin(worst_in, r.probs[n * E + e]);
+            else best_out = fmax(best_out, r.probs[n * E + e]);
+        }
+        m = fmin(m, worst_in - best_out);
+    }
+    for (int e = 0; e < E; e++) {
+        double kept = INFINITY, dropped = -INFINITY;
+        for (int a = 0; a < N * K; a++) {
+            if (r.expert[a] != e) continue;
+            double p = r.probs[(a / K) * E + e];
+            if (r.assign_row[a] >= 0) kept = fmin(kept, p);
+            else dropped = fmax(dropped, p);
+        }
+        m = fmin(m, kept - dropped);
+    }
+    return m;
+}
+
 static void test_fd_case(int K, float F, int router_only) {
     const int N = 24, C = 8, E = 4;
     const float scale = 0.75f;
     MoESpec s = {E, K, F, 0.3f, 0.05f};
     Layer L(s, N, C);
     size_t P = moe_param_count(&s, C);
-    std::vector<float> p(P);
-    for (const Part& q : parts_of(L)) {
-        float std = !strcmp(q.name, "router") ? 0.5f : (!strcmp(q.name, "fcw") ? 0.3f : (!strcmp(q.name, "fcprojw") ? 0.2f : 0.1f));
-        std::vector<float> r = randn(q.n, std);
-        std::copy(r.begin(), r.end(), p.begin() + q.off);
+    std::vector<float> p(P), x;
+    // inputs drawn until every routing decision is 0.02 from a tie: a step of h = 1e-2 in one value moves a
+    // logit by at most ~3e-2 (|x|, |Wr| < 3 here), a prob by at most a quarter of that
+    int draws = 0;
+    double margin = 0.0;
+    for (; draws < 20000 && margin < 0.02; draws++) {
+        for (const Part& q : parts_of(L)) {
+            float std = !strcmp(q.name, "router") ? 0.5f : (!strcmp(q.name, "fcw") ? 0.3f : (!strcmp(q.name, "fcprojw") ? 0.2f : 0.1f));
+            std::vector<float> r = randn(q.n, std);
+            std::copy(r.begin(), r.end(), p.begin() + q.off);
+        }
+        memcpy(L.params, p.data(), P * sizeof(float));
+        x = randn((size_t)N * C, 1.0f);
+        memcpy(L.x, x.data(), x.size() * sizeof(float));
+        L.forward();
+        margin = routing_margin(L);
     }
-    memcpy(L.params, p.data(), P * sizeof(float));
-    std::vector<float> x = randn((size_t)N * C, 1.0f);
-    memcpy(L.x, x.data(), x.size() * sizeof(float));
+    check(margin >= 0.02, "fd K=%d F=%g: inputs with every routing decision >= 0.02 from a tie after %d draws (margin %.3g)",
+          K, F, draws, margin);
     std::vector<float> R = router_only ? std::vector<float>((size_t)N * C, 0.0f) : randn((size_t)N * C, 1.0f);
     memcpy(L.dy, R.data(), R.size() * sizeof(float));
     L.forward();
