@@ -500,22 +500,31 @@ static void test_fd_case(int K, float F, int router_only) {
     Layer L(s, N, C);
     size_t P = moe_param_count(&s, C);
     std::vector<float> p(P), x;
-    // inputs drawn until every routing decision is 0.02 from a tie: a step of h = 1e-2 in one value moves a
-    // logit by at most ~3e-2 (|x|, |Wr| < 3 here), a prob by at most a quarter of that
+    // x and Wr drawn until every routing decision is 0.02 from a tie (the router alone: cheap): a step of
+    // h = 1e-2 in one value moves a logit by at most ~3e-2 (|x|, |Wr| < 3 here), a prob by at most a quarter of that
     int draws = 0;
     double margin = 0.0;
+    MoERouting route = L.a.route;
+    route.cand = L.b.cand;
+    route.cand_row = L.b.cand_row;
+    route.psum = L.b.psum;
     for (; draws < 20000 && margin < 0.02; draws++) {
-        for (const Part& q : parts_of(L)) {
-            float std = !strcmp(q.name, "router") ? 0.5f : (!strcmp(q.name, "fcw") ? 0.3f : (!strcmp(q.name, "fcprojw") ? 0.2f : 0.1f));
-            std::vector<float> r = randn(q.n, std);
-            std::copy(r.begin(), r.end(), p.begin() + q.off);
-        }
-        memcpy(L.params, p.data(), P * sizeof(float));
+        std::vector<float> r = randn((size_t)E * C, 0.5f);
+        std::copy(r.begin(), r.end(), p.begin());
+        memcpy(L.params, r.data(), r.size() * sizeof(float));
         x = randn((size_t)N * C, 1.0f);
         memcpy(L.x, x.data(), x.size() * sizeof(float));
-        L.forward();
+        moe_router_logits_forward(L.b.logits, L.x, L.w.router, N, C, E, llm_ctx.stream);
+        moe_route_forward(&route, L.b.logits, NULL, N, E, K, moe_capacity(F, N, E, K), s.aux_coef, s.z_coef, llm_ctx.stream);
         margin = routing_margin(L);
     }
+    for (const Part& q : parts_of(L)) {  // then the experts
+        if (!strcmp(q.name, "router")) continue;
+        float std = !strcmp(q.name, "fcw") ? 0.3f : (!strcmp(q.name, "fcprojw") ? 0.2f : 0.1f);
+        std::vector<float> r = randn(q.n, std);
+        std::copy(r.begin(), r.end(), p.begin() + q.off);
+    }
+    memcpy(L.params, p.data(), P * sizeof(float));
     check(margin >= 0.02, "fd K=%d F=%g: inputs with every routing decision >= 0.02 from a tie after %d draws (margin %.3g)",
           K, F, draws, margin);
     std::vector<float> R = router_only ? std::vector<float>((size_t)N * C, 0.0f) : randn((size_t)N * C, 1.0f);
