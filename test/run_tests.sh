@@ -56,7 +56,7 @@ run_one() {
 
 # the tests of one single-threaded process (the emulated kernels: the emulator runs a grid's blocks on one OS thread)
 # run two at a time, each on a core of its own; every other test runs alone, once those before it have ended
-PAIRED=" attention_ring_emu attention_ring_emu_bf16 cublaslt matmul_emu_bf16_forward matmul_emu_bf16_reverse
+PAIRED=" moe_emu moe_emu_bf16 attention_ring_emu attention_ring_emu_bf16 cublaslt matmul_emu_bf16_forward matmul_emu_bf16_reverse
 matmul_emu_bf16_random matmul_emu_fp32 kernels_bf16_forward kernels_bf16_reverse kernels_bf16_random kernels_fp32_random
 kernels_fp16_random kernels_racecheck matmul_racecheck model_vs_pytorch_emu model_vs_pytorch_emu_bf16
 model_vs_pytorch_emu_fp16 sampler_emu_bf16 fp8_emu_forward fp8_emu_reverse fp8_emu_random fp8_gemm_emu_sm90
@@ -96,6 +96,12 @@ run() {  # run NAME CMD...
 # installed as root, with sudo -n, or the one line saying what to run; .venv for PyPI packages; before any compiler
 run deps bash test/test_deps.sh
 run ops_grad ./build/test_ops_grad_cpu
+# the mixture-of-experts MLP (llm/ops/moe_router.cuh, llm/model/moe.h): the router's contract, the layer's gradients
+# against finite differences, the layer against the float64 PyTorch fixture; CPU BF16; the kernels emulated in FP32 and BF16
+run moe ./build/test_moe_cpu
+run moe_cpu_bf16 ./build/test_moe_cpu_bf16
+run moe_emu env EMU_ORDER=random ./build/test_moe_emu
+run moe_emu_bf16 env EMU_ORDER=reverse ./build/test_moe_emu_bf16
 # FlashAttention's blocks on the CPU (llm/ops/attention_blocks.h): merged in any order = the plain attention, forward and backward
 run attention_blocks ./build/test_attention_blocks_cpu
 # ring attention's block-pair ops (llm/ops/attention_ring.cuh): the ring's pairs (zigzag, contiguous) = the whole-sequence attention;

@@ -32,6 +32,10 @@ build/test_gpt_cpu_bf16: test/test_gpt.cu test/split_backward_check.h $(LLM_HEAD
 build/test_matmul_cpu_bf16: test/test_matmul.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
+# the mixture-of-experts MLP (llm/ops/moe_router.cuh, llm/model/moe.h) in the CPU BF16 build (build/test_moe_cpu: FP32)
+build/test_moe_cpu_bf16: test/test_moe.cu $(LLM_HEADERS) test/test_common.h
+	@mkdir -p build
+	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
 # BF16 storage's cost on the linear layers, and a BF16 GEMM's gain (cblas_sbgemm where OpenBLAS has it, dev/sbgemm_cpu.h) (not a test)
 build/bench_matmul_cpu_bf16: dev/bench_matmul_cpu_bf16.cu dev/sbgemm_cpu.h $(LLM_HEADERS)
 	@mkdir -p build
@@ -54,7 +58,7 @@ build/test_half_cpu: test/test_half_cpu.cpp llm/core/half_cpu.h llm/core/usage.h
 	@mkdir -p build
 	$(CXX) -std=c++17 -O2 -march=native -fopenmp -I$(CUDA_HOME)/include $< -o $@
 HALF_CPU_BINS := build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/test_gpt_cpu_bf16 build/test_half_cpu \
-                 build/test_matmul_cpu_bf16
+                 build/test_matmul_cpu_bf16 build/test_moe_cpu_bf16
 
 # what checking a checkpoint costs: a GPT-2 124M save and load with and without the checksums (not a test)
 build/bench_checkpoint: dev/bench_checkpoint.cu $(LLM_HEADERS)
@@ -78,7 +82,7 @@ build/test_blas_cpu: test/test_blas_cpu.cpp $(LLM_HEADERS) test/test_common.h
 build/test_op_profile_cpu: test/test_op_profile.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
-TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_blas_cpu build/test_op_profile_cpu build/test_gpt_cpu build/test_ops_grad_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
+TEST_CPU_BINS := $(HALF_CPU_BINS) build/test_blas_cpu build/test_op_profile_cpu build/test_gpt_cpu build/test_ops_grad_cpu build/test_moe_cpu build/test_attention_blocks_cpu build/test_attention_ring_cpu build/test_formats_cpu build/test_data build/test_sampler_cpu \
                  build/test_tp_ops_cpu build/test_schedule_cpu build/pipeline_sim build/test_split_backward_cpu \
                  build/test_fp8_cpu build/test_fp8_gemm_cpu build/test_fp8_linear_cpu build/test_fatal_cpu build/fsync_trace.so \
                  build/test_sbgemm_cpu build/test_sbgemm_portable_cpu
@@ -163,7 +167,14 @@ build/test_attention_ring_emu: test/test_attention_ring.cu $(EMU_DEPS)
 build/test_attention_ring_emu_bf16: test/test_attention_ring.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-TEST_EMU_BINS := build/test_attention_ring_emu build/test_attention_ring_emu_bf16 build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
+# the mixture-of-experts MLP: its kernels against the CPU reference and the layer against the PyTorch fixture, FP32 and BF16
+build/test_moe_emu: test/test_moe.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
+build/test_moe_emu_bf16: test/test_moe.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
+TEST_EMU_BINS := build/test_moe_emu build/test_moe_emu_bf16 build/test_attention_ring_emu build/test_attention_ring_emu_bf16 build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_emu_fp16 build/test_gpt_emu_fp16 build/train_gpt_emu_fp16 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
                  build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \
@@ -192,13 +203,16 @@ build/test_fp8_gpu: test/test_fp8.cu $(LLM_HEADERS) test/test_common.h
 build/test_fp8_gemm_gpu: test/test_fp8_gemm.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
+build/test_moe_gpu: test/test_moe.cu $(LLM_HEADERS) test/test_common.h
+	@mkdir -p build
+	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/test_fp8_linear_gpu: test/test_fp8_linear.cu $(LLM_HEADERS) test/test_common.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 build/bench_gpu: dev/bench_train.cu dev/bench_common.h dev/bench_breakdown.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
-TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
+TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_moe_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
 
 .PHONY: test test-build
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda

@@ -25,12 +25,13 @@ typedef enum {
     OP_CLASSIFIER,    // softmax + cross-entropy + its gradient over the vocabulary (the GEMMs excluded)
     OP_GRAD_NORM,     // the gradients' global norm
     OP_ADAMW,         // the optimizer's update
+    OP_MOE,           // mixture of experts: the router, its losses, the permutation of tokens (the experts' GEMMs excluded)
     OP_NUM_KINDS
 } OpKind;
 
 static inline const char* op_kind_name(int k) {
     static const char* names[OP_NUM_KINDS] = {"GEMMs", "bias and GELU", "GELU", "attention", "LayerNorm", "residual",
-                                              "embeddings", "classifier", "grad norm", "AdamW"};
+                                              "embeddings", "classifier", "grad norm", "AdamW", "MoE routing"};
     return (k >= 0 && k < OP_NUM_KINDS) ? names[k] : "?";
 }
 

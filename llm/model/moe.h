@@ -1,0 +1,265 @@
+// moe.h: the mixture-of-experts MLP of one layer, every expert in this process: forward and backward
+// by hand. It replaces the dense MLP of llm/model/block.h (fc -> GELU -> fcproj) by E experts of that
+// shape and a router (Shazeer et al. 2017; Switch Transformer, Fedus et al. 2021; GShard, Lepikhin et
+// al. 2020; Megatron-Core's MoE layer):
+//
+//   x (N, C) -> router: logits, probs, top-k, gates, capacity drops (llm/ops/moe_router.cuh)
+//            -> permute: the kept assignments' rows of x, expert-major          xp (Np, C)
+//            -> expert e on its rows [off[e], off[e+1]): fch = xp Wfc_e^T + b, fch_gelu = GELU(fch),
+//               yp = fch_gelu Wproj_e^T + b                                    yp (Np, C)
+//            -> unpermute: y[n] = sum over n's kept assignments of gate * yp[row]   y (N, C)
+//   plus the auxiliary load-balancing loss and the router z-loss, returned as values; their gradients
+//   flow into the router logits in the backward, scaled by the caller's loss_scale.
+//
+// x is the output of LN2 and y what the residual add takes: a dropped assignment contributes zero (the
+// token rides the residual, outside this layer).
+//
+// Each expert's two linears run through llm/model/linear.h (a replicated LinearSpec: OpenBLAS in the
+// CPU build, cuBLASLt otherwise; GELU fused into fc's epilogue and dGELU into fcproj's backward as in
+// block.h), one call per expert with rows: an expert with no row is skipped. A grouped GEMM (one launch
+// over all experts) would replace the loop later. The host needs each expert's row count to launch
+// them: the forward copies the routing's counts to the host (a device-to-host copy of 3E + 1 ints,
+// which waits for the router's kernels), and the backward reuses that copy.
+//
+// Parameters (MoETensors, floatX, one contiguous block in this order; gradients the same layout):
+//   router (E, C), fcw (E, 4C, C), fcb (E, 4C), fcprojw (E, C, 4C), fcprojb (E, C)
+// Expert parallelism (later) sends exactly the expert-major rows [off[e], off[e+1]) of xp and yp.
+#pragma once
+#include "../core/common.h"
+#include "../core/device.h"
+#include "linear.h"
+#include "../ops/moe_router.cuh"
+
+typedef struct {
+    int num_experts;        // E
+    int top_k;              // K: 1 (Switch), 2 (GShard), any K <= E
+    float capacity_factor;  // F: each expert keeps at most ceil(F K N / E) assignments per call; 0: no drops
+    float aux_coef;         // the load-balancing loss's coefficient (Switch: 1e-2)
+    float z_coef;           // the router z-loss's coefficient (ST-MoE: 1e-3)
+} MoESpec;
+
+// one layer's MoE parameters (or their gradients): pointers into one floatX block, in this order
+typedef struct {
+    floatX* router;   // (E, C)
+    floatX* fcw;      // (E, 4C, C)
+    floatX* fcb;      // (E, 4C)
+    floatX* fcprojw;  // (E, C, 4C)
+    floatX* fcprojb;  // (E, C)
+} MoETensors;
+
+// the number of floatX values of one layer's MoE parameters
+static inline size_t moe_param_count(const MoESpec* s, int C) {
+    size_t E = (size_t)s->num_experts, c = (size_t)C;
+    return E * c + E * 4 * c * c + E * 4 * c + E * c * 4 * c + E * c;
+}
+
+// the tensors of a block of moe_param_count values at p
+static MoETensors moe_tensors_at(floatX* p, const MoESpec* s, int C) {
+    size_t E = (size_t)s->num_experts, c = (size_t)C;
+    MoETensors t;
+    t.router = p;
+    t.fcw = t.router + E * c;
+    t.fcb = t.fcw + E * 4 * c * c;
+    t.fcprojw = t.fcb + E * 4 * c;
+    t.fcprojb = t.fcprojw + E * c * 4 * c;
+    return t;
+}
+
+// ends the program with one line if the spec cannot run
+static void moe_check(const MoESpec* s) {
+    if (s->num_experts < 1 || s->top_k < 1 || s->top_k > s->num_experts) {
+        fatal("moe: expected 1 <= top_k <= num_experts, found top_k %d, num_experts %d", s->top_k, s->num_experts);
+    }
+    if (!(s->capacity_factor >= 0.0f) || !(s->aux_coef >= 0.0f) || !(s->z_coef >= 0.0f)) {
+        fatal("moe: expected capacity factor and loss coefficients >= 0, found %g, %g, %g", s->capacity_factor,
+              s->aux_coef, s->z_coef);
+    }
+}
+
+// the rows the permuted layout can need: N K, or fewer when the capacity bounds them (E cap)
+static inline int moe_max_rows(const MoESpec* s, int N) {
+    int NK = N * s->top_k, cap = moe_capacity(s->capacity_factor, N, s->num_experts, s->top_k);
+    long ecap = (long)cap * s->num_experts;
+    return ecap < NK ? (int)ecap : NK;
+}
+
+// what the forward keeps for the backward, per (layer, micro-batch) of N tokens (MEM_ACTIVATIONS), and
+// the host copy of the counts and losses
+typedef struct {
+    MoERouting route;   // probs (N,E), lse (N), expert (N,K), gates (N,K), assign_row (N K), row_assign (N K),
+                        // counts (3E+1), loss (2); its scratch fields point into MoEBuffers
+    floatX* xp;         // (R, C)  the permuted input, R = moe_max_rows (rows [0, Np) used)
+    floatX* fch;        // (R, 4C) the experts' fc outputs before GELU
+    floatX* fch_gelu;   // (R, 4C)
+    floatX* yp;         // (R, C)  the experts' outputs (the gates' gradient needs them)
+    void* mem;          // the one allocation the fields above point into
+    int* counts_host;   // (3E+1) host: routed (E), dropped (E), offsets (E+1) of the last forward
+    float loss_host[2]; // host: aux (with its coefficient), z (with its coefficient) of the last forward
+    int N;              // tokens
+} MoEActs;
+
+// what one call borrows; shared by every layer (MEM_WORKSPACE)
+typedef struct {
+    float* logits;      // (N, E) router logits
+    float* dlogits;     // (N, E)
+    float* dgates;      // (N, K)
+    int* cand;          // (N K) routing scratch
+    int* cand_row;      // (N K)
+    float* psum;        // (E)
+    floatX* dyp;        // (R, C)
+    floatX* dfch;       // (R, 4C)
+    floatX* dxp;        // (R, C)
+    float* scratch;     // (MATMUL_DBIAS_MAX_SPLITS * 4C) FP32 scratch of the bias gradients
+    void* mem;
+} MoEBuffers;
+
+typedef struct {
+    void** ptr;
+    size_t bytes;
+} MoEField;
+
+// points the n fields into one new allocation of `kind` (each on a 64-byte boundary) and returns it
+static void* moe_carve(MoEField* f, int n, MemKind kind) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += ceil_div_sz(f[i].bytes, 64) * 64;
+    char* mem = (char*)device_malloc(total, kind);
+    char* p = mem;
+    for (int i = 0; i < n; i++) {
+        *f[i].ptr = p;
+        p += ceil_div_sz(f[i].bytes, 64) * 64;
+    }
+    return mem;
+}
+
+static void moe_acts_alloc(MoEActs* a, const MoESpec* s, int N, int C) {
+    moe_check(s);
+    memset(a, 0, sizeof(*a));
+    size_t E = (size_t)s->num_experts, NK = (size_t)N * s->top_k, R = (size_t)moe_max_rows(s, N), c = (size_t)C;
+    MoERouting* r = &a->route;
+    MoEField f[] = {
+        {(void**)&r->probs, (size_t)N * E * sizeof(float)}, {(void**)&r->lse, (size_t)N * sizeof(float)},
+        {(void**)&r->expert, NK * sizeof(int)},             {(void**)&r->gates, NK * sizeof(float)},
+        {(void**)&r->assign_row, NK * sizeof(int)},         {(void**)&r->row_assign, NK * sizeof(int)},
+        {(void**)&r->counts, (3 * E + 1) * sizeof(int)},    {(void**)&r->loss, 2 * sizeof(float)},
+        {(void**)&a->xp, R * c * sizeof(floatX)},           {(void**)&a->fch, R * 4 * c * sizeof(floatX)},
+        {(void**)&a->fch_gelu, R * 4 * c * sizeof(floatX)}, {(void**)&a->yp, R * c * sizeof(floatX)},
+    };
+    a->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_ACTIVATIONS);
+    a->counts_host = (int*)mallocCheck((3 * E + 1) * sizeof(int));
+    a->N = N;
+}
+
+static void moe_acts_free(MoEActs* a) {
+    device_free(a->mem);
+    free(a->counts_host);
+    memset(a, 0, sizeof(*a));
+}
+
+static void moe_buffers_alloc(MoEBuffers* b, const MoESpec* s, int N, int C) {
+    moe_check(s);
+    memset(b, 0, sizeof(*b));
+    size_t E = (size_t)s->num_experts, NK = (size_t)N * s->top_k, R = (size_t)moe_max_rows(s, N), c = (size_t)C;
+    MoEField f[] = {
+        {(void**)&b->logits, (size_t)N * E * sizeof(float)}, {(void**)&b->dlogits, (size_t)N * E * sizeof(float)},
+        {(void**)&b->dgates, NK * sizeof(float)},            {(void**)&b->cand, NK * sizeof(int)},
+        {(void**)&b->cand_row, NK * sizeof(int)},            {(void**)&b->psum, E * sizeof(float)},
+        {(void**)&b->dyp, R * c * sizeof(floatX)},           {(void**)&b->dfch, R * 4 * c * sizeof(floatX)},
+        {(void**)&b->dxp, R * c * sizeof(floatX)},
+        {(void**)&b->scratch, (size_t)MATMUL_DBIAS_MAX_SPLITS * 4 * c * sizeof(float)},
+    };
+    b->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_WORKSPACE);
+}
+
+static void moe_buffers_free(MoEBuffers* b) {
+    device_free(b->mem);
+    memset(b, 0, sizeof(*b));
+}
+
+// the counts of the last forward (host): routed and dropped assignments per expert, the row offsets (E+1)
+static inline const int* moe_stats_routed(const MoEActs* a) { return a->counts_host; }
+static inline const int* moe_stats_dropped(const MoEActs* a, const MoESpec* s) { return a->counts_host + s->num_experts; }
+static inline const int* moe_stats_offsets(const MoEActs* a, const MoESpec* s) { return a->counts_host + 2 * s->num_experts; }
+
+// n bytes from the device to the host, after the work queued on stream st (the kernel builds wait for it)
+static void moe_copy_to_host(void* dst, const void* src, size_t n, cudaStream_t st) {
+#if LLM_HAS_KERNELS
+    cudaCheck(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, st));
+    cudaCheck(cudaStreamSynchronize(st));
+#else
+    (void)st;
+    memcpy(dst, src, n);
+#endif
+}
+
+// an expert's two linears: replicated, fc with GELU
+static void moe_expert_specs(int C, LinearSpec* fc, LinearSpec* fcproj) {
+    TPGroup one = tp_group(NULL, 0);
+    *fc = linear_spec_tp("moe_fc", C, 4 * C, 1, LINEAR_REPLICATED, one);
+    *fcproj = linear_spec_tp("moe_fcproj", 4 * C, C, 0, LINEAR_REPLICATED, one);
+}
+
+// ----------------------------------------------------------------------------
+// forward and backward
+
+// y (N,C) from x (N,C), both device arrays (x: LN2's output); bias: the selection bias (E) FP32 or NULL.
+// Fills a (routing, the experts' activations) and its host counts and losses (a->loss_host: aux, z).
+static void moe_forward(const MoESpec* s, MoETensors w, const float* bias /*(E) or NULL*/, MoEActs* a,
+                        const MoEBuffers* buf, const floatX* x /*(N,C)*/, floatX* y /*(N,C)*/, int N, int C,
+                        cudaStream_t st) {
+    int E = s->num_experts, K = s->top_k, cap = moe_capacity(s->capacity_factor, N, E, K);
+    if (N != a->N) fatal("moe_forward: activations for %d tokens, called with %d", a->N, N);
+    MoERouting r = a->route;
+    r.cand = buf->cand;
+    r.cand_row = buf->cand_row;
+    r.psum = buf->psum;
+    moe_router_logits_forward(buf->logits, x, w.router, N, C, E, st);
+    moe_route_forward(&r, buf->logits, bias, N, E, K, cap, s->aux_coef, s->z_coef, st);
+    // the host launches each expert's GEMMs on its rows: the counts and offsets come back first
+    moe_copy_to_host(a->counts_host, r.counts, (3 * (size_t)E + 1) * sizeof(int), st);
+    moe_copy_to_host(a->loss_host, r.loss, 2 * sizeof(float), st);
+    const int* off = a->counts_host + 2 * E;
+    moe_permute_forward(a->xp, x, r.row_assign, off[E], K, C, st);
+    LinearSpec fc, fcproj;
+    moe_expert_specs(C, &fc, &fcproj);
+    size_t c = (size_t)C;
+    for (int e = 0; e < E; e++) {
+        int rows = off[e + 1] - off[e];
+        if (rows == 0) continue;
+        size_t o = (size_t)off[e];
+        linear_forward(&fc, a->fch_gelu + o * 4 * c, a->fch + o * 4 * c, a->xp + o * c, w.fcw + (size_t)e * 4 * c * c,
+                       w.fcb + (size_t)e * 4 * c, rows, st);
+        linear_forward(&fcproj, a->yp + o * c, NULL, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c,
+                       w.fcprojb + (size_t)e * c, rows, st);
+    }
+    moe_unpermute_forward(y, a->yp, r.assign_row, r.gates, N, K, C, st);
+}
+
+// dx (N,C), overwritten: the gradient of x through the experts and the router, given dy (N,C) and
+// loss_scale, the gradient of the caller's total loss w.r.t. this layer's aux and z losses (e.g.
+// 1/grad_accum_steps). gw: the parameters' gradients, accumulated (+=). a: the forward's activations
+// (its host offsets included).
+static void moe_backward(const MoESpec* s, MoETensors w, MoETensors gw, const MoEActs* a, const MoEBuffers* buf,
+                         const floatX* x /*(N,C)*/, const floatX* dy /*(N,C)*/, floatX* dx /*(N,C)*/, float loss_scale,
+                         int N, int C, cudaStream_t st) {
+    int E = s->num_experts, K = s->top_k;
+    const MoERouting* r = &a->route;
+    const int* off = a->counts_host + 2 * E;
+    size_t c = (size_t)C;
+    moe_unpermute_backward(buf->dyp, buf->dgates, dy, a->yp, r->assign_row, r->gates, N, K, C, st);
+    LinearSpec fc, fcproj;
+    moe_expert_specs(C, &fc, &fcproj);
+    for (int e = 0; e < E; e++) {
+        int rows = off[e + 1] - off[e];
+        if (rows == 0) continue;
+        size_t o = (size_t)off[e];
+        // fcproj's backward fuses fc's dGELU: dfch = d fch
+        linear_backward(&fcproj, buf->dfch + o * 4 * c, gw.fcprojw + (size_t)e * c * 4 * c, gw.fcprojb + (size_t)e * c,
+                        buf->dyp + o * c, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c, buf->scratch,
+                        a->fch + o * 4 * c, rows, st);
+        linear_backward(&fc, buf->dxp + o * c, gw.fcw + (size_t)e * 4 * c * c, gw.fcb + (size_t)e * 4 * c,
+                        buf->dfch + o * 4 * c, a->xp + o * c, w.fcw + (size_t)e * 4 * c * c, buf->scratch, NULL, rows, st);
+    }
+    moe_permute_backward(dx, buf->dxp, r->assign_row, N, K, C, st);
+    moe_route_backward(buf->dlogits, r, buf->dgates, N, E, K, s->aux_coef, s->z_coef, loss_scale, st);
+    moe_router_logits_backward(dx, gw.router, buf->dlogits, x, w.router, N, C, E, st);
+}
