@@ -251,11 +251,9 @@ for name, P, want in (("zbv_pp2", 2, 4), ("dpv_pp2", 2, 5), ("zbv_pp4", 4, 8), (
     good &= max(r["sim_peak_live"] for r in ranks) == want
     good &= all(r["sim_peak_live"] <= r["activation_slots"] <= r["sim_peak_live"] + 2 for r in ranks)
     good &= all(r["stages"] == [r["pp_rank"], 2 * P - 1 - r["pp_rank"]] and r["head_pp_rank"] == 0 for r in ranks)
-    per = ranks[0]["pipeline_activation_bytes"] / ranks[0]["activation_slots"]
-    good &= all(r["pipeline_activation_bytes"] == per * r["activation_slots"] for r in ranks)  # one layer per chunk: bytes per slot alike
     rows.append("%s slots %s sim peak %s" % (name, [r["activation_slots"] for r in ranks], [r["sim_peak_live"] for r in ranks]))
 print(("ok   " if good else "FAIL ") + "V schedules: stages (r, 2P-1-r), the head on pp rank 0, simulator peak largest zbv 2P, dualpipev 2P + 1; "
-      "slots per chunk summed within 2 of it; bytes per slot alike: " + "; ".join(rows))
+      "slots per chunk summed within 2 of it: " + "; ".join(rows))
 sys.exit(0 if good else 1)
 PY
 badlayout zbv_m 2 "--schedule zbv: expected at least" --pp 2 --schedule zbv --total-batch 384
