@@ -49,7 +49,10 @@ static void pipe_held_units(GPTConfig c, int pp_size, int vpp, int vshape, int p
 // why pp_size ranks x vpp chunks cannot run `schedule` on this model with m micro-batches, or NULL
 static const char* pipe_layout_error(GPTConfig c, int pp_size, int vpp, int m, const char* schedule, char* buf, size_t n) {
     if (pp_size < 1 || vpp < 1) { snprintf(buf, n, "--pp %d --vpp %d: expected both >= 1", pp_size, vpp); return buf; }
-    if (vpp > 1 && pp_size == 1 && !schedule_is_v(schedule)) { snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", vpp); return buf; }
+    if (vpp > 1 && pp_size == 1 && !schedule_is_v(schedule)) {
+        snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", vpp);
+        return buf;
+    }
     if ((long long)pp_size * vpp > c.num_layers) {
         snprintf(buf, n, "--pp %d x --vpp %d = %d pipeline stages, but the model has %d layers: expected at most one stage "
                  "per layer", pp_size, vpp, pp_size * vpp, c.num_layers);
@@ -58,9 +61,18 @@ static const char* pipe_layout_error(GPTConfig c, int pp_size, int vpp, int m, c
     return schedule_error(schedule, pp_size, m, vpp, buf, n);
 }
 
-// Why ZeRO level zero cannot run with `schedule` on pp_size ranks, or NULL. ZeRO-3 with a V schedule is not done:
-// its gathers expect each rank's units in one order per micro-batch, and rank 0 of the V uses the embedding
-// twice, from two chunks, apart (the check: test/test_pp.sh).
+// Why ZeRO level zero cannot run with `schedule` on pp_size ranks, or NULL. ZeRO-3 with a V schedule is not done.
+// The cause (llm/parallel/zero.h, zero_init's z->order and zero_params_acquire's prefetch): each pass's order lists a
+// rank's units once, in model order, and acquiring a unit prefetches the one after it. On pp rank 0 of the V, both
+// the encoder and the head are here, so the order is EMBED, chunk 0's layers, chunk 1's layers, final (forward) and
+// EMBED, final, chunk 1's layers down, chunk 0's layers down (backward), with the embedding listed once although it
+// is used twice per micro-batch and pass (chunk 0's encoder, chunk 1's LM head). The head's forward use of EMBED is
+// found at position 0 and prefetches layer 0 (chunk 0), the encoder's backward use prefetches the final unit; and on
+// every rank of the V the last layer of chunk 0 prefetches chunk 1's first in the forward (its last, chunk 0's first
+// in the backward), across ops of the other chunk that the list puts in between. A prefetch that no later op of
+// the step uses stays gathered, and zero_check_released stops the run ("unit 5 was gathered but not used this
+// step"). The fix is an order per chunk (or no prefetch across a chunk's end and from a unit used twice), which
+// changes the prefetches of interleaved ZeRO-3 too; not done here (the cause read from the code, not confirmed by a run).
 static const char* pipe_zero_error(const char* schedule, int zero, int pp_size, char* buf, size_t n) {
     if (!schedule_is_v(schedule) || zero < 3 || pp_size < 2) return NULL;
     snprintf(buf, n, "--zero %d with --schedule %s: expected --zero 0, 1 or 2 (ZeRO-3 is not done for the V schedules), found --zero %d",
