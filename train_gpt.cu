@@ -145,7 +145,6 @@ static void setup_model(Trainer* tr) {
     if (tp_layout_error(cfg->num_heads, cfg->padded_vocab_size, cfg->channels, mesh->tp.size, err, sizeof(err)) ||
         cp_layout_error(a->T, cfg->num_heads / mesh->tp.size, mesh->tp.size, mesh->cp.size, a->cp_impl, err, sizeof(err)) ||
         pipe_layout_error(*cfg, mesh->pp.size, a->vpp, tr->grad_accum, a->schedule, err, sizeof(err)) ||
-        pipe_zero_error(a->schedule, a->zero, mesh->pp.size, err, sizeof(err)) ||
         fp8_layout_error((Fp8Recipe)a->fp8, cfg->channels, mesh->tp.size, err, sizeof(err))) {
         if (tr->rank0) fprintf(stderr, "error: %s\n", err);
         comm_exit(&tr->comm, EXIT_FAILURE);

@@ -46,7 +46,8 @@ typedef struct {
                             // ranks' tokens (taken only with more than one tp rank)
     GradHook grad_hook;
     int embed_local;        // 1: the first and the last pipeline stage are on one rank (the V schedules): the tied
-                            // embedding has one copy, no sum over GROUP_EMBED; 0: the loop placement, two copies
+                            // embedding has one copy, no sum over GROUP_EMBED, and under ZeRO-3 two stages of that rank
+                            // acquire it (llm/parallel/zero.h: zero_init's embed_twice); 0: the loop placement, two copies
 } DpConfig;
 
 typedef struct {
@@ -208,7 +209,7 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, const DpConfig*
     dp->grad_hook = conf->grad_hook;
     dp->embed_local = conf->embed_local;
     layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->size, mesh->tp.size, mesh->tp.rank, conf->held);
-    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank);
+    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank, dp->embed_local);
     dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
     size_t packed = dp->lay.packed_size, shard = dp->z.shard_size;  // Psi (padded) and about Psi/N values

@@ -1,6 +1,7 @@
 // pipeline_split.h: where the layers of a pipeline run: the split of the L layers over the schedule's virtual
 // stages, each stage's range (embedding, blocks, head) on its rank and chunk, the parameter units a pp rank holds,
-// and the layouts refused before anything is allocated (llm/parallel/pipeline.h runs them).
+// and the layouts refused before anything is allocated (llm/parallel/pipeline.h runs them). (ZeRO-3 with the V:
+// the embedding acquired by two stages of rank 0, listed twice in llm/parallel/zero.h's orders.)
 //
 // The split. The schedule's S = pp_size x vpp virtual stages (vpp chunks per rank, placed by the schedule:
 // llm/parallel/schedule_list.h's pipe_owner, s % pp_size as chunk s / pp_size, or the V of zbv and dualpipev;
@@ -59,23 +60,4 @@ static const char* pipe_layout_error(GPTConfig c, int pp_size, int vpp, int m, c
         return buf;
     }
     return schedule_error(schedule, pp_size, m, vpp, buf, n);
-}
-
-// Why ZeRO level zero cannot run with `schedule` on pp_size ranks, or NULL. ZeRO-3 with a V schedule is not done.
-// The cause (llm/parallel/zero.h, zero_init's z->order and zero_params_acquire's prefetch): each pass's order lists a
-// rank's units once, in model order, and acquiring a unit prefetches the one after it. On pp rank 0 of the V, both
-// the encoder and the head are here, so the order is EMBED, chunk 0's layers, chunk 1's layers, final (forward) and
-// EMBED, final, chunk 1's layers down, chunk 0's layers down (backward), with the embedding listed once although it
-// is used twice per micro-batch and pass (chunk 0's encoder, chunk 1's LM head). The head's forward use of EMBED is
-// found at position 0 and prefetches layer 0 (chunk 0), the encoder's backward use prefetches the final unit; and on
-// every rank of the V the last layer of chunk 0 prefetches chunk 1's first in the forward (its last, chunk 0's first
-// in the backward), across ops of the other chunk that the list puts in between. A prefetch that no later op of
-// the step uses stays gathered, and zero_check_released stops the run ("unit 5 was gathered but not used this
-// step"). The fix is an order per chunk (or no prefetch across a chunk's end and from a unit used twice), which
-// changes the prefetches of interleaved ZeRO-3 too; not done here (the cause read from the code, not confirmed by a run).
-static const char* pipe_zero_error(const char* schedule, int zero, int pp_size, char* buf, size_t n) {
-    if (!schedule_is_v(schedule) || zero < 3 || pp_size < 2) return NULL;
-    snprintf(buf, n, "--zero %d with --schedule %s: expected --zero 0, 1 or 2 (ZeRO-3 is not done for the V schedules), found --zero %d",
-             zero, schedule, zero);
-    return buf;
 }
