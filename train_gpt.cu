@@ -177,8 +177,9 @@ static void setup_parts(Trainer* tr) {
     const Args* a = &tr->args;
     Comm* comm = &tr->comm;
     int* held = (int*)mallocCheck((size_t)num_units(tr->cfg) * sizeof(int));
-    pipe_held_units(tr->cfg, comm->mesh.pp.size, a->vpp, comm->mesh.pp.rank, held);
-    DpConfig dc = {a->zero, held, a->sequence_parallel, inject_grad_hook(&tr->faults)};
+    int vshape = schedule_is_v(a->schedule);  // the V: the first and the last stage on pp rank 0
+    pipe_held_units(tr->cfg, comm->mesh.pp.size, a->vpp, vshape, comm->mesh.pp.rank, held);
+    DpConfig dc = {a->zero, held, a->sequence_parallel, inject_grad_hook(&tr->faults), vshape};
     dp_init(&tr->dp, comm, tr->cfg, &dc);
     free(held);
     pipeline_init(&tr->pipe, comm, &tr->dp, tp_group(comm, a->sequence_parallel), cp_group(comm, a->T, a->cp_impl, a->cp_balance),
@@ -343,7 +344,8 @@ static void finish(Trainer* tr, LoopStats* ls) {
     }
     if (comm->mesh.cp.size > 1 && timed > 0) pipeline_print_cp_balance(&tr->pipe, ls->total_cp_ms / timed);
     double diff = comm->mesh.pp.size > 1 ? dp_tied_embedding_diff(dp) : 0.0;  // the tied embedding's two copies stay identical
-    if (rank0 && comm->mesh.pp.size > 1) printf("tied embedding: max |first stage - last stage| = %g over %zu values\n", diff, dp->lay.units[UNIT_EMBED].n);
+    if (rank0 && comm->mesh.pp.size > 1 && dp->embed_local) printf("tied embedding: one copy, the first and the last stage on pp rank 0\n");
+    else if (rank0 && comm->mesh.pp.size > 1) printf("tied embedding: max |first stage - last stage| = %g over %zu values\n", diff, dp->lay.units[UNIT_EMBED].n);
     if (a->eval_file) {
         if (rank0) printf("exact-match evaluation on %s:\n", a->eval_file);
         float acc = exact_match_eval(&tr->sampler, a->eval_file, tr->eot, tr->have_tok ? &tr->tok : NULL, rank0 ? 8 : 0);

@@ -12,10 +12,10 @@ static const char* USAGE =
     "[--schedule NAME] [--pp P] [-m M] [--vpp V] [--f F --b B --w W --p2p X] [--trace FILE]\n"
     "Runs a pipeline schedule of llm/parallel/schedule.h in the simulator (no model): prints each rank's ops,\n"
     "busy and idle time and peak of live micro-batches, and the bubble fraction beside the schedule's formula.\n"
-    "  --schedule NAME  gpipe, 1f1b, interleaved or zb-h1 (default 1f1b)\n"
+    "  --schedule NAME  gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev (default 1f1b)\n"
     "  --pp P           pipeline stages (default 4)\n"
     "  -m M             micro-batches (default 8)\n"
-    "  --vpp V          chunks per stage, interleaved schedules (default 1)\n"
+    "  --vpp V          chunks per stage, interleaved schedules (default 1; zbv and dualpipev: 2)\n"
     "  --f F, --b B     cost of one chunk's forward and backward (default 1 and 2; with a split backward\n"
     "  --w W            B and W default to 1 and 1; W is ignored by a schedule that does not split it)\n"
     "  --p2p X          cost of a send between stages (default 0)\n"
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--trace")) trace = v;
         else fatal("pipeline_sim: unknown flag %s (expected --schedule --pp -m --vpp --f --b --w --p2p --trace)", a);
     }
+    if (schedule_is_v(name) && V == 1) V = 2;  // the V: two chunks per rank
     Schedule s;
     schedule_make(&s, name, P, m, V);
     if (s.split_w && !b_given && !w_given) { c.b = 1.0; c.w = 1.0; }  // the same work as F = 1, B = 2
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
         printf("rank %d: busy %.3g, idle %.3g, peak live %d |", r, sim.busy[r], sim.makespan - sim.busy[r], sim.peak_live[r]);
         for (int i = 0; i < s.n[r]; i++) {
             PipeOp op = s.ops[r][i];
-            if (V > 1) printf(" %c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
+            if (V > 1) printf(" %s%c%d.%d", i > 0 && s.ops[r][i - 1].pair ? "&" : "", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
             else printf(" %c%d", PIPE_OP_NAMES[op.kind], op.mb);
         }
         printf("\n");
@@ -66,6 +67,14 @@ int main(int argc, char** argv) {
     printf("makespan %.3g, bubble %.4f", sim.makespan, sim.bubble);
     if (!strcmp(name, "gpipe") || !strcmp(name, "1f1b")) printf(" (formula (P-1)/(m+P-1) = %.4f, zero latency)", (double)(P - 1) / (m + P - 1));
     if (!strcmp(name, "interleaved")) printf(" (formula (P-1)/(Vm+P-1) = %.4f with F, B of 1/V of a stage, zero latency)", (double)(P - 1) / (V * m + P - 1));
+    if (schedule_is_v(name)) {  // per rank idle time against the papers (F, B: one chunk's; B + W: its whole backward)
+        double idle = sim.makespan - sim.busy[0], full_b = c.b + c.w;
+        printf("\nidle per rank %.4g, peak live %d chunk-micro-batches", idle, sim.peak_live[0]);
+        if (!strcmp(name, "dualpipev"))
+            printf(" (DualPipe README: bubble (PP/2-1)(F&B+B-3W) = %.4g with PP = 2P, F&B = F + B (run one after the other), "
+                   "activations PP+1 = %d)", (P - 1) * (c.f + full_b + full_b - 3 * c.w), 2 * P + 1);
+        else printf(" (ZB-V: the fill (P-1) F = %.4g with F = B = W; activations 2P = %d chunks = 1F1B's P stages)", (P - 1) * c.f, 2 * P);
+    }
     printf("\n");
     if (trace) {
         if (!pipe_sim_trace(&s, &sim, c, trace)) fatal("--trace: cannot write '%s': %s", trace, strerror(errno));

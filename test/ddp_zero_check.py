@@ -309,7 +309,9 @@ def p2p(name, report):
     virtual stages run in a chain, virtual stage s = c P + r on rank r (its chunk c). Every micro-batch's
     forward sends its output activation from s to s + 1 and its backward the input gradient from s to
     s - 1: per step, virtual stage s sends m activations if s < S - 1 and m gradients if s > 0, and
-    receives as many from its neighbours; each message is one (R, C) tensor, R = B T (B T / t with
+    receives as many from its neighbours (the report's "stages" and "head_pp_rank" give the placement: in the V
+    of zbv and dualpipev stages P - 1 and P are on one rank and hand over without a message, and the loss
+    is broadcast from pp rank 0); each message is one (R, C) tensor, R = B T (B T / t with
     sequence parallelism: the stages exchange the sequence-parallel shards), of bytes_per_value each.
     The ledger (llm/comm/comm_ledger.h) counts a send's payload as sent, a receive's as 0 sent. The loss goes
     from the last stage to the others by one 4-byte broadcast on the pp group (sent by its root)."""
@@ -320,11 +322,13 @@ def p2p(name, report):
     for rk in r["ranks"]:
         p, V = rk["pp_rank"], rk.get("V", 1)
         S = P * V
-        stages = [c * P + p for c in range(V)]
-        n_send = sum(m * ((s < S - 1) + (s > 0)) for s in stages)  # F to s + 1, B to s - 1
+        stages = rk.get("stages", [c * P + p for c in range(V)])  # the placement (the V: r and 2P - 1 - r)
+        head = rk.get("head_pp_rank", P - 1)
+        # F to s + 1, B to s - 1, unless that stage is on this rank too (the V's turn: a hand-off, no message)
+        n_send = sum(m * ((s < S - 1 and s + 1 not in stages) + (s > 0 and s - 1 not in stages)) for s in stages)
         n_recv = n_send  # F from s - 1, B from s + 1: the same neighbours
         want = {("send", "pp"): (n_send, n_send * msg, float(n_send * msg)), ("recv", "pp"): (n_recv, n_recv * msg, 0.0),
-                ("broadcast", "pp"): (1, 4, 4.0 if p == P - 1 else 0.0)}
+                ("broadcast", "pp"): (1, 4, 4.0 if p == head else 0.0)}
         got = {(row["kind"], row["group"]): (row["calls"], row["payload_bytes"], row["sent_bytes"]) for row in rk["ledger_step"]["rows"]
                if row["kind"] in ("send", "recv", "broadcast")}
         if got != want:

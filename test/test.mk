@@ -11,7 +11,7 @@ build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h test/world_check.h
 build/test_gpt_cpu build/test_split_backward_cpu: test/split_backward_check.h
 
 # the pipeline simulator: run a schedule with op costs, print it, write a Chrome/Perfetto trace
-build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/core/common.h llm/core/usage.h
+build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/parallel/schedule_list.h llm/parallel/schedule_v.h llm/core/common.h llm/core/usage.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 

@@ -31,7 +31,12 @@
 #  7. Bad layouts, each refused before anything is written with one line: more stages than layers,
 #     interleaved with m not a multiple of P, --vpp without interleaved, --vpp with --pp 1, an unknown
 #     schedule.
-#  8. The reports of the runs of 1 (no new runs): each rank's point-to-point rows of the comm ledger
+#  9. The V schedules (zbv, dualpipev: llm/parallel/schedule_v.h) against one process: each at pp 2 and pp 4 (an
+#     8-layer model: 8 virtual stages), dualpipev dp 2 x pp 2 with ZeRO-1, zbv tp 2 x pp 2, zbv dp 2 x pp 2 with ZeRO-3
+#     (rank 0's two stages each acquire the tied embedding: llm/parallel/zero.h lists it twice); the tied embedding's one
+#     copy on pp rank 0; the placement and the simulator's peak in the reports (zbv 2P chunk-micro-batches,
+#     dualpipev 2P + 1; the executor's slots, per chunk, within 2 of it); m < 2P and --vpp 3 refused with one line. (About 20 s.)
+#  8. The reports of the runs of 1 and 9 (no new runs): each rank's point-to-point rows of the comm ledger
 #     (llm/comm/comm_ledger.h: sends and receives on the pp group, calls, payload and sent bytes) against the
 #     messages the schedule's chain implies (m activations forward and m gradients back per neighbour of
 #     each virtual stage, (R, C) values each: R = B T, or B T / t with sequence parallelism), and the
@@ -84,6 +89,8 @@ pp() {
 
 timeout 60 "$CPU" --model d4,C=32,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
     --val-every 0 --sample-every 0 --output-dir "$tmp/seed" > "$LOG/seed.log" 2>&1 || bad "seed checkpoint: see $LOG/seed.log"
+timeout 60 "$CPU" --model d8,C=32,NH=4,maxT=64,V=257 "${common[@]}" --steps 1 --lr 0 --checkpoint-every 1 \
+    --val-every 0 --sample-every 0 --output-dir "$tmp/seed8" > "$LOG/seed8.log" 2>&1 || bad "seed checkpoint d8: see $LOG/seed8.log"
 common+=(--model "$tmp/seed/model_00000001.bin")
 
 # 1. equivalence with one process (B*T = 128 tokens per micro-batch: total 512 is m = 4 on one dp rank)
@@ -213,10 +220,51 @@ badlayout vpp_1f1b 2 "--vpp 2 needs" --pp 2 --vpp 2
 badlayout vpp_pp1 1 "--vpp 2" --vpp 2 --schedule interleaved
 badlayout sched 2 "--schedule" --pp 2 --schedule 2f2b
 
+# 9. the V schedules (llm/parallel/schedule_v.h: zbv, dualpipev; two chunks per rank, m >= 2P): against one process,
+# the tied embedding's one copy on pp rank 0, the activation slots against the simulator's peak (zbv: at most
+# 2P chunk-micro-batches, 1F1B's P whole stages; dualpipev: 2P + 1, the DualPipe README's PP + 1). pp 4 needs
+# 8 virtual stages: an 8-layer model of its own
+ppv() {  # NAME NP REF ARGS...: pp, with the V's one copy of the tied embedding
+    local name=$1 np=$2 ref=$3 line; shift 3
+    train "$name" "$np" "$CPU" "$@" && check compare "$name ($*) vs 1 process" "$tmp/$name" "$tmp/$ref" 4e-6 1e-5 || return 1
+    line=$(grep -a '^tied embedding' "$LOG/$name.log")
+    if [[ "$line" == "tied embedding: one copy, the first and the last stage on pp rank 0" ]]; then ok "$name: $line"
+    else bad "$name: tied embedding: '${line:-no line}' ($LOG/$name.log)"; fi
+}
+train one_1024 0 "$CPU" --total-batch 1024
+ppv zbv_pp2 2 one_512 --pp 2 --schedule zbv --total-batch 512 && same_samples "zbv pp 2 sampling" zbv_pp2 one_512
+ppv dpv_pp2 2 one_512 --pp 2 --schedule dualpipev --total-batch 512
+ppv dpv_d2p2z1 4 one_1024 --pp 2 --zero 1 --schedule dualpipev --total-batch 1024
+ppv zbv_t2p2 4 one_512 --pp 2 --tp 2 --schedule zbv --total-batch 512
+ppv zbv_d2p2z3 4 one_1024 --pp 2 --zero 3 --schedule zbv --total-batch 1024
+common8=("${common[@]:0:${#common[@]}-2}" --model "$tmp/seed8/model_00000001.bin")
+c4=("${common[@]}"); common=("${common8[@]}")
+train one8_1024 0 "$CPU" --total-batch 1024
+ppv zbv_pp4 4 one8_1024 --pp 4 --schedule zbv --total-batch 1024
+ppv dpv_pp4 4 one8_1024 --pp 4 --schedule dualpipev --total-batch 1024 && same_samples "dualpipev pp 4 sampling" dpv_pp4 one8_1024
+common=("${c4[@]}")
+python3 - "$tmp" <<'PY' && pass=$((pass+1)) || fail=$((fail+1))
+import json, sys
+good, rows = True, []
+for name, P, want in (("zbv_pp2", 2, 4), ("dpv_pp2", 2, 5), ("zbv_pp4", 4, 8), ("dpv_pp4", 4, 9)):
+    ranks = sorted(json.load(open("%s/%s.json" % (sys.argv[1], name)))["ranks"], key=lambda r: r["pp_rank"])
+    # the simulator's peak per rank (both chunks together) is the schedule's; the executor keeps slots per chunk
+    # (each chunk's own peak: llm/parallel/pipeline.h pipe_peak_slots), at least that many and at most one more per chunk
+    good &= max(r["sim_peak_live"] for r in ranks) == want
+    good &= all(r["sim_peak_live"] <= r["activation_slots"] <= r["sim_peak_live"] + 2 for r in ranks)
+    good &= all(r["stages"] == [r["pp_rank"], 2 * P - 1 - r["pp_rank"]] and r["head_pp_rank"] == 0 for r in ranks)
+    rows.append("%s slots %s sim peak %s" % (name, [r["activation_slots"] for r in ranks], [r["sim_peak_live"] for r in ranks]))
+print(("ok   " if good else "FAIL ") + "V schedules: stages (r, 2P-1-r), the head on pp rank 0, simulator peak largest zbv 2P, dualpipev 2P + 1; "
+      "slots per chunk summed within 2 of it: " + "; ".join(rows))
+sys.exit(0 if good else 1)
+PY
+badlayout zbv_m 2 "--schedule zbv: expected at least" --pp 2 --schedule zbv --total-batch 384
+badlayout dpv_vpp3 2 "--vpp 3" --pp 2 --schedule dualpipev --vpp 3 --total-batch 1024
+
 # 8. the ledger's point-to-point rows against the schedule's messages, the allocator's peaks against what
 # must have been live (reports of the runs above)
 for n in pp2 pp4 gpipe_pp2 gpipe_pp4 il_pp2v2 zb_pp2 zb_pp4 pp2_m1 pp4_m2 zb_pp4_m3 gpipe_pp2_m3 d2p2z1 d2p2z3il t2p2 \
-         d2t2p2z1sp zb_d2t2p2z3sp; do
+         d2t2p2z1sp zb_d2t2p2z3sp zbv_pp2 dpv_pp2 dpv_d2p2z1 zbv_t2p2 zbv_d2p2z3 zbv_pp4 dpv_pp4; do
     [ -f "$tmp/$n.json" ] || { bad "$n: no report $tmp/$n.json"; continue; }
     check p2p "$n p2p ledger" "$tmp/$n.json"
     check peaks "$n allocator peaks" "$tmp/$n.json"

@@ -51,8 +51,8 @@ static int sample_softmax(const float* logits, int n, float coin) {
 // pp group (llm/parallel/pipeline.h: pipeline_sampler_link). ctx == NULL: one stage runs every layer.
 typedef struct {
     void* ctx;
-    void (*recv_prev)(void* ctx, floatX* x, size_t n);        // x from the previous virtual stage
-    void (*send_next)(void* ctx, const floatX* x, size_t n);  // x to the next virtual stage
+    void (*recv_prev)(void* ctx, int chunk, floatX* x, size_t n);        // x from the virtual stage before chunk's
+    void (*send_next)(void* ctx, int chunk, const floatX* x, size_t n);  // x to the one after (on this rank: x stays)
     void (*from_last)(void* ctx, float* v, int n);            // v (host) of the last stage, on every stage
 } SamplerLink;
 
@@ -61,7 +61,7 @@ typedef struct {
     const ParamLayout* lay;
     ParamHooks* hooks;
     TPGroup tp;          // the tensor-parallel group: each rank caches its NH/tp heads
-    int num_chunks;      // the chunks of layers this rank runs (virtual stage c pp_size + pp_rank for chunk c)
+    int num_chunks;      // the chunks of layers this rank runs, in the order of their virtual stages
     StageRange* ranges;  // (num_chunks)
     BlockLinears* lin;   // (L) layer l's linears as its stage runs them, for one token (held layers only)
     LinearSpec lm_head;
@@ -152,7 +152,7 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
             vp_embedding_forward(&sp->tp, sp->x, sp->token, emb.wte, emb.wpe + (size_t)pos * C, c.padded_vocab_size, 1, 1, C, s);
             if (!r.has_head) h->params_done(h->ctx, UNIT_EMBED, 0);
         } else {
-            sp->link.recv_prev(sp->link.ctx, sp->x, (size_t)C);
+            sp->link.recv_prev(sp->link.ctx, k, sp->x, (size_t)C);
         }
         for (int l = r.first_layer; l < r.last_layer; l++) {
             LayerTensors w = layer_view(sp->lay, h->params(h->ctx, unit_of_layer(l), 0));
@@ -161,7 +161,7 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
             h->params_done(h->ctx, unit_of_layer(l), 0);
         }
         if (!r.has_head) {
-            sp->link.send_next(sp->link.ctx, sp->x, (size_t)C);
+            sp->link.send_next(sp->link.ctx, k, sp->x, (size_t)C);
             continue;
         }
         FinalTensors fin = final_view(sp->lay, h->params(h->ctx, unit_final(c), 0));

@@ -59,6 +59,9 @@
 typedef struct {
     int first_layer, last_layer;
     int has_embedding, has_head;
+    int embed_later;   // 1: a head without the embedding whose rank runs the embedding too, in another stage (the V
+                       // placement, llm/parallel/schedule_list.h): that stage's backward, later, reports the tied
+                       // embedding's gradient ready, this one's does not (the unit's gradient is ready once)
 } StageRange;
 
 static StageRange stage_range_all(GPTConfig c) {
@@ -387,7 +390,7 @@ static void stage_backward_impl(Stage* st, int slot, const floatX* dx_out, int s
         h->grads_ready(h->ctx, unit_final(c));
         if (!r.has_embedding) {
             h->params_done(h->ctx, UNIT_EMBED, 1);
-            h->grads_ready(h->ctx, UNIT_EMBED);
+            if (!r.embed_later) h->grads_ready(h->ctx, UNIT_EMBED);
         }
     } else if (dx_out != NULL) {  // (checked above: a stage without the head has one)
         copy_device_to_device(st->dx, dx_out, (size_t)R * C * sizeof(floatX), s);

@@ -45,6 +45,9 @@ typedef struct {
     int sequence_parallel;  // --sequence-parallel: the TP_NORM tensors' gradients are partial sums over the tp
                             // ranks' tokens (taken only with more than one tp rank)
     GradHook grad_hook;
+    int embed_local;        // 1: the first and the last pipeline stage are on one rank (the V schedules): the tied
+                            // embedding has one copy, no sum over GROUP_EMBED, and under ZeRO-3 two stages of that rank
+                            // acquire it (llm/parallel/zero.h: zero_init's embed_twice); 0: the loop placement, two copies
 } DpConfig;
 
 typedef struct {
@@ -67,6 +70,7 @@ typedef struct {
                             // all-reduced over tp in dp_finish_grads
     ParamHooks hooks;       // what the model calls
     GradHook grad_hook;     // DpConfig's
+    int embed_local;        // DpConfig's: the tied embedding's one copy (1) or two over GROUP_EMBED (0)
 } DataParallel;
 
 // the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
@@ -191,7 +195,7 @@ static double dp_paper_bytes(ZeroConfig zero, int N, double psi) {
 // zero gradients and moments; parameters set by dp_import_params). The layout (the level, the batch) was
 // validated by the caller. conf NULL: DDP over every unit.
 static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, const DpConfig* conf) {
-    static const DpConfig ddp = {0, NULL, 0, {NULL, NULL}};
+    static const DpConfig ddp = {0, NULL, 0, {NULL, NULL}, 0};
     if (conf == NULL) conf = &ddp;
     memset(dp, 0, sizeof(*dp));
     const Mesh* mesh = &comm->mesh;
@@ -203,8 +207,9 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, const DpConfig*
     dp->pp_rank = mesh->pp.rank;
     dp->sequence_parallel = conf->sequence_parallel && mesh->tp.size > 1;
     dp->grad_hook = conf->grad_hook;
+    dp->embed_local = conf->embed_local;
     layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->size, mesh->tp.size, mesh->tp.rank, conf->held);
-    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank);
+    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank, dp->embed_local);
     dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
     size_t packed = dp->lay.packed_size, shard = dp->z.shard_size;  // Psi (padded) and about Psi/N values

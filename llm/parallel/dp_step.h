@@ -54,7 +54,9 @@ static void dp_reduce_norm_grads_tp(DataParallel* dp) {
 // flows through it. Their sum (over GROUP_EMBED, the two stages) is the gradient of the one shared
 // tensor; both copies then take the same update and stay identical. (The last stage's wpe gets a zero
 // gradient of its own and the first stage's through the sum: it follows along.) This rank's owned
-// positions of the unit are contiguous wherever its gradient lives.
+// positions of the unit are contiguous wherever its gradient lives. In the V placement (zbv, dualpipev) the
+// first and the last stage are both on rank 0: one copy, both parts summed in it, nothing to reduce
+// (dp->embed_local; the mesh's GROUP_EMBED still pairs ranks 0 and P - 1, and is then not used).
 static void dp_reduce_tied_embedding(DataParallel* dp) {
     size_t lo, hi;
     dp_owned(dp, UNIT_EMBED, &lo, &hi);
@@ -65,7 +67,7 @@ static void dp_reduce_tied_embedding(DataParallel* dp) {
 // (0 when they are identical, as they must be); 0 on a rank without a partner. Every rank of the dp
 // group calls it (with shard_params it gathers the unit).
 static double dp_tied_embedding_diff(DataParallel* dp) {
-    if (comm_group_size(dp->comm, GROUP_EMBED) == 1) return 0.0;
+    if (comm_group_size(dp->comm, GROUP_EMBED) == 1 || dp->embed_local) return 0.0;
     size_t n = dp->lay.units[UNIT_EMBED].padded;
     cudaStream_t s = llm_ctx.stream;
     floatX* both = (floatX*)device_malloc(2 * n * sizeof(floatX), MEM_COMM);  // mine, then the partner's
@@ -89,7 +91,7 @@ static void dp_finish_grads(DataParallel* dp) {
     dp_trace(&dp->trace, 'E', -1);
     while (dp->grad_queue.count > 0) zero_grads_done(&dp->z, commq_wait_oldest(dp->comm, &dp->grad_queue));
     if (dp->sequence_parallel && dp->lay.tp_size > 1) dp_reduce_norm_grads_tp(dp);
-    if (comm_group_size(dp->comm, GROUP_EMBED) > 1) dp_reduce_tied_embedding(dp);
+    if (comm_group_size(dp->comm, GROUP_EMBED) > 1 && !dp->embed_local) dp_reduce_tied_embedding(dp);
 }
 
 // the mean of x over the dp group
@@ -115,7 +117,7 @@ static float dp_grad_norm(DataParallel* dp) {
     AdamWState* st = &dp->opt;
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
-    int second_embed = dp->pp_size > 1 && dp->pp_rank == dp->pp_size - 1;  // the last stage's copy of the embedding
+    int second_embed = dp->pp_size > 1 && dp->pp_rank == dp->pp_size - 1 && !dp->embed_local;  // the last stage's copy of the embedding
     int copies = 0;  // this rank holds copies counted elsewhere: their squares go to dp->scalars[0]
     if (lay->tp_size > 1 || second_embed) {
         device_memset_zero(dp->scalars, sizeof(float), s);

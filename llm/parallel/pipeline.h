@@ -1,23 +1,18 @@
 // pipeline.h: pipeline parallelism: the layers split over the pp_size ranks of the mesh's pp axis, and one
 // executor that runs a rank's list of the schedule (llm/parallel/schedule.h: GPipe, 1F1B, interleaved 1F1B,
-// ZB-H1) on the micro-batches of an optimizer step (Huang et al. 2019, "GPipe"; Narayanan et al.
+// ZB-H1, ZB-V, DualPipeV) on the micro-batches of an optimizer step (Huang et al. 2019, "GPipe"; Narayanan et al.
 // 2019 "PipeDream" and 2021 "Efficient Large-Scale Language Model Training on GPU Clusters" sec. 2.2;
-// Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
+// Qi et al. 2023, "Zero Bubble Pipeline Parallelism"; DeepSeek-AI 2025, DualPipe).
 //
-// The split. The schedule's S = pp_size x vpp virtual stages (vpp chunks per rank: virtual stage s runs on
-// pp rank s % pp_size as its chunk s / pp_size; the schedules' P and V) take the L layers in order, as evenly as possible: each gets L / S, and the
-// first L % S one more. The embedding (a lookup, no matmul) and the head (the final LayerNorm, the LM
-// head's matmul and the loss) are not counted as layers: the embedding goes with virtual stage 0, the
-// head with S - 1, and since the extra layers go to the first stages, the last stage, which has the
-// head, never has more layers than another. The tied token embedding lives on both the first and the
-// last rank: both start from the same values, their gradients are summed over GROUP_EMBED
-// (llm/parallel/dp.h: dp_reduce_tied_embedding) and both take the same update, so they stay identical.
+// The split of the layers over the virtual stages, the units each rank holds and the layout's refusals:
+// llm/parallel/pipeline_split.h.
 //
 // A step. The m micro-batches of the step are its gradient-accumulation steps; the first rank reads
 // their tokens, the last their targets (every rank's data loader reads the same batches). The executor
 // walks its list: F(mb, c) runs chunk c's stage forward on a free micro-batch slot (its input received
-// from the previous virtual stage, or the tokens), B(mb, c) the backward (fused, or only the input
-// gradient when the schedule splits W out), W(mb, c) the deferred weight gradients; a slot is free
+// from the previous virtual stage, or the tokens; in the V's turn, stage P - 1's output on the same rank),
+// B(mb, c) the backward (fused, or only the input gradient when the schedule splits W out), W(mb, c) the
+// deferred weight gradients; a slot is free
 // again after B (or W). Messages go as the communication plan says (llm/parallel/schedule.h: pipe_plan):
 // batches of sends and receives on GROUP_PP, posted together, each just before the op that needs it,
 // in one global order that cannot deadlock. A rank keeps as many slots per chunk as its list ever has
@@ -38,48 +33,7 @@
 #include "dp.h"
 #include "dp_step.h"
 #include "schedule.h"
-
-// ----------------------------------------------------------------------------
-// the split
-
-// layers [l0, l1) of virtual stage s of S
-static void pipe_stage_layers(int L, int S, int s, int* l0, int* l1) {
-    int base = L / S, extra = L % S;
-    *l0 = s * base + (s < extra ? s : extra);
-    *l1 = *l0 + base + (s < extra ? 1 : 0);
-}
-
-static StageRange pipe_stage_range(GPTConfig c, int pp_size, int vpp, int pp_rank, int chunk) {
-    int S = pp_size * vpp, s = chunk * pp_size + pp_rank;
-    StageRange r;
-    pipe_stage_layers(c.num_layers, S, s, &r.first_layer, &r.last_layer);
-    r.has_embedding = s == 0;
-    r.has_head = s == S - 1;
-    return r;
-}
-
-// held (num_units(c)): 1 for the units the chunks of pp rank pp_rank use (the embedding on the first and the last rank)
-static void pipe_held_units(GPTConfig c, int pp_size, int vpp, int pp_rank, int* held) {
-    for (int u = 0; u < num_units(c); u++) held[u] = 0;
-    for (int k = 0; k < vpp; k++) {
-        StageRange r = pipe_stage_range(c, pp_size, vpp, pp_rank, k);
-        for (int l = r.first_layer; l < r.last_layer; l++) held[unit_of_layer(l)] = 1;
-        if (r.has_embedding || r.has_head) held[UNIT_EMBED] = 1;
-        if (r.has_head) held[unit_final(c)] = 1;
-    }
-}
-
-// why pp_size ranks x vpp chunks cannot run `schedule` on this model with m micro-batches, or NULL
-static const char* pipe_layout_error(GPTConfig c, int pp_size, int vpp, int m, const char* schedule, char* buf, size_t n) {
-    if (pp_size < 1 || vpp < 1) { snprintf(buf, n, "--pp %d --vpp %d: expected both >= 1", pp_size, vpp); return buf; }
-    if (vpp > 1 && pp_size == 1) { snprintf(buf, n, "--vpp %d: interleaving needs a pipeline, expected --pp >= 2", vpp); return buf; }
-    if ((long long)pp_size * vpp > c.num_layers) {
-        snprintf(buf, n, "--pp %d x --vpp %d = %d pipeline stages, but the model has %d layers: expected at most one stage "
-                 "per layer", pp_size, vpp, pp_size * vpp, c.num_layers);
-        return buf;
-    }
-    return schedule_error(schedule, pp_size, m, vpp, buf, n);
-}
+#include "pipeline_split.h"
 
 // ----------------------------------------------------------------------------
 // the executor
@@ -96,18 +50,20 @@ typedef struct {
     Comm* comm;
     DataParallel* dp;
     GPTConfig cfg;
-    int pp_size, pp_rank;  // the pp axis of the mesh: this rank runs virtual stages c pp_size + pp_rank
+    int pp_size, pp_rank;  // the pp axis of the mesh: this rank runs virtual stages pipe_stage_of(vshape, pp_size, pp_rank, c)
     int vpp;              // chunks (virtual stages) per rank: the schedule's V
+    int vshape;           // the schedule's placement (llm/parallel/schedule_list.h): 1 the V, 0 the loop
+    int head_rank;        // the pp rank of the last virtual stage (the head and the loss): P - 1, or 0 in the V
     int m, B, T;          // micro-batches per step, each B x T (T: the whole sequence; a stage holds its cp share)
     size_t R;             // rows of an activation message: B*T, or B*T/tp with sequence parallelism
     Schedule sched;       // every rank's list; this rank runs sched.ops[rank]
     PipePlan plan;
-    Stage* chunks;        // (vpp) chunk c runs virtual stage c pp_size + pp_rank
+    Stage* chunks;        // (vpp) chunk c runs virtual stage pipe_stage_of(vshape, pp_size, pp_rank, c)
     int* slot_of;         // (vpp, m) the slot micro-batch mb holds in chunk c this step; -1: none
     int** slot_free;      // (vpp) 1 for each free slot of chunk c
     floatX* act_recv;     // (R, C) the activation received for the next F
     floatX* grad_recv;    // (R, C) the gradient received for the next B
-    int num_send;         // B outputs kept until their sends: the most a rank ever has waiting
+    int num_send;         // B outputs kept until their sends (or, in the V's turn, their B on this rank): the most waiting
     floatX* grad_send;    // (num_send, R, C)
     int* send_of;         // (vpp, m) which grad_send buffer holds B(mb, c)'s output; -1: none
     int* send_busy;       // (num_send)
@@ -120,7 +76,14 @@ typedef struct {
 } Pipeline;
 
 static inline const Stage* pipeline_first(const Pipeline* pipe) { return &pipe->chunks[0]; }
-static inline int pipeline_is_last(const Pipeline* pipe) { return pipe->pp_rank == pipe->pp_size - 1; }
+static inline int pipeline_is_last(const Pipeline* pipe) { return pipe->pp_rank == pipe->head_rank; }
+static inline int pipe_stage(const Pipeline* pipe, int chunk) { return pipe_stage_of(pipe->vshape, pipe->pp_size, pipe->pp_rank, chunk); }
+// 1 if virtual stage s (0 .. S-1) is on this rank; *chunk: its chunk here
+static inline int pipe_local(const Pipeline* pipe, int s, int* chunk) {
+    int r;
+    pipe_owner(pipe->vshape, pipe->pp_size, s, &r, chunk);
+    return r == pipe->pp_rank;
+}
 
 // the most micro-batches alive at once in each chunk of rank's list (after F, until B, or W when split)
 static void pipe_peak_slots(const Schedule* s, int rank, int* peak /*(V)*/) {
@@ -134,14 +97,18 @@ static void pipe_peak_slots(const Schedule* s, int rank, int* peak /*(V)*/) {
     free(live);
 }
 
-// the most B outputs this rank holds before their sends, walking its ops and messages in plan order
+// the most B outputs this rank holds before their sends (or, handed to a stage of its own, before that
+// stage's B), walking its ops and messages in plan order
 static int pipe_peak_sends(const Schedule* s, const PipePlan* p, int rank) {
     int held = 0, peak = 0, k = 0;
     for (int i = 0; i <= s->n[rank]; i++) {
         for (; k < p->n[rank] && p->x[rank][k].before == i; k++) if (p->x[rank][k].send && p->x[rank][k].kind == PIPE_B) held--;
         if (i == s->n[rank]) break;
         PipeOp op = s->ops[rank][i];
-        if (op.kind == PIPE_B && op.chunk * s->P + rank > 0 && ++held > peak) peak = held;
+        int st = schedule_stage(s, rank, op.chunk);
+        if (op.kind != PIPE_B) continue;
+        if (st < s->P * s->V - 1 && schedule_rank(s, st + 1) == rank) held--;  // its input, handed over here, is used
+        if (st > 0 && ++held > peak) peak = held;
     }
     return peak;
 }
@@ -159,6 +126,8 @@ static void pipeline_init(Pipeline* pipe, Comm* comm, DataParallel* dp, TPGroup 
     pipe->pp_rank = comm->mesh.pp.rank;
     pipe->vpp = vpp; pipe->m = m; pipe->B = B; pipe->T = T;
     schedule_make(&pipe->sched, schedule, pipe->pp_size, m, vpp);
+    pipe->vshape = pipe->sched.vshape;
+    pipe->head_rank = pipe_rank_of(pipe->vshape, pipe->pp_size, pipe->pp_size * vpp - 1);
     pipe->plan = pipe_plan(&pipe->sched);
     int* peak = (int*)mallocCheck((size_t)vpp * sizeof(int));
     pipe_peak_slots(&pipe->sched, pipe->pp_rank, peak);
@@ -167,7 +136,7 @@ static void pipeline_init(Pipeline* pipe, Comm* comm, DataParallel* dp, TPGroup 
     pipe->slot_free = (int**)mallocCheck((size_t)vpp * sizeof(int*));
     for (int c = 0; c < vpp; c++) {
         int slots = peak[c] > 0 ? peak[c] : 1;
-        stage_init_cp(&pipe->chunks[c], &dp->lay, &dp->hooks, tp, cp, pipe_stage_range(pipe->cfg, pipe->pp_size, vpp, pipe->pp_rank, c), B, T,
+        stage_init_cp(&pipe->chunks[c], &dp->lay, &dp->hooks, tp, cp, pipe_stage_range(pipe->cfg, pipe->pp_size, vpp, pipe->vshape, pipe->pp_rank, c), B, T,
                       recompute, slots);
         if (pipe->sched.split_w) stage_enable_split_backward(&pipe->chunks[c]);
         pipe->slot_free[c] = (int*)mallocCheck((size_t)slots * sizeof(int));
@@ -226,7 +195,7 @@ static void pipe_event(Pipeline* pipe, const char* name, const char* cat, double
 // v (n <= 2 floats, host) of the last stage, on every stage of the pp group (a broadcast)
 static void pipe_from_last_stage(Pipeline* pipe, float* v, int n) {
     copy_to_device(pipe->scalar, v, (size_t)n * sizeof(float));
-    comm_broadcast(pipe->comm, GROUP_PP, pipe->scalar, (size_t)n, pipe->pp_size - 1, llm_ctx.stream);
+    comm_broadcast(pipe->comm, GROUP_PP, pipe->scalar, (size_t)n, pipe->head_rank, llm_ctx.stream);
     copy_to_host(v, pipe->scalar, (size_t)n * sizeof(float));
 }
 
@@ -257,7 +226,7 @@ static void pipe_run_batch(Pipeline* pipe, int k, int e) {
         size_t at = strlen(label);
         snprintf(label + at, sizeof(label) - at, "%s%s %c%d%c%d", at ? " " : "", x->send ? "send" : "recv",
                  PIPE_OP_NAMES[x->kind], x->mb, x->send ? '>' : '<', x->peer);
-        int chunk = x->stage / pipe->pp_size, idx = chunk * pipe->m + x->mb;  // the producer's chunk, when this rank sends
+        int chunk = pipe_chunk_of(pipe->vshape, pipe->pp_size, x->stage), idx = chunk * pipe->m + x->mb;  // the producer's, when this rank sends
         void* buf;
         if (!x->send) buf = x->kind == PIPE_F ? pipe->act_recv : pipe->grad_recv;
         else if (x->kind == PIPE_F) buf = (void*)stage_output(&pipe->chunks[chunk], pipe->slot_of[idx]);
@@ -268,7 +237,7 @@ static void pipe_run_batch(Pipeline* pipe, int k, int e) {
     comm_p2p_batch(pipe->comm, GROUP_PP, ops, n, comm_dtype_of((floatX*)NULL), llm_ctx.stream);
     for (int i = k; i < e; i++) {  // the sent gradients' buffers are free again
         const PipeXfer* x = &pipe->plan.x[pipe->pp_rank][i];
-        int idx = (x->stage / pipe->pp_size) * pipe->m + x->mb;
+        int idx = pipe_chunk_of(pipe->vshape, pipe->pp_size, x->stage) * pipe->m + x->mb;
         if (x->send && x->kind == PIPE_B) { pipe->send_busy[pipe->send_of[idx]] = 0; pipe->send_of[idx] = -1; }
     }
     pipe_event(pipe, label, "p2p", t0);
@@ -304,7 +273,7 @@ static float pipeline_step(Pipeline* pipe, const int* inputs, const int* targets
         if (i == s->n[r]) break;
         PipeOp op = s->ops[r][i];
         Stage* st = &pipe->chunks[op.chunk];
-        int vs = op.chunk * pipe->pp_size + r, idx = op.chunk * pipe->m + op.mb;
+        int vs = pipe_stage(pipe, op.chunk), idx = op.chunk * pipe->m + op.mb, near;  // near: the neighbour's chunk, if here
         char name[40];
         if (pipe->vpp > 1) snprintf(name, sizeof(name), "%c%d.%d", PIPE_OP_NAMES[op.kind], op.mb, op.chunk);
         else snprintf(name, sizeof(name), "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
@@ -318,14 +287,22 @@ static float pipeline_step(Pipeline* pipe, const int* inputs, const int* targets
             pipe->slot_of[idx] = slot;
             const int* tok = vs == 0 ? inputs + (size_t)op.mb * BT : NULL;
             const int* tgt = vs == S - 1 ? targets + (size_t)op.mb * BT : NULL;
-            stage_forward(st, slot, tok, vs == 0 ? NULL : pipe->act_recv, tgt, dloss);
+            const floatX* in = vs == 0 ? NULL : pipe->act_recv;
+            if (vs > 0 && pipe_local(pipe, vs - 1, &near)) in = stage_output(&pipe->chunks[near], pipe->slot_of[near * pipe->m + op.mb]);
+            stage_forward(st, slot, tok, in, tgt, dloss);
             if (vs < S - 1) pipe_post_sends(pipe, PIPE_F, op.mb, vs, stage_output(st, slot));
         } else {
             dp_micro_begin(pipe->dp, op.mb, pipe->m);  // the micro-batch's last backward communicates
-            int slot = pipe->slot_of[idx];
+            int slot = pipe->slot_of[idx], handed = -1;  // handed: the send buffer of a gradient from this rank's next stage
+            const floatX* gin = vs == S - 1 ? NULL : pipe->grad_recv;
+            if (op.kind == PIPE_B && vs < S - 1 && pipe_local(pipe, vs + 1, &near)) {
+                handed = pipe->send_of[near * pipe->m + op.mb];
+                gin = pipe->grad_send + (size_t)handed * msg;
+            }
             if (op.kind == PIPE_W) stage_backward_weight(st, slot);
-            else if (s->split_w) stage_backward_input(st, slot, vs == S - 1 ? NULL : pipe->grad_recv);
-            else stage_backward(st, slot, vs == S - 1 ? NULL : pipe->grad_recv);
+            else if (s->split_w) stage_backward_input(st, slot, gin);
+            else stage_backward(st, slot, gin);
+            if (handed >= 0) { pipe->send_busy[handed] = 0; pipe->send_of[near * pipe->m + op.mb] = -1; }
             if (op.kind == PIPE_B && vs > 0) {  // keep the input gradient until its send
                 int b = 0;
                 while (b < pipe->num_send && pipe->send_busy[b]) b++;
@@ -341,7 +318,7 @@ static float pipeline_step(Pipeline* pipe, const int* inputs, const int* targets
     }
     // the loss: the last stage's, to every stage
     float loss = 0.0f;
-    if (pipeline_is_last(pipe)) loss = (float)(stage_take_loss(&pipe->chunks[pipe->vpp - 1]) / pipe->m);
+    if (pipeline_is_last(pipe)) loss = (float)(stage_take_loss(&pipe->chunks[pipe_chunk_of(pipe->vshape, pipe->pp_size, S - 1)]) / pipe->m);
     if (pipe->pp_size > 1) {
         pipe_from_last_stage(pipe, &loss, 1);
     }
@@ -349,20 +326,23 @@ static float pipeline_step(Pipeline* pipe, const int* inputs, const int* targets
 }
 
 // The chain of a forward without a schedule (validation, and the sampler's positions): the virtual
-// stages in order, each receiving its input from the one before (virtual stage s - 1 is on the pp rank
-// before, wrapping from the last rank to the first between chunks) and sending its output to the next,
-// blocking. n: elements of x.
-static void pipe_recv_prev(Pipeline* pipe, floatX* x, size_t n) {
-    comm_recv(pipe->comm, GROUP_PP, x, n, (pipe->pp_rank + pipe->pp_size - 1) % pipe->pp_size, llm_ctx.stream);
+// stages in order, each receiving its input from the one before and sending its output to the next,
+// blocking, where the placement puts them (a neighbour on this rank, the V's turn: nothing to send, the
+// output is the next chunk's input). Each rank runs its chunks in order, which is their stages' order.
+// n: elements of x.
+static void pipe_recv_prev(Pipeline* pipe, int chunk, floatX* x, size_t n) {
+    int vs = pipe_stage(pipe, chunk), near;
+    if (!pipe_local(pipe, vs - 1, &near)) comm_recv(pipe->comm, GROUP_PP, x, n, pipe_rank_of(pipe->vshape, pipe->pp_size, vs - 1), llm_ctx.stream);
 }
-static void pipe_send_next(Pipeline* pipe, const floatX* x, size_t n) {
-    comm_send(pipe->comm, GROUP_PP, x, n, (pipe->pp_rank + 1) % pipe->pp_size, llm_ctx.stream);
+static void pipe_send_next(Pipeline* pipe, int chunk, const floatX* x, size_t n) {
+    int vs = pipe_stage(pipe, chunk), near;
+    if (!pipe_local(pipe, vs + 1, &near)) comm_send(pipe->comm, GROUP_PP, x, n, pipe_rank_of(pipe->vshape, pipe->pp_size, vs + 1), llm_ctx.stream);
 }
 
 // the sampler's link to the other stages (llm/model/sampler.h): this chain, and the sampled token from
 // the last stage. One stage (P = 1): none, the sampler runs everything.
-static void pipe_link_recv(void* ctx, floatX* x, size_t n) { pipe_recv_prev((Pipeline*)ctx, x, n); }
-static void pipe_link_send(void* ctx, const floatX* x, size_t n) { pipe_send_next((Pipeline*)ctx, x, n); }
+static void pipe_link_recv(void* ctx, int chunk, floatX* x, size_t n) { pipe_recv_prev((Pipeline*)ctx, chunk, x, n); }
+static void pipe_link_send(void* ctx, int chunk, const floatX* x, size_t n) { pipe_send_next((Pipeline*)ctx, chunk, x, n); }
 static void pipe_link_from_last(void* ctx, float* v, int n) { pipe_from_last_stage((Pipeline*)ctx, v, n); }
 static void pipeline_sampler_link(Pipeline* pipe, Sampler* sp) {
     SamplerLink none = {NULL, NULL, NULL, NULL}, link = {pipe, pipe_link_recv, pipe_link_send, pipe_link_from_last};
@@ -377,14 +357,16 @@ static double pipeline_eval_loss(Pipeline* pipe, const int* inputs, const int* t
     int S = pipe->pp_size * pipe->vpp;
     size_t msg = pipe->R * pipe->cfg.channels;
     for (int c = 0; c < pipe->vpp; c++) {
-        int vs = c * pipe->pp_size + pipe->pp_rank;
+        int vs = pipe_stage(pipe, c), near;
         Stage* st = &pipe->chunks[c];
-        if (vs > 0) pipe_recv_prev(pipe, pipe->act_recv, msg);
-        stage_forward(st, 0, vs == 0 ? inputs : NULL, vs == 0 ? NULL : pipe->act_recv, vs == S - 1 ? targets : NULL, 0.0f);
-        if (vs < S - 1) pipe_send_next(pipe, stage_output(st, 0), msg);
+        const floatX* in = vs == 0 ? NULL : pipe->act_recv;
+        if (vs > 0 && pipe_local(pipe, vs - 1, &near)) in = stage_output(&pipe->chunks[near], 0);
+        else if (vs > 0) pipe_recv_prev(pipe, c, pipe->act_recv, msg);
+        stage_forward(st, 0, vs == 0 ? inputs : NULL, in, vs == S - 1 ? targets : NULL, 0.0f);
+        if (vs < S - 1) pipe_send_next(pipe, c, stage_output(st, 0), msg);
     }
     double loss = 0.0;
-    if (pipeline_is_last(pipe)) loss = stage_take_loss(&pipe->chunks[pipe->vpp - 1]);
+    if (pipeline_is_last(pipe)) loss = stage_take_loss(&pipe->chunks[pipe_chunk_of(pipe->vshape, pipe->pp_size, S - 1)]);
     if (pipe->pp_size > 1) {
         float two[2] = {(float)loss, (float)(loss - (double)(float)loss)};
         pipe_from_last_stage(pipe, two, 2);

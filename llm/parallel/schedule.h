@@ -13,54 +13,33 @@
 //   zb-h1        Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1: 1F1B with B split into B
 //                (input gradient, on the critical path) and W (weight gradient), the W's put off
 //                into the time where 1F1B waits, the micro-batches in flight bounded as in 1F1B
-// Virtual stage s of S = P V runs on rank s % P, chunk s / P. F(mb, s) needs F(mb, s - 1) from the rank
+//   zbv, dualpipev  the V-shaped schedules of llm/parallel/schedule_v.h (two chunks per rank in a V)
+// Virtual stage s of S = P V runs where the schedule's placement puts it (llm/parallel/schedule_list.h:
+// rank s % P as chunk s / P, or the V of zbv and dualpipev). F(mb, s) needs F(mb, s - 1) from the rank
 // before (a receive), B(mb, s) needs B(mb, s + 1) (or, on the last stage, F(mb, S - 1)), W(mb, s) needs
 // B(mb, s). The simulator plays the lists with blocking receives: a rank runs its next op when the
 // op's inputs have arrived; if no rank can go on before all are done, the schedule deadlocks.
 #pragma once
 #include "../core/common.h"
-
-typedef enum { PIPE_F = 0, PIPE_B = 1, PIPE_W = 2 } PipeOpKind;
-static const char PIPE_OP_NAMES[3] = {'F', 'B', 'W'};
-
-typedef struct {
-    int kind;   // PipeOpKind
-    int mb;     // micro-batch
-    int chunk;  // which of the rank's V chunks (virtual stage chunk * P + rank)
-} PipeOp;
-
-typedef struct {
-    const char* name;
-    int P, m, V;
-    int split_w;     // 1: B is the input gradient only and W ops exist (zero-bubble schedules)
-    int* n;          // (P) ops per rank
-    PipeOp** ops;    // (P) each rank's list
-} Schedule;
-
-static void schedule_alloc(Schedule* s, const char* name, int P, int m, int V, int split_w) {
-    s->name = name; s->P = P; s->m = m; s->V = V; s->split_w = split_w;
-    s->n = (int*)mallocCheck((size_t)P * sizeof(int));
-    s->ops = (PipeOp**)mallocCheck((size_t)P * sizeof(PipeOp*));
-    for (int r = 0; r < P; r++) {
-        s->n[r] = 0;
-        s->ops[r] = (PipeOp*)mallocCheck((size_t)(3 * m * V) * sizeof(PipeOp));
-    }
-}
-
-static void schedule_free(Schedule* s) {
-    for (int r = 0; r < s->P; r++) free(s->ops[r]);
-    free(s->ops);
-    free(s->n);
-}
-
-static inline void schedule_push(Schedule* s, int r, int kind, int mb, int chunk) {
-    PipeOp op = {kind, mb, chunk};
-    s->ops[r][s->n[r]++] = op;
-}
+#include "schedule_list.h"
+#include "schedule_v.h"
 
 // why (P, m, V) cannot be scheduled by `name`, or NULL
 static const char* schedule_error(const char* name, int P, int m, int V, char* buf, size_t n) {
     if (P < 1 || m < 1 || V < 1) { snprintf(buf, n, "pipeline: expected P, m, V >= 1, found P=%d m=%d V=%d", P, m, V); return buf; }
+    if (strcmp(name, "gpipe") && strcmp(name, "1f1b") && strcmp(name, "interleaved") && strcmp(name, "zb-h1") && !schedule_is_v(name)) {
+        snprintf(buf, n, "--schedule: expected gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev, found '%s'", name);
+        return buf;
+    }
+    if (schedule_is_v(name)) {
+        if (V != 2) { snprintf(buf, n, "--schedule %s: two chunks per rank (the V), expected --vpp 2 (its default), found --vpp %d", name, V); return buf; }
+        if (m < 2 * P) {
+            snprintf(buf, n, "--schedule %s: expected at least 2 x the pipeline ranks (2P = %d) micro-batches per step, found m = %d", name,
+                     2 * P, m);
+            return buf;
+        }
+        return NULL;
+    }
     if (strcmp(name, "interleaved") != 0 && V != 1) {
         snprintf(buf, n, "--schedule %s: one chunk per rank; --vpp %d needs --schedule interleaved", name, V);
         return buf;
@@ -68,10 +47,6 @@ static const char* schedule_error(const char* name, int P, int m, int V, char* b
     if (!strcmp(name, "interleaved") && m % P != 0) {
         snprintf(buf, n, "--schedule interleaved: expected the micro-batches per step (m = %d) to be a multiple of "
                  "the pipeline ranks (P = %d)", m, P);
-        return buf;
-    }
-    if (strcmp(name, "gpipe") && strcmp(name, "1f1b") && strcmp(name, "interleaved") && strcmp(name, "zb-h1")) {
-        snprintf(buf, n, "--schedule: expected gpipe, 1f1b, interleaved or zb-h1, found '%s'", name);
         return buf;
     }
     return NULL;
@@ -166,6 +141,8 @@ static void schedule_make(Schedule* s, const char* name, int P, int m, int V) {
     if (!strcmp(name, "gpipe")) schedule_gpipe(s, P, m);
     else if (!strcmp(name, "1f1b")) schedule_1f1b(s, P, m);
     else if (!strcmp(name, "interleaved")) schedule_interleaved(s, P, m, V);
+    else if (!strcmp(name, "zbv")) schedule_zbv(s, P, m);
+    else if (!strcmp(name, "dualpipev")) schedule_dualpipev(s, P, m);
     else schedule_zb_h1(s, P, m);
 }
 
@@ -214,14 +191,19 @@ static PipeSim pipe_simulate(const Schedule* s, PipeCosts c) {
         for (int r = 0; r < P; r++) {
             while (next[r] < s->n[r]) {
                 PipeOp op = s->ops[r][next[r]];
-                int st = op.chunk * P + r;
+                int st = schedule_stage(s, r, op.chunk);
                 double ready = clock[r];
-                double dep;  // when the op's input is here; < 0: not yet
-                if (op.kind == PIPE_F) dep = st == 0 ? 0.0 : (done[PIPE_F][pipe_idx(m, op.mb, st - 1)] < 0 ? -1.0 : done[PIPE_F][pipe_idx(m, op.mb, st - 1)] + c.p2p);
-                else if (op.kind == PIPE_B) {
+                double dep;  // when the op's input is here (a hand-off within the rank: no latency); < 0: not yet
+                if (op.kind == PIPE_F) {
+                    double in = st == 0 ? 0.0 : done[PIPE_F][pipe_idx(m, op.mb, st - 1)];
+                    dep = st == 0 ? 0.0 : (in < 0 ? -1.0 : in + (schedule_rank(s, st - 1) == r ? 0.0 : c.p2p));
+                } else if (op.kind == PIPE_B) {
                     if (done[PIPE_F][pipe_idx(m, op.mb, st)] < 0) dep = -1.0;  // its own forward first
                     else if (st == S - 1) dep = done[PIPE_F][pipe_idx(m, op.mb, st)];
-                    else dep = done[PIPE_B][pipe_idx(m, op.mb, st + 1)] < 0 ? -1.0 : done[PIPE_B][pipe_idx(m, op.mb, st + 1)] + c.p2p;
+                    else {
+                        double in = done[PIPE_B][pipe_idx(m, op.mb, st + 1)];
+                        dep = in < 0 ? -1.0 : in + (schedule_rank(s, st + 1) == r ? 0.0 : c.p2p);
+                    }
                 } else dep = done[PIPE_B][pipe_idx(m, op.mb, st)];
                 if (dep < 0) break;  // blocked in a receive (or on its own earlier op)
                 double t0 = ready > dep ? ready : dep;
@@ -342,17 +324,19 @@ static PipePlan pipe_plan(const Schedule* s) {
     for (int r = 0; r < P; r++) {
         for (int i = 0; i < s->n[r]; i++) {  // each op with an input from another stage: its receive, and the peer's send
             PipeOp op = s->ops[r][i];
-            int st = op.chunk * P + r, from;
+            int st = schedule_stage(s, r, op.chunk), from;
             PipeXfer x;
             if (op.kind == PIPE_F && st > 0) { from = st - 1; x.kind = PIPE_F; }
             else if (op.kind == PIPE_B && st < S - 1) { from = st + 1; x.kind = PIPE_B; }
             else continue;
+            int peer = schedule_rank(s, from);
+            if (peer == r) continue;  // a hand-off within the rank (the V's turn): no message
             x.mb = op.mb; x.stage = from; x.t = sim.start[(size_t)r * cap + i]; x.before = 0;
             PipeXfer recv = x, send = x;
-            recv.send = 0; recv.peer = from % P;
+            recv.send = 0; recv.peer = peer;
             send.send = 1; send.peer = r;
             p.x[r][p.n[r]++] = recv;
-            p.x[from % P][p.n[from % P]++] = send;
+            p.x[peer][p.n[peer]++] = send;
         }
     }
     for (int r = 0; r < P; r++) {

@@ -84,13 +84,16 @@ typedef struct {
     floatX** unit_params;   // (U) shard_params: unit u's gathered parameters, NULL when not held
     CommHandle* gathers;    // (U) shard_params: the all-gather into unit_params[u]
     floatX** unit_grads;    // (U) shard_grads: unit u's gradient working buffer this step
-    int* order;             // (2U) shard_params: the units held in forward order, then in backward order
-    int order_n;            // how many units each half lists (U, or fewer on a pipeline stage)
+    int* order;             // (2 (U+1)) shard_params: the units held in forward order, then in backward order
+    int order_n;            // how many units each half lists (U, U + 1 with the embedding twice, or fewer on a stage)
+    int cursor[2];          // per pass: the position in its order of the unit acquired last
     int* done;              // (U+1) scratch: the units whose gradient reductions just finished
     DpTrace* trace;         // where the gathers are recorded (llm/parallel/ddp.h), or NULL
 } ZeroState;
 
-static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int size, int rank) {
+// embed_twice: this rank runs the encoder and the LM head in two stages (the V placement of the pipeline
+// schedules, llm/parallel/schedule_list.h), each of which acquires the tied embedding itself: the orders list it twice
+static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int size, int rank, int embed_twice) {
     memset(z, 0, sizeof(*z));
     z->zero = zero; z->size = size; z->rank = rank;
     int U = lay->num_units;
@@ -109,23 +112,27 @@ static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int
     memset(z->unit_params, 0, (size_t)U * sizeof(floatX*));
     memset(z->unit_grads, 0, (size_t)U * sizeof(floatX*));
     memset(z->gathers, 0, (size_t)U * sizeof(CommHandle));
-    z->order = (int*)mallocCheck((size_t)2 * U * sizeof(int));
+    z->order = (int*)mallocCheck((size_t)2 * (U + 1) * sizeof(int));
     z->done = (int*)mallocCheck((size_t)(U + 1) * sizeof(int));
     // forward: embed, layer 0 .. L-1, final (embed again: the LM head); backward: embed (LM head),
     // final, layer L-1 .. 0 (embed again: the encoder). A pipeline stage holds some of them: the first
     // uses the embedding only as the encoder (first in the forward, last in the backward), the last
-    // only as the LM head (last in the forward, first in the backward).
+    // only as the LM head (last in the forward, first in the backward). A rank of the V placement with both
+    // (embed_twice) runs them as two stages, each acquiring the embedding: it is listed at both places.
     int L = lay->cfg.num_layers, nf = 0, nb = 0, F = unit_final(lay->cfg);
     int encoder = lay->units[unit_of_layer(0)].held && lay->units[UNIT_EMBED].held;
     int head = lay->units[F].held;
     if (encoder) z->order[nf++] = UNIT_EMBED;
     for (int l = 0; l < L; l++) if (lay->units[unit_of_layer(l)].held) z->order[nf++] = unit_of_layer(l);
     if (head) z->order[nf++] = F;
-    if (head && !encoder) z->order[nf++] = UNIT_EMBED;
-    if (head) { z->order[U + nb++] = UNIT_EMBED; z->order[U + nb++] = F; }
-    for (int l = L - 1; l >= 0; l--) if (lay->units[unit_of_layer(l)].held) z->order[U + nb++] = unit_of_layer(l);
-    if (encoder && !head) z->order[U + nb++] = UNIT_EMBED;
+    if (head && (!encoder || embed_twice)) z->order[nf++] = UNIT_EMBED;
+    int* back = z->order + U + 1;
+    if (head) { back[nb++] = UNIT_EMBED; back[nb++] = F; }
+    for (int l = L - 1; l >= 0; l--) if (lay->units[unit_of_layer(l)].held) back[nb++] = unit_of_layer(l);
+    if (encoder && (!head || embed_twice)) back[nb++] = UNIT_EMBED;
+    if (nf != nb) fatal("zero_init: the forward order lists %d units, the backward %d", nf, nb);
     z->order_n = nf;
+    z->cursor[0] = z->cursor[1] = nf - 1;  // the first search starts at the order's first unit
     // the steady-state working set, so that steps do not allocate (P_os alone needs none: it reduce-
     // scatters and gathers in place). Partitioned gradients: during the backward, the embedding's
     // gradients (held from the LM head to the encoder) and ZERO_MAX_INFLIGHT + 1 more units;
@@ -182,13 +189,21 @@ static void zero_gather_start(ZeroState* z, Comm* c, int u, const floatX* params
 }
 
 // unit u's whole parameters for pass 0 (forward) or 1 (backward): gathered unless prefetched, the next
-// unit of the pass prefetched, then waited. The gradient reductions in flight get MPI progress too.
+// unit of the pass prefetched, then waited. The gradient reductions in flight get MPI progress too. The
+// unit's place in the order is searched from the one acquired last (a unit listed twice, the V's
+// embedding, is then found at the place of this use), and nothing is prefetched after the order's end.
 static floatX* zero_params_acquire(ZeroState* z, Comm* c, CommQueue* grad_queue, int u, int pass,
                                    const floatX* params_shard, cudaStream_t s) {
-    const int* order = z->order + (pass ? z->num_units : 0);
+    const int* order = z->order + (pass ? z->num_units + 1 : 0);
+    int n = z->order_n, at = -1;
     zero_gather_start(z, c, u, params_shard, s);
-    for (int i = 0; i + 1 < z->order_n; i++) {
-        if (order[i] == u) { zero_gather_start(z, c, order[i + 1], params_shard, s); break; }
+    for (int k = 1; k <= n && at < 0; k++) {
+        int i = (z->cursor[pass] + k) % n;
+        if (order[i] == u) at = i;
+    }
+    if (at >= 0) {
+        z->cursor[pass] = at;
+        if (at + 1 < n) zero_gather_start(z, c, order[at + 1], params_shard, s);
     }
     zero_poll_grads(z, c, grad_queue);
     comm_wait(c, &z->gathers[u]);

@@ -9,6 +9,7 @@
 #include "../core/common.h"
 #include "../comm/comm.h"
 #include "../ops/optimizer.h"
+#include "../parallel/schedule_list.h"
 
 typedef struct {
     const char* model;          // checkpoint path or descriptor
@@ -40,7 +41,7 @@ typedef struct {
     int recompute;              // activation recompute: 0 none, 1 selective, 2 full (llm/model/block.h)
     int sequence_parallel;      // 1: the LayerNorm/residual regions split over the tp ranks (llm/sharded/tensor_parallel.h)
     const char* schedule;       // the pipeline schedule (llm/parallel/schedule.h): gpipe, 1f1b, interleaved, zb-h1
-    int vpp;                    // chunks of layers per pipeline rank (interleaved)
+    int vpp;                    // chunks of layers per pipeline rank (interleaved; 2 for the V schedules)
     const char* trace;          // Chrome/Perfetto trace of the last training step, or NULL
     int fp8;                    // FP8 linear layers (llm/precision/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
     int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
@@ -138,8 +139,8 @@ static const FlagDoc FLAGS[] = {
     {"--cp-impl", 0, FLAG_CHOICE, A_(cp_impl), 0, 0, "ring|ulysses", "with --cp: ring attention (K/V blocks around the ring) or Ulysses (all-to-alls to a head split) (default ring)"},
     {"--cp-balance", 0, FLAG_CHOICE, A_(cp_balance), 0, 0, "zigzag|contiguous", "with --cp: the chunks of the sequence a rank holds: zigzag (i and 2cp-1-i, balanced under the causal mask) or contiguous (default zigzag)"},
     {"--pp", 0, FLAG_INT, A_(pp), 1, 1 << 16, NULL, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/parallel/pipeline.h)"},
-    {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp) or zb-h1 (default 1f1b)"},
-    {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1)"},
+    {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), zb-h1, zbv or dualpipev (default 1f1b)"},
+    {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1; zbv and dualpipev: 2, the V)"},
     {"--trace", 0, FLAG_STRING, A_(trace), 0, 0, NULL, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
     {"--zero", 0, FLAG_INT, A_(zero), 0, 3, NULL, "ZeRO over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, FLAG_STRING, A_(report_json), 0, 0, NULL, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
@@ -272,7 +273,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
     a->dp = 0; a->tp = 1; a->pp = 1; a->cp = 1; a->cp_impl = 0; a->cp_balance = 0; a->zero = 0; a->report_json = NULL; a->recompute = 0;
     a->sequence_parallel = 0;
-    a->schedule = "1f1b"; a->vpp = 1; a->trace = NULL;
+    a->schedule = "1f1b"; a->vpp = 0; a->trace = NULL;  // vpp 0: the schedule's (args_check_layout)
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
     a->inject = NULL;
     a->checkpoint_format = 0; a->async_checkpoint = 0; a->keep_checkpoints = 0; a->save_on_signal = 1;
@@ -339,6 +340,7 @@ static void args_check_layout(Args* a, Comm* c) {
     char err[512] = "";
     long bt = (long)a->B * a->T, btdp = bt * c->mesh.dp.size;
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
+    if (a->vpp == 0) a->vpp = schedule_is_v(a->schedule) ? 2 : 1;  // --vpp not given: the V has two chunks, others one
     if (a->sequence_parallel && c->mesh.tp.size > 1 && a->T % c->mesh.tp.size != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
                  a->T, c->mesh.tp.size);
