@@ -16,7 +16,9 @@ checkpoint by offsets written out from docs/formats.md.
                                 without "transformer.", the attention-mask buffers h.N.attn.bias (1, 1, maxT, maxT) and
                                 h.N.attn.masked_bias (0-d), lm_head.weight = wte, keys sorted (by the safetensors package where it imports)
   bad KIND HFDIR OUT            a broken copy of HFDIR: truncated, header (garbage JSON), missing (no
-                                h.1.mlp.c_fc.bias), shape (c_attn.weight in llm.c's (3C, C)), untied (lm_head != wte)
+                                h.1.mlp.c_fc.bias), shape (c_attn.weight in llm.c's (3C, C)), untied (lm_head != wte),
+                                hole / overlap / trailing (the data not contiguous: 4 bytes unused before the last
+                                tensor, the last tensor 4 bytes inside the one before, 8 bytes after the last)
   bf16 CKPT OUT                 CKPT as a version-5 (BF16) checkpoint: each value rounded to nearest-even BF16,
                                 the checksum recomputed (test/ckpt_verify.py)
   bf16check CKPT5 HFDIR         HFDIR holds BF16 tensors whose bits are the checkpoint's, transposed as they should
@@ -189,6 +191,26 @@ def main():
             a["transformer.h.0.attn.c_attn.weight"] = np.ascontiguousarray(a["transformer.h.0.attn.c_attn.weight"].T)
         elif kind == "untied":
             a["lm_head.weight"] = a["transformer.wte.weight"] * 2
+        elif kind in ("hole", "overlap", "trailing"):
+            # the data section is not contiguous: 4 unused bytes before the last tensor (hole), the last tensor
+            # starting 4 bytes inside the one before it (overlap), 8 bytes after the last tensor (trailing); every
+            # tensor's own byte count stays right, so only the layout check can refuse it
+            names = sorted(a)
+            h, at, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+            for i, k in enumerate(names):
+                blob = np.ascontiguousarray(a[k], dtype="<f4").tobytes()
+                if i == len(names) - 1 and kind == "hole":
+                    blobs.append(b"\0" * 4); at += 4
+                if i == len(names) - 1 and kind == "overlap":
+                    blobs[-1] = blobs[-1][:-4]; at -= 4
+                h[k] = {"dtype": "F32", "shape": list(a[k].shape), "data_offsets": [at, at + len(blob)]}
+                blobs.append(blob); at += len(blob)
+            if kind == "trailing":
+                blobs.append(b"\0" * 8)
+            text = json.dumps(h).encode()
+            text += b" " * (-len(text) % 8)
+            open(dst, "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+            return
         write_st(dst, a, {"format": "pt"})
     elif cmd == "bf16":
         data = bytearray(open(args[0], "rb").read())

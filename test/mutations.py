@@ -1718,6 +1718,16 @@ MUTATIONS = [
       "                or not 0 <= offs[0] <= offs[1]):",
       "the safetensors reader does not check data_offsets against the file's data (a truncated file reads past its end)",
       "hf"),
+    M("hf-st-hole-accepted", "hf", "scripts/safetensors_np.py",
+      "        if b != at:",
+      "        if b < at:",
+      "the safetensors reader refuses overlapping tensors but accepts unexplained bytes between them (a hole in the data)",
+      "hf"),
+    M("hf-st-trailing-accepted", "hf", "scripts/safetensors_np.py",
+      "    if at != len(body):",
+      "    if at > len(body):",
+      "the safetensors reader accepts bytes after the last tensor",
+      "hf"),
 
     # --- the docs (test/test_docs.sh: the figures of dev/doc_figures.py, the files the reading guide names) ---
     M("d-stale-token-count", "docs", "dev/data/README.md",

@@ -18,7 +18,8 @@
 #    to the same bytes;
 #  - the trainer starts from the imported checkpoint (--model): its step-0 val loss is the exported run's last one,
 #    its training losses finite and far below a fresh model's ln(257) = 5.55;
-#  - bad inputs (truncated file, broken JSON header, a missing tensor, a wrong shape, an untied lm_head, a config
+#  - bad inputs (truncated file, broken JSON header, a missing tensor, a wrong shape, an untied lm_head, a data
+#    section with a hole, an overlap or bytes after its last tensor, a config
 #    the trainer cannot compute, a damaged checkpoint, non-zero vocabulary padding): one line "error: ..." naming
 #    the file, a non-zero exit, nothing written.
 set -uo pipefail
@@ -131,7 +132,7 @@ refused() {  # WHAT FILE-IN-MESSAGE OUTPUT CMD...
         ok "refused $what: exit $rc, one line, nothing written: $msg"
     else bad "$what: exit $rc, $lines lines, $left files written: $msg"; fi
 }
-for kind in truncated header missing shape untied; do
+for kind in truncated header missing shape untied hole overlap trailing; do
     $H bad $kind "$tmp/hf1" "$tmp/bad_$kind" > /dev/null 2>&1
     refused "$kind model.safetensors" "bad_$kind/model.safetensors" "$tmp/out_$kind.bin" python3 scripts/import_hf.py "$tmp/bad_$kind" "$tmp/out_$kind.bin"
 done
