@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_hf.sh: Hugging Face in and out (scripts/export_hf.py, scripts/import_hf.py; docs/huggingface.md). A tiny model
 # (d2, C=32, V=257) trained 30 steps on the addition data, its model_00000030.bin exported and imported again:
-#  - the export's layout: config.json's GPT2LMHeadModel fields, the tensors GPT2LMHeadModel saves with their HF shapes
+#  - the export's layout: config.json's GPT2LMHeadModel fields (bos/eos: the end-of-text id of the tokenizer file's
+#    own header, as ints), the tensors GPT2LMHeadModel saves with their HF shapes
 #    (Conv1D (in, out), wte of V rows, no lm_head, no mask buffers);
 #  - checkpoint -> HF -> checkpoint and HF -> checkpoint -> HF give the same bytes (cmp);
 #  - transposition against independent computations (test/hf_check.py, which reads the files without scripts/):
@@ -41,15 +42,20 @@ vloss=$(python3 -c 'import json,sys; print([o for o in map(json.loads, open(sys.
 
 # export, and what it wrote
 if python3 scripts/export_hf.py "$ck" "$tmp/hf1" > "$tmp/e1.out" 2>&1; then ok "export: $(cat "$tmp/e1.out")"; else bad "export: $(cat "$tmp/e1.out")"; fi
-if out=$(python3 - "$tmp/hf1" <<'PY' 2>&1
-import json, os, sys
+if out=$(python3 - "$tmp/hf1" "$tmp/data/addition_tokenizer.bin" <<'PY' 2>&1
+import json, os, struct, sys
 sys.path.insert(0, "test")
 from hf_check import read_st
 d = sys.argv[1]
 c = json.load(open(os.path.join(d, "config.json")))
+# the end-of-text id from the tokenizer's own header (llm.c's tokenizer format, version 2: magic, version, V, eot)
+magic, version, tv, eot = struct.unpack("<4i", open(sys.argv[2], "rb").read(16))
+assert magic == 20240328 and version == 2, "tokenizer header"
 want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257, "n_positions": 64, "n_embd": 32,
-        "n_layer": 2, "n_head": 4, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
-bad = ["%s=%r" % (k, c.get(k)) for k in want if c.get(k) != want[k]]
+        "n_layer": 2, "n_head": 4, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+        "bos_token_id": eot, "eos_token_id": eot}
+# == alone would let 256.0 or True through; transformers' GPT2Config takes these ids as ints
+bad = ["%s=%r" % (k, c.get(k)) for k in want if c.get(k) != want[k] or type(c.get(k)) is not type(want[k])]
 a, dts = read_st(os.path.join(d, "model.safetensors"))
 C, L = 32, 2
 shapes = {"wte.weight": (257, C), "wpe.weight": (64, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
@@ -62,7 +68,8 @@ got = {k: tuple(v.shape) for k, v in a.items()}
 want_t = {"transformer." + k: v for k, v in shapes.items()}
 bad += ["%s %s" % (k, got.get(k)) for k in sorted(set(got) | set(want_t)) if got.get(k) != want_t.get(k)]
 bad += ["dtype %s" % x for x in set(dts.values()) if x != "F32"]
-print("config.json and the %d tensors' names, shapes, F32: %s" % (len(got), "as GPT2LMHeadModel's" if not bad else "; ".join(bad)))
+print("config.json (bos/eos = the tokenizer's end-of-text %d) and the %d tensors' names, shapes, F32: %s"
+      % (eot, len(got), "as GPT2LMHeadModel's" if not bad else "; ".join(bad)))
 sys.exit(1 if bad else 0)
 PY
 ); then ok "$out"; else bad "$out"; fi
