@@ -1910,6 +1910,11 @@ MUTATIONS = [
       "gpt2_350m.sh: peak lr 6e-4 instead of llm.c's 3e-4 for 350M",
       "recipes"),
     # --- what make train / make test need, installed first (scripts/deps.sh, the Makefile; test/test_deps.sh) ---
+    M("deps-venv-not-asked", "deps", "scripts/deps.sh",
+      '[ -x "$venv/bin/python3" ] && py=$venv/bin/python3',
+      '[ -x "$venv/bin/python3" ] && py=$py',
+      "deps.sh asks the system's python3 what is missing even once .venv exists: what pip put in the venv is installed again every run",
+      "deps"),
     M("deps-dpkg-s", "deps", "scripts/deps.sh",
       """deb_installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }""",
       """deb_installed() { dpkg-query -W -f='${Status}' "$1" > /dev/null 2>&1; }""",

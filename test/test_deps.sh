@@ -14,7 +14,8 @@
 #   - Python (make test): Debian's python3-numpy by apt for Debian's python, ml_dtypes (not in Debian 12)
 #     by pip into the project's venv (created with --system-site-packages, python3-venv installed first);
 #     a python that does not read Debian's packages (pyenv, conda) gets numpy by pip into the venv, no apt;
-#     not root and no sudo but only Python packages missing: into the venv without root;
+#     not root and no sudo but only Python packages missing: into the venv without root, and a second run asks
+#     the venv's python (which alone sees what pip put there) and installs nothing;
 #   - --check: one line per package with what it is for, exit 1 when one is missing, nothing installed;
 #   - the Makefile: `make train` with a failing deps script stops before any compiler runs; with a deps
 #     script that installs MPI, the compiler gets MPI's flags (the second make reads the Makefile anew),
@@ -51,15 +52,17 @@ done; fi; exit 0'
 # sudo -n CMD: works when $STUB_SUDO=ok; VAR=value arguments go into the environment
 mk sudo 'echo "sudo $*" >> "$STATE/calls"; [ "${STUB_SUDO:-no}" = ok ] || { echo "sudo: a password is required" >&2; exit 1; }
 [ "$1" = -n ] || exit 1; shift; while [[ "$1" == *=* ]]; do export "$1"; shift; done; exec "$@"'
-# python3: -c "import X" fails for X in $STATE/pymissing; the dist-packages question answers $STUB_DEBPY;
-# -m venv DIR makes DIR/bin/python3 (this stub again); -m pip install MODS makes them importable
+# python3: -c "import X" fails for X in $STATE/pymissing, unless this is the venv's python (a copy of the stub under
+# .../venv/bin/) and pip installed X there ($STATE/venv_has): what pip puts in the venv only the venv's python sees;
+# the dist-packages question answers $STUB_DEBPY; -m venv DIR makes DIR/bin/python3 (this stub again)
 mk python3 'echo "$0 $*" >> "$STATE/calls"
 if [ "$1" = -c ]; then case $2 in
   *dist-packages*) [ "${STUB_DEBPY:-1}" = 1 ]; exit;;
-  "import "*) ! grep -qx "${2#import }" "$STATE/pymissing" 2>/dev/null; exit;;
+  "import "*) grep -qx "${2#import }" "$STATE/pymissing" 2>/dev/null || exit 0
+              case $0 in */venv/bin/python3) grep -qx "${2#import }" "$STATE/venv_has" 2>/dev/null; exit;; esac; exit 1;;
   *) exit 0;; esac; fi
 if [ "$1 $2" = "-m venv" ]; then d=${@: -1}; mkdir -p "$d/bin" && cp "$0" "$d/bin/python3"; exit; fi
-if [ "$1 $2 $3" = "-m pip install" ]; then for m in "$@"; do grep -vx "$m" "$STATE/pymissing" > "$STATE/m" 2>/dev/null; mv "$STATE/m" "$STATE/pymissing"; done; exit 0; fi
+if [ "$1 $2 $3" = "-m pip install" ]; then printf "%s\\n" "$@" >> "$STATE/venv_has"; exit 0; fi
 exit 1'
 for c in g++ make bc mpicxx mpirun; do mk $c 'exit 0'; done
 mk pkg-config 'echo "pkg-config $*" >> "$STATE/calls"; exit 0'   # (--exists openblas: yes)
@@ -162,6 +165,14 @@ run pyuser test 1000 no "" "matplotlib"
 if [ $rc -eq 0 ] && ! calls pyuser apt-get > /dev/null && grep -q 'venv/bin/python3 -m pip install .* matplotlib$' "$tmp/pyuser/calls"; then
     ok "not root, no sudo, only matplotlib missing: pip into the venv, exit 0"
 else bad "not root, only matplotlib missing: exit $rc: $(out pyuser)"; fi
+# and run again: the venv now exists and has matplotlib, which only its python sees: deps.sh must ask that python,
+# find nothing missing and install nothing (asking the system's python3 would pip-install matplotlib every run)
+: > "$STATE/calls"
+PATH="$tmp/path_pyuser:$tools" STUB_UID=1000 STUB_SUDO=no DEPS_VENV="$STATE/venv" PYTHON=python3 /bin/bash "$DEPS" test > "$tmp/pyuser2.out" 2>&1; rc=$?
+if [ $rc -eq 0 ] && [ ! -s "$tmp/pyuser2.out" ] && ! grep -qE 'pip install|apt-get' "$STATE/calls" &&
+   grep -q "venv/bin/python3 -c import matplotlib" "$STATE/calls"; then
+    ok "not root, after the pip install: a second run asks the venv's python, installs nothing, prints nothing"
+else bad "not root, second run: exit $rc, calls: $(grep -E 'pip|apt-get|import matplotlib' "$STATE/calls" | tr '\n' '|') $(out pyuser2)"; fi
 
 # --check: each package and what it is for, exit 1 when one is missing, nothing installed
 run check test 0 ok "bc" "ml_dtypes" --check
