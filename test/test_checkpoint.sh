@@ -35,7 +35,8 @@
 #     state (-b 2 --total-batch 384: a multiple of B*T*dp for dp 1, 2 and 3).
 #  7. What a crash needs, traced (test/fsync_trace.c, an LD_PRELOAD library logging every fsync and rename):
 #     a sharded save at 2 processes and a gathered one: every file fsynced before its rename into place, its
-#     directory fsynced after, and every shard's rename durable before the manifest's (test/fsync_check.py).
+#     directory fsynced after, every shard's rename durable before the manifest's, and each checkpoint's entry in
+#     good_checkpoints.txt fsynced before its manifest or model file is renamed into place (test/fsync_check.py).
 # PARTS="matrix model bf16 kill disk dp3 fsync" (the default: all) runs some of them (checking a mutation by hand).
 set -u
 cd "$(dirname "$0")/.."
