@@ -9,7 +9,8 @@
 //   2. This machine: cpu_features against /proc/cpuinfo's flags (an independent reading: the kernel's), and
 //      after blas_choose_kernels (which re-executes this program once where the library chose weaker kernels)
 //      the kernels in use are the best for this CPU, unless the user set OPENBLAS_CORETYPE.
-//   3. The peak the MFU divides by (llm/train/mfu.h's mfu_of_step), measured on those kernels: a step that beats
+//   3. The peak the MFU divides by (llm/train/mfu.h's mfu_of_step), measured on those kernels (the best run after
+//      a first, warm-up, one that never counts: peak_best_ms): a step that beats
 //      a peak measured low (here 1 MFLOP/s, as a start-up on busy cores can measure) gets the peak measured again
 //      (or its own rate, a lower bound), an MFU of at most 1, one line and one log record; a peak the user gave
 //      (--peak-tflops) is kept, however wrong; no peak (the emulated build), no MFU.
@@ -131,6 +132,12 @@ int main(int argc, char** argv) {
         }
     }
     // 3. the peak the MFU divides by
+    {   // the runs it is measured from: the first (the library's setup) never counts, the best of the others does
+        double slow_first[6] = {40.0, 2.0, 1.5, 1.7, 1.6, 1.9}, fast_first[6] = {0.5, 2.0, 1.5, 1.7, 1.6, 1.9};
+        double a = peak_best_ms(slow_first, 6), b = peak_best_ms(fast_first, 6);
+        check(a == 1.5 && b == 1.5, "the peak's time: the best of the runs after the first, whatever the first "
+              "took (a cold first run of 40 ms: %g ms; a first run that timed faster, 0.5 ms: %g ms; want 1.5)", a, b);
+    }
     {
         char path[] = "/tmp/test_blas_cpu_logXXXXXX";
         int fd = mkstemp(path);
