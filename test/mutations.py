@@ -1854,6 +1854,16 @@ MUTATIONS = [
       "bench_pytorch"),
 
     # --- the training recipes (scripts/launch.sh, scripts/gpt2_*.sh; test/test_recipes.sh) ---
+    M("rc-vp-rounded-down", "recipes", "scripts/launch.sh",
+      "        Vp=$(( (Vs + 127) / 128 * 128 ))",
+      "        Vp=$(( Vs / 128 * 128 ))",
+      "the launcher's padded vocabulary rounds V down to a multiple of 128: it checks tp against another Vp than the trainer's",
+      "recipes"),
+    M("rc-vp-rounded-past", "recipes", "scripts/launch.sh",
+      "        Vp=$(( (Vs + 127) / 128 * 128 ))",
+      "        Vp=$(( (Vs + 128) / 128 * 128 ))",
+      "the launcher's padded vocabulary of a V that is already a multiple of 128 is one block too many",
+      "recipes"),
     M("rc-world-no-pp", "recipes", "scripts/launch.sh",
       '    elif [ $((dp * tp * pp)) -ne "$WORLD" ]; then',
       '    elif [ $((dp * tp)) -ne "$WORLD" ]; then',

@@ -11,6 +11,8 @@
 #     with accum computed here and the same as the "batch:" line's; one layout override (TP=2 PP=2 on 8);
 #   - the steps of one epoch from shard headers (fake shards: the trainer's (tokens - 1) / T samples a shard,
 #     computed here in Python) and the missing-data warning naming dev/data/fineweb.py;
+#   - the padded vocabulary tp must divide: at NH 6 and --tp 3 the launcher refuses exactly the V whose Vp (V rounded
+#     up to a multiple of 128) 3 does not divide, on both sides of 256, 384 and 512, and the trainer agrees (V 256, 257);
 #   - bad layouts refused with one "error: <flag>..." line and exit 1: tp not dividing NH, dp x tp x pp not
 #     the processes (also with pp, where dp x tp alone would match), tp x pp not dividing them, a total batch
 #     not a multiple of B*T*dp, more pipeline stages than layers, T > maxT, an unknown flag, a flag with no
@@ -185,6 +187,36 @@ if [ $rc -eq 0 ] && grep -q '^command: mpirun -np 2 -q --oversubscribe ' "$LOG/r
    [ -f "$tmp/run2/model_00000003.bin" ]; then
     ok "run --gpus 2: mpirun -np 2, dp 2 x tp 1 x pp 1 with ZeRO-1, 3 steps, checkpoint written"
 else bad "run --gpus 2: exit $rc (see $LOG/run2.log): $(grep -E '^(error|processes|command)' "$LOG/run2.log" | head -3 | tr '\n' ' ')"; fi
+
+# the padded vocabulary tp must divide: the launcher refuses exactly the layouts the trainer refuses. Vp is V rounded
+# UP to a multiple of 128 (llm/model/tensors.h pad_vocab; written here on its own), and at NH = 6 with --tp 3 only
+# Vp decides: 3 divides 384 but not 256 or 512. V on both sides of each multiple of 128. GPT-2's own V = 50257
+# (Vp 50304) never trips this check with a tp that divides its heads, so a launcher that rounds the wrong way
+# passes every recipe test unless a model like these is tried.
+vwrong=""
+for V in 129 200 256 257 300 384 385; do
+    vp=$(( (V + 127) / 128 * 128 ))
+    out=$(env "${tiny[@]}" MODEL="d2,C=48,NH=6,maxT=64,V=$V" TP=3 TOTAL_BATCH=128 bash scripts/gpt2_124m.sh --dry-run --gpus 3 2>&1); rc=$?
+    if [ $((vp % 3)) -ne 0 ]; then
+        [ $rc -eq 1 ] && [[ $out == "error: --tp 3: expected to divide the padded vocabulary Vp = $vp"* ]] || vwrong+=" V=$V (Vp $vp, want refused): exit $rc, $(head -1 <<< "$out");"
+    else
+        [ $rc -eq 0 ] || vwrong+=" V=$V (Vp $vp, want accepted): exit $rc, $(head -1 <<< "$out");"
+    fi
+done
+[ -z "$vwrong" ] && ok "--tp 3 at NH 6: the launcher refuses V = 129, 200, 256 (Vp 256) and 385 (Vp 512), accepts 257, 300, 384 (Vp 384)" ||
+    bad "--tp 3 at NH 6, the padded vocabulary:$vwrong"
+# and the trainer agrees, on each side of 256 (3 processes, one step)
+for V in 256 257; do
+    out=$(timeout 60 mpirun -q --oversubscribe -np 3 "$CPU" --model "d2,C=48,NH=6,maxT=64,V=$V" --tp 3 --train-data "$D/addition_train.bin" \
+          --val-data "" -b 2 -t 32 --steps 1 --sample-every 0 --val-every 0 --output-dir "$tmp/vp_$V" 2>&1); rc=$?
+    if [ "$V" = 256 ]; then
+        [ $rc -ne 0 ] && grep -q "^error: --tp 3: expected the heads (NH = 6) and the padded vocabulary (Vp = 256)" <<< "$out" &&
+            ok "the trainer refuses V = 256 at --tp 3 as the launcher does: $(grep -m1 '^error' <<< "$out" | cut -c1-100)" ||
+            bad "the trainer at V = 256, --tp 3: exit $rc, $(grep -m1 . <<< "$out")"
+    else
+        [ $rc -eq 0 ] && ok "the trainer runs V = 257 at --tp 3 as the launcher lets it" || bad "the trainer at V = 257, --tp 3: exit $rc, $(grep -m1 error <<< "$out")"
+    fi
+done
 
 echo "test_recipes: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
