@@ -180,6 +180,8 @@ run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
 # the includes run downhill (the order of the folders of llm/, docs/architecture.md)
 run headers bash test/test_headers.sh
+# no build printed a warning (the logs of make test's build and of .ci/run's make train)
+run warnings bash test/test_warnings.sh
 # every program the Makefile builds (from make -pq) answers --help and -h (usage on stdout, exit 0, quickly) and
 # refuses an unknown flag with one line
 run help bash test/test_help.sh

@@ -218,9 +218,10 @@ TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_moe_gpu build/test
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda
 
 # the programs are built in parallel (one job per core), then run one after the other
-# (build/deps/test.ok first: the packages the tests need, see the top Makefile)
+# (build/deps/test.ok first: the packages the tests need, see the top Makefile); the build's output also goes
+# to build/test_build.log, where test/test_warnings.sh looks for compiler warnings
 test: build/deps/test.ok
-	$(MAKE) -j$$(nproc) test-build
+	set -o pipefail; $(MAKE) -j$$(nproc) test-build 2>&1 | tee build/test_build.log
 	bash test/run_tests.sh
 
 # median step times of the CPU build on the two configs of llm.c's CPU comparison (docs/builds.md)
