@@ -18,6 +18,8 @@ to bottom: the training step, then main's setup steps in order, then the loop.
   6. train_loop      val loss, samples, checkpoints, faults on purpose (--inject, llm/faults/inject.h),
                      stragglers, preemption, rollback; one train_step per step
   7. finish          held-out exact-match evaluation, the memory and communication report, the trace
+  or, with --generate N, after step 2: generate, the model's continuation of a prompt (steps 4's parts and the
+                     sampler of the training's samples, so every layout; no data, no training, nothing written)
 Every rank runs the same program; only rank 0 prints progress, writes the log and checkpoints, and every rank
 prints the errors it sees itself. The same file builds three ways (docs/architecture.md): g++ -> train_gpt_cpu,
 nvcc -> train_gpt, and the emulated CUDA build used by the tests. What a step moves through a GPU's memory, and
@@ -45,6 +47,7 @@ why the step is bound by its products: docs/training.md.
 #include "llm/ckpt/ckpt_run.h"
 #include "llm/model/sampler.h"
 #include "llm/train/eval.h"
+#include "llm/train/generate.h"
 #include "llm/train/report.h"
 #include "llm/train/mfu.h"
 #include "llm/train/progress.h"
@@ -189,7 +192,7 @@ static void setup_parts(Trainer* tr) {
     pipeline_enable_fp8(&tr->pipe, &tr->fp8, fc);
     sampler_init(&tr->sampler, tr->pipe.chunks, tr->pipe.vpp);  // the chunks' stages, decoded over the pipeline's messages
     pipeline_sampler_link(&tr->pipe, &tr->sampler);
-    if (tr->rank0) print_run_header(&tr->args, &tr->comm, &tr->cfg, &tr->dp, &tr->pipe, &tr->fp8, &tr->train_loader, tr->grad_accum,
+    if (tr->rank0 && !a->generate) print_run_header(&tr->args, &tr->comm, &tr->cfg, &tr->dp, &tr->pipe, &tr->fp8, &tr->train_loader, tr->grad_accum,
                                     tr->steps, tr->peak.tflops, tr->peak.n);
 }
 
@@ -369,11 +372,55 @@ static void finish(Trainer* tr, LoopStats* ls) {
     if (rank0) progress_summary(&ls->progress, tr->log_path, a->output_dir, a->checkpoint_format);  // what was done, where it is
 }
 
+// --generate N: the model's continuation of --prompt-tokens, N new tokens (at most to the model's context), printed
+// by rank 0 (llm/train/generate.h), then the end. The parts of step 4 hold the parameters as a training run of
+// this layout would (a checkpoint or, from a descriptor, a fresh model of the seed) and the sampler decodes them
+// with its KV cache over the pipeline's messages, drawing at --temperature among the --sample-top-k most likely
+// tokens from the seed's generator (the training samples' own), greedy at temperature 0. Nothing is written.
+static int generate(Trainer* tr) {
+    const Args* a = &tr->args;
+    GPTConfig c = tr->cfg;
+    tr->have_tok = a->tokenizer && tokenizer_init_if_found(&tr->tok, a->tokenizer, 0, "");
+    if (a->tokenizer && !tr->have_tok && tr->rank0) fprintf(stderr, "generate: tokenizer %s not found: printing token ids\n", a->tokenizer);
+    tr->eot = tr->have_tok ? (int)tr->tok.eot_token : 50256;
+    int* tokens = (int*)mallocCheck((size_t)c.max_seq_len * sizeof(int));  // (maxT)
+    int len = 0;
+    prompt_tokens_parse(a->prompt_tokens, c.vocab_size, c.max_seq_len, tr->eot, tokens, &len);  // before any allocation
+    setup_parts(tr);
+    if (tr->from_descriptor) {
+        tr->init_params = (float*)mallocCheck(tr->dp.lay.num_parameters * sizeof(float));
+        init_parameters(c, (uint64_t)a->seed, tr->init_params);
+    }
+    dp_import_params(&tr->dp, tr->init_params, 0);
+    free(tr->init_params);
+    rng_init(&tr->sample_rng, (uint64_t)a->seed * 0x2545F4914F6CDD1Dull + 1);
+    tr->sampler.temperature = a->temperature;
+    tr->sampler.top_k = a->sample_top_k;
+    int prompt_len = len;
+    len = sampler_generate(&tr->sampler, tokens, len, a->generate, -1, a->temperature > 0.0f ? &tr->sample_rng : NULL);
+    if (tr->rank0) {
+        fprintf(stderr, "generate: %d prompt tokens + %d new (temperature %g, sample-top-k %d, seed %d)%s\n", prompt_len,
+                len - prompt_len, a->temperature, a->sample_top_k, a->seed,
+                len - prompt_len < a->generate ? ": stopped at the model's context length maxT" : "");
+        generate_print(tr->have_tok ? &tr->tok : NULL, tokens, len, tr->eot);
+    }
+    free(tokens);
+    if (tr->have_tok) tokenizer_free(&tr->tok);
+    sampler_free(&tr->sampler);
+    pipeline_free(&tr->pipe);
+    fp8_free(&tr->fp8);
+    dp_free(&tr->dp);
+    context_free();
+    comm_free(&tr->comm);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // each line as it is printed, also into a file or a pipe (tee, a job's log)
     Trainer tr = {};  // (zeroed; the parts point into it: it stays here for the whole run)
     setup_processes(&tr, &argc, &argv);
     setup_model(&tr);
+    if (tr.args.generate > 0) return generate(&tr);  // a prompt in, text out: no data, no training
     setup_data(&tr);
     setup_parts(&tr);
     setup_state(&tr);

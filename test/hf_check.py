@@ -21,6 +21,11 @@ checkpoint by offsets written out from docs/formats.md.
                                 tensor, the last tensor 4 bytes inside the one before, 8 bytes after the last)
   bf16 CKPT OUT                 CKPT as a version-5 (BF16) checkpoint: each value rounded to nearest-even BF16,
                                 the checksum recomputed (test/ckpt_verify.py)
+  greedy CKPT N ID,ID,...       greedy decoding in float64 numpy straight from an llm.c FP32 checkpoint (its tensors read at
+                                the offsets of docs/formats.md, no HF directory): the whole sequence run through the
+                                forward above for each new token (no KV cache), the argmax of the last position's
+                                logits over the V real tokens appended, N times (test/test_prompt.sh). Prints the N ids,
+                                then the smallest gap between the best and the second-best logit seen
   bf16check CKPT5 HFDIR         HFDIR holds BF16 tensors whose bits are the checkpoint's, transposed as they should
 """
 import json
@@ -98,7 +103,7 @@ def gelu(x):  # GPT-2's tanh approximation ("gelu_new")
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward_loss(cfg, p, inp, tgt):
+def forward_logits(cfg, p, inp):
     B, T = inp.shape
     C, NH = cfg["n_embd"], cfg["n_head"]
     hs = C // NH
@@ -118,10 +123,38 @@ def forward_loss(cfg, p, inp, tgt):
         h = layernorm(x, g("ln_2.weight"), g("ln_2.bias"))
         x = x + gelu(h @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias")) @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
     x = layernorm(x, p["ln_f.weight"], p["ln_f.bias"])
-    logits = x @ p["wte.weight"].T  # the tied head
+    return x @ p["wte.weight"].T  # the tied head
+
+
+def forward_loss(cfg, p, inp, tgt):
+    logits = forward_logits(cfg, p, inp)
     m = logits.max(-1, keepdims=True)
     lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[..., 0]
     return float((lse - np.take_along_axis(logits, tgt[..., None], -1)[..., 0]).mean())
+
+
+def load_llmc(path):
+    """an llm.c FP32 checkpoint (version 3) as (cfg, tensors in HF's names and Conv1D shapes, float64)"""
+    data = open(path, "rb").read()
+    magic, version, maxT, V, L, NH, C, Vp = struct.unpack("<8i", data[:32])
+    if magic != 20240326 or version != 3:
+        sys.exit("error: %s: expected an llm.c FP32 checkpoint (magic 20240326, version 3), found magic %d version %d" % (path, magic, version))
+    shapes = [("wte", (Vp, C)), ("wpe", (maxT, C)), ("ln1w", (L, C)), ("ln1b", (L, C)), ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)),
+              ("attprojw", (L, C, C)), ("attprojb", (L, C)), ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)),
+              ("fcb", (L, 4 * C)), ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)), ("lnfw", (C,)), ("lnfb", (C,))]
+    t, at = {}, 1024
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        t[name] = np.frombuffer(data, "<f4", n, at).reshape(shape).astype(np.float64)
+        at += 4 * n
+    p = {"wte.weight": t["wte"][:V], "wpe.weight": t["wpe"], "ln_f.weight": t["lnfw"], "ln_f.bias": t["lnfb"]}
+    for i in range(L):
+        for hf, ours, tr in [("ln_1.weight", "ln1w", 0), ("ln_1.bias", "ln1b", 0), ("attn.c_attn.weight", "qkvw", 1),
+                             ("attn.c_attn.bias", "qkvb", 0), ("attn.c_proj.weight", "attprojw", 1), ("attn.c_proj.bias", "attprojb", 0),
+                             ("ln_2.weight", "ln2w", 0), ("ln_2.bias", "ln2b", 0), ("mlp.c_fc.weight", "fcw", 1), ("mlp.c_fc.bias", "fcb", 0),
+                             ("mlp.c_proj.weight", "fcprojw", 1), ("mlp.c_proj.bias", "fcprojb", 0)]:
+            p["h.%d.%s" % (i, hf)] = t[ours][i].T if tr else t[ours][i]
+    return {"n_embd": C, "n_head": NH, "n_layer": L}, p
 
 
 def main():
@@ -222,6 +255,17 @@ def main():
         open(args[1], "wb").write(head.tobytes() + b16.tobytes())
         sys.argv = ["ckpt_verify.py", "--seal", args[1]]
         ckpt_verify.main()
+    elif cmd == "greedy":
+        cfg, p = load_llmc(args[0])
+        seq, new, gap = [int(x) for x in args[2].split(",")], [], np.inf
+        for _ in range(int(args[1])):
+            last = forward_logits(cfg, p, np.array([seq]))[0, -1]
+            top2 = np.sort(last)[-2:]
+            gap = min(gap, top2[1] - top2[0])
+            new.append(int(np.argmax(last)))
+            seq.append(new[-1])
+        print(" ".join(map(str, new)))
+        print("%.3g" % gap)
     elif cmd == "bf16check":
         data = open(args[0], "rb").read()
         maxT, V, L, NH, C, Vp = struct.unpack("<6i", data[8:32])

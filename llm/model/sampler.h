@@ -12,9 +12,9 @@
 // the parameters come from the data-parallel policy through ParamHooks: this file knows neither.
 //
 // The next token is a draw from softmax(logits) (sample_softmax, with a uniform coin from the run's
-// RNG) or, greedy, the argmax. Under data parallelism every rank generates the same tokens: ranks
-// that gather parameters together (ZeRO-3) must run the same forwards, so the sampled token is agreed
-// through the hooks (ParamHooks.agree_token).
+// RNG; sample_next: at a temperature, among the top k logits) or, greedy, the argmax. Under data
+// parallelism every rank generates the same tokens: ranks that gather parameters together (ZeRO-3)
+// must run the same forwards, so the sampled token is agreed through the hooks (ParamHooks.agree_token).
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
@@ -47,6 +47,35 @@ static int sample_softmax(const float* logits, int n, float coin) {
     return n - 1;
 }
 
+// The next token from logits[0..n) at a temperature (0: greedy, the argmax) among the top_k largest logits (0:
+// all of them): a draw from softmax(logits / temperature) over those k (ties at the k-th value taken in id order,
+// so exactly k), the coin uniform in [0, 1). Temperature 1 over every token is sample_softmax itself, the same
+// draws as the training's samples. scratch: 2n floats.
+static int sample_cmp_desc(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return (x < y) - (x > y);
+}
+static int sample_next(const float* logits, int n, float temperature, int top_k, float coin, float* scratch) {
+    if (temperature <= 0.0f) return sample_argmax(logits, n);
+    int all = top_k <= 0 || top_k >= n;
+    if (temperature == 1.0f && all) return sample_softmax(logits, n, coin);
+    float *kept = scratch, *sorted = scratch + n, thr = -INFINITY;
+    int ties = n;  // how many logits equal to the threshold are kept
+    if (!all) {
+        memcpy(sorted, logits, (size_t)n * sizeof(float));
+        qsort(sorted, (size_t)n, sizeof(float), sample_cmp_desc);
+        thr = sorted[top_k - 1];  // the k-th largest
+        int above = 0;
+        for (int i = 0; i < n; i++) above += logits[i] > thr;
+        ties = top_k - above;
+    }
+    for (int i = 0; i < n; i++) {
+        int keep = logits[i] > thr || (logits[i] == thr && ties-- > 0);
+        kept[i] = keep ? logits[i] / temperature : -INFINITY;
+    }
+    return sample_softmax(kept, n, coin);
+}
+
 // How one position's residual stream passes between pipeline stages: the pipeline's messages on its
 // pp group (llm/parallel/pipeline.h: pipeline_sampler_link). ctx == NULL: one stage runs every layer.
 typedef struct {
@@ -75,6 +104,9 @@ typedef struct {
     floatX* logits_all;  // (Vp) tp > 1: every rank's, gathered
     int* token;          // (1) device
     float* logits_host;  // (Vp)
+    float temperature;   // the draws' (sample_next): 1 unless set; 0 greedy even with an rng
+    int top_k;           // the draws among the top_k largest logits; 0 (unless set): all
+    float* scratch;      // (2 Vp) sample_next's
     void* mem;
     long long positions; // single-position forwards run so far (for the tests)
 } Sampler;
@@ -118,6 +150,9 @@ static void sampler_init(Sampler* sp, const Stage* chunks, int num_chunks) {
     block_decode_fields(&sp->blk, &one, c.max_seq_len, f + 6);
     sp->mem = carve_fields(f, 6 + BLOCK_DECODE_FIELDS, RECOMPUTE_NONE, 1, MEM_WORKSPACE);
     sp->logits_host = (float*)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
+    sp->scratch = (float*)mallocCheck(2 * (size_t)c.padded_vocab_size * sizeof(float));
+    sp->temperature = 1.0f;
+    sp->top_k = 0;
 }
 
 static void sampler_free(Sampler* sp) {
@@ -126,6 +161,7 @@ static void sampler_free(Sampler* sp) {
     free(sp->cache_of);
     device_free(sp->mem);
     free(sp->logits_host);
+    free(sp->scratch);
     memset(sp, 0, sizeof(*sp));
 }
 
@@ -198,7 +234,8 @@ static int sampler_generate(Sampler* sp, int* tokens, int len, int max_new, int 
     for (int i = 0; i < max_new && len < c.max_seq_len; i++) {
         sampler_forward(sp, tokens[len - 1], len - 1, 1);
         // (every stage draws the coin, so the generator's state is the same on all of them)
-        int next = rng ? sample_softmax(sp->logits_host, c.vocab_size, rng_f32(rng)) : sample_argmax(sp->logits_host, c.vocab_size);
+        int next = rng ? sample_next(sp->logits_host, c.vocab_size, sp->temperature, sp->top_k, rng_f32(rng), sp->scratch)
+                       : sample_argmax(sp->logits_host, c.vocab_size);
         next = sampler_pp_token(sp, next);
         next = sp->hooks->agree_token(sp->hooks->ctx, next);
         tokens[len++] = next;

@@ -62,6 +62,10 @@ typedef struct {
     float peak_tflops;          // the MFU's peak TFLOP/s of one process's device; 0 = measured at start-up (llm/train/mfu.h)
     float beta1, beta2, eps;    // AdamW's; NAN when not given: the defaults (ADAMW_DEFAULT_*), or a resumed run's own
     int print_every;            // the step line every N steps (and the first, the last, and those with news)
+    int generate;               // > 0: generation mode (train_gpt.cu's generate): this many tokens after the prompt, no training
+    const char* prompt_tokens;  // generation's prompt: "id,id,..." or a file of ids; NULL: <|endoftext|> alone
+    float temperature;          // the draws of samples and generation (llm/model/sampler.h sample_next): 0 greedy
+    int sample_top_k;           // draws among the top k logits; 0: all
 } Args;
 
 // AdamW's hyperparameters when no flag gives them (llm.c's CUDA trainer's; its CPU trainer uses beta2 0.999).
@@ -122,6 +126,10 @@ static const FlagDoc FLAGS[] = {
     {"--sample-every", 's', FLAG_INT, A_(sample_every), 0, BIG, NULL, "print a sample every N steps, 0 = never (default 20)"},
     {"--print-every", 0, FLAG_INT, A_(print_every), 1, BIG, NULL, "print the step line every N steps (and the first, the last, and those with a val loss or a skip) (default 1)"},
     {"--sample-len", 'g', FLAG_INT, A_(sample_len), 1, 1 << 24, NULL, "tokens per sample (default 64)"},
+    {"--generate", 0, FLAG_INT, A_(generate), 0, 1 << 24, NULL, "generation mode: print the --model's continuation of --prompt-tokens, this many new tokens (at most to maxT), and exit; no training, no data (default 0: train)"},
+    {"--prompt-tokens", 0, FLAG_STRING, A_(prompt_tokens), 0, 0, NULL, "with --generate: the prompt's token ids, \"id,id,...\" or a file of ids (scripts/prompt.py encodes text) (default <|endoftext|>)"},
+    {"--temperature", 0, FLAG_FLOAT, A_(temperature), 0, 100, NULL, "samples and --generate: draw from softmax(logits / temperature), 0 = greedy (the argmax) (default 1.0)"},
+    {"--sample-top-k", 0, FLAG_INT, A_(sample_top_k), 0, BIG, NULL, "samples and --generate: draw among the k most likely tokens, 0 = all (default 0)"},
     {"--checkpoint-every", 'n', FLAG_INT, A_(checkpoint_every), 0, BIG, NULL, "save model and resumable state every N steps and at the end, 0 = never (default 0)"},
     {"--checkpoint-format", 0, FLAG_CHOICE, A_(checkpoint_format), 0, 0, "gathered|sharded|both",
      "gathered (model_<step>.bin + state_<step>.bin), sharded (ckpt_<step>/: a shard per rank + manifest) or both (default gathered)"},
@@ -289,6 +297,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->max_memory = 0.0f;
     a->beta1 = a->beta2 = a->eps = NAN;
     a->print_every = 1;
+    a->generate = 0; a->prompt_tokens = NULL; a->temperature = 1.0f; a->sample_top_k = 0;
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -314,6 +323,14 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
     if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
     if (a->trace && a->trace[0] == '\0') a->trace = NULL;
+    if (a->prompt_tokens && a->generate == 0) fatal("--prompt-tokens: expected with --generate N (the tokens to print after it), found no --generate");
+    if (a->generate > 0) {
+        // generation reads no data and decodes one position at a time: the smallest batch any layout takes (one
+        // sequence of 2 cp tokens, one micro-batch), the layers split as 1F1B splits them (the split moves no token)
+        a->train_data = a->val_data = NULL;
+        a->B = 1; a->T = 2 * a->cp; a->total_batch = -1;
+        a->schedule = "1f1b"; a->vpp = 1; a->sequence_parallel = 0;
+    }
 }
 
 // The default data (DEFAULT_DATA_DIR) is made by dev/data/shakespeare.py, not shipped: when --train-data or
