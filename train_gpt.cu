@@ -381,7 +381,6 @@ static int generate(Trainer* tr) {
     const Args* a = &tr->args;
     GPTConfig c = tr->cfg;
     tr->have_tok = a->tokenizer && tokenizer_init_if_found(&tr->tok, a->tokenizer, 0, "");
-    if (a->tokenizer && !tr->have_tok && tr->rank0) fprintf(stderr, "generate: tokenizer %s not found: printing token ids\n", a->tokenizer);
     tr->eot = tr->have_tok ? (int)tr->tok.eot_token : 50256;
     int* tokens = (int*)mallocCheck((size_t)c.max_seq_len * sizeof(int));  // (maxT)
     int len = 0;
@@ -402,6 +401,7 @@ static int generate(Trainer* tr) {
         fprintf(stderr, "generate: %d prompt tokens + %d new (temperature %g, sample-top-k %d, seed %d)%s\n", prompt_len,
                 len - prompt_len, a->temperature, a->sample_top_k, a->seed,
                 len - prompt_len < a->generate ? ": stopped at the model's context length maxT" : "");
+        if (a->tokenizer && !tr->have_tok) fprintf(stderr, "generate: tokenizer %s not found: printing token ids\n", a->tokenizer);
         generate_print(tr->have_tok ? &tr->tok : NULL, tokens, len, tr->eot);
     }
     free(tokens);

@@ -127,6 +127,9 @@ run first_hour bash test/test_first_hour.sh
 # Hugging Face in and out (scripts/export_hf.py, import_hf.py): round trips byte for byte, a numpy GPT-2 forward of the
 # export = the trainer's val loss, GPT-2's released layout, BF16, the trainer continuing from an import, bad inputs
 run hf bash test/test_hf.sh
+# a prompt in, text out (--generate, scripts/prompt.py): greedy = a float64 numpy GPT-2 run token by token, seeds,
+# top-k and temperature, tp / pp / cp = one process, bad inputs, the script's text round trip (addition's and GPT-2's tokenizers)
+run prompt bash test/test_prompt.sh
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
