@@ -4,6 +4,7 @@
 #   make train_gpt            CUDA build (nvcc, cuBLASLt, NCCL, MPI); PRECISION=BF16 (default), FP16 or FP32
 #   make train                the embedded default run: synthetic addition data, train, evaluate, plot
 #   make shakespeare          real text: Shakespeare in GPT-2's tokens, ~10 minutes of training on the CPU, samples, plot
+#   make prompt PROMPT="ROMEO:"  then the trained model's continuation of a prompt (scripts/prompt.py)
 #   make test                 every test (see test/run_tests.sh)
 #   make deps                 what make train and make test need, installed if missing (scripts/deps.sh; both run it first)
 #   make bench-cpu            CPU step-time benchmark (bench-recompute, bench-tp, bench-fp8: see test/test.mk)
@@ -134,7 +135,7 @@ NVCC_LIBS := -lcublasLt -lcublas $(CUDA_COMM_LIBS)
 
 LLM_HEADERS := $(wildcard llm/*/*.h llm/*/*.cuh)
 
-.PHONY: all train shakespeare test bench-cpu clean fixtures deps
+.PHONY: all train shakespeare prompt test bench-cpu clean fixtures deps
 
 # what `make train` and `make test` need (scripts/deps.sh: compiler, OpenBLAS, Open MPI, Python packages),
 # installed if missing before anything is built, or one line saying what to install; checked once per goal
@@ -229,6 +230,14 @@ shakespeare-run: train_gpt_cpu $(SHK_DATA)/shakespeare_train.bin
 	$(PYTHON) scripts/plot_logs.py --out $(SHK_OUT)/loss.png --title "Shakespeare, GPT-2 tokens, d4 C=128" shakespeare=$(SHK_OUT)/log.jsonl
 	@echo "loss plot: $(SHK_OUT)/loss.png"
 	@[ "$(SHK_STEPS)" != 500 ] || echo "expected after 500 steps: a val loss of 5.0 to 5.3 (5.136 on this project's 2-core VM), samples with the works' names, verse and prose"
+
+# a prompt in, text out: the model make shakespeare saved at its last step continues PROMPT (scripts/prompt.py: GPT-2's
+# encoding, the trainer's --generate); PROMPT_FLAGS (appended) e.g. --temperature 0.8 --sample-top-k 40 --seed 7 --tokens 100
+PROMPT ?= ROMEO:
+PROMPT_FLAGS ?=
+prompt: train_gpt_cpu
+	@ck=$(SHK_OUT)/model_$$(printf %08d $(SHK_STEPS)).bin; [ -f "$$ck" ] || { echo "error: make prompt: $$ck not found: make shakespeare first (or SHK_OUT, SHK_STEPS)" >&2; exit 1; }; \
+	$(PYTHON) scripts/prompt.py --model "$$ck" --tokenizer $(SHK_DATA)/gpt2_tokenizer.bin $(PROMPT_FLAGS) "$(PROMPT)"
 
 # regenerate the committed PyTorch fixture of test/test_gpt.cu (needs torch: dev/reference/requirements.txt)
 fixtures:

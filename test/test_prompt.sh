@@ -96,8 +96,8 @@ refused() {  # WHAT SUBSTRING ARGS...
 }
 long=$(seq 1 64 | tr '\n' ',')
 refused "a missing checkpoint" "$tmp/none.bin" --model "$tmp/none.bin" --generate 5 --temperature 0
-refused "a prompt of 64 tokens at maxT 64" "found 64" --model "$ck" --generate 5 --prompt-tokens "$long"
-refused "token id 257 at V 257" "[0, 257)" --model "$ck" --generate 5 --prompt-tokens 256,257
+refused "a prompt of 64 tokens at maxT 64" "--prompt-tokens: expected at most maxT - 1 = 63 tokens" --model "$ck" --generate 5 --prompt-tokens "$long"
+refused "token id 257 at V 257" "--prompt-tokens: expected token ids in [0, 257)" --model "$ck" --generate 5 --prompt-tokens 256,257
 refused "a prompt that is not ids" "--prompt-tokens" --model "$ck" --generate 5 --prompt-tokens 12,x3
 refused "a missing prompt file" "$tmp/prompt.txt" --model "$ck" --generate 5 --prompt-tokens "$tmp/prompt.txt"
 refused "--temperature -1" "--temperature" --model "$ck" --generate 5 --temperature -1
