@@ -26,6 +26,8 @@ checkpoint by offsets written out from docs/formats.md.
                                 forward above for each new token (no KV cache), the argmax of the last position's
                                 logits over the V real tokens appended, N times (test/test_prompt.sh). Prints the N ids,
                                 then the smallest gap between the best and the second-best logit seen
+  ranks CKPT P ID,ID,...        for each id after the first P of the sequence, its rank among the logits the float64
+                                forward of the ids before it gives (0: the most likely); prints the largest rank
   bf16check CKPT5 HFDIR         HFDIR holds BF16 tensors whose bits are the checkpoint's, transposed as they should
 """
 import json
@@ -266,6 +268,11 @@ def main():
             seq.append(new[-1])
         print(" ".join(map(str, new)))
         print("%.3g" % gap)
+    elif cmd == "ranks":
+        cfg, p = load_llmc(args[0])
+        seq, P = [int(x) for x in args[2].split(",")], int(args[1])
+        logits = forward_logits(cfg, p, np.array([seq[:-1]]))[0]  # causal: position i's logits predict seq[i + 1]
+        print(max(int((logits[i - 1] > logits[i - 1][seq[i]]).sum()) for i in range(P, len(seq))))
     elif cmd == "bf16check":
         data = open(args[0], "rb").read()
         maxT, V, L, NH, C, Vp = struct.unpack("<6i", data[8:32])

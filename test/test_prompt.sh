@@ -6,8 +6,8 @@
 #      cache, the tensors read at docs/formats.md's offsets), every token; the smallest gap between the two best logits
 #      on the way is printed (FP32 against float64 moves logits ~1e-6 here);
 #  (b) sampling at temperature 1: the same seed gives the same tokens twice, another seed others; --sample-top-k 1
-#      and --temperature 0.001 give the greedy tokens (the reference's gaps above make that certain), and temperature
-#      100 does not;
+#      at temperature 100 (a near-uniform draw over what top-k keeps) and --temperature 0.001 (the reference's gaps
+#      above make that certain) give the greedy tokens, while temperature 100 alone and with --sample-top-k 2 do not;
 #  (c) greedy decoding under --tp 2, --pp 2 and --cp 2 (mpirun -np 2) = one process's;
 #  (d) bad inputs: a missing checkpoint, a prompt longer than maxT - 1, a token id outside the vocabulary, not a
 #      number, a missing prompt file, --temperature and --sample-top-k out of range, --prompt-tokens without
@@ -71,12 +71,18 @@ s1b=$(gen s1b --generate 40 --prompt-tokens "$P1" --seed 1 --tokenizer "" | ids 
 s2=$(gen s2 --generate 40 --prompt-tokens "$P1" --seed 2 --tokenizer "" | ids 7)
 [ -n "$s1" ] && [ "$s1" = "$s1b" ] && ok "temperature 1, seed 1 twice: the same 40 tokens" || bad "seed 1 twice: [$s1] vs [$s1b]"
 [ -n "$s2" ] && [ "$s1" != "$s2" ] && ok "seed 2 draws other tokens than seed 1" || bad "seeds 1 and 2: the same [$s1]"
-k1=$(gen k1 --generate 20 --prompt-tokens "$P1" --seed 3 --sample-top-k 1 --tokenizer "" | ids 7)
-[ "$k1" = "${greedy[$P1]}" ] && ok "--sample-top-k 1 at temperature 1: the greedy tokens" || bad "--sample-top-k 1: [$k1] vs greedy [${greedy[$P1]}]"
 t0=$(gen t0 --generate 20 --prompt-tokens "$P1" --seed 3 --temperature 0.001 --tokenizer "" | ids 7)
 [ "$t0" = "${greedy[$P1]}" ] && ok "--temperature 0.001: the greedy tokens" || bad "--temperature 0.001: [$t0] vs greedy [${greedy[$P1]}]"
 hot=$(gen hot --generate 20 --prompt-tokens "$P1" --seed 3 --temperature 100 --tokenizer "" | ids 7)
 [ -n "$hot" ] && [ "$hot" != "${greedy[$P1]}" ] && ok "--temperature 100: not the greedy tokens ($hot)" || bad "--temperature 100: [$hot]"
+k1=$(gen k1 --generate 20 --prompt-tokens "$P1" --seed 3 --sample-top-k 1 --temperature 100 --tokenizer "" | ids 7)
+[ "$k1" = "${greedy[$P1]}" ] && ok "--sample-top-k 1 at temperature 100: the greedy tokens" || bad "--sample-top-k 1 --temperature 100: [$k1] vs greedy [${greedy[$P1]}]"
+k2=$(gen k2 --generate 20 --prompt-tokens "$P1" --seed 3 --sample-top-k 2 --temperature 100 --tokenizer "" | ids 7)
+r2=$(python3 test/hf_check.py ranks "$ck" 7 "$P1,${k2// /,}")
+rhot=$(python3 test/hf_check.py ranks "$ck" 7 "$P1,${hot// /,}")
+[ -n "$k2" ] && [ "$k2" != "${greedy[$P1]}" ] && [ "$r2" = 1 ] && [ "${rhot:-0}" -ge 2 ] &&
+    ok "--sample-top-k 2 at temperature 100: not the greedy tokens, and each the reference's first or second ($k2; temperature 100 alone drew one of rank $rhot)" ||
+    bad "--sample-top-k 2 --temperature 100: [$k2], the largest reference rank $r2 (expected 1; temperature 100 alone: $rhot)"
 
 # (c) layouts
 for lay in "--tp 2" "--pp 2" "--cp 2"; do
