@@ -886,10 +886,10 @@ MUTATIONS = [
       "        int next = rng ? sample_next(sp->logits_host, c.padded_vocab_size, sp->temperature, sp->top_k, rng_f32(rng), sp->scratch)",
       "sampling draws from the padded vocabulary (token ids >= V possible)",
       "sampler"),
-    M("s-topk-one-more", "sampler", "llm/model/sampler.h",
-      "        thr = sorted[top_k - 1];  // the k-th largest",
-      "        thr = sorted[top_k];  // the k-th largest",
-      "sample_next's top-k threshold is the (k+1)-th largest logit: k + 1 tokens drawn from",
+    M("s-topk-ascending", "sampler", "llm/model/sampler.h",
+      "    return (x < y) - (x > y);",
+      "    return (x > y) - (x < y);",
+      "sample_next sorts the logits ascending: its threshold is the k-th smallest, and top-k keeps all but k - 1 tokens",
       "prompt"),
     M("s-temperature-times", "sampler", "llm/model/sampler.h",
       "        kept[i] = keep ? logits[i] / temperature : -INFINITY;",
@@ -2035,6 +2035,11 @@ MUTATIONS = [
       "    usage_if_help(argc, argv, USAGE);",
       "test_ops_grad takes an unknown flag as its seed (strtoull: 0) and runs the whole test",
       "help"),
+    M("h-schedule-text-copied", "help", "test/test_schedule.cu",
+      "    usage_args(argc, argv, USAGE);",
+      '    (void)USAGE; usage_args(argc, argv, "(no arguments)\\n" "Tests generation (llm/model/sampler.h): the KV-cache forward against the full forward, its cost, greedy\\n" "decoding, sampling by a chi-square test, and decoding through FP8 linears.\\n");',
+      "test_schedule's --help prints test_sampler's text (copied, not its own)",
+      "help"),
     # --- generation mode: a prompt in, text out (train_gpt.cu's generate, llm/train/generate.h, scripts/prompt.py) ---
     M("g-topk-not-passed", "generate", "train_gpt.cu",
       "    tr->sampler.top_k = a->sample_top_k;",
@@ -2066,11 +2071,6 @@ MUTATIONS = [
       "    ids = ids  # as every document starts",
       "prompt.py sends the text's ids without the <|endoftext|> every training document starts with",
       "prompt"),
-    M("h-schedule-text-copied", "help", "test/test_schedule.cu",
-      "    usage_args(argc, argv, USAGE);",
-      '    (void)USAGE; usage_args(argc, argv, "(no arguments)\\n" "Tests generation (llm/model/sampler.h): the KV-cache forward against the full forward, its cost, greedy\\n" "decoding, sampling by a chi-square test, and decoding through FP8 linears.\\n");',
-      "test_schedule's --help prints test_sampler's text (copied, not its own)",
-      "help"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
