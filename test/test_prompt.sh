@@ -8,7 +8,8 @@
 #  (b) sampling at temperature 1: the same seed gives the same tokens twice, another seed others; --sample-top-k 1
 #      at temperature 100 (a near-uniform draw over what top-k keeps) and --temperature 0.001 (the reference's gaps
 #      above make that certain) give the greedy tokens, while temperature 100 alone and with --sample-top-k 2 do not;
-#  (c) greedy decoding under --tp 2, --pp 2 and --cp 2 (mpirun -np 2) = one process's;
+#  (c) greedy decoding under --tp 2, --pp 2, --cp 2 and --zero 3 (dp 2) (mpirun -np 2) = one process's, and sampling
+#      at seed 1 under --zero 3 too;
 #  (d) bad inputs: a missing checkpoint, a prompt longer than maxT - 1, a token id outside the vocabulary, not a
 #      number, a missing prompt file, --temperature and --sample-top-k out of range, --prompt-tokens without
 #      --generate: one line "error: ..." naming the flag or file, exit 1; no run writes anything (--output-dir stays
@@ -85,11 +86,13 @@ rhot=$(python3 test/hf_check.py ranks "$ck" 7 "$P1,${hot// /,}")
     bad "--sample-top-k 2 --temperature 100: [$k2], the largest reference rank $r2 (expected 1; temperature 100 alone: $rhot)"
 
 # (c) layouts
-for lay in "--tp 2" "--pp 2" "--cp 2"; do
+for lay in "--tp 2" "--pp 2" "--cp 2" "--zero 3"; do
     # shellcheck disable=SC2086
     got=$(genmpi "lay${lay// /}" --generate 20 --prompt-tokens "$P1" --temperature 0 --tokenizer "" $lay | ids 7)
     [ "$got" = "${greedy[$P1]}" ] && ok "greedy under $lay (2 processes) = one process's" || bad "greedy under $lay: [$got] vs [${greedy[$P1]}]"
 done
+z1=$(genmpi z1 --generate 40 --prompt-tokens "$P1" --seed 1 --tokenizer "" --zero 3 | ids 7)
+[ "$z1" = "$s1" ] && ok "sampling at seed 1 under --zero 3 (dp 2, the token agreed over the ranks) = one process's" || bad "seed 1 under --zero 3: [$z1] vs [$s1]"
 
 # (d) bad inputs
 refused() {  # WHAT SUBSTRING ARGS...
