@@ -12,7 +12,8 @@
 #      at seed 1 under --zero 3 too;
 #  (d) bad inputs: a missing checkpoint, a prompt longer than maxT - 1, a token id outside the vocabulary, not a
 #      number, a missing prompt file, --temperature and --sample-top-k out of range, --prompt-tokens without
-#      --generate: one line "error: ..." naming the flag or file, exit 1; no run writes anything (--output-dir stays
+#      --generate, no prompt and no tokenizer for its <|endoftext|>: one line "error: ..." naming the flag or file, exit 1
+#      (and no prompt is the tokenizer's <|endoftext|> alone); no run writes anything (--output-dir stays
 #      absent);
 #  (e) scripts/prompt.py with the addition data's character-level tokenizer: "12+34=" encoded (greedy longest match:
 #      <|endoftext|> then one id per character), generated and decoded: its text starts with the prompt and is the
@@ -113,6 +114,10 @@ refused "--temperature -1" "--temperature" --model "$ck" --generate 5 --temperat
 refused "--temperature abc" "--temperature" --model "$ck" --generate 5 --temperature abc
 refused "--sample-top-k -1" "--sample-top-k" --model "$ck" --generate 5 --sample-top-k -1
 refused "--prompt-tokens without --generate" "--generate" --model "$ck" --prompt-tokens 256
+refused "no prompt and no tokenizer at V 257" "--prompt-tokens: none given, and the end-of-text token 50256" --model "$ck" --generate 5 --tokenizer ""
+d0=$(gen dflt --generate 20 --temperature 0 --tokenizer "$tokf")
+d1=$(gen d256 --generate 20 --temperature 0 --prompt-tokens 256 --tokenizer "$tokf")
+[ -n "$d0" ] && [ "$d0" = "$d1" ] && ok "no --prompt-tokens: the tokenizer's <|endoftext|> alone starts the text" || bad "no --prompt-tokens: [$d0] vs [$d1]"
 echo "256 49, 50" > "$tmp/prompt_ok.txt"
 f=$(gen pfile --generate 3 --prompt-tokens "$tmp/prompt_ok.txt" --temperature 0 --tokenizer "" | ids 0 | cut -d' ' -f1-3)
 [ "$f" = "256 49 50" ] && ok "--prompt-tokens FILE: its ids (\"256 49, 50\")" || bad "--prompt-tokens FILE: [$f]"
