@@ -29,7 +29,7 @@ why the step is bound by its products: docs/training.md.
 #include "llm/core/rand.h"
 #include "llm/train/args.h"
 #include "llm/comm/comm.h"
-#include "llm/model/tensors.h"
+#include "llm/model/units.h"
 #include "llm/model/stage.h"
 #include "llm/parallel/dp.h"
 #include "llm/parallel/dp_step.h"

@@ -48,7 +48,7 @@
 #include "../llm/core/common.h"
 #include "../llm/core/context.h"
 #include "../llm/comm/comm.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"
@@ -493,6 +493,7 @@ int main(int argc, char** argv) {
         for (int t = 0; t < NUM_TENSORS; t++) {
             const float* v = pi + li.ckpt_offset[t];
             size_t m = tensor_size(ci, t), used = m;
+            if (m == 0) continue;  // a moe tensor (router, experts): a dense model has none
             if (t == T_WTE) {  // the padded rows: exactly 0, and left out of the statistics
                 for (size_t i = (size_t)ci.vocab_size * ci.channels; i < m; i++) bad += v[i] != 0.0f;
                 used = (size_t)ci.vocab_size * ci.channels;

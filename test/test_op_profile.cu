@@ -17,7 +17,7 @@
 #include "../llm/core/rand.h"
 #include "../llm/core/device.h"
 #include "../llm/comm/comm.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"

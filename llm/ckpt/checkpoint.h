@@ -9,7 +9,7 @@
 #pragma once
 #include <unistd.h>
 #include "../core/common.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "../train/dataloader.h"
 #include "../core/atomic_file.h"
 
