@@ -77,7 +77,7 @@ static void logger_write_line(Logger* lg, const char* line) {
 // "loss z-score 9.1 > 4", ...), a JSON string; NULL: applied, the key is left out.
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
                             float grad_norm, float ms, float tokens_per_s, float mfu = NAN, float comm_wait_ms = NAN,
-                            float loss_scale = NAN, const char* skipped = NULL) {
+                            float loss_scale = NAN, const char* skipped = NULL, float aux_loss = NAN, float z_loss = NAN) {
     if (lg->f == NULL) { return; }
     char line[512];
     snprintf(line, sizeof(line), "{\"step\": %d", step);
@@ -90,6 +90,8 @@ static void logger_log_step(Logger* lg, int step, float train_loss, float val_lo
     if (!isnan(mfu)) logger_append_float(line, sizeof(line), "mfu", mfu);
     if (!isnan(comm_wait_ms)) { logger_append_float(line, sizeof(line), "comm_wait_ms", comm_wait_ms); }
     if (!isnan(loss_scale)) logger_append_float(line, sizeof(line), "loss_scale", loss_scale);
+    if (!isnan(aux_loss)) logger_append_float(line, sizeof(line), "aux_loss", aux_loss);
+    if (!isnan(z_loss)) logger_append_float(line, sizeof(line), "z_loss", z_loss);
     if (skipped != NULL) {  // (the reasons hold no quote or backslash)
         size_t n = strlen(line);
         snprintf(line + n, sizeof(line) - n, ", \"skipped\": \"%s\"", skipped);
