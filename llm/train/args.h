@@ -347,6 +347,13 @@ static void args_check_default_data(const Args* a) {
 // parallelism (each tp rank would route only its tokens: the experts' gradients would need a sum over tp),
 // context parallelism and FP8 (the experts' linears are not FP8 ones yet).
 static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n) {
+    // --expert-bias-rate (aux-loss-free balancing, docs/moe.md): parsed and documented, but the per-layer bias, its
+    // update after each optimizer step (counts all-reduced over dp) and its place in the run state are not
+    // implemented yet; refused rather than silently ignored
+    if (a->expert_bias_rate > 0.0f) {
+        snprintf(err, n, "--expert-bias-rate %g: not implemented yet (expected 0)", a->expert_bias_rate);
+        return 1;
+    }
     if (E == 0) {
         if (a->top_k) snprintf(err, n, "--top-k %d: expected --experts > 0, found --experts 0", a->top_k);
         return err[0] != '\0';
