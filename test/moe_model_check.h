@@ -14,6 +14,9 @@
 // each perturbed forward must route exactly as the unperturbed one (experts and kept rows identical), else
 // the check fails: it compares smooth pieces only.
 //
+// Then the split backward's checks (test/split_backward_check.h: B then W = the unsplit backward, bit for bit)
+// on a moe model (layer 0 moe, layer 1 dense).
+//
 // Per tensor: a random unit direction v over its values; the analytic directional derivative g . v
 // against (loss(p + h v) - loss(p - h v)) / 2h with h = 1e-2 (quartered, at most 3 times, while a perturbed
 // forward routes differently); |fd - g.v| <= 2e-3 + 1e-2 |g.v| (FP32 forwards: the loss's rounding ~1e-6
@@ -197,7 +200,28 @@ static void moe_model_case(SplitVerdict verdict, Comm* comm, int K, float F, int
     dp_free(&m.dp);
 }
 
+// the split backward (test/split_backward_check.h) on a moe model: K = 2, capacity factor 1 (drops), layer 0
+// moe, layer 1 dense (moe_every 2), so both kinds of block are split
+static void moe_model_split_checks(SplitVerdict verdict, Comm* comm) {
+    GPTConfig c = {16, 64, 128, 2, 2, 16, 4, 2, 2};
+    int B = 2, T = 8, BT = B * T;
+    DataParallel dp;
+    dp_init(&dp, comm, c, NULL);
+    float* p = (float*)mallocCheck(dp.lay.num_parameters * sizeof(float));
+    init_parameters(c, 11u, p);
+    dp_import_params(&dp, p, 0);
+    int* x2 = (int*)mallocCheck(2 * (size_t)BT * sizeof(int));
+    int* y2 = (int*)mallocCheck(2 * (size_t)BT * sizeof(int));
+    Rng rng;
+    rng_init(&rng, 99u);
+    for (int i = 0; i < 2 * BT; i++) { x2[i] = (int)(rng_u64(&rng) % 64u); y2[i] = (int)(rng_u64(&rng) % 64u); }
+    split_backward_checks(verdict, "moe model split backward", &dp, tp_group(comm, 0), x2, y2, B, T);
+    free(x2); free(y2); free(p);
+    dp_free(&dp);
+}
+
 static void moe_model_checks(SplitVerdict verdict, Comm* comm) {
+    moe_model_split_checks(verdict, comm);
     moe_model_case(verdict, comm, 1, 0.0f, 1);
     moe_model_case(verdict, comm, 2, 0.0f, 1);
     moe_model_case(verdict, comm, 1, 1.0f, 1);
