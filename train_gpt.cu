@@ -61,9 +61,52 @@ why the step is bound by its products: docs/training.md.
 // llm/train/progress.h, whose step line prints it.)
 // A moe model's aux and z losses of this step (r->aux, r->z: the mean over the micro-batches of their sums over
 // the moe layers, summed over the pipeline's stages and averaged over the dp ranks, as the loss) added to r->loss;
-// NaN for a dense model. The routed and dropped counts stay in the stages for the log (moe_take_counts).
+// NaN for a dense model. And r->moe_log: the step's routed and dropped assignments per moe layer and expert,
+// summed over the micro-batches, the pp stages and the dp ranks (not over tp: every tp rank routes the same
+// tokens), as log.jsonl keys: "moe_layers": [l, ...], "moe_routed" and "moe_dropped": one list of E per moe layer.
+// (FP32 sums: exact below 2^24 assignments per step and expert.)
+static char* moe_log_buf = NULL;  // r->moe_log's text (one step at a time)
+
+static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
+    GPTConfig c = pipe->cfg;
+    int L = c.num_layers, E = c.num_experts;
+    size_t n = (size_t)L * 2 * E;
+    float* f = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = (float)pipe->moe_counts[i];
+    memset(pipe->moe_counts, 0, n * sizeof(long long));
+    if (dp->size > 1 || pipe->pp_size > 1) {
+        copy_to_device(pipe->moe_counts_dev, f, n * sizeof(float));
+        if (dp->size > 1) comm_all_reduce(dp->comm, GROUP_DP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
+        if (pipe->pp_size > 1) comm_all_reduce(dp->comm, GROUP_PP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
+        copy_to_host(f, pipe->moe_counts_dev, n * sizeof(float));
+    }
+    size_t cap = 64 + (size_t)L * 8 + n * 14;
+    if (moe_log_buf == NULL) moe_log_buf = (char*)mallocCheck(cap);
+    char* b = moe_log_buf;
+    size_t k = (size_t)snprintf(b, cap, ", \"moe_layers\": [");
+    for (int l = 0, first = 1; l < L; l++) {
+        if (layer_is_moe(c, l)) { k += (size_t)snprintf(b + k, cap - k, "%s%d", first ? "" : ", ", l); first = 0; }
+    }
+    for (int d = 0; d < 2; d++) {
+        k += (size_t)snprintf(b + k, cap - k, "], \"%s\": [", d == 0 ? "moe_routed" : "moe_dropped");
+        for (int l = 0, first = 1; l < L; l++) {
+            if (!layer_is_moe(c, l)) continue;
+            k += (size_t)snprintf(b + k, cap - k, "%s[", first ? "" : ", ");
+            first = 0;
+            for (int e = 0; e < E; e++) {
+                k += (size_t)snprintf(b + k, cap - k, "%s%.0f", e ? ", " : "", f[((size_t)l * 2 + d) * E + e]);
+            }
+            k += (size_t)snprintf(b + k, cap - k, "]");
+        }
+    }
+    snprintf(b + k, cap - k, "]");
+    r->moe_log = b;
+    free(f);
+}
+
 static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
     r->aux = r->z = NAN;
+    r->moe_log = NULL;
     if (pipe->cfg.num_experts == 0) return;
     double sum[2] = {0.0, 0.0}, one[2];
     for (int c = 0; c < pipe->vpp; c++) {
@@ -80,6 +123,7 @@ static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
     r->aux = dp_mean(dp, v[0]);
     r->z = dp_mean(dp, v[1]);
     r->loss += r->aux + r->z;
+    moe_step_counts(pipe, dp, r);
 }
 
 static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,

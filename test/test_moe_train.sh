@@ -15,6 +15,8 @@
 #     test_ddp_zero.sh / test_pp.sh (4e-6 relative losses, 1e-5 absolute parameters), checked by their
 #     test/ddp_zero_check.py compare. Every run has capacity drops (--capacity-factor 1): each expert keeps at
 #     most ceil(F K N / E) of a micro-batch's assignments, N the micro-batch's tokens, the same in every layout.
+#     log.jsonl's routed and dropped counts per moe layer and expert: the routed sum to the step's tokens x K, and
+#     at step 1 (the same parameters everywhere) every layout's counts are one process's.
 #  3. Checkpoints: a run resumed from its step-2 state gives the same final model and state bytes as the
 #     uninterrupted run; a dp 2 ZeRO-1 state resumed in one process matches the dp 2 run (4e-6, 1e-5).
 #  4. Bad flags and refused combinations: one line each naming the flag, exit 1, no output directory.
@@ -76,6 +78,25 @@ for s in 1f1b zb-h1; do
 done
 train tp2 2 "$CPU" --tp 2 --total-batch 256 &&
     check compare "tp 2 (experts replicated) vs 1 process, 2 micro-batches" "$tmp/tp2" "$tmp/one_256" 4e-6 1e-5
+
+# the routed and dropped counts in log.jsonl: per moe layer, the routed sum to the step's tokens x K, some dropped
+# (capacity factor 1), and step 1 (the same parameters everywhere) the same counts in every layout as in one process
+python3 - "$tmp" > "$tmp/counts.out" <<'EOF'
+import json, os, sys
+tmp = sys.argv[1]
+def steps(run):
+    return [json.loads(l) for l in open(os.path.join(tmp, run, "log.jsonl")) if '"train_loss"' in l]
+for run, ref, tokens in (("dp2_z0", "one_256", 256), ("dp2_z3", "one_256", 256), ("pp2_1f1b", "one_512", 512),
+                         ("pp2_zb-h1", "one_512", 512), ("tp2", "one_256", 256)):
+    a, b = steps(run), steps(ref)
+    sums_ok = all(o["moe_layers"] == [0, 1] and all(sum(r) == tokens * 2 for r in o["moe_routed"]) for o in a)
+    dropped = sum(sum(d) for o in a for d in o["moe_dropped"])
+    same = a[0]["moe_routed"] == b[0]["moe_routed"] and a[0]["moe_dropped"] == b[0]["moe_dropped"]
+    print("%s %s: log.jsonl's per-layer routed counts sum to %d tokens x K = 2 every step: %s; %d dropped over %d steps; step 1's "
+          "routed %s and dropped %s = one process's: %s" % ("ok  " if sums_ok and dropped > 0 and same else "FAIL", run, tokens,
+          sums_ok, dropped, len(a), a[0]["moe_routed"], a[0]["moe_dropped"], same))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/counts.out"
 
 # 3. checkpoints
 train res_one 0 "$CPU" --total-batch 256 --resume "$tmp/one_256/state_00000002.bin" &&

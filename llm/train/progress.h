@@ -81,6 +81,7 @@ static void progress_summary(const Progress* p, const char* log_path, const char
 typedef struct {
     float loss, norm, lr, scale;  // the loss averaged over the ranks, the gradient norm, the lr and loss scale used
     float aux, z;                 // a moe model: the load-balancing and z losses in `loss` (NaN: dense)
+    const char* moe_log;          // a moe model: the step's routed and dropped counts as log.jsonl keys, or NULL
     const char* skipped;          // why the update was skipped, or NULL
 } StepResult;
 
@@ -105,5 +106,5 @@ static void progress_step_line(Progress* pg, Logger* lg, int rank0, int step, in
         printf("\n");
     }
     logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)mfu, (float)wait, scaled ? r->scale : NAN,
-                    r->skipped, r->aux, r->z);
+                    r->skipped, r->aux, r->z, r->moe_log);
 }
