@@ -3,7 +3,7 @@
 # against one process, on a tiny model (d2, C=32, NH=4, maxT=64, V=257, E=4, K=2, every layer a moe layer) on
 # the addition data the other layout tests use. docs/moe.md.
 #
-#   bash test/test_moe_train.sh          (needs ./train_gpt_cpu)
+#   bash test/test_moe_train.sh          (needs ./train_gpt_cpu and build/train_gpt_emu)
 #
 # Checked, one line each:
 #  1. One process trains: the seed file is a moe model file (version 6, E K M in header[8..10]); the train loss
@@ -17,6 +17,7 @@
 #     most ceil(F K N / E) of a micro-batch's assignments, N the micro-batch's tokens, the same in every layout.
 #     log.jsonl's routed and dropped counts per moe layer and expert: the routed sum to the step's tokens x K, and
 #     at step 1 (the same parameters everywhere) every layout's counts are one process's.
+#     The emulated CUDA build (FP32) against the CPU build, one process: 1e-5 (test_emu_vs_cpu.sh's bound).
 #  3. Checkpoints: a run resumed from its step-2 state gives the same final model and state bytes as the
 #     uninterrupted run; a dp 2 ZeRO-1 state resumed in one process matches the dp 2 run (4e-6, 1e-5).
 #  4. Bad flags and refused combinations: one line each naming the flag, exit 1, no output directory.
@@ -27,6 +28,7 @@ set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
 CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
 CHECK="python3 test/ddp_zero_check.py"
 LOG=build/moe_train
 rm -rf "$LOG"; mkdir -p "$LOG"
@@ -97,6 +99,15 @@ for run, ref, tokens in (("dp2_z0", "one_256", 256), ("dp2_z3", "one_256", 256),
           sums_ok, dropped, len(a), a[0]["moe_routed"], a[0]["moe_dropped"], same))
 EOF
 while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/counts.out"
+
+# the emulated CUDA build (FP32, its kernels: the router's, the permutes', cuBLASLt's) against the CPU build, one
+# process, within test_emu_vs_cpu.sh's bound (1e-5)
+if [ -x "$EMU" ]; then
+    train emu_256 0 "$EMU" --total-batch 256 &&
+        check compare "emulated CUDA (FP32) vs CPU, 1 process, 2 micro-batches" "$tmp/emu_256" "$tmp/one_256" 1e-5 1e-5
+else
+    bad "the emulated CUDA build: $EMU not built (make build/train_gpt_emu)"
+fi
 
 # 3. checkpoints
 train res_one 0 "$CPU" --total-batch 256 --resume "$tmp/one_256/state_00000002.bin" &&
