@@ -1,7 +1,8 @@
 // moe_model_check.h: the whole mixture-of-experts model's gradients (llm/model/stage.h running llm/model/moe.h in
 // block.h's MLP place) against central finite differences of the loss the trainer minimises on one micro-batch:
 // the cross-entropy's mean + the moe layers' aux and z losses (with their coefficients). Included by
-// test/test_gpt.cu, run in its FP32 builds (a finite difference needs FP32's resolution).
+// test/test_gpt.cu, run in its FP32 builds (a finite difference needs FP32's resolution; the emulated FP32 build
+// runs the K = 1 cases only, the CPU build all four).
 //
 // Tiny models (L = 2, C = 16, NH = 2, V = 64, B x T = 2 x 8 = 16 tokens, E = 4), four cases: K = 1 and K = 2,
 // each without drops (capacity factor 0) and with drops (a capacity below the tokens' share: some
@@ -223,7 +224,8 @@ static void moe_model_split_checks(SplitVerdict verdict, Comm* comm) {
 static void moe_model_checks(SplitVerdict verdict, Comm* comm) {
     moe_model_split_checks(verdict, comm);
     moe_model_case(verdict, comm, 1, 0.0f, 1);
-    moe_model_case(verdict, comm, 2, 0.0f, 1);
     moe_model_case(verdict, comm, 1, 1.0f, 1);
+    if (LLM_BUILD_EMU) return;  // (the emulated build: K = 1 alone; K = 2's draws away from ties take it minutes)
+    moe_model_case(verdict, comm, 2, 0.0f, 1);
     moe_model_case(verdict, comm, 2, 0.75f, 2);
 }
