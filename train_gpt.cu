@@ -31,7 +31,7 @@ why the step is bound by its products: docs/training.md.
 #include "llm/core/rand.h"
 #include "llm/train/args.h"
 #include "llm/comm/comm.h"
-#include "llm/model/tensors.h"
+#include "llm/model/units.h"
 #include "llm/model/stage.h"
 #include "llm/parallel/dp.h"
 #include "llm/parallel/dp_step.h"
@@ -62,6 +62,73 @@ why the step is bound by its products: docs/training.md.
 // every rank; the health verdict on the loss and norm (llm/faults/health.h: a NaN/inf or a spike skips the
 // update); unscale, clip and AdamW on what this rank owns (llm/parallel/dp_step.h). (StepResult:
 // llm/train/progress.h, whose step line prints it.)
+// A moe model's aux and z losses of this step (r->aux, r->z: the mean over the micro-batches of their sums over
+// the moe layers, summed over the pipeline's stages and averaged over the dp ranks, as the loss) added to r->loss;
+// NaN for a dense model. And r->moe_log: the step's routed and dropped assignments per moe layer and expert,
+// summed over the micro-batches, the pp stages and the dp ranks (not over tp: every tp rank routes the same
+// tokens), as log.jsonl keys: "moe_layers": [l, ...], "moe_routed" and "moe_dropped": one list of E per moe layer.
+// (FP32 sums: exact below 2^24 assignments per step and expert.)
+static char* moe_log_buf = NULL;  // r->moe_log's text (one step at a time)
+
+static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
+    GPTConfig c = pipe->cfg;
+    int L = c.num_layers, E = c.num_experts;
+    size_t n = (size_t)L * 2 * E;
+    float* f = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = (float)pipe->moe_counts[i];
+    memset(pipe->moe_counts, 0, n * sizeof(long long));
+    if (dp->size > 1 || pipe->pp_size > 1) {
+        copy_to_device(pipe->moe_counts_dev, f, n * sizeof(float));
+        if (dp->size > 1) comm_all_reduce(dp->comm, GROUP_DP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
+        if (pipe->pp_size > 1) comm_all_reduce(dp->comm, GROUP_PP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
+        copy_to_host(f, pipe->moe_counts_dev, n * sizeof(float));
+    }
+    size_t cap = 64 + (size_t)L * 8 + n * 14;
+    if (moe_log_buf == NULL) moe_log_buf = (char*)mallocCheck(cap);
+    char* b = moe_log_buf;
+    size_t k = (size_t)snprintf(b, cap, ", \"moe_layers\": [");
+    for (int l = 0, first = 1; l < L; l++) {
+        if (layer_is_moe(c, l)) { k += (size_t)snprintf(b + k, cap - k, "%s%d", first ? "" : ", ", l); first = 0; }
+    }
+    for (int d = 0; d < 2; d++) {
+        k += (size_t)snprintf(b + k, cap - k, "], \"%s\": [", d == 0 ? "moe_routed" : "moe_dropped");
+        for (int l = 0, first = 1; l < L; l++) {
+            if (!layer_is_moe(c, l)) continue;
+            k += (size_t)snprintf(b + k, cap - k, "%s[", first ? "" : ", ");
+            first = 0;
+            for (int e = 0; e < E; e++) {
+                k += (size_t)snprintf(b + k, cap - k, "%s%.0f", e ? ", " : "", f[((size_t)l * 2 + d) * E + e]);
+            }
+            k += (size_t)snprintf(b + k, cap - k, "]");
+        }
+    }
+    snprintf(b + k, cap - k, "]");
+    r->moe_log = b;
+    free(f);
+}
+
+static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
+    r->aux = r->z = NAN;
+    r->moe_log = NULL;
+    if (pipe->cfg.num_experts == 0) return;
+    double sum[2] = {0.0, 0.0}, one[2];
+    for (int c = 0; c < pipe->vpp; c++) {
+        stage_take_moe(&pipe->chunks[c], one, pipe->moe_counts);
+        sum[0] += one[0];
+        sum[1] += one[1];
+    }
+    float v[2] = {(float)(sum[0] / pipe->m), (float)(sum[1] / pipe->m)};
+    if (pipe->pp_size > 1) {
+        copy_to_device(dp->scalars, v, 2 * sizeof(float));
+        comm_all_reduce(dp->comm, GROUP_PP, dp->scalars, dp->scalars, 2, COMM_SUM, llm_ctx.stream);
+        copy_to_host(v, dp->scalars, 2 * sizeof(float));
+    }
+    r->aux = dp_mean(dp, v[0]);
+    r->z = dp_mean(dp, v[1]);
+    r->loss += r->aux + r->z;
+    moe_step_counts(pipe, dp, r);
+}
+
 static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,
                              const OptimConfig* oc, const InjectPlan* faults, const int* inputs, const int* targets,
                              int step, unsigned int seed) {
@@ -76,6 +143,7 @@ static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scale
     pipe_event(pipe, "gradient reductions", "collective", t);  // (the last ones, waited)
     t = wall_ms();
     r.loss = dp_mean(dp, loss);
+    moe_step_losses(pipe, dp, &r);  // a moe model: its aux and z losses join the loss
     r.norm = dp_grad_norm(dp);
     float unscale;
     loss_scaler_unscale(scaler, &r.norm, &unscale);
@@ -141,11 +209,17 @@ static void setup_model(Trainer* tr) {
     const Mesh* mesh = &tr->comm.mesh;
     GPTConfig* cfg = &tr->cfg;
     tr->from_descriptor = gpt_config_from_descriptor(a->model, cfg);
+    if (tr->from_descriptor) {  // the experts are the architecture: a checkpoint's header has its own
+        cfg->num_experts = a->experts;
+        cfg->top_k = a->experts > 0 ? (a->top_k ? a->top_k : 2) : 0;
+        cfg->moe_every = a->experts > 0 ? a->moe_every : 0;
+    }
     if (!tr->from_descriptor) tr->init_params = checkpoint_load(a->model, cfg);
     if (a->T > cfg->max_seq_len) fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg->max_seq_len, a->T);
     tr->grad_accum = (int)(a->total_batch / ((long)a->B * a->T * mesh->dp.size));
-    char err[256];
-    if (tp_layout_error(cfg->num_heads, cfg->padded_vocab_size, cfg->channels, mesh->tp.size, err, sizeof(err)) ||
+    char err[256] = "";
+    if (args_moe_error(a, cfg->num_experts, cfg->top_k, mesh->cp.size, err, sizeof(err)) ||
+        tp_layout_error(cfg->num_heads, cfg->padded_vocab_size, cfg->channels, mesh->tp.size, err, sizeof(err)) ||
         cp_layout_error(a->T, cfg->num_heads / mesh->tp.size, mesh->tp.size, mesh->cp.size, a->cp_impl, err, sizeof(err)) ||
         pipe_layout_error(*cfg, mesh->pp.size, a->vpp, tr->grad_accum, a->schedule, err, sizeof(err)) ||
         fp8_layout_error((Fp8Recipe)a->fp8, cfg->channels, mesh->tp.size, err, sizeof(err))) {
@@ -187,6 +261,7 @@ static void setup_parts(Trainer* tr) {
     free(held);
     pipeline_init(&tr->pipe, comm, &tr->dp, tp_group(comm, a->sequence_parallel), cp_group(comm, a->T, a->cp_impl, a->cp_balance),
                   a->schedule, a->vpp, tr->grad_accum, a->B, a->T, (Recompute)a->recompute);
+    for (int c = 0; c < tr->pipe.vpp; c++) stage_set_moe(&tr->pipe.chunks[c], a->capacity_factor, a->aux_loss_coef, a->z_loss_coef);
     // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)
     Fp8Config fc = {(Fp8Recipe)a->fp8, a->fp8_e4m3, a->fp8_history, a->fp8_reduce, a->fp8_margin};
     pipeline_enable_fp8(&tr->pipe, &tr->fp8, fc);

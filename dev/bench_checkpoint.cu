@@ -12,7 +12,7 @@
 // slower, and the checksum's share of it smaller.
 //   make build/bench_checkpoint && ./build/bench_checkpoint [--model d12] [--dir /tmp] [--reps 3]
 #include "../llm/core/common.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/ckpt/checkpoint.h"
 #include "../llm/core/usage.h"
 

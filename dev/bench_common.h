@@ -8,7 +8,7 @@
 #include "../llm/core/context.h"
 #include "../llm/core/rand.h"
 #include "../llm/comm/comm.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_export.h"
 #include "../llm/ops/optimizer.h"

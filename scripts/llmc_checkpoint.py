@@ -75,6 +75,8 @@ def read(path):
     if h[0] != MAGIC:
         raise BadFile("%s: expected magic %d (an llm.c model checkpoint), found %d" % (path, MAGIC, h[0]))
     version = int(h[1])
+    if version in (6, 8):
+        raise BadFile("%s: a mixture-of-experts model (version %d, this trainer's own): not an llm.c model" % (path, version))
     if version not in (3, 5):
         raise BadFile("%s: expected version 3 (fp32) or 5 (bf16), found %d" % (path, version))
     c = dict(zip(("maxT", "V", "L", "NH", "C", "Vp"), (int(x) for x in h[2:8])))

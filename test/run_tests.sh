@@ -178,6 +178,9 @@ run pp bash test/test_pp.sh
 # the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
 # with and without sequence parallelism, CPU and emulated (test_gpt checks it in one process)
 run split_backward_tp bash test/test_split_backward.sh
+# a GPT-2 with experts through the trainer (--experts, docs/moe.md): one process trains, dp 2 with ZeRO-0..3, pp 2
+# (1f1b, zb-h1) and tp 2 against one process, resume, bad flags and refused combinations, the parameter count
+run moe_train bash test/test_moe_train.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;

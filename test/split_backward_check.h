@@ -20,6 +20,8 @@
 //             reference's are not all 0, and every other gradient already equals the reference's
 //             (at the same point: before dp_finish_grads). A W that did nothing fails here and in
 //             identity.
+//             A moe layer (test/moe_model_check.h runs these checks on a moe model) computes its router's
+//             and experts' gradients in B: they are among the "other" tensors, equal after B alone.
 //   hooks     B calls grads_ready for the embedding and final units as often as the reference and
 //             never for a block unit; W calls it for each block unit as often as the reference, and
 //             never calls params or params_done (W must gather nothing under ZeRO-3)
@@ -156,7 +158,8 @@ static void split_run(SplitRun* run, DataParallel* dp, TPGroup tp, int two, int 
     sc->phase = SPLIT_FWD;
     for (int m = 0; m < M; m++) {
         dp_micro_begin(dp, m, M);
-        stage_forward(&st[0], m, x + (size_t)m * BT, NULL, two ? NULL : y + (size_t)m * BT, two ? 0.0f : dloss);
+        // (dloss on both stages, as the pipeline gives it: a moe layer's aux and z gradients scale by it)
+        stage_forward(&st[0], m, x + (size_t)m * BT, NULL, two ? NULL : y + (size_t)m * BT, dloss);
         if (two) stage_forward(&st[1], m, NULL, stage_output(&st[0], m), y + (size_t)m * BT, dloss);
     }
     // the backward of micro-batch m, head's stage first; each stage's dx kept (stage k at index ns-1-k)

@@ -9,6 +9,7 @@ build/%_cpu: test/%.cu $(LLM_HEADERS) test/test_common.h test/world_check.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS) $< -o $@ $(CPU_LIBS)
 build/test_gpt_cpu build/test_split_backward_cpu: test/split_backward_check.h
+build/test_gpt_cpu: test/moe_model_check.h
 
 # the pipeline simulator: run a schedule with op costs, print it, write a Chrome/Perfetto trace
 build/pipeline_sim: dev/pipeline_sim.cu llm/parallel/schedule.h llm/parallel/schedule_list.h llm/parallel/schedule_v.h llm/core/common.h llm/core/usage.h
@@ -26,7 +27,7 @@ build/train_gpt_cpu_bf16: train_gpt.cu $(LLM_HEADERS)
 build/train_gpt_cpu_fp16: train_gpt.cu $(LLM_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) -DENABLE_FP16 $< -o $@ $(CPU_LIBS)
-build/test_gpt_cpu_bf16: test/test_gpt.cu test/split_backward_check.h $(LLM_HEADERS) test/test_common.h test/world_check.h
+build/test_gpt_cpu_bf16: test/test_gpt.cu test/split_backward_check.h test/moe_model_check.h $(LLM_HEADERS) test/test_common.h test/world_check.h
 	@mkdir -p build
 	$(CXX) $(CPU_FLAGS_FP32) $(CPU_PREC_BF16) $< -o $@ $(CPU_LIBS)
 build/test_matmul_cpu_bf16: test/test_matmul.cu $(LLM_HEADERS) test/test_common.h
@@ -105,7 +106,7 @@ build/test_kernels_emu_fp32: test/test_kernels.cu $(EMU_DEPS)
 build/test_kernels_emu_fp16: test/test_kernels.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP16 $< -o $@ $(EMU_LIBS)
-build/test_gpt_emu_fp16: test/test_gpt.cu test/split_backward_check.h $(EMU_DEPS)
+build/test_gpt_emu_fp16: test/test_gpt.cu test/split_backward_check.h test/moe_model_check.h $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP16 $< -o $@ $(EMU_LIBS)
 build/train_gpt_emu_fp16: train_gpt.cu $(EMU_DEPS)
@@ -129,10 +130,10 @@ build/test_matmul_racecheck: test/test_matmul.cu $(MATMUL_EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $(EMU_RACECHECK_FLAGS) -c $< -o $@.o
 	$(CXX) $(EMU_RACECHECK_LINK) $@.o -o $@ $(EMU_LIBS)
-build/test_gpt_emu: test/test_gpt.cu test/split_backward_check.h $(EMU_DEPS)
+build/test_gpt_emu: test/test_gpt.cu test/split_backward_check.h test/moe_model_check.h $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
-build/test_gpt_emu_bf16: test/test_gpt.cu test/split_backward_check.h $(EMU_DEPS)
+build/test_gpt_emu_bf16: test/test_gpt.cu test/split_backward_check.h test/moe_model_check.h $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
 build/test_tp_ops_emu: test/test_tp_ops.cu $(EMU_DEPS)

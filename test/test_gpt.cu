@@ -7,7 +7,8 @@
 // (llm/parallel/dp.h) over one rank. The gradients are also checked under each activation-recompute policy
 // (llm/model/block.h): bit-identical to no recompute. And the split backward of zero-bubble schedules (B and
 // W, llm/model/stage.h) against the unsplit one, bit for bit, under each policy, on one and two stages, with
-// one and two micro-batches in flight (test/split_backward_check.h says what and why). Builds as the
+// one and two micro-batches in flight (test/split_backward_check.h says what and why). In FP32, a
+// mixture-of-experts model's gradients against finite differences (test/moe_model_check.h). Builds as the
 // CPU build and as the emulated CUDA build, FP32, BF16 and FP16.
 //
 // Tolerances, FP32 builds. Each value is a float32 computation of a float64 result, so it differs by
@@ -48,7 +49,7 @@
 #include "../llm/core/common.h"
 #include "../llm/core/context.h"
 #include "../llm/comm/comm.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"
@@ -59,6 +60,7 @@
 #include "../llm/train/report.h"
 #include "test_common.h"
 #include "split_backward_check.h"
+#include "moe_model_check.h"
 #include "../llm/core/usage.h"
 
 #ifndef FIXTURES
@@ -283,6 +285,10 @@ int main(int argc, char** argv) {
         free(y2);
     }
 
+    // a mixture-of-experts model's gradients against finite differences of its loss (test/moe_model_check.h);
+    // FP32 builds only (a finite difference needs FP32's resolution)
+    if (!BF16) moe_model_checks(split_verdict, &comm);
+
     // 10 AdamW steps on the same batch, hyperparameters as in the fixture's header
     OptimConfig oc = {1e-3f, 1.0f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f};
     f = fopenCheck(FIXTURES "/tiny_adamw_losses.txt", "r");
@@ -493,6 +499,7 @@ int main(int argc, char** argv) {
         for (int t = 0; t < NUM_TENSORS; t++) {
             const float* v = pi + li.ckpt_offset[t];
             size_t m = tensor_size(ci, t), used = m;
+            if (m == 0) continue;  // a moe tensor (router, experts): a dense model has none
             if (t == T_WTE) {  // the padded rows: exactly 0, and left out of the statistics
                 for (size_t i = (size_t)ci.vocab_size * ci.channels; i < m; i++) bad += v[i] != 0.0f;
                 used = (size_t)ci.vocab_size * ci.channels;

@@ -68,6 +68,9 @@ out = subprocess.run(["make", "-pqk", "--no-print-directory"] + progs, capture_o
 src = {}
 for line in out.split("\n"):
     m = re.match(r"^([A-Za-z0-9_./-]+):(?!=)\s*(\S+)", line)
+    # (a target-specific variable, "prog: .SHELLSTATUS := 0" where a $(shell) ran for the target, is no prerequisite)
+    if m and re.match(r"^[A-Za-z0-9_./-]+:\s*\S+\s*[:+?]?=", line):
+        continue
     if m and m.group(1) in progs and m.group(1) not in src:
         src[m.group(1)] = m.group(2)
 for p in progs:

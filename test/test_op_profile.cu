@@ -17,7 +17,7 @@
 #include "../llm/core/rand.h"
 #include "../llm/core/device.h"
 #include "../llm/comm/comm.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_step.h"
@@ -130,8 +130,9 @@ int main(int argc, char** argv) {
         check(got == want, "the step's products, shape by shape: %.0f FLOPs = 3 x 2 B T (12 L C^2 + C Vp) = %.0f over %d steps "
               "(%d shapes)", got, want, steps, prof->n_shapes);
         check(gemm_calls == prof->calls[OP_GEMM], "every GEMM call has its shape: %ld = %ld", gemm_calls, prof->calls[OP_GEMM]);
-        int nl = cfg.num_layers, tensors = 0;  // AdamW updates each layer's piece of a per-layer tensor on its own
-        for (int t = 0; t < NUM_TENSORS; t++) tensors += TENSORS[t].per_layer ? nl : 1;
+        int nl = cfg.num_layers, tensors = 0;  // AdamW updates each unit's piece of a tensor on its own (each layer's
+        for (int u = 0; u < num_units(cfg); u++)  // piece of a per-layer tensor; a dense model has no expert rows)
+            for (int t = 0; t < NUM_TENSORS; t++) tensors += kind_holds(unit_kind(cfg, u), t);
         struct { OpKind k; long per_step; const char* why; } want_calls[] = {
             {OP_GEMM, 3 * (4 * nl + 1), "3 x (4 linears per layer + the LM head)"},
             {OP_BIAS_GELU, 2 * (4 * nl + 1), "the linears' launchers, forward and backward"},

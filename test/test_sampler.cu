@@ -20,7 +20,7 @@
 #include "../llm/core/common.h"
 #include "../llm/core/context.h"
 #include "../llm/comm/comm.h"
-#include "../llm/model/tensors.h"
+#include "../llm/model/units.h"
 #include "../llm/model/stage.h"
 #include "../llm/parallel/dp.h"
 #include "../llm/parallel/dp_export.h"

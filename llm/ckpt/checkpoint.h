@@ -9,7 +9,7 @@
 #pragma once
 #include <unistd.h>
 #include "../core/common.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "../train/dataloader.h"
 #include "../core/atomic_file.h"
 
@@ -18,6 +18,9 @@
 #define STATE_VERSION 3           // 3: with AdamW's beta1, beta2, eps (header[38..40]); 2: the verdict and the
                                   // checksum (header[34..37]); 1: before them
 #define HEADER_INTS 256
+// a mixture-of-experts model (GPTConfig.num_experts > 0) cannot be an llm.c file: its own versions, the llm.c
+// version + 3 (6 = FP32, 8 = BF16), with header[8..10] = E, K, M (docs/formats.md); llm.c readers refuse them
+#define CHECKPOINT_MOE_VERSION(v) ((v) + 3)
 #define CKPT_SUM_MARK 0x4d555343  // "CSUM": the header slot before a checksum says one is there
 
 // the 16-bit parameters this build's state carries beside the FP32 master (header[18]): 1 BF16, 2 FP16,
@@ -149,8 +152,16 @@ static float* checkpoint_load(const char* path, GPTConfig* cfg) {
         fatal("checkpoint %s: expected magic %d, found %d", path, CHECKPOINT_MAGIC, header[0]);
     }
     int version = header[1];
+    int moe = version == CHECKPOINT_MOE_VERSION(3) || version == CHECKPOINT_MOE_VERSION(5);
+    if (moe) version -= 3;  // the parameters' precision as llm.c's
     if (version != 3 && version != 5) {
-        fatal("checkpoint %s: expected version 3 (fp32) or 5 (bf16), found %d", path, version);
+        fatal("checkpoint %s: expected version 3 (fp32) or 5 (bf16), or 6 or 8 (a mixture-of-experts model), found %d", path, version);
+    }
+    cfg->num_experts = moe ? header[8] : 0;
+    cfg->top_k = moe ? header[9] : 0;
+    cfg->moe_every = moe ? header[10] : 0;
+    if (moe && (cfg->num_experts <= 0 || cfg->top_k <= 0 || cfg->top_k > cfg->num_experts || cfg->moe_every <= 0)) {
+        fatal("checkpoint %s: invalid experts in header (E=%d K=%d M=%d)", path, cfg->num_experts, cfg->top_k, cfg->moe_every);
     }
     cfg->max_seq_len = header[2];
     cfg->vocab_size = header[3];
@@ -192,7 +203,8 @@ static int checkpoint_save(AtomicFile* af, const char* path, GPTConfig cfg, cons
     int header[HEADER_INTS];
     memset(header, 0, sizeof(header));
     header[0] = CHECKPOINT_MAGIC;
-    header[1] = version;
+    header[1] = cfg.num_experts > 0 ? CHECKPOINT_MOE_VERSION(version) : version;
+    if (cfg.num_experts > 0) { header[8] = cfg.num_experts; header[9] = cfg.top_k; header[10] = cfg.moe_every; }
     header[2] = cfg.max_seq_len;
     header[3] = cfg.vocab_size;
     header[4] = cfg.num_layers;

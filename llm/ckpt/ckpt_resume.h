@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include "../core/common.h"
 #include "checkpoint.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "ckpt_dir.h"
 
 // ----------------------------------------------------------------------------

@@ -176,7 +176,8 @@ static int health_needs_rollback(const Health* h) { return h->cfg.max_bad_steps 
 static void health_unit_name(const ParamLayout* lay, int u, char* out, size_t cap) {
     if (u == UNIT_EMBED) snprintf(out, cap, "embedding (wte, wpe)");
     else if (u == unit_final(lay->cfg)) snprintf(out, cap, "final layernorm");
-    else snprintf(out, cap, "layer %d", u - 1);
+    else if (unit_kind(lay->cfg, u) == UNIT_KIND_EXPERTS) snprintf(out, cap, "layer %d's experts", unit_layer(lay->cfg, u));
+    else snprintf(out, cap, "layer %d", unit_layer(lay->cfg, u));
 }
 
 // Compares each dp group's hashes of every unit; every rank calls it (ZeRO-3, or one dp rank: nothing

@@ -30,6 +30,7 @@
 //   fch         4 BTC           kept  kept       -
 //   fch_gelu    4 BTC           kept  kept       -
 //   heads       4 BTC (Ulysses) kept  -          -      qkv (the all-to-all and the attention core, rerun)
+//   moe         MoEActs         kept  kept       kept   (a moe layer: never rerun, see below)
 // plus x_in itself (BTC), which the stage keeps in every policy (the stream, llm/model/stage.h). With context
 // parallelism T is the rank's share of the sequence; heads exists with Ulysses only (its head split of q, k, v
 // and the attention's output, llm/sharded/context_parallel.h).
@@ -45,6 +46,11 @@
 // gets it from the fc matmul's epilogue (cuBLASLt fuses GELU into the product), and recomputing it
 // with the separate GELU kernel would not round the same way, so the bit-identity would be lost;
 // recomputing the matmul instead would cost a third of the layer's matmul FLOPs.
+// A moe layer (llm/model/moe.h in place of fc -> GELU -> fcproj) keeps its MoEActs (the routing, the
+// permuted input, the experts' activations) in every policy and is never rerun: the routing is
+// deterministic, so a rerun would give the same, but it would also count the layer's losses and routed
+// tokens twice; full recompute reruns the attention half and LN2 only (what the MoE backward reads).
+// Its fch and fch_gelu fields are allocated but unused (the dense shape; a saving left for later).
 // full = keep only x_in; the backward reruns the whole block forward first (about one more forward:
 // ~4/3 of the step's FLOPs).
 //
@@ -76,12 +82,13 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
-#include "tensors.h"
+#include "units.h"
 #include "linear.h"
 #include "../ops/layernorm.cuh"
 #include "../ops/attention.cuh"
 #include "../ops/residual.cuh"
 #include "../sharded/context_parallel.h"
+#include "moe.h"
 
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
 
@@ -106,6 +113,9 @@ typedef struct {
     floatX* fch_gelu;   // (B,T,4C)
     floatX* heads;      // context parallelism, Ulysses: (B, cp T, 4C/cp) q, k, v and the output of the rank's heads over
                         // the whole sequence (llm/sharded/context_parallel.h), for the backward; else none
+    MoEActs* moe;       // a moe layer: its routing and experts' activations (the stage's, kept); dense: NULL
+    const float* moe_bias; // a moe layer: the selection bias (E) FP32 (the aux-loss-free balancing) or NULL
+    float moe_scale;    // a moe layer: the gradient of the step's loss w.r.t. this micro-batch's aux and z losses
 } BlockActs;
 
 // the linear layers of a block, and the part of the attention a rank runs: with tensor parallelism
@@ -116,14 +126,16 @@ typedef struct {
 // attention core is ring attention or Ulysses over the cp group (llm/sharded/context_parallel.h).
 typedef struct {
     LinearSpec qkv, attproj, fc, fcproj;
+    MoESpec moe;  // the moe layers' experts (E = cfg.num_experts; unused in a dense model)
     int heads, att_c;
     CPGroup* cp;  // NULL: the whole sequence here
 } BlockLinears;
 
 static BlockLinears block_linears(GPTConfig c, TPGroup g) {
+    MoESpec moe = {c.num_experts, c.top_k, 0.0f, 0.01f, 0.001f};  // the training flags' defaults (stage_set_moe)
     BlockLinears l = {linear_spec_of("qkv", c, T_QKVW, T_QKVB, 0, g), linear_spec_of("attproj", c, T_ATTPROJW, T_ATTPROJB, 0, g),
                       linear_spec_of("fc", c, T_FCW, T_FCB, 1, g), linear_spec_of("fcproj", c, T_FCPROJW, T_FCPROJB, 0, g),
-                      c.num_heads / g.size, c.channels / g.size, NULL};
+                      moe, c.num_heads / g.size, c.channels / g.size, NULL};
     return l;
 }
 
@@ -208,13 +220,22 @@ typedef struct {
     floatX* dbuf_4c;   // (B,T,4C)
     floatX* dqkv;      // (B,T,3C)
     float* scratch;    // FP32 scratch of the parameter-gradient reductions and attention's backward (one op at a time)
+    MoEBuffers* moe;   // a moe model: what a moe layer borrows (shared by its layers); else NULL
 } BlockBuffers;
+
+// a moe layer's parameters (or gradients) as llm/model/moe.h takes them
+static inline MoETensors block_moe_tensors(LayerTensors w) {
+    MoETensors m = {w.router, w.efcw, w.efcb, w.efcprojw, w.efcprojb};
+    return m;
+}
 
 // ----------------------------------------------------------------------------
 // forward and backward
 
-static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a, const BlockBuffers* buf,
-                          const floatX* x_in /*(R,C)*/, floatX* x_out /*(R,C)*/, int B, int T, cudaStream_t s) {
+// the attention half, to LN2's output (mlp 0), or the whole block (mlp 1). A moe layer (w.router set)
+// runs llm/model/moe.h on LN2's output in place of fc -> GELU -> fcproj; its output goes to the residual add.
+static void block_forward_part(const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a, const BlockBuffers* buf,
+                               const floatX* x_in /*(R,C)*/, floatX* x_out /*(R,C)*/, int B, int T, int mlp, cudaStream_t s) {
     int C = c.channels, BT = B * T, R = tp_rows(&lin->qkv.tp, BT);
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
     linear_forward(&lin->qkv, a->qkv, NULL, a->ln1, w.qkvw, w.qkvb, BT, s);
@@ -222,9 +243,19 @@ static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, 
     linear_forward(&lin->attproj, buf->proj, NULL, a->atty, w.attprojw, w.attprojb, BT, s);
     fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
                                      R, C, s);
-    linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
-    linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
+    if (!mlp) return;
+    if (w.router != NULL) {  // (no sequence parallelism with experts: R = BT, refused in llm/train/args.h)
+        moe_forward(&lin->moe, block_moe_tensors(w), a->moe_bias, a->moe, buf->moe, a->ln2, buf->proj, BT, C, s);
+    } else {
+        linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
+        linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
+    }
     residual_forward(x_out, a->residual2, buf->proj, (size_t)R * C, s);
+}
+
+static void block_forward(const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a, const BlockBuffers* buf,
+                          const floatX* x_in /*(R,C)*/, floatX* x_out /*(R,C)*/, int B, int T, cudaStream_t s) {
+    block_forward_part(lin, c, w, a, buf, x_in, x_out, B, T, 1, s);
 }
 
 // Decoding with a KV cache: block_forward for one new position pos of a sequence whose earlier
@@ -244,6 +275,8 @@ typedef struct {
     floatX* fch;        // (4C/tp)
     floatX* fch_gelu;   // (4C/tp)
     float* scores;      // (NH/tp, maxT) attention probabilities
+    MoEActs* moe;       // a moe model: one token's routing and experts' activations (N = 1); else NULL
+    MoEBuffers* moe_buf;
 } BlockDecode;
 
 #define BLOCK_DECODE_FIELDS 10
@@ -261,7 +294,7 @@ static void block_decode_fields(BlockDecode* d, const BlockLinears* lin, int max
 
 static void block_decode(const BlockLinears* lin, GPTConfig c, LayerTensors w, const BlockDecode* d,
                          floatX* kcache /*(maxT, att_c)*/, floatX* vcache /*(maxT, att_c)*/, floatX* x /*(C)*/, int pos,
-                         cudaStream_t s) {
+                         const float* bias /*(E) a moe layer's selection bias, or NULL*/, cudaStream_t s) {
     int C = c.channels, Ca = lin->att_c;
     layernorm_forward(d->ln, d->mean, d->rstd, x, w.ln1w, w.ln1b, 1, C, s);
     linear_forward(&lin->qkv, d->qkv, NULL, d->ln, w.qkvw, w.qkvb, 1, s);
@@ -270,8 +303,14 @@ static void block_decode(const BlockLinears* lin, GPTConfig c, LayerTensors w, c
     attention_decode(d->atty, d->scores, d->qkv, kcache, vcache, pos + 1, c.max_seq_len, Ca, lin->heads, s);
     linear_forward(&lin->attproj, d->proj, NULL, d->atty, w.attprojw, w.attprojb, 1, s);
     fused_residual_layernorm_forward(d->residual2, d->ln, d->mean, d->rstd, x, d->proj, w.ln2w, w.ln2b, 1, C, s);
-    linear_forward(&lin->fc, d->fch_gelu, d->fch, d->ln, w.fcw, w.fcb, 1, s);
-    linear_forward(&lin->fcproj, d->proj, NULL, d->fch_gelu, w.fcprojw, w.fcprojb, 1, s);
+    if (w.router != NULL) {  // decoding: one token, no capacity drops (a capacity of one token would drop by chance)
+        MoESpec one = lin->moe;
+        one.capacity_factor = 0.0f;
+        moe_forward(&one, block_moe_tensors(w), bias, d->moe, d->moe_buf, d->ln, d->proj, 1, C, s);
+    } else {
+        linear_forward(&lin->fc, d->fch_gelu, d->fch, d->ln, w.fcw, w.fcb, 1, s);
+        linear_forward(&lin->fcproj, d->proj, NULL, d->fch_gelu, w.fcprojw, w.fcprojb, 1, s);
+    }
     residual_forward(x, d->residual2, d->proj, C, s);
 }
 
@@ -279,8 +318,8 @@ static void block_decode(const BlockLinears* lin, GPTConfig c, LayerTensors w, c
 static void block_recompute(Recompute r, const BlockLinears* lin, GPTConfig c, LayerTensors w, BlockActs* a,
                             const BlockBuffers* buf, const floatX* x_in, int B, int T, cudaStream_t s) {
     int C = c.channels, R = tp_rows(&lin->qkv.tp, B * T);
-    if (r == RECOMPUTE_FULL) {
-        block_forward(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, s);
+    if (r == RECOMPUTE_FULL) {  // a moe layer: the attention half only (its MoEActs are kept)
+        block_forward_part(lin, c, w, a, buf, x_in, buf->x_scratch, B, T, w.router == NULL, s);
     } else if (r == RECOMPUTE_SELECTIVE) {
         layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w.ln1w, w.ln1b, R, C, s);
         context_attention_forward(lin->cp, a->atty, a->lse, a->heads, a->qkv, B, T, lin->att_c, lin->heads, s);
@@ -341,10 +380,17 @@ static void block_backward_impl(const BlockLinears* lin, GPTConfig c, LayerTenso
     if (d != NULL) gl.qkvw = gl.qkvb = gl.attprojw = gl.attprojb = gl.fcw = gl.fcb = gl.fcprojw = gl.fcprojb = NULL;
     floatX* dfch = d != NULL ? d->dfch : buf->dbuf_4c;  // (B,T,4C/tp)
     floatX* dqkv = d != NULL ? d->dqkv : buf->dqkv;     // (B,T,3C/tp)
-    // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dfch = d fch
-    linear_backward(&lin->fcproj, dfch, gl.fcprojw, gl.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
-    if (d != NULL) copy_device_to_device(d->dfcproj, linear_dout_for_weight(&lin->fcproj, dx), (size_t)BT * C * x, s);
-    linear_backward(&lin->fc, buf->dbuf_c, gl.fcw, gl.fcb, dfch, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
+    int moe = w.router != NULL;
+    if (moe) {
+        // a moe layer: the experts' and the router's gradients all here, in B too (W has nothing of them)
+        moe_backward(&lin->moe, block_moe_tensors(w), block_moe_tensors(gw), a->moe, buf->moe, a->ln2, dx, buf->dbuf_c,
+                     a->moe_scale, BT, C, s);
+    } else {
+        // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dfch = d fch
+        linear_backward(&lin->fcproj, dfch, gl.fcprojw, gl.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);
+        if (d != NULL) copy_device_to_device(d->dfcproj, linear_dout_for_weight(&lin->fcproj, dx), (size_t)BT * C * x, s);
+        linear_backward(&lin->fc, buf->dbuf_c, gl.fcw, gl.fcb, dfch, a->ln2, w.fcw, buf->scratch, NULL, BT, s);
+    }
     layernorm_backward(dx, gw.ln2w, gw.ln2b, buf->scratch, buf->dbuf_c, a->residual2, w.ln2w, a->ln2_mean, a->ln2_rstd,
                        R, C, s);
     // dx is now the gradient of residual2 = x_in + attproj
@@ -359,6 +405,7 @@ static void block_backward_impl(const BlockLinears* lin, GPTConfig c, LayerTenso
     size_t Ca = (size_t)lin->att_c, F = (size_t)lin->fc.out_local;
     if (d->ln1 != a->ln1) copy_device_to_device(d->ln1, a->ln1, (size_t)R * C * x, s);
     if (d->atty != a->atty) copy_device_to_device(d->atty, a->atty, (size_t)BT * Ca * x, s);
+    if (moe) return;  // (fc's and fcproj's inputs: a dense layer's only)
     if (d->ln2 != a->ln2) copy_device_to_device(d->ln2, a->ln2, (size_t)R * C * x, s);
     if (d->fch_gelu != a->fch_gelu) copy_device_to_device(d->fch_gelu, a->fch_gelu, (size_t)BT * F * x, s);
 }
@@ -385,8 +432,10 @@ static void block_backward_input(const BlockLinears* lin, GPTConfig c, LayerTens
 static void block_backward_weight(const BlockLinears* lin, LayerTensors gw, const BlockDeferred* d, const BlockBuffers* buf,
                                   int B, int T, cudaStream_t s) {
     int BT = B * T;
-    linear_backward_weight(&lin->fcproj, gw.fcprojw, gw.fcprojb, d->dfcproj, d->fch_gelu, buf->scratch, BT, s);
-    linear_backward_weight(&lin->fc, gw.fcw, gw.fcb, d->dfch, d->ln2, buf->scratch, BT, s);
+    if (gw.fcw != NULL) {  // a moe layer's MLP gradients were all computed in B
+        linear_backward_weight(&lin->fcproj, gw.fcprojw, gw.fcprojb, d->dfcproj, d->fch_gelu, buf->scratch, BT, s);
+        linear_backward_weight(&lin->fc, gw.fcw, gw.fcb, d->dfch, d->ln2, buf->scratch, BT, s);
+    }
     linear_backward_weight(&lin->attproj, gw.attprojw, gw.attprojb, d->dattproj, d->atty, buf->scratch, BT, s);
     linear_backward_weight(&lin->qkv, gw.qkvw, gw.qkvb, d->dqkv, d->ln1, buf->scratch, BT, s);
 }

@@ -19,7 +19,7 @@
 #include "../core/common.h"
 #include "../core/device.h"
 #include "../core/rand.h"
-#include "tensors.h"
+#include "units.h"
 #include "linear.h"
 #include "block.h"
 #include "stage.h"
@@ -99,6 +99,9 @@ typedef struct {
     floatX* kcache;      // (held layers, maxT, C/tp) the keys of the positions run so far
     floatX* vcache;      // (held layers, maxT, C/tp) their values
     BlockDecode blk;     // one position's activations in a block, reused by every layer and the head
+    MoEActs moe;         // a moe model: blk's one token through a moe layer
+    MoEBuffers moe_buf;
+    const float* moe_bias; // (L, E) the moe layers' selection biases (the trainer's), or NULL
     floatX* x;           // (C) the residual stream
     floatX* logits;      // (Vp/tp) this tp rank's vocabulary range
     floatX* logits_all;  // (Vp) tp > 1: every rank's, gathered
@@ -148,6 +151,12 @@ static void sampler_init(Sampler* sp, const Stage* chunks, int num_chunks) {
         {(void**)&sp->token, 1, 1, {1, 1, 1}},  // an int: 4 bytes, as a float
     };
     block_decode_fields(&sp->blk, &one, c.max_seq_len, f + 6);
+    if (c.num_experts > 0) {
+        moe_acts_alloc(&sp->moe, &one.moe, 1, c.channels);
+        moe_buffers_alloc(&sp->moe_buf, &one.moe, 1, c.channels);
+        sp->blk.moe = &sp->moe;
+        sp->blk.moe_buf = &sp->moe_buf;
+    }
     sp->mem = carve_fields(f, 6 + BLOCK_DECODE_FIELDS, RECOMPUTE_NONE, 1, MEM_WORKSPACE);
     sp->logits_host = (float*)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
     sp->scratch = (float*)mallocCheck(2 * (size_t)c.padded_vocab_size * sizeof(float));
@@ -160,6 +169,7 @@ static void sampler_free(Sampler* sp) {
     free(sp->lin);
     free(sp->cache_of);
     device_free(sp->mem);
+    if (sp->moe.mem != NULL) { moe_acts_free(&sp->moe); moe_buffers_free(&sp->moe_buf); }
     free(sp->logits_host);
     free(sp->scratch);
     memset(sp, 0, sizeof(*sp));
@@ -191,10 +201,14 @@ static void sampler_forward(Sampler* sp, int token, int pos, int want_logits) {
             sp->link.recv_prev(sp->link.ctx, k, sp->x, (size_t)C);
         }
         for (int l = r.first_layer; l < r.last_layer; l++) {
-            LayerTensors w = layer_view(sp->lay, h->params(h->ctx, unit_of_layer(l), 0));
+            int u = unit_of_layer(c, l), ue = unit_experts_of_layer(c, l);
+            LayerTensors w = layer_view(sp->lay, l, h->params(h->ctx, u, 0));
+            if (ue >= 0) layer_attach_experts(sp->lay, &w, h->params(h->ctx, ue, 0));
             size_t at = (size_t)sp->cache_of[l] * maxT * Ca;
-            block_decode(&sp->lin[l], c, w, &sp->blk, sp->kcache + at, sp->vcache + at, sp->x, pos, s);
-            h->params_done(h->ctx, unit_of_layer(l), 0);
+            const float* bias = sp->moe_bias != NULL && ue >= 0 ? sp->moe_bias + (size_t)l * c.num_experts : NULL;
+            block_decode(&sp->lin[l], c, w, &sp->blk, sp->kcache + at, sp->vcache + at, sp->x, pos, bias, s);
+            if (ue >= 0) h->params_done(h->ctx, ue, 0);
+            h->params_done(h->ctx, u, 0);
         }
         if (!r.has_head) {
             sp->link.send_next(sp->link.ctx, k, sp->x, (size_t)C);

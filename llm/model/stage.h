@@ -46,7 +46,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
-#include "tensors.h"
+#include "units.h"
 #include "linear.h"
 #include "block.h"
 #include "../ops/encoder.cuh"
@@ -88,6 +88,8 @@ typedef struct {
     BlockDeferred* deferred;  // (L) split backward: what B keeps for W, blocks [l0, l1) (llm/model/block.h)
     void** deferred_mem;      // (L) their allocations
     int w_pending;      // 1 after stage_backward_input, until stage_backward_weight
+    MoEActs* moe;       // (L) the moe layers among [l0, l1): their routing and experts' activations (kept in every
+                        // recompute policy, llm/model/block.h); NULL in a dense model
 } MicroBatch;
 
 typedef struct {
@@ -115,6 +117,10 @@ typedef struct {
     void* sp_mem;           // sequence parallelism: the tp group's two (B*T, C) workspace buffers
     double* loss_acc;       // (1) device: the sum of the mean losses of the forwards since stage_take_loss
     size_t layer_act_bytes; // measured: the bytes one layer keeps per micro-batch (x_in and its kept fields)
+    MoEBuffers moe_buf;     // a moe model: what its moe layers borrow during one call (workspace)
+    double moe_loss[2];     // the aux and z losses (with their coefficients) of the moe layers' training forwards since
+                            // stage_take_moe, summed over layers and micro-batches
+    long long* moe_counts;  // (L, 2, E) routed and dropped assignments per moe layer and expert, likewise; NULL: dense
     int split_w;            // 1 after stage_enable_split_backward: stage_backward_input / _weight usable
     size_t split_w_bytes;   // measured: the bytes B keeps for W per layer and slot (MEM_ACTIVATIONS), with
                             // b = sizeof(floatX), BT tokens, R = BT/tp with sequence parallelism (else BT):
@@ -202,8 +208,27 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     for (int s = 0; s < num_slots; s++) {
         for (int l = l0; l < l1; l++) block_acts_share(&st->slots[s].blocks[l], &st->shared, &st->lin, B, T, recompute);
     }
+    if (c.num_experts > 0) {  // the moe layers' activations (sized for no drops: the most rows) and workspace
+        MoESpec most = st->lin.moe;
+        most.capacity_factor = 0.0f;
+        moe_buffers_alloc(&st->moe_buf, &most, (int)BT, (int)C);
+        st->bufs.moe = &st->moe_buf;
+        size_t E = (size_t)c.num_experts;
+        st->moe_counts = (long long*)mallocCheck((size_t)L * 2 * E * sizeof(long long));
+        memset(st->moe_counts, 0, (size_t)L * 2 * E * sizeof(long long));
+        for (int s = 0; s < num_slots; s++) {
+            MicroBatch* mb = &st->slots[s];
+            mb->moe = (MoEActs*)mallocCheck((size_t)L * sizeof(MoEActs));
+            memset(mb->moe, 0, (size_t)L * sizeof(MoEActs));
+            for (int l = l0; l < l1; l++) {
+                if (!layer_is_moe(c, l)) continue;
+                moe_acts_alloc(&mb->moe[l], &most, (int)BT, (int)C);
+                mb->blocks[l].moe = &mb->moe[l];
+            }
+        }
+    }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
-    BlockBuffers* b = &st->bufs;
+    BlockBuffers* b = &st->bufs;  // (b->moe: set above)
     ActField bufs[] = {
         {(void**)&b->proj, BT * C, 0, {1, 1, 1}},        {(void**)&b->x_scratch, recompute == RECOMPUTE_FULL ? R * C : 0, 0, {1, 1, 1}},
         {(void**)&b->dbuf_c, BT * C, 0, {1, 1, 1}},      {(void**)&b->dbuf_4c, BT * F, 0, {1, 1, 1}},
@@ -220,6 +245,32 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
 static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPGroup tp, StageRange range, int B, int T,
                        Recompute recompute, int num_slots) {
     stage_init_cp(st, lay, hooks, tp, cp_none(T), range, B, T, recompute, num_slots);
+}
+
+// The moe layers' training flags (--capacity-factor, --aux-loss-coef, --z-loss-coef); before the first forward.
+// (Their activations were sized for no drops, the most rows any capacity gives.)
+static void stage_set_moe(Stage* st, float capacity_factor, float aux_coef, float z_coef) {
+    st->lin.moe.capacity_factor = capacity_factor;
+    st->lin.moe.aux_coef = aux_coef;
+    st->lin.moe.z_coef = z_coef;
+    if (st->cfg.num_experts > 0) moe_check(&st->lin.moe);
+}
+
+// the selection bias (E) FP32 of moe layer l (the aux-loss-free balancing; NULL: none), for every slot
+static void stage_set_moe_bias(Stage* st, int l, const float* bias) {
+    for (int s = 0; s < st->num_slots; s++) st->slots[s].blocks[l].moe_bias = bias;
+}
+
+// the moe layers' aux and z losses (loss[2]) and routed / dropped counts ((L, 2, E), added into counts if not
+// NULL) of the training forwards since the last call; then zero
+static void stage_take_moe(Stage* st, double loss[2], long long* counts) {
+    loss[0] = st->moe_loss[0];
+    loss[1] = st->moe_loss[1];
+    st->moe_loss[0] = st->moe_loss[1] = 0.0;
+    if (st->moe_counts == NULL) return;
+    size_t n = (size_t)st->cfg.num_layers * 2 * st->cfg.num_experts;
+    if (counts != NULL) for (size_t i = 0; i < n; i++) counts[i] += st->moe_counts[i];
+    memset(st->moe_counts, 0, n * sizeof(long long));
 }
 
 // The split backward (top of this file): allocates, per slot and block, what stage_backward_input
@@ -283,8 +334,14 @@ static void stage_free(Stage* st) {
         if (mb->deferred_mem != NULL) {
             for (int i = 0; i < st->cfg.num_layers; i++) device_free(mb->deferred_mem[i]);
         }
+        if (mb->moe != NULL) {
+            for (int l = 0; l < st->cfg.num_layers; l++) if (mb->moe[l].mem != NULL) moe_acts_free(&mb->moe[l]);
+        }
         free(mb->mem); free(mb->x); free(mb->blocks); free(mb->inputs_host); free(mb->deferred); free(mb->deferred_mem);
+        free(mb->moe);
     }
+    if (st->moe_buf.mem != NULL) moe_buffers_free(&st->moe_buf);
+    free(st->moe_counts);
     free(st->slots);
     device_free(st->shared_mem);
     device_free(st->bufs_mem);
@@ -296,6 +353,18 @@ static void stage_free(Stage* st) {
 
 // ----------------------------------------------------------------------------
 // one micro-batch
+
+// (stage_forward's) a training forward's moe layer l: its losses and counts into the stage's sums
+static void stage_count_moe(Stage* st, int l, const MoEActs* a) {
+    int E = st->cfg.num_experts;
+    st->moe_loss[0] += a->loss_host[0];
+    st->moe_loss[1] += a->loss_host[1];
+    long long* cnt = st->moe_counts + (size_t)l * 2 * E;
+    for (int e = 0; e < E; e++) {
+        cnt[e] += moe_stats_routed(a)[e];
+        cnt[E + e] += moe_stats_dropped(a, &st->lin.moe)[e];
+    }
+}
 
 // The forward of slot `slot`. Its input: the token ids inputs (B,T) (host) on the first stage, else
 // x_in (B,T,C) (device), the previous stage's output. On the last stage, with targets (B,T) (host), it
@@ -332,10 +401,18 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     } else if (x_in != NULL) {  // (checked above: a stage without the embedding has one)
         copy_device_to_device(mb->x[r.first_layer], x_in, (size_t)R * C * sizeof(floatX), s);
     }
-    for (int l = r.first_layer; l < r.last_layer; l++) {
-        LayerTensors w = layer_view(st->lay, h->params(h->ctx, unit_of_layer(l), 0));
-        block_forward(stage_linears(st, l), c, w, &mb->blocks[l], &st->bufs, mb->x[l], mb->x[l + 1], B, T, s);
-        h->params_done(h->ctx, unit_of_layer(l), 0);
+    for (int l = r.first_layer; l < r.last_layer; l++) {  // a moe layer: its layer unit, then its experts unit
+        int u = unit_of_layer(c, l), ue = unit_experts_of_layer(c, l);
+        LayerTensors w = layer_view(st->lay, l, h->params(h->ctx, u, 0));
+        if (ue >= 0) layer_attach_experts(st->lay, &w, h->params(h->ctx, ue, 0));
+        BlockActs* a = &mb->blocks[l];
+        a->moe_scale = dloss * (float)BT;  // d(step loss)/d(this micro-batch's mean): the aux and z losses' gradient
+        block_forward(stage_linears(st, l), c, w, a, &st->bufs, mb->x[l], mb->x[l + 1], B, T, s);
+        if (ue >= 0) {
+            h->params_done(h->ctx, ue, 0);
+            if (dloss > 0.0f) stage_count_moe(st, l, a->moe);
+        }
+        h->params_done(h->ctx, u, 0);
     }
     mb->trained = 0;
     if (!r.has_head) return;
@@ -395,18 +472,24 @@ static void stage_backward_impl(Stage* st, int slot, const floatX* dx_out, int s
     } else if (dx_out != NULL) {  // (checked above: a stage without the head has one)
         copy_device_to_device(st->dx, dx_out, (size_t)R * C * sizeof(floatX), s);
     }
-    for (int l = r.last_layer - 1; l >= r.first_layer; l--) {
-        int u = unit_of_layer(l);
-        LayerTensors w = layer_view(st->lay, h->params(h->ctx, u, 1));
-        LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
+    for (int l = r.last_layer - 1; l >= r.first_layer; l--) {  // a moe layer: its layer unit, then its experts unit
+        int u = unit_of_layer(c, l), ue = unit_experts_of_layer(c, l);
+        LayerTensors w = layer_view(st->lay, l, h->params(h->ctx, u, 1));
+        if (ue >= 0) layer_attach_experts(st->lay, &w, h->params(h->ctx, ue, 1));
+        LayerTensors gw = layer_view(st->lay, l, h->grads(h->ctx, u));
+        if (ue >= 0) layer_attach_experts(st->lay, &gw, h->grads(h->ctx, ue));
         block_recompute(st->recompute, stage_linears(st, l), c, w, &mb->blocks[l], b, mb->x[l], B, T, s);
         if (split) {
             block_backward_input(stage_linears(st, l), c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, &mb->deferred[l], B, T, s);
         } else {
             block_backward(stage_linears(st, l), c, w, gw, &mb->blocks[l], b, mb->x[l], st->dx, B, T, s);
         }
+        if (ue >= 0) h->params_done(h->ctx, ue, 1);
         h->params_done(h->ctx, u, 1);
-        if (!split) h->grads_ready(h->ctx, u);  // split: the unit's linears are still to come (W)
+        if (!split) {  // split: the unit's linears are still to come (W), which reports both units
+            h->grads_ready(h->ctx, u);
+            if (ue >= 0) h->grads_ready(h->ctx, ue);
+        }
     }
     if (r.has_embedding) {
         if (!r.has_head) {
@@ -447,10 +530,11 @@ static void stage_backward_weight(Stage* st, int slot) {
     if (!mb->w_pending) fatal("stage_backward_weight: slot %d has no stage_backward_input waiting for its W", slot);
     ParamHooks* h = st->hooks;
     for (int l = r.last_layer - 1; l >= r.first_layer; l--) {
-        int u = unit_of_layer(l);
-        LayerTensors gw = layer_view(st->lay, h->grads(h->ctx, u));
+        int u = unit_of_layer(st->cfg, l), ue = unit_experts_of_layer(st->cfg, l);
+        LayerTensors gw = layer_view(st->lay, l, h->grads(h->ctx, u));
         block_backward_weight(stage_linears(st, l), gw, &mb->deferred[l], &st->bufs, st->B, st->T, llm_ctx.stream);
         h->grads_ready(h->ctx, u);
+        if (ue >= 0) h->grads_ready(h->ctx, ue);  // (its gradients were all written by B: a moe layer's are)
     }
     mb->w_pending = 0;
 }

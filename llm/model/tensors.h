@@ -5,14 +5,20 @@
 // one, their packed layout in memory, and the mapping to and from the checkpoint order. No other
 // file names a tensor by number; adding a tensor is one row.
 //
-// Units. The tensors fall into units: unit 0 "embed" (the tensors before the first per-layer one:
-// wte, wpe), unit 1+l the per-layer tensors of layer l, and unit L+1 "final" (the tensors after the
-// last per-layer one: lnfw, lnfb). In memory the parameters (and gradients, and optimizer state) are
-// always in the packed layout: unit after unit, each unit's tensors back to back in table order,
-// each unit padded with zeros to a multiple of `align` values (16-byte aligned starts for the
-// 128-bit kernels, and equal blocks for ZeRO's dp ranks). The checkpoint order (each tensor whole,
-// per-layer tensors as (L, ...) slabs) is only a file format: layout_to_packed / layout_to_checkpoint
-// move between the two.
+// Units (the data-parallel and pipeline policies move a unit as one). Each unit has a kind, and a kind
+// holds a fixed list of tensors (the table's `hold` column): unit 0 "embed" (wte, wpe); for each layer l
+// its layer unit, of kind "dense" (the 12 tensors of a GPT-2 block) or, in a mixture-of-experts model
+// (GPTConfig.num_experts E > 0) where l % moe_every == 0, of kind "moe" (ln1w .. attprojb, ln2w, ln2b and
+// the router (E, C): no dense MLP), followed at once by that layer's unit of kind "experts" (the E
+// experts' fcw (E, 4C, C), fcb (E, 4C), fcprojw (E, C, 4C), fcprojb (E, C), each contiguous over the
+// experts: the unit expert parallelism will later shard by expert); last the unit "final" (lnfw, lnfb).
+// A dense model's units are exactly L + 2: embed, layer 0 .. L-1, final, as llm.c's tensors fall.
+// The packed layout and the views of a unit are in llm/model/units.h.
+//
+// Checkpoint order: for each tensor in table order, for each unit that holds it in unit order, that
+// unit's copy (the experts' copy: E blocks back to back). For a dense model this is llm.c's order, each
+// per-layer tensor an (L, ...) slab (docs/formats.md); the expert tensors are rows of their own (after
+// llm.c's), so a dense model's file has none of them.
 #pragma once
 #include "../core/common.h"
 #include "../core/rand.h"
@@ -28,6 +34,9 @@ typedef struct {
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
+    int num_experts;        // E: 0 = a dense model (llm.c's GPT-2); > 0 = mixture-of-experts MLPs (llm/model/moe.h)
+    int top_k;              // K: the experts each token goes to (E > 0)
+    int moe_every;          // M: layer l has experts when E > 0 and l % M == 0 (Megatron's moe_layer_freq)
 } GPTConfig;
 
 static inline int pad_vocab(int V) { return ((V + 127) / 128) * 128; }
@@ -71,7 +80,7 @@ static int gpt_config_from_descriptor(const char* s, GPTConfig* cfg) {
 // ----------------------------------------------------------------------------
 // the table
 
-typedef enum { DIM_1, DIM_C, DIM_3C, DIM_4C, DIM_VP, DIM_MAXT } Dim;
+typedef enum { DIM_1, DIM_C, DIM_3C, DIM_4C, DIM_VP, DIM_MAXT, DIM_E } Dim;
 
 typedef enum {
     INIT_ONES,             // LayerNorm weights
@@ -91,39 +100,59 @@ typedef enum {
     TP_VOCAB,       // vocabulary rows (the token embedding, tied to the LM head)
 } TPSplit;
 
+// which units hold a tensor (each unit kind's list is the rows that name it, in table order)
+typedef enum {
+    HOLD_EMBED,    // the embedding unit
+    HOLD_LAYER,    // every layer unit, dense or moe (the attention half and ln2)
+    HOLD_DENSE,    // dense layer units only (the dense MLP)
+    HOLD_MOE,      // moe layer units only (the router)
+    HOLD_EXPERTS,  // the experts unit of a moe layer: E copies, expert-major
+    HOLD_FINAL,    // the final unit
+} Hold;
+
 typedef struct {
     const char* name;
-    int per_layer;     // 1: one (rows, cols) tensor per layer, (L, rows, cols) in checkpoint order
+    int per_layer;     // 1: one per layer (per moe layer for the moe and experts rows), stacked in checkpoint order
     Dim rows, cols;
     int decay;         // AdamW's weight decay applies (the 2-D tensors: embeddings and matmul weights)
     InitRule init;
     TPSplit tp;
+    Hold hold;
+    int experts;       // 1: E copies (rows, cols) in a unit, expert-major
 } TensorInfo;
 
 enum {
     T_WTE, T_WPE, T_LN1W, T_LN1B, T_QKVW, T_QKVB, T_ATTPROJW, T_ATTPROJB,
-    T_LN2W, T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_LNFW, T_LNFB, NUM_TENSORS
+    T_LN2W, T_LN2B, T_FCW, T_FCB, T_FCPROJW, T_FCPROJB, T_ROUTER, T_EFCW, T_EFCB, T_EFCPROJW, T_EFCPROJB,
+    T_LNFW, T_LNFB, NUM_TENSORS
 };
 
-// in llm.c's checkpoint order
+// in checkpoint order (llm.c's for the rows of a dense model). The experts are replicated over tp
+// (TP_REPLICATED): without sequence parallelism every tp rank runs the whole MoE layer on the same
+// tokens (redundant work, correct; expert parallelism will split them instead).
 static const TensorInfo TENSORS[NUM_TENSORS] = {
-    //  name      per_layer rows     cols    decay init                  tp split
-    {"wte",      0, DIM_VP,   DIM_C,  1, INIT_NORMAL,          TP_VOCAB},
-    {"wpe",      0, DIM_MAXT, DIM_C,  1, INIT_NORMAL,          TP_REPLICATED},
-    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
-    {"ln1b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
-    {"qkvw",     1, DIM_3C,   DIM_C,  1, INIT_NORMAL,          TP_QKV_HEADS},
-    {"qkvb",     1, DIM_3C,   DIM_1,  0, INIT_ZEROS,           TP_QKV_HEADS},
-    {"attprojw", 1, DIM_C,    DIM_C,  1, INIT_NORMAL_RESIDUAL, TP_COLS},
-    {"attprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
-    {"ln2w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
-    {"ln2b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
-    {"fcw",      1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_ROWS},
-    {"fcb",      1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_ROWS},
-    {"fcprojw",  1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_COLS},
-    {"fcprojb",  1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED},
-    {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM},
-    {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM},
+    //  name      per_layer rows     cols    decay init                  tp split       hold         experts
+    {"wte",      0, DIM_VP,   DIM_C,  1, INIT_NORMAL,          TP_VOCAB,      HOLD_EMBED,   0},
+    {"wpe",      0, DIM_MAXT, DIM_C,  1, INIT_NORMAL,          TP_REPLICATED, HOLD_EMBED,   0},
+    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM,       HOLD_LAYER,   0},
+    {"ln1b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM,       HOLD_LAYER,   0},
+    {"qkvw",     1, DIM_3C,   DIM_C,  1, INIT_NORMAL,          TP_QKV_HEADS,  HOLD_LAYER,   0},
+    {"qkvb",     1, DIM_3C,   DIM_1,  0, INIT_ZEROS,           TP_QKV_HEADS,  HOLD_LAYER,   0},
+    {"attprojw", 1, DIM_C,    DIM_C,  1, INIT_NORMAL_RESIDUAL, TP_COLS,       HOLD_LAYER,   0},
+    {"attprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_LAYER,   0},
+    {"ln2w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM,       HOLD_LAYER,   0},
+    {"ln2b",     1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM,       HOLD_LAYER,   0},
+    {"fcw",      1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_ROWS,       HOLD_DENSE,   0},
+    {"fcb",      1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_ROWS,       HOLD_DENSE,   0},
+    {"fcprojw",  1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_COLS,       HOLD_DENSE,   0},
+    {"fcprojb",  1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_DENSE,   0},
+    {"router",   1, DIM_E,    DIM_C,  1, INIT_NORMAL,          TP_REPLICATED, HOLD_MOE,     0},
+    {"efcw",     1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_REPLICATED, HOLD_EXPERTS, 1},
+    {"efcb",     1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_EXPERTS, 1},
+    {"efcprojw", 1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_REPLICATED, HOLD_EXPERTS, 1},
+    {"efcprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_EXPERTS, 1},
+    {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM,       HOLD_FINAL,   0},
+    {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM,       HOLD_FINAL,   0},
 };
 
 // every tp rank holds all of tensor t (the same values on every rank)
@@ -136,16 +165,70 @@ static inline size_t dim_value(GPTConfig c, Dim d) {
         case DIM_3C: return 3 * (size_t)c.channels;
         case DIM_4C: return 4 * (size_t)c.channels;
         case DIM_VP: return (size_t)c.padded_vocab_size;
+        case DIM_E: return (size_t)c.num_experts;
         default: return (size_t)c.max_seq_len;  // DIM_MAXT
     }
 }
 
-// values of tensor t in one layer (or in all, for a tensor that is not per layer)
-static inline size_t tensor_layer_size(GPTConfig c, int t) { return dim_value(c, TENSORS[t].rows) * dim_value(c, TENSORS[t].cols); }
-// values of tensor t in the whole model
-static inline size_t tensor_size(GPTConfig c, int t) {
-    return tensor_layer_size(c, t) * (TENSORS[t].per_layer ? (size_t)c.num_layers : 1);
+// ----------------------------------------------------------------------------
+// unit kinds: functions of the config (the architecture), the same on every rank
+
+typedef enum { UNIT_KIND_EMBED, UNIT_KIND_DENSE, UNIT_KIND_MOE, UNIT_KIND_EXPERTS, UNIT_KIND_FINAL } UnitKind;
+
+#define UNIT_EMBED 0
+// layer l has experts (a moe layer unit and an experts unit)
+static inline int layer_is_moe(GPTConfig c, int l) { return c.num_experts > 0 && c.moe_every > 0 && l % c.moe_every == 0; }
+// the moe layers among layers [0, l)
+static inline int moe_layers_before(GPTConfig c, int l) {
+    return c.num_experts > 0 && c.moe_every > 0 ? (l + c.moe_every - 1) / c.moe_every : 0;
 }
+static inline int unit_of_layer(GPTConfig c, int l) { return 1 + l + moe_layers_before(c, l); }
+// the experts unit of moe layer l (right after its layer unit); -1 for a dense layer
+static inline int unit_experts_of_layer(GPTConfig c, int l) { return layer_is_moe(c, l) ? unit_of_layer(c, l) + 1 : -1; }
+static inline int num_units(GPTConfig c) { return c.num_layers + 2 + moe_layers_before(c, c.num_layers); }
+static inline int unit_final(GPTConfig c) { return num_units(c) - 1; }
+// the layer a layer or experts unit belongs to (-1: embed, final)
+static int unit_layer(GPTConfig c, int u) {
+    for (int l = 0; l < c.num_layers; l++) if (u == unit_of_layer(c, l) || u == unit_experts_of_layer(c, l)) return l;
+    return -1;
+}
+static UnitKind unit_kind(GPTConfig c, int u) {
+    if (u == UNIT_EMBED) return UNIT_KIND_EMBED;
+    if (u == unit_final(c)) return UNIT_KIND_FINAL;
+    int l = unit_layer(c, u);
+    if (u == unit_experts_of_layer(c, l)) return UNIT_KIND_EXPERTS;
+    return layer_is_moe(c, l) ? UNIT_KIND_MOE : UNIT_KIND_DENSE;
+}
+// a unit of kind k holds tensor t
+static inline int kind_holds(UnitKind k, int t) {
+    switch (TENSORS[t].hold) {
+        case HOLD_EMBED: return k == UNIT_KIND_EMBED;
+        case HOLD_LAYER: return k == UNIT_KIND_DENSE || k == UNIT_KIND_MOE;
+        case HOLD_DENSE: return k == UNIT_KIND_DENSE;
+        case HOLD_MOE: return k == UNIT_KIND_MOE;
+        case HOLD_EXPERTS: return k == UNIT_KIND_EXPERTS;
+        default: return k == UNIT_KIND_FINAL;  // HOLD_FINAL
+    }
+}
+// the units that hold tensor t
+static int tensor_units(GPTConfig c, int t) {
+    int n = 0, moe = moe_layers_before(c, c.num_layers);
+    switch (TENSORS[t].hold) {
+        case HOLD_LAYER: n = c.num_layers; break;
+        case HOLD_DENSE: n = c.num_layers - moe; break;
+        case HOLD_MOE: case HOLD_EXPERTS: n = moe; break;
+        default: n = 1; break;
+    }
+    return n;
+}
+
+// values of tensor t in one unit that holds it (E experts' worth for an experts tensor)
+static inline size_t tensor_layer_size(GPTConfig c, int t) {
+    size_t n = dim_value(c, TENSORS[t].rows) * dim_value(c, TENSORS[t].cols);
+    return TENSORS[t].experts ? n * (size_t)c.num_experts : n;
+}
+// values of tensor t in the whole model
+static inline size_t tensor_size(GPTConfig c, int t) { return tensor_layer_size(c, t) * (size_t)tensor_units(c, t); }
 
 // Psi: the number of parameters
 static size_t num_parameters(GPTConfig c) {
@@ -153,27 +236,6 @@ static size_t num_parameters(GPTConfig c) {
     for (int t = 0; t < NUM_TENSORS; t++) n += tensor_size(c, t);
     return n;
 }
-
-// ----------------------------------------------------------------------------
-// units and the packed layout
-
-#define UNIT_EMBED 0
-static inline int unit_of_layer(int l) { return 1 + l; }
-static inline int unit_final(GPTConfig c) { return c.num_layers + 1; }
-static inline int num_units(GPTConfig c) { return c.num_layers + 2; }
-// the unit kind a tensor belongs to: -1 embed (before the per-layer tensors), 0 layer, 1 final (after)
-static inline int tensor_unit_kind(int t) {
-    if (TENSORS[t].per_layer) return 0;
-    for (int k = 0; k < t; k++) if (TENSORS[k].per_layer) return 1;
-    return -1;
-}
-
-typedef struct {
-    size_t n;        // values of the unit's tensors
-    size_t padded;   // n rounded up to a multiple of the layout's align
-    size_t start;    // first value of the unit in the packed layout
-    int held;        // 1: this rank's pipeline stage holds the unit; 0: n = padded = 0, no values here
-} UnitInfo;
 
 // ----------------------------------------------------------------------------
 // tensor-parallel shards: tp rank r of tp_size holds of each (layer's) tensor the part its TPSplit names.
@@ -217,202 +279,3 @@ static void tp_shard_copy(GPTConfig c, int t, int tp_size, int rank, float* whol
     }
 }
 
-typedef struct {
-    GPTConfig cfg;
-    int tp_size, tp_rank;              // the tensor-parallel split: this layout holds rank tp_rank's shards
-    size_t align;                      // every unit is padded to a multiple of this many values
-    size_t num_parameters;             // Psi (the whole model's)
-    size_t shard_parameters;           // the values this rank holds: its tp shards of the units of its
-                                       // pipeline stage (Psi when tp = pp = 1)
-    size_t ckpt_offset[NUM_TENSORS];   // first value of each tensor in checkpoint order (whole tensors)
-    size_t unit_offset[NUM_TENSORS];   // first value of each tensor's (layer) shard within its unit
-    size_t layer_size[NUM_TENSORS];    // values of each tensor's (layer) shard
-    int num_units;
-    UnitInfo* units;                   // (num_units)
-    size_t packed_size;                // sum of the padded units
-} ParamLayout;
-
-// the packed layout of tp rank tp_rank's shards (tp = 1: the whole model) of the units held[u] != 0
-// (held NULL: every unit; pipeline parallelism gives each stage its own, llm/parallel/pipeline.h)
-static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank, const int* held) {
-    memset(lay, 0, sizeof(*lay));
-    char err[256];
-    if (tp_layout_error(c.num_heads, c.padded_vocab_size, c.channels, tp_size, err, sizeof(err))) fatal("%s", err);
-    lay->cfg = c;
-    lay->tp_size = tp_size;
-    lay->tp_rank = tp_rank;
-    lay->align = align;
-    lay->num_units = num_units(c);
-    lay->units = (UnitInfo*)mallocCheck((size_t)lay->num_units * sizeof(UnitInfo));
-    memset(lay->units, 0, (size_t)lay->num_units * sizeof(UnitInfo));
-    size_t in_embed = 0, in_layer = 0, in_final = 0, ckpt = 0;
-    for (int t = 0; t < NUM_TENSORS; t++) {
-        lay->ckpt_offset[t] = ckpt;
-        ckpt += tensor_size(c, t);
-        size_t n = tensor_shard_size(c, t, tp_size);
-        lay->layer_size[t] = n;
-        int kind = tensor_unit_kind(t);
-        size_t* in_unit = kind < 0 ? &in_embed : (kind == 0 ? &in_layer : &in_final);
-        lay->unit_offset[t] = *in_unit;
-        *in_unit += n;
-    }
-    lay->num_parameters = ckpt;
-    size_t start = 0;
-    for (int u = 0; u < lay->num_units; u++) {
-        UnitInfo* un = &lay->units[u];
-        un->held = held == NULL || held[u];
-        un->n = !un->held ? 0 : (u == UNIT_EMBED ? in_embed : (u == unit_final(c) ? in_final : in_layer));
-        un->padded = ceil_div_sz(un->n, align) * align;
-        lay->shard_parameters += un->n;
-        un->start = start;
-        start += un->padded;
-    }
-    lay->packed_size = start;
-}
-
-static void layout_init_tp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank) {
-    layout_init_pp(lay, c, align, tp_size, tp_rank, NULL);
-}
-static void layout_init(ParamLayout* lay, GPTConfig c, size_t align) { layout_init_tp(lay, c, align, 1, 0); }
-
-static void layout_free(ParamLayout* lay) {
-    free(lay->units);
-    lay->units = NULL;
-}
-
-// the tensors of unit u, in table order: their indices in *ts (room for NUM_TENSORS); returns how many
-static int unit_tensors(const ParamLayout* lay, int u, int* ts) {
-    int want = u == UNIT_EMBED ? -1 : (u == unit_final(lay->cfg) ? 1 : 0), k = 0;
-    for (int t = 0; t < NUM_TENSORS; t++) if (tensor_unit_kind(t) == want) ts[k++] = t;
-    return k;
-}
-
-// where unit u's slice of tensor t lies in checkpoint order
-static inline size_t unit_tensor_ckpt_offset(const ParamLayout* lay, int u, int t) {
-    size_t l = TENSORS[t].per_layer ? (size_t)(u - 1) : 0;
-    return lay->ckpt_offset[t] + l * tensor_layer_size(lay->cfg, t);
-}
-
-// full (Psi values, checkpoint order) into packed (packed_size values: this tp rank's shards, pads
-// zero); host FP32
-static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* packed) {
-    memset(packed, 0, lay->packed_size * sizeof(float));
-    int ts[NUM_TENSORS];
-    for (int u = 0; u < lay->num_units; u++) {
-        if (!lay->units[u].held) continue;
-        int k = unit_tensors(lay, u, ts);
-        for (int i = 0; i < k; i++) {
-            int t = ts[i];
-            tp_shard_copy(lay->cfg, t, lay->tp_size, lay->tp_rank, (float*)ckpt + unit_tensor_ckpt_offset(lay, u, t),
-                          packed + lay->units[u].start + lay->unit_offset[t], 1);
-        }
-    }
-}
-
-// packed (the shards of tp rank `rank` in a layout like lay) into their places in checkpoint order
-// (the pads are dropped; with tp > 1 the other ranks' parts of ckpt, and the units this pipeline stage
-// does not hold, are left as they are)
-static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const float* packed, float* ckpt) {
-    int ts[NUM_TENSORS];
-    for (int u = 0; u < lay->num_units; u++) {
-        if (!lay->units[u].held) continue;
-        int k = unit_tensors(lay, u, ts);
-        for (int i = 0; i < k; i++) {
-            int t = ts[i];
-            tp_shard_copy(lay->cfg, t, lay->tp_size, rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
-                          (float*)packed + lay->units[u].start + lay->unit_offset[t], 0);
-        }
-    }
-}
-static void layout_to_checkpoint(const ParamLayout* lay, const float* packed, float* ckpt) {
-    layout_to_checkpoint_rank(lay, lay->tp_rank, packed, ckpt);
-}
-
-// ----------------------------------------------------------------------------
-// the hooks through which the model gets each unit's parameters and hands back its gradients. The
-// data-parallel policy (llm/parallel/dp.h) provides them; the model calls them around each unit's use, in
-// every layout alike (a single process is DDP over one rank).
-//   params       unit u's parameters in its packed layout, ready to read, for the forward (pass 0)
-//                or the backward (pass 1); every call is matched by params_done when the pass is
-//                done with them (ZeRO-3 gathers them just in time and drops them after)
-//   grads        where the backward accumulates (+=) unit u's gradients, packed layout
-//   grads_ready  unit u's gradients of this micro-batch are complete (its last write is enqueued)
-//   agree_token  a sampled token, made the same on every rank of the group (ranks that gather
-//                parameters together must run the same forwards)
-typedef struct {
-    void* ctx;
-    floatX* (*params)(void* ctx, int unit, int pass);
-    void (*params_done)(void* ctx, int unit, int pass);
-    floatX* (*grads)(void* ctx, int unit);
-    void (*grads_ready)(void* ctx, int unit);
-    int (*agree_token)(void* ctx, int token);
-} ParamHooks;
-
-// ----------------------------------------------------------------------------
-// views of a unit's packed vector: the pointers the model code reads
-
-typedef struct {
-    floatX* wte;  // (Vp, C)
-    floatX* wpe;  // (maxT, C)
-} EmbedTensors;
-
-typedef struct {
-    floatX* ln1w;      // (C)
-    floatX* ln1b;      // (C)
-    floatX* qkvw;      // (3*C, C)
-    floatX* qkvb;      // (3*C)
-    floatX* attprojw;  // (C, C)
-    floatX* attprojb;  // (C)
-    floatX* ln2w;      // (C)
-    floatX* ln2b;      // (C)
-    floatX* fcw;       // (4*C, C)
-    floatX* fcb;       // (4*C)
-    floatX* fcprojw;   // (C, 4*C)
-    floatX* fcprojb;   // (C)
-} LayerTensors;
-
-typedef struct {
-    floatX* lnfw;  // (C)
-    floatX* lnfb;  // (C)
-} FinalTensors;
-
-static EmbedTensors embed_view(const ParamLayout* lay, floatX* unit) {
-    EmbedTensors e = {unit + lay->unit_offset[T_WTE], unit + lay->unit_offset[T_WPE]};
-    return e;
-}
-static LayerTensors layer_view(const ParamLayout* lay, floatX* unit) {
-    const size_t* o = lay->unit_offset;
-    LayerTensors w = {unit + o[T_LN1W], unit + o[T_LN1B], unit + o[T_QKVW], unit + o[T_QKVB],
-                      unit + o[T_ATTPROJW], unit + o[T_ATTPROJB], unit + o[T_LN2W], unit + o[T_LN2B],
-                      unit + o[T_FCW], unit + o[T_FCB], unit + o[T_FCPROJW], unit + o[T_FCPROJB]};
-    return w;
-}
-static FinalTensors final_view(const ParamLayout* lay, floatX* unit) {
-    FinalTensors f = {unit + lay->unit_offset[T_LNFW], unit + lay->unit_offset[T_LNFB]};
-    return f;
-}
-
-// ----------------------------------------------------------------------------
-// initialisation (GPT-2's, by each tensor's rule), in checkpoint order: one RNG stream over the
-// tensors in table order; the padded vocabulary rows of wte stay zero
-
-static void init_parameters(GPTConfig c, uint64_t seed, float* params /*(Psi) out, checkpoint order*/) {
-    Rng rng;
-    rng_init(&rng, seed);
-    float residual_scale = 1.0f / sqrtf(2.0f * c.num_layers);
-    float* p = params;
-    for (int t = 0; t < NUM_TENSORS; t++) {
-        size_t n = tensor_size(c, t);
-        switch (TENSORS[t].init) {
-            case INIT_ONES: for (size_t j = 0; j < n; j++) p[j] = 1.0f; break;
-            case INIT_ZEROS: memset(p, 0, n * sizeof(float)); break;
-            case INIT_NORMAL: rng_normal(&rng, p, n, 0.0f, 0.02f); break;
-            case INIT_NORMAL_RESIDUAL: rng_normal(&rng, p, n, 0.0f, 0.02f * residual_scale); break;
-        }
-        if (TENSORS[t].rows == DIM_VP) {  // rows past the real vocabulary are never used: zero
-            size_t first_pad = (size_t)c.vocab_size * dim_value(c, TENSORS[t].cols);
-            memset(p + first_pad, 0, (n - first_pad) * sizeof(float));
-        }
-        p += n;
-    }
-}

@@ -24,7 +24,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "../ops/optimizer.h"
 #include "../comm/comm.h"
 #include "ddp.h"

@@ -7,7 +7,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "../comm/comm.h"
 #include "dp.h"
 

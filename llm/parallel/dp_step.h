@@ -8,7 +8,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "../ops/optimizer.h"
 #include "../ops/global_norm.cuh"
 #include "../comm/comm.h"

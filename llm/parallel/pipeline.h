@@ -56,6 +56,9 @@ typedef struct {
     int head_rank;        // the pp rank of the last virtual stage (the head and the loss): P - 1, or 0 in the V
     int m, B, T;          // micro-batches per step, each B x T (T: the whole sequence; a stage holds its cp share)
     size_t R;             // rows of an activation message: B*T, or B*T/tp with sequence parallelism
+    long long* moe_counts;  // (L, 2, E) a moe model: this rank's routed and dropped assignments per layer and expert since
+                            // the caller last cleared them (the chunks' stages add theirs, stage_take_moe); else NULL
+    float* moe_counts_dev;  // (L, 2, E) device: a step's counts, to sum over the dp and pp groups (train_gpt.cu)
     Schedule sched;       // every rank's list; this rank runs sched.ops[rank]
     PipePlan plan;
     Stage* chunks;        // (vpp) chunk c runs virtual stage pipe_stage_of(vshape, pp_size, pp_rank, c)
@@ -125,6 +128,12 @@ static void pipeline_init(Pipeline* pipe, Comm* comm, DataParallel* dp, TPGroup 
     pipe->pp_size = comm->mesh.pp.size;
     pipe->pp_rank = comm->mesh.pp.rank;
     pipe->vpp = vpp; pipe->m = m; pipe->B = B; pipe->T = T;
+    if (pipe->cfg.num_experts > 0) {
+        size_t n = (size_t)pipe->cfg.num_layers * 2 * pipe->cfg.num_experts;
+        pipe->moe_counts = (long long*)mallocCheck(n * sizeof(long long));
+        memset(pipe->moe_counts, 0, n * sizeof(long long));
+        pipe->moe_counts_dev = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
+    }
     schedule_make(&pipe->sched, schedule, pipe->pp_size, m, vpp);
     pipe->vshape = pipe->sched.vshape;
     pipe->head_rank = pipe_rank_of(pipe->vshape, pipe->pp_size, pipe->pp_size * vpp - 1);
@@ -174,6 +183,8 @@ static void pipeline_enable_fp8(Pipeline* pipe, Fp8State* fp8, Fp8Config cfg) {
 
 static void pipeline_free(Pipeline* pipe) {
     for (int c = 0; c < pipe->vpp; c++) { stage_free(&pipe->chunks[c]); free(pipe->slot_free[c]); }
+    free(pipe->moe_counts);
+    device_free(pipe->moe_counts_dev);
     free(pipe->chunks); free(pipe->slot_free); free(pipe->slot_of); free(pipe->send_of); free(pipe->send_busy); free(pipe->events);
     free(pipe->posted);
     device_free(pipe->act_recv); device_free(pipe->grad_recv); device_free(pipe->grad_send); device_free(pipe->scalar);

@@ -41,7 +41,10 @@ static void pipe_held_units(GPTConfig c, int pp_size, int vpp, int vshape, int p
     for (int u = 0; u < num_units(c); u++) held[u] = 0;
     for (int k = 0; k < vpp; k++) {
         StageRange r = pipe_stage_range(c, pp_size, vpp, vshape, pp_rank, k);
-        for (int l = r.first_layer; l < r.last_layer; l++) held[unit_of_layer(l)] = 1;
+        for (int l = r.first_layer; l < r.last_layer; l++) {  // a moe layer's experts unit with it
+            held[unit_of_layer(c, l)] = 1;
+            if (layer_is_moe(c, l)) held[unit_experts_of_layer(c, l)] = 1;
+        }
         if (r.has_embedding || r.has_head) held[UNIT_EMBED] = 1;
         if (r.has_head) held[unit_final(c)] = 1;
     }

@@ -46,7 +46,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
-#include "../model/tensors.h"
+#include "../model/units.h"
 #include "../comm/comm.h"
 #include "ddp.h"
 #include "bufpool.h"
@@ -119,16 +119,27 @@ static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int
     // uses the embedding only as the encoder (first in the forward, last in the backward), the last
     // only as the LM head (last in the forward, first in the backward). A rank of the V placement with both
     // (embed_twice) runs them as two stages, each acquiring the embedding: it is listed at both places.
-    int L = lay->cfg.num_layers, nf = 0, nb = 0, F = unit_final(lay->cfg);
-    int encoder = lay->units[unit_of_layer(0)].held && lay->units[UNIT_EMBED].held;
+    // A moe layer's experts unit comes right after its layer unit, in both passes (the stage uses them in
+    // that order: llm/model/stage.h).
+    GPTConfig c = lay->cfg;
+    int L = c.num_layers, nf = 0, nb = 0, F = unit_final(c);
+    int encoder = lay->units[unit_of_layer(c, 0)].held && lay->units[UNIT_EMBED].held;
     int head = lay->units[F].held;
     if (encoder) z->order[nf++] = UNIT_EMBED;
-    for (int l = 0; l < L; l++) if (lay->units[unit_of_layer(l)].held) z->order[nf++] = unit_of_layer(l);
+    for (int l = 0; l < L; l++) {
+        if (!lay->units[unit_of_layer(c, l)].held) continue;
+        z->order[nf++] = unit_of_layer(c, l);
+        if (layer_is_moe(c, l)) z->order[nf++] = unit_experts_of_layer(c, l);
+    }
     if (head) z->order[nf++] = F;
     if (head && (!encoder || embed_twice)) z->order[nf++] = UNIT_EMBED;
     int* back = z->order + U + 1;
     if (head) { back[nb++] = UNIT_EMBED; back[nb++] = F; }
-    for (int l = L - 1; l >= 0; l--) if (lay->units[unit_of_layer(l)].held) back[nb++] = unit_of_layer(l);
+    for (int l = L - 1; l >= 0; l--) {
+        if (!lay->units[unit_of_layer(c, l)].held) continue;
+        back[nb++] = unit_of_layer(c, l);
+        if (layer_is_moe(c, l)) back[nb++] = unit_experts_of_layer(c, l);
+    }
     if (encoder && (!head || embed_twice)) back[nb++] = UNIT_EMBED;
     if (nf != nb) fatal("zero_init: the forward order lists %d units, the backward %d", nf, nb);
     z->order_n = nf;
@@ -139,7 +150,7 @@ static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int
     // partitioned parameters add the embedding's parameters and two more units' (one prefetched).
     size_t largest = 0, layer = 0, keep = 0;  // (a pipeline stage holds some of the layers)
     for (int u = 0; u < U; u++) if (lay->units[u].padded > largest) largest = lay->units[u].padded;
-    for (int l = 0; l < L; l++) if (lay->units[unit_of_layer(l)].padded > layer) layer = lay->units[unit_of_layer(l)].padded;
+    for (int u = 1; u < F; u++) if (lay->units[u].padded > layer) layer = lay->units[u].padded;  // layer and experts units
     if (zero.shard_grads) keep += largest + (ZERO_MAX_INFLIGHT + 1) * layer;
     if (zero.shard_params) keep += largest + 2 * layer;
     z->pool_keep_bytes = keep * sizeof(floatX);

@@ -74,29 +74,36 @@ static void logger_write_line(Logger* lg, const char* line) {
 // parameter gathers (data parallelism; measured by llm/comm/comm.h), NaN:
 // the key is left out. loss_scale: the loss scale this step's backward used (llm/precision/loss_scale.h), left
 // out when NaN (no scaler). skipped: why the step was skipped (llm/faults/health.h: "overflow", "loss nan",
-// "loss z-score 9.1 > 4", ...), a JSON string; NULL: applied, the key is left out.
+// "loss z-score 9.1 > 4", ...), a JSON string; NULL: applied, the key is left out. aux_loss, z_loss: a moe
+// model's (NaN: left out); extra: more keys, already JSON (", \"key\": value..."), or NULL.
 static void logger_log_step(Logger* lg, int step, float train_loss, float val_loss, float lr,
                             float grad_norm, float ms, float tokens_per_s, float mfu = NAN, float comm_wait_ms = NAN,
-                            float loss_scale = NAN, const char* skipped = NULL) {
+                            float loss_scale = NAN, const char* skipped = NULL, float aux_loss = NAN, float z_loss = NAN,
+                            const char* extra = NULL) {
     if (lg->f == NULL) { return; }
-    char line[512];
-    snprintf(line, sizeof(line), "{\"step\": %d", step);
-    logger_append_float(line, sizeof(line), "train_loss", train_loss);
-    if (!isnan(val_loss)) { logger_append_float(line, sizeof(line), "val_loss", val_loss); }
-    logger_append_float(line, sizeof(line), "lr", lr);
-    logger_append_float(line, sizeof(line), "grad_norm", grad_norm);
-    logger_append_float(line, sizeof(line), "ms", ms);
-    logger_append_float(line, sizeof(line), "tok_per_s", tokens_per_s);
-    if (!isnan(mfu)) logger_append_float(line, sizeof(line), "mfu", mfu);
-    if (!isnan(comm_wait_ms)) { logger_append_float(line, sizeof(line), "comm_wait_ms", comm_wait_ms); }
-    if (!isnan(loss_scale)) logger_append_float(line, sizeof(line), "loss_scale", loss_scale);
+    size_t cap = 512 + (extra != NULL ? strlen(extra) : 0);
+    char* line = (char*)mallocCheck(cap);
+    snprintf(line, cap, "{\"step\": %d", step);
+    logger_append_float(line, cap, "train_loss", train_loss);
+    if (!isnan(val_loss)) { logger_append_float(line, cap, "val_loss", val_loss); }
+    logger_append_float(line, cap, "lr", lr);
+    logger_append_float(line, cap, "grad_norm", grad_norm);
+    logger_append_float(line, cap, "ms", ms);
+    logger_append_float(line, cap, "tok_per_s", tokens_per_s);
+    if (!isnan(mfu)) logger_append_float(line, cap, "mfu", mfu);
+    if (!isnan(comm_wait_ms)) { logger_append_float(line, cap, "comm_wait_ms", comm_wait_ms); }
+    if (!isnan(loss_scale)) logger_append_float(line, cap, "loss_scale", loss_scale);
+    if (!isnan(aux_loss)) logger_append_float(line, cap, "aux_loss", aux_loss);
+    if (!isnan(z_loss)) logger_append_float(line, cap, "z_loss", z_loss);
     if (skipped != NULL) {  // (the reasons hold no quote or backslash)
         size_t n = strlen(line);
-        snprintf(line + n, sizeof(line) - n, ", \"skipped\": \"%s\"", skipped);
+        snprintf(line + n, cap - n, ", \"skipped\": \"%s\"", skipped);
     }
+    if (extra != NULL) { size_t n = strlen(line); snprintf(line + n, cap - n, "%s", extra); }
     size_t used = strlen(line);
-    snprintf(line + used, sizeof(line) - used, "}");
+    snprintf(line + used, cap - used, "}");
     logger_write_line(lg, line);
+    free(line);
 }
 
 // s as the inside of a JSON string (quotes, backslashes and control characters escaped)

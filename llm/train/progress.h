@@ -80,6 +80,8 @@ static void progress_summary(const Progress* p, const char* log_path, const char
 // what one optimizer step did (train_gpt.cu's train_step)
 typedef struct {
     float loss, norm, lr, scale;  // the loss averaged over the ranks, the gradient norm, the lr and loss scale used
+    float aux, z;                 // a moe model: the load-balancing and z losses in `loss` (NaN: dense)
+    const char* moe_log;          // a moe model: the step's routed and dropped counts as log.jsonl keys, or NULL
     const char* skipped;          // why the update was skipped, or NULL
 } StepResult;
 
@@ -94,6 +96,7 @@ static void progress_step_line(Progress* pg, Logger* lg, int rank0, int step, in
         char times[96];
         progress_times(pg, step, times, sizeof(times));
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, r->loss, r->lr, r->norm, ms, tok_s);
+        if (!isnan(r->aux)) printf(" | aux %.4f z %.4f", r->aux, r->z);
         if (!isnan(mfu)) printf(" | MFU %.1f%%", 100.0 * mfu);
         printf(" | %s", times);
         if (!isnan(wait)) printf(" | comm wait %.1f ms", wait);
@@ -103,5 +106,5 @@ static void progress_step_line(Progress* pg, Logger* lg, int rank0, int step, in
         printf("\n");
     }
     logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)mfu, (float)wait, scaled ? r->scale : NAN,
-                    r->skipped);
+                    r->skipped, r->aux, r->z, r->moe_log);
 }

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# test_moe_train.sh: a GPT-2 with experts (--experts, llm/model/moe.h inside llm/model/block.h) through the trainer,
+# against one process, on a tiny model (d2, C=32, NH=4, maxT=64, V=257, E=4, K=2, every layer a moe layer) on
+# the addition data the other layout tests use. docs/moe.md.
+#
+#   bash test/test_moe_train.sh          (needs ./train_gpt_cpu and build/train_gpt_emu)
+#
+# Checked, one line each:
+#  1. One process trains: the seed file is a moe model file (version 6, E K M in header[8..10]); the train loss
+#     falls over 8 steps; the step line shows "| aux .. z .." and log.jsonl has aux_loss and z_loss, positive.
+#  2. Layouts against one process with gradient accumulation over the same micro-batches (the one process sums
+#     its micro-batches, a layout splits them over ranks or stages): dp 2 with ZeRO 0, 1, 2, 3; pp 2 with 1f1b
+#     and zb-h1; tp 2 (no sequence parallelism: each tp rank runs the whole moe layer, the experts replicated).
+#     Train and val losses, grad norms of 4 steps and every final parameter, within the FP32 bounds of
+#     test_ddp_zero.sh / test_pp.sh (4e-6 relative losses, 1e-5 absolute parameters), checked by their
+#     test/ddp_zero_check.py compare. Every run has capacity drops (--capacity-factor 1): each expert keeps at
+#     most ceil(F K N / E) of a micro-batch's assignments, N the micro-batch's tokens, the same in every layout.
+#     log.jsonl's routed and dropped counts per moe layer and expert: the routed sum to the step's tokens x K, and
+#     at step 1 (the same parameters everywhere) every layout's counts are one process's.
+#     The emulated CUDA build (FP32) against the CPU build, one process: 1e-5 (test_emu_vs_cpu.sh's bound).
+#  3. Checkpoints: a run resumed from its step-2 state gives the same final model and state bytes as the
+#     uninterrupted run; a dp 2 ZeRO-1 state resumed in one process matches the dp 2 run (4e-6, 1e-5).
+#  4. Bad flags and refused combinations: one line each naming the flag, exit 1, no output directory.
+#  5. The memory report: the table's parameter count (E experts' worth) in the report's num_parameters, and
+#     the tagged allocator's parameter + gradient + optimizer bytes against ZeRO's formula (ddp_zero_check memory).
+# Logs: build/moe_train/. Ends with "test_moe_train: N passed, M failed"; exit 1 on any failure.
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
+CHECK="python3 test/ddp_zero_check.py"
+LOG=build/moe_train
+rm -rf "$LOG"; mkdir -p "$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source test/mpi_lib.sh  # MPIRUN, ok, bad, check, badlayout, badflag, train
+
+python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
+D="$tmp/data"
+common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --tokenizer "$D/addition_tokenizer.bin"
+        -b 4 -t 32 --steps 4 --lr 1e-3 --warmup 1 --lr-final 0.1 --weight-decay 0.1 --grad-clip 0
+        --val-every 2 --val-steps 1 --sample-every 0 --checkpoint-every 2 --capacity-factor 1)
+
+# 1. the seed: a fresh moe model saved after a step at learning rate 0
+timeout 60 "$CPU" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 2 "${common[@]}" --steps 1 --lr 0 \
+    --checkpoint-every 1 --val-every 0 --output-dir "$tmp/seed" > "$LOG/seed.log" 2>&1 || bad "seed checkpoint: see $LOG/seed.log"
+SEED="$tmp/seed/model_00000001.bin"
+hdr=$(python3 -c "import struct,sys; h=struct.unpack('<11i', open(sys.argv[1],'rb').read(44)); print(h[1], h[8], h[9], h[10])" "$SEED" 2>&1)
+if [ "$hdr" = "6 4 2 1" ]; then ok "seed: a moe model file, version 6 with E K M = 4 2 1 in header[8..10]"
+else bad "seed header: version E K M = '$hdr', expected '6 4 2 1'"; fi
+common+=(--model "$SEED")
+
+train fall 0 "$CPU" --total-batch 128 --steps 8 --lr 3e-3 --checkpoint-every 0 --val-every 0
+python3 - "$tmp/fall/log.jsonl" "$LOG/fall.log" > "$tmp/fall.out" <<'EOF'
+import json, re, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"train_loss"' in l]
+first, last = steps[0], steps[-1]
+line = [l for l in open(sys.argv[2], errors="replace") if re.match(r"^step\s+\d", l)]
+m = re.search(r"\| aux (\d+\.\d+) z (\d+\.\d+)", line[-1]) if line else None
+good = (len(steps) == 8 and last["train_loss"] < first["train_loss"] and m is not None
+        and all(s.get("aux_loss", 0) > 0 and s.get("z_loss", 0) > 0 for s in steps))
+print("%s one process: train loss %.4f -> %.4f over %d steps; aux %s z %s in log.jsonl (last step), step line '%s'" % (
+    "ok  " if good else "FAIL", first["train_loss"], last["train_loss"], len(steps), last.get("aux_loss"),
+    last.get("z_loss"), m.group(0) if m else "no aux/z"))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/fall.out"
+
+# 2. layouts against one process (B*T = 128 tokens a micro-batch)
+train one_256 0 "$CPU" --total-batch 256
+train one_512 0 "$CPU" --total-batch 512
+for z in 0 1 2 3; do
+    train dp2_z$z 2 "$CPU" --total-batch 256 --zero $z &&
+        check compare "dp 2 ZeRO-$z vs 1 process, 2 micro-batches" "$tmp/dp2_z$z" "$tmp/one_256" 4e-6 1e-5
+done
+check memory "dp 2 ZeRO-3 memory" "$tmp/dp2_z3.json"
+for s in 1f1b zb-h1; do
+    train pp2_$s 2 "$CPU" --pp 2 --schedule $s --total-batch 512 &&
+        check compare "pp 2 $s vs 1 process, 4 micro-batches" "$tmp/pp2_$s" "$tmp/one_512" 4e-6 1e-5
+done
+train tp2 2 "$CPU" --tp 2 --total-batch 256 &&
+    check compare "tp 2 (experts replicated) vs 1 process, 2 micro-batches" "$tmp/tp2" "$tmp/one_256" 4e-6 1e-5
+
+# the routed and dropped counts in log.jsonl: per moe layer, the routed sum to the step's tokens x K, some dropped
+# (capacity factor 1), and step 1 (the same parameters everywhere) the same counts in every layout as in one process
+python3 - "$tmp" > "$tmp/counts.out" <<'EOF'
+import json, os, sys
+tmp = sys.argv[1]
+def steps(run):
+    return [json.loads(l) for l in open(os.path.join(tmp, run, "log.jsonl")) if '"train_loss"' in l]
+for run, ref, tokens in (("dp2_z0", "one_256", 256), ("dp2_z3", "one_256", 256), ("pp2_1f1b", "one_512", 512),
+                         ("pp2_zb-h1", "one_512", 512), ("tp2", "one_256", 256)):
+    a, b = steps(run), steps(ref)
+    sums_ok = all(o["moe_layers"] == [0, 1] and all(sum(r) == tokens * 2 for r in o["moe_routed"]) for o in a)
+    dropped = sum(sum(d) for o in a for d in o["moe_dropped"])
+    same = a[0]["moe_routed"] == b[0]["moe_routed"] and a[0]["moe_dropped"] == b[0]["moe_dropped"]
+    print("%s %s: log.jsonl's per-layer routed counts sum to %d tokens x K = 2 every step: %s; %d dropped over %d steps; step 1's "
+          "routed %s and dropped %s = one process's: %s" % ("ok  " if sums_ok and dropped > 0 and same else "FAIL", run, tokens,
+          sums_ok, dropped, len(a), a[0]["moe_routed"], a[0]["moe_dropped"], same))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/counts.out"
+
+# the emulated CUDA build (FP32, its kernels: the router's, the permutes', cuBLASLt's) against the CPU build, one
+# process, within test_emu_vs_cpu.sh's bound (1e-5)
+if [ -x "$EMU" ]; then
+    train emu_256 0 "$EMU" --total-batch 256 &&
+        check compare "emulated CUDA (FP32) vs CPU, 1 process, 2 micro-batches" "$tmp/emu_256" "$tmp/one_256" 1e-5 1e-5
+else
+    bad "the emulated CUDA build: $EMU not built (make build/train_gpt_emu)"
+fi
+
+# 3. checkpoints
+train res_one 0 "$CPU" --total-batch 256 --resume "$tmp/one_256/state_00000002.bin" &&
+    check same "resume: 1 process from its step-2 state vs uninterrupted" "$tmp/res_one" "$tmp/one_256"
+train res_dp2to1 0 "$CPU" --total-batch 256 --resume "$tmp/dp2_z1/state_00000002.bin" &&
+    check compare "resume: 1 process from a dp 2 ZeRO-1 state vs dp 2" "$tmp/res_dp2to1" "$tmp/dp2_z1" 4e-6 1e-5
+
+# 4. bad flags and refused combinations (the seed model has experts; a descriptor without --experts is dense)
+badflag "--experts" --model d2,C=32,NH=4,maxT=64,V=257 --experts -1
+badflag "--top-k" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 5
+badflag "--top-k" --model d2,C=32,NH=4,maxT=64,V=257 --top-k 2
+badflag "--moe-every" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --moe-every 0
+badflag "--capacity-factor" --capacity-factor -1
+badflag "--aux-loss-coef" --aux-loss-coef -0.5
+badflag "--expert-bias-rate" --expert-bias-rate 0.01
+badflag "--fp8" --fp8 current
+badlayout moe_sp 2 "--sequence-parallel" --tp 2 --sequence-parallel 1
+badlayout moe_cp 2 "--cp" --cp 2
+
+# 5. the parameter count: the table's (E experts' worth) in the report
+python3 - "$tmp/one_256.json" > "$tmp/count.out" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+C, Vp, maxT, L, E = 32, 384, 64, 2, 4
+layer = 4 * C * C + 8 * C + E * C + E * (8 * C * C + 5 * C)  # attention half + ln2, router, E experts' MLPs
+psi = Vp * C + maxT * C + L * layer + 2 * C
+n = r["num_parameters"]
+print("%s parameters: report %d, the table's %d (E = %d experts a layer)" % ("ok  " if n == psi else "FAIL", n, psi, E))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/count.out"
+
+echo "test_moe_train: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
