@@ -4,7 +4,7 @@
 // al. 2020; Megatron-Core's MoE layer):
 //
 //   x (N, C) -> router: logits, probs, top-k, gates, capacity drops (llm/ops/moe_router.cuh)
-//            -> permute: the kept assignments' rows of x, expert-major          xp (Np, C)
+//            -> permute (llm/ops/moe_permute.cuh): the kept assignments' rows of x, expert-major   xp (Np, C)
 //            -> expert e on its rows [off[e], off[e+1]): fch = xp Wfc_e^T + b, fch_gelu = GELU(fch),
 //               yp = fch_gelu Wproj_e^T + b                                    yp (Np, C)
 //            -> unpermute: y[n] = sum over n's kept assignments of gate * yp[row]   y (N, C)
@@ -29,6 +29,7 @@
 #include "../core/device.h"
 #include "linear.h"
 #include "../ops/moe_router.cuh"
+#include "../ops/moe_permute.cuh"
 
 typedef struct {
     int num_experts;        // E
