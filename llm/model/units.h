@@ -113,26 +113,10 @@ static void unit_tensor_copy(const ParamLayout* lay, int t, int rank, float* who
     for (int e = 0; e < copies; e++) tp_shard_copy(c, t, lay->tp_size, rank, whole + (size_t)e * w, shard + (size_t)e * s, to_shard);
 }
 
-// full (Psi values, checkpoint order) into packed (packed_size values: this tp rank's shards, pads
-// zero); host FP32
-static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* packed) {
-    memset(packed, 0, lay->packed_size * sizeof(float));
-    int ts[NUM_TENSORS];
-    for (int u = 0; u < lay->num_units; u++) {
-        if (!lay->units[u].held) continue;
-        int k = unit_tensors(lay, u, ts);
-        for (int i = 0; i < k; i++) {
-            int t = ts[i];
-            unit_tensor_copy(lay, t, lay->tp_rank, (float*)ckpt + unit_tensor_ckpt_offset(lay, u, t),
-                          packed + lay->units[u].start + lay->unit_offset[t], 1);
-        }
-    }
-}
-
-// packed (the shards of tp rank `rank` in a layout like lay) into their places in checkpoint order
-// (the pads are dropped; with tp > 1 the other ranks' parts of ckpt, and the units this pipeline stage
-// does not hold, are left as they are)
-static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const float* packed, float* ckpt) {
+// every held unit's tensors between checkpoint order and the packed layout, tp rank `rank`'s shards:
+// to_packed 1: packed's places = ckpt's values; 0: ckpt's places = packed's (the pads dropped; with tp > 1
+// the other ranks' parts of ckpt, and the units this pipeline stage does not hold, left as they are)
+static void layout_move(const ParamLayout* lay, int rank, float* ckpt, float* packed, int to_packed) {
     int ts[NUM_TENSORS];
     for (int u = 0; u < lay->num_units; u++) {
         if (!lay->units[u].held) continue;
@@ -140,10 +124,23 @@ static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const fl
         for (int i = 0; i < k; i++) {
             int t = ts[i];
             unit_tensor_copy(lay, t, rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
-                          (float*)packed + lay->units[u].start + lay->unit_offset[t], 0);
+                             packed + lay->units[u].start + lay->unit_offset[t], to_packed);
         }
     }
 }
+
+// full (Psi values, checkpoint order) into packed (packed_size values: this tp rank's shards, pads
+// zero); host FP32
+static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* packed) {
+    memset(packed, 0, lay->packed_size * sizeof(float));
+    layout_move(lay, lay->tp_rank, (float*)ckpt, packed, 1);
+}
+
+// packed (the shards of tp rank `rank` in a layout like lay) into their places in checkpoint order
+static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const float* packed, float* ckpt) {
+    layout_move(lay, rank, ckpt, (float*)packed, 0);
+}
+
 static void layout_to_checkpoint(const ParamLayout* lay, const float* packed, float* ckpt) {
     layout_to_checkpoint_rank(lay, lay->tp_rank, packed, ckpt);
 }
