@@ -43,6 +43,7 @@ why the step is bound by its products: docs/training.md.
 #include "llm/train/dataloader.h"
 #include "llm/train/tokenizer.h"
 #include "llm/train/logger.h"
+#include "llm/train/moe_balance.h"
 #include "llm/faults/inject.h"
 #include "llm/ckpt/ckpt_run.h"
 #include "llm/model/sampler.h"
@@ -67,14 +68,18 @@ why the step is bound by its products: docs/training.md.
 // NaN for a dense model. And r->moe_log: the step's routed and dropped assignments per moe layer and expert,
 // summed over the micro-batches, the pp stages and the dp ranks (not over tp: every tp rank routes the same
 // tokens), as log.jsonl keys: "moe_layers": [l, ...], "moe_routed" and "moe_dropped": one list of E per moe layer.
-// (FP32 sums: exact below 2^24 assignments per step and expert.)
+// (FP32 sums: exact below 2^24 assignments per step and expert.) The counts stay in moe_step_f for the selection
+// bias's update (llm/train/moe_balance.h), whose result moe_log_bias adds to the text.
 static char* moe_log_buf = NULL;  // r->moe_log's text (one step at a time)
+static size_t moe_log_cap = 0;
+static float* moe_step_f = NULL;  // (L, 2, E) the step's routed and dropped counts, summed over every rank that routes
 
 static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
     GPTConfig c = pipe->cfg;
     int L = c.num_layers, E = c.num_experts;
     size_t n = (size_t)L * 2 * E;
-    float* f = (float*)mallocCheck(n * sizeof(float));
+    if (moe_step_f == NULL) moe_step_f = (float*)mallocCheck(n * sizeof(float));
+    float* f = moe_step_f;
     for (size_t i = 0; i < n; i++) f[i] = (float)pipe->moe_counts[i];
     memset(pipe->moe_counts, 0, n * sizeof(long long));
     if (dp->size > 1 || pipe->pp_size > 1) {
@@ -83,8 +88,9 @@ static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
         if (pipe->pp_size > 1) comm_all_reduce(dp->comm, GROUP_PP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
         copy_to_host(f, pipe->moe_counts_dev, n * sizeof(float));
     }
-    size_t cap = 64 + (size_t)L * 8 + n * 14;
+    size_t cap = 96 + (size_t)L * 8 + n * 14 + (size_t)L * E * 18;  // (and the bias's %.9g values)
     if (moe_log_buf == NULL) moe_log_buf = (char*)mallocCheck(cap);
+    moe_log_cap = cap;
     char* b = moe_log_buf;
     size_t k = (size_t)snprintf(b, cap, ", \"moe_layers\": [");
     for (int l = 0, first = 1; l < L; l++) {
@@ -104,7 +110,25 @@ static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
     }
     snprintf(b + k, cap - k, "]");
     r->moe_log = b;
-    free(f);
+}
+
+// the selection bias after the step's update (while the routers read one), as the log.jsonl key "moe_bias": one
+// list of E per moe layer, each value printed to round-trip FP32 (%.9g)
+static void moe_log_bias(const MoeBalance* bal, StepResult* r) {
+    if (r->moe_log == NULL || !bal->active) return;
+    GPTConfig c = bal->cfg;
+    size_t k = strlen(moe_log_buf), cap = moe_log_cap;
+    k += (size_t)snprintf(moe_log_buf + k, cap - k, ", \"moe_bias\": [");
+    for (int l = 0, first = 1; l < c.num_layers; l++) {
+        if (!layer_is_moe(c, l)) continue;
+        k += (size_t)snprintf(moe_log_buf + k, cap - k, "%s[", first ? "" : ", ");
+        first = 0;
+        for (int e = 0; e < c.num_experts; e++) {
+            k += (size_t)snprintf(moe_log_buf + k, cap - k, "%s%.9g", e ? ", " : "", bal->host[(size_t)l * c.num_experts + e]);
+        }
+        k += (size_t)snprintf(moe_log_buf + k, cap - k, "]");
+    }
+    snprintf(moe_log_buf + k, cap - k, "]");
 }
 
 static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
@@ -130,8 +154,8 @@ static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
 }
 
 static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,
-                             const OptimConfig* oc, const InjectPlan* faults, const int* inputs, const int* targets,
-                             int step, unsigned int seed) {
+                             MoeBalance* bal, const OptimConfig* oc, const InjectPlan* faults, const int* inputs,
+                             const int* targets, int step, unsigned int seed) {
     StepResult r;
     dp_step_begin(dp);
     fp8_step_begin(fp8);
@@ -152,6 +176,9 @@ static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scale
     fp8_step_end(fp8, r.skipped != NULL);  // (a skipped step's amaxes stay out of the histories)
     r.lr = lr_schedule(oc, step - 1);
     if (r.skipped == NULL) dp_update(dp, oc, r.lr, r.norm, seed, unscale);  // clip, AdamW
+    // --expert-bias-rate: each moe layer's selection bias moved by the step's routed counts (a skipped step, none)
+    if (r.skipped == NULL && r.moe_log != NULL) moe_balance_step(bal, moe_step_f);
+    moe_log_bias(bal, &r);
     device_synchronize();
     pipe_event(pipe, "optimizer", "optimizer", t);
     return r;
@@ -176,6 +203,7 @@ typedef struct {
     Pipeline pipe;             // its stages and the executor of the schedule
     Fp8State fp8;
     Sampler sampler;
+    MoeBalance moe_bias;       // --expert-bias-rate: the moe layers' selection bias (llm/train/moe_balance.h)
     OptimConfig oc;
     LossScaler scaler;
     Rng sample_rng;            // the samples' draws
@@ -218,7 +246,7 @@ static void setup_model(Trainer* tr) {
     if (a->T > cfg->max_seq_len) fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg->max_seq_len, a->T);
     tr->grad_accum = (int)(a->total_batch / ((long)a->B * a->T * mesh->dp.size));
     char err[256] = "";
-    if (args_moe_error(a, cfg->num_experts, cfg->top_k, mesh->cp.size, err, sizeof(err)) ||
+    if (args_moe_error(a, cfg->num_experts, cfg->top_k, mesh->cp.size, err, sizeof(err)) || args_bias_error(a, cfg->num_experts, err, sizeof(err)) ||
         tp_layout_error(cfg->num_heads, cfg->padded_vocab_size, cfg->channels, mesh->tp.size, err, sizeof(err)) ||
         cp_layout_error(a->T, cfg->num_heads / mesh->tp.size, mesh->tp.size, mesh->cp.size, a->cp_impl, err, sizeof(err)) ||
         pipe_layout_error(*cfg, mesh->pp.size, a->vpp, tr->grad_accum, a->schedule, err, sizeof(err)) ||
@@ -246,6 +274,17 @@ static void setup_data(Trainer* tr) {
     if (tr->steps <= 0) tr->steps = 1;
 }
 
+// the selection bias (llm/train/moe_balance.h) where the routers read it: every chunk's moe layers, the sampler's;
+// NULL while inactive (--expert-bias-rate 0 and no bias from a checkpoint). Again after a resume or a rollback.
+static void moe_bias_attach(Trainer* tr) {
+    for (int c = 0; c < tr->pipe.vpp; c++) {
+        for (int l = 0; l < tr->cfg.num_layers; l++) {
+            if (layer_is_moe(tr->cfg, l)) stage_set_moe_bias(&tr->pipe.chunks[c], l, moe_balance_layer(&tr->moe_bias, l));
+        }
+    }
+    tr->sampler.moe_bias = tr->moe_bias.active ? tr->moe_bias.dev : NULL;
+}
+
 // 4. the parts, each taking what it needs from the mesh: the units this pipeline rank runs
 // (llm/parallel/pipeline.h), what it holds of them (llm/parallel/dp.h: DDP or ZeRO-1/2/3, with --inject's
 // gradient faults behind its hook), its stages that run them on a micro-batch (llm/model/stage.h: the
@@ -262,11 +301,13 @@ static void setup_parts(Trainer* tr) {
     pipeline_init(&tr->pipe, comm, &tr->dp, tp_group(comm, a->sequence_parallel), cp_group(comm, a->T, a->cp_impl, a->cp_balance),
                   a->schedule, a->vpp, tr->grad_accum, a->B, a->T, (Recompute)a->recompute);
     for (int c = 0; c < tr->pipe.vpp; c++) stage_set_moe(&tr->pipe.chunks[c], a->capacity_factor, a->aux_loss_coef, a->z_loss_coef);
+    moe_balance_init(&tr->moe_bias, tr->cfg, a->expert_bias_rate);
     // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)
     Fp8Config fc = {(Fp8Recipe)a->fp8, a->fp8_e4m3, a->fp8_history, a->fp8_reduce, a->fp8_margin};
     pipeline_enable_fp8(&tr->pipe, &tr->fp8, fc);
     sampler_init(&tr->sampler, tr->pipe.chunks, tr->pipe.vpp);  // the chunks' stages, decoded over the pipeline's messages
     pipeline_sampler_link(&tr->pipe, &tr->sampler);
+    moe_bias_attach(tr);
     if (tr->rank0 && !a->generate) print_run_header(&tr->args, &tr->comm, &tr->cfg, &tr->dp, &tr->pipe, &tr->fp8, &tr->train_loader, tr->grad_accum,
                                     tr->steps, tr->peak.tflops, tr->peak.n);
 }
@@ -284,12 +325,13 @@ static void setup_state(Trainer* tr) {
     HealthConfig hc = {a->spike_zscore, a->spike_window, a->spike_factor, a->max_bad_steps, a->sdc_check_every};
     health_init(&tr->health, hc, sc->mode != LOSS_SCALE_NONE, sc->mode == LOSS_SCALE_DYNAMIC);
     // the checkpoints (llm/ckpt/ckpt_run.h): what they hold, where the run keeps it, and how they are written
-    tr->run = (RunState){&tr->dp, &tr->fp8, sc, &tr->sample_rng, &tr->health, &tr->train_loader, &tr->oc, {a->beta1, a->beta2, a->eps}};
+    tr->run = (RunState){&tr->dp, &tr->fp8, sc, &tr->sample_rng, &tr->health, &tr->train_loader, &tr->oc, {a->beta1, a->beta2, a->eps}, &tr->moe_bias};
     run_ckpt_init(&tr->ck, &tr->comm, &tr->dp, &tr->faults, a->output_dir, a->checkpoint_format, a->async_checkpoint,
                   a->keep_checkpoints, a->schedule, a->vpp);
     if (a->resume) {
         // the newest good checkpoint of --output-dir (latest), or the one named, verified (llm/ckpt/ckpt_resume.h)
         tr->start_step = run_resume(&tr->comm, a->resume, a->output_dir, &tr->run, tr->resumed_from, sizeof(tr->resumed_from));
+        moe_bias_attach(tr);  // (a checkpoint's bias)
     } else {
         if (tr->from_descriptor) {
             tr->init_params = (float*)mallocCheck(tr->dp.lay.num_parameters * sizeof(float));
@@ -360,7 +402,7 @@ static void train_loop(Trainer* tr, LoopStats* ls) {
         double t0 = wall_ms();
         straggler_step_begin(&straggler, comm);
         inject_before_step(&tr->faults, comm, step, step_targets, (size_t)m * B * T, tr->cfg.vocab_size);
-        StepResult r = train_step(&tr->pipe, &tr->dp, &tr->scaler, &tr->fp8, &tr->health, &tr->oc, &tr->faults, step_inputs,
+        StepResult r = train_step(&tr->pipe, &tr->dp, &tr->scaler, &tr->fp8, &tr->health, &tr->moe_bias, &tr->oc, &tr->faults, step_inputs,
                                   step_targets, step, (unsigned int)(a->seed + 7919u * (unsigned)step));
         inject_after_update(&tr->faults, &tr->dp, step);
         double ms = wall_ms() - t0;
@@ -401,7 +443,10 @@ static void train_loop(Trainer* tr, LoopStats* ls) {
         run_ckpt_poll(&tr->ck);  // an async save done on every rank gets its manifest
         if (sig) run_preempted_exit(&tr->ck, step, sig, sig_rank);
         // after max_bad_steps bad steps in a row, or an SDC mismatch: back to the newest last-known-good checkpoint
-        if (sdc_msg[0] != '\0' || health_needs_rollback(&tr->health)) step = run_rollback(&tr->ck, &tr->run, &tr->logger, step, sdc_msg);
+        if (sdc_msg[0] != '\0' || health_needs_rollback(&tr->health)) {
+            step = run_rollback(&tr->ck, &tr->run, &tr->logger, step, sdc_msg);
+            moe_bias_attach(tr);  // (the checkpoint's bias)
+        }
     }
     run_ckpt_finish(&tr->ck);  // the last save, waited for
     free(step_inputs);
@@ -482,6 +527,7 @@ static int generate(Trainer* tr) {
     free(tokens);
     if (tr->have_tok) tokenizer_free(&tr->tok);
     sampler_free(&tr->sampler);
+    moe_balance_free(&tr->moe_bias);
     pipeline_free(&tr->pipe);
     fp8_free(&tr->fp8);
     dp_free(&tr->dp);
@@ -509,6 +555,7 @@ int main(int argc, char** argv) {
     dataloader_free(&tr.train_loader);
     if (tr.args.val_data) dataloader_free(&tr.val_loader);
     sampler_free(&tr.sampler);
+    moe_balance_free(&tr.moe_bias);
     pipeline_free(&tr.pipe);
     fp8_free(&tr.fp8);
     run_ckpt_free(&tr.ck);

@@ -100,7 +100,10 @@ def state_split(raw):
     h = struct.unpack("<i", raw[124:128])[0] if len(raw) >= 1024 else 0
     if h <= 0:
         return raw, ()
-    return raw[:len(raw) - 4 * h], struct.unpack("<%df" % h, raw[len(raw) - 4 * h:])
+    # header[41] (version 4 on): the moe selection bias's floats, after the windows (compared as bytes)
+    nb = max(struct.unpack("<i", raw[164:168])[0], 0) if struct.unpack("<i", raw[4:8])[0] >= 4 else 0
+    end = len(raw) - 4 * nb
+    return raw[:end - 4 * h] + raw[end:], struct.unpack("<%df" % h, raw[end - 4 * h:end])
 
 
 # The health windows' gradient norms are the one thing in a state file that two layouts with the same
@@ -162,7 +165,8 @@ def fp8_state(path):  # (recipe, layers, the FP8 floats: [pos, recorded, per ent
     raw = open(path, "rb").read()
     h = struct.unpack("<256i", raw[:1024])
     k = (h[20] & 0xffffffff) | (h[21] << 32)
-    end = len(raw) - 8 * max(h[31], 0)  # header[31]: the health windows (2 x h[31] floats) follow the FP8 state
+    nb = max(h[41], 0) if h[1] >= 4 else 0  # header[41]: the moe selection bias's floats, last
+    end = len(raw) - 4 * nb - 8 * max(h[31], 0)  # header[31]: the health windows (2 x h[31] floats) follow the FP8 state
     return h[19], h[6], struct.unpack("<%df" % k, raw[end - 4 * k:end]) if k else ()
 
 

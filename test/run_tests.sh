@@ -181,6 +181,9 @@ run split_backward_tp bash test/test_split_backward.sh
 # a GPT-2 with experts through the trainer (--experts, docs/moe.md): one process trains, dp 2 with ZeRO-0..3, pp 2
 # (1f1b, zb-h1) and tp 2 against one process, resume, bad flags and refused combinations, the parameter count
 run moe_train bash test/test_moe_train.sh
+# DeepSeek-V3's aux-loss-free balancing (--expert-bias-rate): the bias against its formula from log.jsonl's counts, dp 2,
+# pp 2, tp 2 and the emulated build against one process, resume (gathered and sharded) bit-identical, bad values
+run moe_bias bash test/test_moe_bias.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;

@@ -15,8 +15,9 @@
 
 #define CHECKPOINT_MAGIC 20240326
 #define STATE_MAGIC 20261122      // this trainer's resumable state
-#define STATE_VERSION 3           // 3: with AdamW's beta1, beta2, eps (header[38..40]); 2: the verdict and the
-                                  // checksum (header[34..37]); 1: before them
+#define STATE_VERSION 4           // 4: with the moe layers' selection bias (header[41]); 3: with AdamW's beta1,
+                                  // beta2, eps (header[38..40]); 2: the verdict and the checksum (header[34..37]);
+                                  // 1: before them
 #define HEADER_INTS 256
 // a mixture-of-experts model (GPTConfig.num_experts > 0) cannot be an llm.c file: its own versions, the llm.c
 // version + 3 (6 = FP32, 8 = BF16), with header[8..10] = E, K, M (docs/formats.md); llm.c readers refuse them
@@ -244,14 +245,16 @@ static int checkpoint_save(AtomicFile* af, const char* path, GPTConfig cfg, cons
 //   35..37: CKPT_SUM_MARK and the checksum (lo, hi) of the whole file, summed with 35..37 as 0
 //   38..40: AdamW's beta1, beta2, eps (float bits) the moments were made with (files of version 1 and 2: the
 //       0.9, 0.95, 1e-8 every run used then)
+//   41: the floats of the moe layers' selection bias that follow last (llm/train/moe_balance.h: L x E, or 0 when
+//       the run kept none; files before version 4: 0)
 //   (25..30: a sharded checkpoint's shard header, llm/ckpt/ckpt_shard.h; unused here)
 // then FP32 arrays of num_parameters each: parameters (the master copy when there is one), m, v;
 // then, if header[18] = 1 (2), num_parameters BF16 (FP16) values (uint16): the parameters the model
 // computes with; then the FP8 recipes' state (fp8_state_export's floats: delayed scaling's amax
 // histories and scales), if any; then the health windows, 2 * H floats: the last H healthy losses,
 // then gradient norms, oldest first (so that a resumed run takes the same skip decisions as one that
-// never stopped). A BF16 build keeps both parameter copies: its parameters are the master rounded
-// stochastically at every update, which rounding the master to nearest on resuming would not give
+// never stopped); then, if header[41] > 0, the selection bias (L, E) FP32 of --expert-bias-rate. A BF16
+// build keeps both parameter copies: its parameters are the master rounded stochastically at every update, which rounding the master to nearest on resuming would not give
 // back, and resuming must continue the run bit for bit. (A BF16 run resumed from a file without them
 // starts from the master rounded to nearest.) All arrays are in checkpoint order.
 // Version 1 files (before the verdict and the checksum) are read unverified, their verdict from the streak.
@@ -272,6 +275,8 @@ typedef struct {
     int bad_streak, bad_skipped;  // the health checks' bad steps in a row, and skipped so far
     int verdict;       // CKPT_HEALTHY, CKPT_IN_STREAK or CKPT_SDC
     float beta1, beta2, eps;  // AdamW's hyperparameters (llm/ops/optimizer.h OptimConfig)
+    int moe_bias_n;    // the selection bias's floats (llm/train/moe_balance.h): L x E, or 0: none
+    float* moe_bias;   // (L, E) FP32 or NULL; state_load mallocs it
 } TrainState;
 
 // a state read back (a state file, or a sharded checkpoint's pieces for this rank): the arrays are
@@ -284,7 +289,7 @@ typedef struct {
 } LoadedState;
 
 static void loaded_state_free(LoadedState* st) {
-    free(st->params); free(st->m); free(st->v); free(st->params16); free(st->ts.fp8); free(st->ts.health);
+    free(st->params); free(st->m); free(st->v); free(st->params16); free(st->ts.fp8); free(st->ts.health); free(st->ts.moe_bias);
     memset(st, 0, sizeof(*st));
 }
 
@@ -317,6 +322,7 @@ static int state_header_read(const int* h, GPTConfig cfg, TrainState* ts, char* 
     } else {  // before version 3 every run used these (llm/train/args.h's defaults)
         ts->beta1 = 0.9f; ts->beta2 = 0.95f; ts->eps = 1e-8f;
     }
+    ts->moe_bias_n = h[1] >= 4 ? h[41] : 0;
     // every step either updated (AdamW's t) or was skipped (bad_skipped): together at most the step
     int S = ts->step;
     const char* bad = NULL;
@@ -337,10 +343,12 @@ static int state_header_read(const int* h, GPTConfig cfg, TrainState* ts, char* 
         bad = "header[34] (verdict): expected 0 (healthy, no bad step in a row), 1 or 2";
     else if (!(ts->beta1 >= 0.0f && ts->beta1 < 1.0f && ts->beta2 >= 0.0f && ts->beta2 < 1.0f && ts->eps > 0.0f && ts->eps <= 1.0f))
         bad = "header[38..40] (AdamW's beta1, beta2, eps): expected betas in [0, 1) and eps in (0, 1]";
+    else if (ts->moe_bias_n != 0 && (cfg.num_experts == 0 || (long)ts->moe_bias_n != (long)cfg.num_layers * cfg.num_experts))
+        bad = "header[41] (the moe selection bias's floats): expected 0 or the model's layers x experts";
     if (bad == NULL) return 1;
     snprintf(what, sizeof(what), " (step %d, adam t %d, skipped %d, in a row %d, epoch %lld, sample %lld, window %d, verdict %d, "
-             "betas %g %g, eps %g)", S, ts->adam_t, ts->bad_skipped, ts->bad_streak, (long long)ts->data.epoch, (long long)ts->data.sample,
-             ts->health_n, ts->verdict, ts->beta1, ts->beta2, ts->eps);
+             "betas %g %g, eps %g, moe bias %d floats)", S, ts->adam_t, ts->bad_skipped, ts->bad_streak, (long long)ts->data.epoch,
+             (long long)ts->data.sample, ts->health_n, ts->verdict, ts->beta1, ts->beta2, ts->eps, ts->moe_bias_n);
     snprintf(why, cap, "%s, found%s", bad, what);
     return 0;
 }
@@ -366,6 +374,7 @@ static void state_header_fill(int* h, GPTConfig cfg, const TrainState* ts, int m
     h[33] = ts->bad_skipped;
     h[34] = ts->verdict;
     memcpy(&h[38], &ts->beta1, sizeof(float)); memcpy(&h[39], &ts->beta2, sizeof(float)); memcpy(&h[40], &ts->eps, sizeof(float));
+    h[41] = ts->moe_bias_n;
 }
 
 // params16: NULL, or the BF16 (ts->params16_kind 1) or FP16 (2) parameters as FP32 values (exactly
@@ -396,6 +405,7 @@ static int state_save(AtomicFile* af, const char* path, GPTConfig cfg, const Tra
     if (tmp) sum_job_add(&job, tmp, n * sizeof(uint16_t));
     if (ts->fp8_n > 0) sum_job_add(&job, ts->fp8, ts->fp8_n * sizeof(float));
     if (ts->health_n > 0) sum_job_add(&job, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
+    if (ts->moe_bias_n > 0) sum_job_add(&job, ts->moe_bias, (size_t)ts->moe_bias_n * sizeof(float));
     int ok = af_write_sealed(af, path, &job, STATE_SUM_SLOT, fail_at, slow_ms);
     free(tmp);
     return ok;
@@ -416,7 +426,7 @@ static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* wh
         TrainState* ts = &st->ts;
         size_t n = num_parameters(cfg);
         size_t expected = HEADER_INTS * sizeof(int) + 3 * n * sizeof(float) + (ts->params16_kind ? n * sizeof(uint16_t) : 0) +
-                          ts->fp8_n * sizeof(float) + 2 * (size_t)ts->health_n * sizeof(float);
+                          ts->fp8_n * sizeof(float) + 2 * (size_t)ts->health_n * sizeof(float) + (size_t)ts->moe_bias_n * sizeof(float);
         if ((size_t)r.size != expected) {
             snprintf(why, cap, "expected %zu bytes (from its header), found %ld", expected, r.size);
         } else {
@@ -426,6 +436,7 @@ static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* wh
             uint16_t* tmp = ts->params16_kind ? (uint16_t*)mallocCheck(n * sizeof(uint16_t)) : NULL;  // (n) 16-bit bits
             if (ts->fp8_n > 0) ts->fp8 = (float*)mallocCheck(ts->fp8_n * sizeof(float));
             if (ts->health_n > 0) ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
+            if (ts->moe_bias_n > 0) ts->moe_bias = (float*)mallocCheck((size_t)ts->moe_bias_n * sizeof(float));
             rd_plan_header(&r, STATE_SUM_SLOT);  // the file's parts in order, summed as they are read
             rd_plan(&r, st->params, n * sizeof(float));
             rd_plan(&r, st->m, n * sizeof(float));
@@ -433,6 +444,7 @@ static int state_read(const char* path, GPTConfig cfg, LoadedState* st, char* wh
             if (tmp) rd_plan(&r, tmp, n * sizeof(uint16_t));
             if (ts->fp8) rd_plan(&r, ts->fp8, ts->fp8_n * sizeof(float));
             if (ts->health) rd_plan(&r, ts->health, 2 * (size_t)ts->health_n * sizeof(float));
+            if (ts->moe_bias) rd_plan(&r, ts->moe_bias, (size_t)ts->moe_bias_n * sizeof(float));
             ok = rd_read_all(&r, why, cap) && rd_check_sum(&r, STATE_SUM_SLOT, &st->verified, why, cap);
             if (ok && tmp) {
                 st->params16 = (float*)mallocCheck(n * sizeof(float));

@@ -32,7 +32,7 @@
 #include "checkpoint.h"
 
 #define SHARD_MAGIC 20261123
-#define SHARD_VERSION 3          // 3: AdamW's hyperparameters (header[38..40]); 2: the verdict and ckpt_sum checksums
+#define SHARD_VERSION 4          // 4: the moe selection bias (header[41], rank 0's shard); 3: AdamW's hyperparameters (header[38..40]); 2: the verdict and ckpt_sum checksums
                                  // in the manifest; 1: before (FNV-1a of bytes)
 
 // ----------------------------------------------------------------------------

@@ -61,12 +61,12 @@ static int ckpt_load(const char* dir, const ParamLayout* lay, LoadedState* st, c
         size_t pieces = get64(h, 27), values = get64(h, 29);
         if (r == 0) {
             *ts = hs;  // the training position: rank 0's (its FP8 state and health windows are read below)
-            ts->fp8 = NULL; ts->health = NULL;
+            ts->fp8 = NULL; ts->health = NULL; ts->moe_bias = NULL;
             if (ts->params16_kind) { st->params16 = (float*)calloc(n, sizeof(float)); if (!st->params16) fatal("--resume: out of host memory"); }
         }
         if (hs.params16_kind != ts->params16_kind) { LOAD_FAIL("16-bit parameters of kind %d, rank 0's shard has %d", hs.params16_kind, ts->params16_kind); break; }
         size_t body = HEADER_INTS * sizeof(int) + pieces * 3 * sizeof(int64_t) + values * (3 * sizeof(float) + (hs.params16_kind ? 2 : 0)) +
-                      (r == 0 ? ts->fp8_n * sizeof(float) + 2 * (size_t)ts->health_n * sizeof(float) : 0);
+                      (r == 0 ? ts->fp8_n * sizeof(float) + 2 * (size_t)ts->health_n * sizeof(float) + (size_t)ts->moe_bias_n * sizeof(float) : 0);
         if (pieces > n || values > n || body != e[r].bytes) { LOAD_FAIL("%zu pieces of %zu values: %zu bytes, the manifest says %llu", pieces, values, body, (unsigned long long)e[r].bytes); break; }
         index = (int64_t*)mallocCheck((pieces + 1) * 3 * sizeof(int64_t));
         if (fread(index, sizeof(int64_t), pieces * 3, f) != pieces * 3) { LOAD_FAIL("truncated index"); break; }
@@ -105,6 +105,11 @@ static int ckpt_load(const char* dir, const ParamLayout* lay, LoadedState* st, c
             ts->health = (float*)mallocCheck(2 * (size_t)ts->health_n * sizeof(float));
             if (fseek(f, tail + (long)(ts->fp8_n * sizeof(float)), SEEK_SET) != 0 ||
                 fread(ts->health, sizeof(float), 2 * (size_t)ts->health_n, f) != 2 * (size_t)ts->health_n) LOAD_FAIL("read failed");
+        }
+        if (ok && r == 0 && ts->moe_bias_n > 0) {  // then the moe selection bias
+            ts->moe_bias = (float*)mallocCheck((size_t)ts->moe_bias_n * sizeof(float));
+            if (fseek(f, tail + (long)((ts->fp8_n + 2 * (size_t)ts->health_n) * sizeof(float)), SEEK_SET) != 0 ||
+                fread(ts->moe_bias, sizeof(float), (size_t)ts->moe_bias_n, f) != (size_t)ts->moe_bias_n) LOAD_FAIL("read failed");
         }
         free(index);
         index = NULL;

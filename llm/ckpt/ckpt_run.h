@@ -1,6 +1,6 @@
 // ckpt_run.h: the training run's checkpoints, from the loop's side. What a checkpoint holds (RunState:
 // the model and AdamW's state in the data-parallel storage and its hyperparameters, the FP8 recipes' state, the loss scaler, the
-// sampler's RNG, the health checks' windows and streak, the data position), saving it after a step in
+// sampler's RNG, the health checks' windows and streak, the data position, the moe layers' selection bias), saving it after a step in
 // the run's format (--checkpoint-format gathered: llm.c's model_<step>.bin and the resumable
 // state_<step>.bin, llm/ckpt/checkpoint.h; sharded: ckpt_<step>/, llm/ckpt/ckpt_shard.h, in the background with
 // --async-checkpoint; or both) with the verdict of the step it follows, and putting one back into the run
@@ -19,6 +19,7 @@
 #include "../faults/health.h"
 #include "../faults/preempt.h"
 #include "../train/logger.h"
+#include "../train/moe_balance.h"
 #include "checkpoint.h"
 #include "ckpt_dir.h"
 #include "ckpt_shard.h"
@@ -34,6 +35,7 @@ typedef struct {
     DataLoader* loader;    // the training data
     OptimConfig* oc;       // AdamW's beta1, beta2, eps are saved; the rest of it comes from the flags
     float adamw_given[3];  // --beta1, --beta2, --eps as given (NAN: not given: a resumed run keeps its checkpoint's)
+    MoeBalance* moe_bias;  // --expert-bias-rate's selection bias (saved while the routers read it)
 } RunState;
 
 typedef struct {
@@ -73,7 +75,7 @@ static void run_ckpt_save(RunCkpt* rc, const RunState* rs, int step, int verdict
     TrainState ts = {step, dp->opt.t, dataloader_position(rs->loader), rs->sample_rng->state, (int)fp8->cfg.recipe,
                      fp8_state_floats(fp8), fp8_state, STATE_FLOATX_KIND, ls->mode != LOSS_SCALE_NONE ? ls->scale : 0.0f,
                      ls->good_steps, ls->skipped, health_n, health_state, h->bad_streak, h->skipped, verdict,
-                     rs->oc->beta1, rs->oc->beta2, rs->oc->eps};
+                     rs->oc->beta1, rs->oc->beta2, rs->oc->eps, (int)moe_balance_saved(rs->moe_bias), rs->moe_bias->host};
     if (rc->format != 1) {
         // the whole model and optimizer state, gathered from the shards (every rank takes part); rank 0 writes
         size_t n = dp->lay.num_parameters;
@@ -139,6 +141,7 @@ static void run_state_import(const RunState* rs, const LoadedState* st, int with
         ls->skipped = ts->loss_scale_skipped;
     }
     rs->sample_rng->state = ts->rng;
+    moe_balance_set(rs->moe_bias, ts->moe_bias, (size_t)ts->moe_bias_n);  // (none saved: zero)
     // AdamW's hyperparameters: the checkpoint's, where no flag gave them (a rollback keeps the run's own)
     float saved[3] = {ts->beta1, ts->beta2, ts->eps};
     float* now[3] = {&rs->oc->beta1, &rs->oc->beta2, &rs->oc->eps};

@@ -23,12 +23,12 @@
 // Shard file: header int32[256] as llm/ckpt/checkpoint.h's state file (0 magic SHARD_MAGIC, 1 version,
 // 2 step, 3 adam t, 4..9 config, 10..11 Psi, 12..17 data position and sampler RNG, 18 the 16-bit
 // parameters' kind, 19..21 FP8 recipe and state size, 22..24 loss scaler, 31..33 health checks, 34 the
-// verdict, 38..40 AdamW's beta1, beta2, eps; its checksum is the manifest's), then
+// verdict, 38..40 AdamW's beta1, beta2, eps, 41 the moe selection bias's floats; its checksum is the manifest's), then
 // 25 rank, 26 world size, 27..28 pieces, 29..30 values (the pieces' total length); then the index,
 // int64 (unit, offset in checkpoint order, length) per piece; then FP32 arrays of `values` each:
 // parameters, m, v; then `values` uint16 (BF16/FP16 bits) if header[18] != 0; then rank 0's shard
-// alone the FP8 state and the health windows. Only rank 0's training position (step, data, RNG,
-// scaler, FP8, health) is read back; all ranks write theirs.
+// alone the FP8 state, the health windows and the moe selection bias. Only rank 0's training position (step,
+// data, RNG, scaler, FP8, health, bias) is read back; all ranks write theirs.
 //
 // --async-checkpoint: the save copies this rank's part to host memory (the snapshot) and a background
 // thread writes it while training goes on; after every step the ranks agree (one host all-reduce of
@@ -65,6 +65,8 @@ typedef struct {
     size_t fp8_n;
     float* health;         // (2, health_n) rank 0 only: the health windows (llm/faults/health.h)
     int health_n;
+    float* moe_bias;       // (moe_bias_n) rank 0 only: the moe layers' selection bias (llm/train/moe_balance.h)
+    int moe_bias_n;
     int verdict;           // of the step it follows (llm/ckpt/checkpoint.h): only a healthy one is good
     char dir[1100];
     long fail_at;
@@ -199,6 +201,13 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
         memcpy(s->health, ts->health, 2 * (size_t)s->health_n * sizeof(float));
     }
     h[31] = s->health_n;
+    s->moe_bias_n = rank0 ? ts->moe_bias_n : 0;
+    s->moe_bias = NULL;
+    if (s->moe_bias_n > 0) {
+        s->moe_bias = (float*)mallocCheck((size_t)s->moe_bias_n * sizeof(float));
+        memcpy(s->moe_bias, ts->moe_bias, (size_t)s->moe_bias_n * sizeof(float));
+    }
+    h[41] = s->moe_bias_n;
     h[25] = ck->comm->world_rank; h[26] = ck->comm->world_size;
     put64(h, 27, s->pieces);
     put64(h, 29, s->values);
@@ -211,7 +220,7 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
 }
 
 static void ckpt_snapshot_free(CkptSnapshot* s) {
-    free(s->index); free(s->p); free(s->m); free(s->v); free(s->p16); free(s->fp8); free(s->health);
+    free(s->index); free(s->p); free(s->m); free(s->v); free(s->p16); free(s->fp8); free(s->health); free(s->moe_bias);
     memset(s, 0, sizeof(*s));
 }
 
@@ -228,6 +237,7 @@ static void ckpt_write_shard(const CkptSnapshot* s, int rank, AtomicFile* w) {
     if (s->p16) af_write(w, s->p16, s->values * sizeof(uint16_t));
     if (s->fp8_n > 0) af_write(w, s->fp8, s->fp8_n * sizeof(float));
     if (s->health_n > 0) af_write(w, s->health, 2 * (size_t)s->health_n * sizeof(float));
+    if (s->moe_bias_n > 0) af_write(w, s->moe_bias, (size_t)s->moe_bias_n * sizeof(float));
     af_close(w);
 }
 

@@ -163,7 +163,7 @@ static const FlagDoc FLAGS[] = {
     {"--capacity-factor", 0, FLAG_FLOAT, A_(capacity_factor), 0, 1e6, NULL, "each expert keeps at most ceil(F K N / E) of a call's N tokens' assignments, 0 = no drops (default 0)"},
     {"--aux-loss-coef", 0, FLAG_FLOAT, A_(aux_loss_coef), 0, 1e6, NULL, "the load-balancing loss's coefficient (default 0.01)"},
     {"--z-loss-coef", 0, FLAG_FLOAT, A_(z_loss_coef), 0, 1e6, NULL, "the router z-loss's coefficient (default 0.001)"},
-    {"--expert-bias-rate", 0, FLAG_FLOAT, A_(expert_bias_rate), 0, 1e6, NULL, "aux-loss-free balancing: the selection bias's step per optimizer step, 0 = off (default 0)"},
+    {"--expert-bias-rate", 0, FLAG_FLOAT, A_(expert_bias_rate), 0, 1e6, NULL, "aux-loss-free balancing (DeepSeek-V3): the selection bias moves by R * sign(mean load - load) per step, 0 = off (default 0)"},
     {"--fp8-history", 0, FLAG_INT, A_(fp8_history), 1, 4096, NULL, "delayed scaling: amax history length in steps (default 16)"},
     {"--fp8-amax-reduce", 0, FLAG_CHOICE, A_(fp8_reduce), 0, 0, "max|most_recent", "delayed scaling: the history's reduction, max or most_recent (default max)"},
     {"--fp8-margin", 0, FLAG_INT, A_(fp8_margin), 0, 32, NULL, "delayed scaling: scale = fp8_max / amax / 2^margin (default 0)"},
@@ -364,13 +364,6 @@ static void args_check_default_data(const Args* a) {
 // parallelism (each tp rank would route only its tokens: the experts' gradients would need a sum over tp),
 // context parallelism and FP8 (the experts' linears are not FP8 ones yet).
 static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n) {
-    // --expert-bias-rate (aux-loss-free balancing, docs/moe.md): parsed and documented, but the per-layer bias, its
-    // update after each optimizer step (counts all-reduced over dp) and its place in the run state are not
-    // implemented yet; refused rather than silently ignored
-    if (a->expert_bias_rate > 0.0f) {
-        snprintf(err, n, "--expert-bias-rate %g: not implemented yet (expected 0)", a->expert_bias_rate);
-        return 1;
-    }
     if (E == 0) {
         if (a->top_k) snprintf(err, n, "--top-k %d: expected --experts > 0, found --experts 0", a->top_k);
         return err[0] != '\0';
@@ -379,6 +372,15 @@ static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, s
     else if (a->sequence_parallel) snprintf(err, n, "--experts %d: not with --sequence-parallel 1 yet (expected 0, found 1)", E);
     else if (cp_size > 1) snprintf(err, n, "--experts %d: not with --cp > 1 yet (expected 1, found %d)", E, cp_size);
     else if (a->fp8) snprintf(err, n, "--experts %d: not with --fp8 yet (expected none)", E);
+    return err[0] != '\0';
+}
+
+// --expert-bias-rate R > 0 (the aux-loss-free balancing, llm/train/moe_balance.h) needs a model with experts (E: the
+// model's, from --experts or the model file): why not, or 0
+static int args_bias_error(const Args* a, int E, char* err, size_t n) {
+    if (a->expert_bias_rate > 0.0f && E == 0) {
+        snprintf(err, n, "--expert-bias-rate %g: expected a model with experts (--experts > 0), found a dense model", a->expert_bias_rate);
+    }
     return err[0] != '\0';
 }
 
