@@ -2189,6 +2189,7 @@ TEST_BINARIES = {
     "fp8_linear_cpu": ["build/test_fp8_linear_cpu"],
     "fp8_linear_emu": ["build/test_fp8_linear_emu"],
     "moe_train": ["train_gpt_cpu", "build/train_gpt_emu"],
+    "moe_bias": ["train_gpt_cpu", "build/train_gpt_emu"],
     "nompi": ["build/train_gpt_emu_nompi", "build/train_gpt_emu"],
     "headers": [],
     "bad_input": ["train_gpt_cpu"],
