@@ -114,6 +114,9 @@ run attention_ring_emu_bf16 ./build/test_attention_ring_emu_bf16
 run schedule ./build/test_schedule_cpu
 # scripts/plot_trace.py: the simulator's traces and a real run's shape drawn as PNGs, checked against the trace
 run plot_trace bash test/test_plot_trace.sh
+# scripts/plot_experts.py: each expert's share of the tokens from log.jsonl's moe_routed, against shares computed from
+# the counts the test wrote (resume and rollback marks, --layer, the table, the PNG); bad inputs one line each
+run plot_experts bash test/test_plot_experts.sh
 run model_vs_pytorch ./build/test_gpt_cpu
 run sampler ./build/test_sampler_cpu
 run formats bash -c 'd=$(mktemp -d) && ./build/test_formats_cpu "$d"; rc=$?; rm -rf "$d"; exit $rc'
