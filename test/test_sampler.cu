@@ -12,6 +12,9 @@
 //   5. FP8: the sampler of a stage with FP8 linears (an --fp8 run's) decodes through them: its logits
 //      equal the FP8 stage's full forward's within the tolerance of 1, and differ from the floatX
 //      model's by more than twice that tolerance (FP32 builds; every build: the sampler's linears are the FP8 stage's).
+//   6. A mixture-of-experts model with a selection bias (--expert-bias-rate's, llm/train/moe_balance.h): the
+//      sampler given the bias (Sampler.moe_bias) decodes what the stage's full forward with the same bias gives
+//      (tolerance of 1), and the bias matters: the full forward without it differs by more than twice that.
 // Tolerances of 1. FP32: the decode path multiplies one row at a time (other BLAS blocking, other
 // summation order) and sums attention over the cache in its own order: ~1e-6 of the logits' scale:
 // 1e-5 * scale + 1e-4 relative. BF16: activations are rounded to bf16 at every op in both paths, but
@@ -263,6 +266,61 @@ int main(int argc, char** argv) {
         sampler_free(&sp8);
         stage_free(&st8);
         fp8_free(&fp8);
+    }
+
+    // 6. a moe model (E = 4, K = 1, every layer) with a selection bias that sends most tokens to expert 0
+    {
+        GPTConfig mc = cfg;
+        mc.num_experts = 4; mc.top_k = 1; mc.moe_every = 1;
+        int E = mc.num_experts, L = mc.num_layers;
+        DataParallel mdp;
+        dp_init(&mdp, &comm, mc, NULL);
+        float* mp = (float*)mallocCheck(mdp.lay.num_parameters * sizeof(float));  // (Psi)
+        init_parameters(mc, seed + 1, mp);
+        for (size_t i = 0; i < mdp.lay.num_parameters; i++) mp[i] *= 3.0f;  // (as above)
+        dp_import_params(&mdp, mp, 0);
+        free(mp);
+        float bias_host[2 * 4];  // (L, E): +0.5 on expert 0 (probabilities are in [0, 1]: it wins most choices)
+        for (int i = 0; i < L * E; i++) bias_host[i] = i % E == 0 ? 0.5f : 0.0f;
+        float* bias = (float*)device_malloc((size_t)L * E * sizeof(float), MEM_WORKSPACE);  // (L, E)
+        copy_to_device(bias, bias_host, (size_t)L * E * sizeof(float));
+        Stage ms;
+        stage_init(&ms, &mdp.lay, &mdp.hooks, tp_group(&comm, 0), stage_range_all(mc), 1, N, RECOMPUTE_NONE, 1);
+        stage_set_moe(&ms, 0.0f, 0.0f, 0.0f);
+        Sampler msp;
+        sampler_init(&msp, &ms, 1);
+        stage_forward(&ms, 0, tokens, NULL, NULL, 0.0f);  // without the bias
+        float* plain = (float*)mallocCheck((size_t)N * V * sizeof(float));   // (N, V)
+        float* biased = (float*)mallocCheck((size_t)N * V * sizeof(float));  // (N, V)
+        float* dec = (float*)mallocCheck((size_t)N * V * sizeof(float));     // (N, V)
+        float* row = (float*)mallocCheck((size_t)N * Vp * sizeof(float));    // (N, Vp)
+        copy_to_host_float(row, ms.slots[0].logits, (size_t)N * Vp);
+        for (int t = 0; t < N; t++) memcpy(plain + (size_t)t * V, row + (size_t)t * Vp, V * sizeof(float));
+        for (int l = 0; l < L; l++) stage_set_moe_bias(&ms, l, bias + (size_t)l * E);
+        msp.moe_bias = bias;
+        stage_forward(&ms, 0, tokens, NULL, NULL, 0.0f);  // with it
+        copy_to_host_float(row, ms.slots[0].logits, (size_t)N * Vp);
+        float mscale = 0.0f;
+        for (int t = 0; t < N; t++) {
+            memcpy(biased + (size_t)t * V, row + (size_t)t * Vp, V * sizeof(float));
+            for (int v = 0; v < V; v++) mscale = fmaxf(mscale, fabsf(row[(size_t)t * Vp + v]));
+        }
+        double off = 0.0;  // how far the bias moves the logits
+        for (int t = 0; t < N; t++) {
+            sampler_forward(&msp, tokens[t], t, 1);
+            memcpy(dec + (size_t)t * V, msp.logits_host, V * sizeof(float));
+        }
+        for (size_t i = 0; i < (size_t)N * V; i++) off = fmax(off, fabs((double)biased[i] - plain[i]));
+        float tol = (BF16 ? 3e-2f : 1e-5f) * mscale;
+        check_close("moe model E=4 K=1 with a selection bias: KV-cache logits vs the full forward with the bias", dec, biased,
+                    (size_t)N * V, tol, BF16 ? 0.0f : 1e-4f);
+        check(off > 2.0 * tol, "moe model: the bias moves the full forward's logits by up to %.3g = %.1fx the tolerance (it re-routes)",
+              off, off / tol);
+        free(plain); free(biased); free(dec); free(row);
+        sampler_free(&msp);
+        stage_free(&ms);
+        device_free(bias);
+        dp_free(&mdp);
     }
 
     free(full); free(cached); free(a); free(b); free(full2);
