@@ -39,16 +39,17 @@ def read(path):
     betas = struct.unpack("<3f", b[38 * 4:41 * 4])
     return int(h[1]), betas, f[:n], f[n:2 * n], f[2 * n:3 * n]
 PY
+SV=4  # the state version this build writes (llm/ckpt/checkpoint.h STATE_VERSION)
 hdr() { python3 -c 'import sys; sys.path.insert(0, sys.argv[2]); import st; v, b, *_ = st.read(sys.argv[1]); print(v, "%.9g %.9g %.9g" % b)' "$1" "$tmp"; }
 f32() { python3 -c 'import struct, sys; print(" ".join("%.9g" % struct.unpack("<f", struct.pack("<f", float(x)))[0] for x in sys.argv[1:]))' "$@"; }
 
 # 1. the defaults unchanged: no flags and the three flags at the old values train alike, and the state says 0.9 0.95 1e-8
 "$BIN" "${common[@]}" --output-dir "$tmp/d1" > "$tmp/d1.out" 2>&1
 "$BIN" "${common[@]}" --beta1 0.9 --beta2 0.95 --eps 1e-8 --output-dir "$tmp/d2" > "$tmp/d2.out" 2>&1
-if cmp -s "$tmp/d1/state_00000003.bin" "$tmp/d2/state_00000003.bin" && [ "$(hdr "$tmp/d1/state_00000003.bin")" = "3 $(f32 0.9 0.95 1e-8)" ]; then
+if cmp -s "$tmp/d1/state_00000003.bin" "$tmp/d2/state_00000003.bin" && [ "$(hdr "$tmp/d1/state_00000003.bin")" = "$SV $(f32 0.9 0.95 1e-8)" ]; then
     ok "defaults: no flags = --beta1 0.9 --beta2 0.95 --eps 1e-8 (identical states), header: $(hdr "$tmp/d1/state_00000003.bin")"
 else
-    bad "defaults: states $(cmp -s "$tmp/d1/state_00000003.bin" "$tmp/d2/state_00000003.bin" && echo equal || echo differ), header '$(hdr "$tmp/d1/state_00000003.bin")', expected '3 $(f32 0.9 0.95 1e-8)'"
+    bad "defaults: states $(cmp -s "$tmp/d1/state_00000003.bin" "$tmp/d2/state_00000003.bin" && echo equal || echo differ), header '$(hdr "$tmp/d1/state_00000003.bin")', expected '$SV $(f32 0.9 0.95 1e-8)'"
 fi
 
 # 2. the flags reach the moments and the update (AdamW's equations, float64, on the states of steps 1 and 2)
@@ -95,8 +96,8 @@ fi
 "$BIN" "${common[@]}" --steps 4 --output-dir "$tmp/c" --resume "$tmp/a/state_00000002.bin" --beta2 0.95 > "$tmp/c.out" 2>&1
 "$BIN" "${common[@]}" --steps 5 --output-dir "$tmp/c" --resume latest > "$tmp/e.out" 2>&1
 line=$(grep -c "^--beta2 0.95 given: $tmp/a/state_00000002.bin was trained with 0.99 until now" "$tmp/c.out")
-if [ "$line" = 1 ] && [ "$(hdr "$tmp/c/state_00000003.bin")" = "3 $(f32 0.8 0.95 1e-3)" ] && ! cmp -s "$tmp/a/state_00000003.bin" "$tmp/c/state_00000003.bin" \
-   && grep -q "resumed from $tmp/c/state_00000004.bin" "$tmp/e.out" && [ "$(hdr "$tmp/c/state_00000005.bin")" = "3 $(f32 0.8 0.95 1e-3)" ]; then
+if [ "$line" = 1 ] && [ "$(hdr "$tmp/c/state_00000003.bin")" = "$SV $(f32 0.8 0.95 1e-3)" ] && ! cmp -s "$tmp/a/state_00000003.bin" "$tmp/c/state_00000003.bin" \
+   && grep -q "resumed from $tmp/c/state_00000004.bin" "$tmp/e.out" && [ "$(hdr "$tmp/c/state_00000005.bin")" = "$SV $(f32 0.8 0.95 1e-3)" ]; then
     ok "resumed with --beta2 0.95: the flag wins (one line says so), the state says 0.95, and --resume latest without flags keeps it"
 else
     bad "resumed with --beta2 0.95: note lines $line, headers '$(hdr "$tmp/c/state_00000003.bin")' / '$(hdr "$tmp/c/state_00000005.bin" 2>&1)'; $(tail -1 "$tmp/e.out")"
@@ -123,8 +124,8 @@ open(sys.argv[1], "wb").write(b)
 PY
 python3 test/ckpt_verify.py --seal "$tmp/v2/state_00000002.bin" > /dev/null
 "$BIN" "${common[@]}" --output-dir "$tmp/v2o" --resume "$tmp/v2/state_00000002.bin" > "$tmp/v2.out" 2>&1; rc=$?
-if [ $rc -eq 0 ] && grep -q "^AdamW: .*beta1 0.9, beta2 0.95, eps 1e-08," "$tmp/v2.out" && [ "$(hdr "$tmp/v2o/state_00000003.bin")" = "3 $(f32 0.9 0.95 1e-8)" ]; then
-    ok "a version-2 state resumes with beta1 0.9, beta2 0.95, eps 1e-8 and is saved on as version 3"
+if [ $rc -eq 0 ] && grep -q "^AdamW: .*beta1 0.9, beta2 0.95, eps 1e-08," "$tmp/v2.out" && [ "$(hdr "$tmp/v2o/state_00000003.bin")" = "$SV $(f32 0.9 0.95 1e-8)" ]; then
+    ok "a version-2 state resumes with beta1 0.9, beta2 0.95, eps 1e-8 and is saved on as version $SV"
 else
     bad "version-2 state: exit $rc, $(grep '^AdamW' "$tmp/v2.out"), header '$(hdr "$tmp/v2o/state_00000003.bin" 2>&1)'; $(tail -1 "$tmp/v2.out")"
 fi
