@@ -108,9 +108,9 @@ expect "bad model descriptor" "--model|C divisible by NH" "$BIN" --model d2,C=30
 head -c 3000 "$tmp/out/state_00000002.bin" > "$tmp/state_trunc.bin"
 expect "truncated state file" "--resume|$tmp/state_trunc.bin|expected|found 3000" \
     "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_trunc.bin"
-for ver in 0 4; do
+for ver in 0 5; do  # (0 and the version after STATE_VERSION 4)
     cp "$tmp/out/state_00000002.bin" "$tmp/state_v$ver.bin"; printf "\\x0$ver\\x00\\x00\\x00" | dd of="$tmp/state_v$ver.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
-    expect "state file of version $ver" "--resume|$tmp/state_v$ver.bin|expected version 1 to 3|found $ver" \
+    expect "state file of version $ver" "--resume|$tmp/state_v$ver.bin|expected version 1 to 4|found $ver" \
         "$BIN" "${model[@]}" "${good[@]}" --resume "$tmp/state_v$ver.bin"
 done
 expect "state of another model" "--resume|model config|expected" \
