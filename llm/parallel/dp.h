@@ -200,11 +200,30 @@ static int dp_hook_agree_token(void* ctx, int token) {
 // (FP32 master, m, v), the paper's mixed-precision case: 16, 2+2+12/N, 2+14/N, 16/N. dp_init allocates
 // exactly these (plus the pads of the blocks), each buffer with its kind (llm/core/context.h), so the
 // memory report prints what was allocated and test/test_ddp_zero.sh compares it with this formula.
-static double dp_paper_bytes(ZeroConfig zero, int N, double psi) {
+static void dp_paper_terms(ZeroConfig zero, double* whole, double* parted) {
     double p = (double)sizeof(floatX), g = p, K = ADAMW_HAS_MASTER ? 12.0 : 8.0;
-    double whole = (zero.shard_params ? 0 : p) + (zero.shard_grads ? 0 : g) + (zero.shard_optim ? 0 : K);  // per Psi
-    double parted = (zero.shard_params ? p : 0) + (zero.shard_grads ? g : 0) + (zero.shard_optim ? K : 0);  // per Psi/N
+    *whole = (zero.shard_params ? 0 : p) + (zero.shard_grads ? 0 : g) + (zero.shard_optim ? 0 : K);  // per Psi
+    *parted = (zero.shard_params ? p : 0) + (zero.shard_grads ? g : 0) + (zero.shard_optim ? K : 0);  // per Psi/N
+}
+static double dp_paper_bytes(ZeroConfig zero, int N, double psi) {
+    double whole, parted;
+    dp_paper_terms(zero, &whole, &parted);
     return whole * psi + parted * psi / N;
+}
+
+// dp_paper_bytes of this rank's layout: with expert parallelism the experts units this rank holds are partitioned over
+// their own group (GROUP_EDP, dp->esize ranks), the other units over GROUP_DP: the table's "Psi/N" terms split in two,
+// (dense values)/N + (experts values held)/N_edp; the "Psi" terms are the values held either way
+static double dp_layout_paper_bytes(const DataParallel* dp) {
+    double dense = 0.0, experts = 0.0;
+    for (int u = 0; u < dp->lay.num_units; u++) {
+        if (dp_unit_expert(dp, u)) experts += (double)dp->lay.units[u].n;
+        else dense += (double)dp->lay.units[u].n;
+    }
+    if (experts == 0.0) return dp_paper_bytes(dp->zero, dp->size, dense);
+    double whole, parted;
+    dp_paper_terms(dp->zero, &whole, &parted);
+    return whole * (dense + experts) + parted * (dense / dp->size + experts / dp->esize);
 }
 
 // The layout and this rank's storage for conf's ZeRO level (its switches, zero_config) over the gradient
