@@ -127,6 +127,58 @@ badflag "--fp8" --fp8 current
 badlayout moe_sp 2 "--sequence-parallel" --tp 2 --sequence-parallel 1
 badlayout moe_cp 2 "--cp" --cp 2
 
+# 6. expert parallelism (ep ranks fold into dp: -np = dp); the references are one_256 (2 micro-batches) and one_512 (4)
+train ep2_z0 2 "$CPU" --total-batch 256 --ep 2 --zero 0 &&
+    check compare "ep 2 (dp 2) ZeRO-0 vs 1 process, 2 micro-batches" "$tmp/ep2_z0" "$tmp/one_256" 4e-6 1e-5
+# (ZeRO-3 with samples: every ep rank decodes the same tokens, each moe layer's token sent to its experts' ranks)
+train one_256s 0 "$CPU" --total-batch 256 --sample-every 2 --eval-file "$D/addition_test.bin"
+train ep2_z3 2 "$CPU" --total-batch 256 --ep 2 --zero 3 --sample-every 2 --eval-file "$D/addition_test.bin" &&
+    check compare "ep 2 (dp 2) ZeRO-3 vs 1 process, 2 micro-batches" "$tmp/ep2_z3" "$tmp/one_256" 4e-6 1e-5 &&
+    same_samples "ep 2 ZeRO-3 sampling vs 1 process" ep2_z3 one_256s
+check memory "ep 2 ZeRO-3 memory (the experts sharded over edp = 1)" "$tmp/ep2_z3.json"
+train ep4 4 "$CPU" --total-batch 512 --ep 4 --zero 2 &&
+    check compare "ep 4 (dp 4) ZeRO-2 vs 1 process, 4 micro-batches" "$tmp/ep4" "$tmp/one_512" 4e-6 1e-5
+train dp4_ep2 4 "$CPU" --total-batch 512 --ep 2 --zero 1 &&
+    check compare "ep 2 over dp 4 (edp 2) ZeRO-1 vs 1 process, 4 micro-batches" "$tmp/dp4_ep2" "$tmp/one_512" 4e-6 1e-5
+check memory "ep 2 over dp 4 ZeRO-1 memory" "$tmp/dp4_ep2.json"
+train pp2_ep2 4 "$CPU" --total-batch 512 --ep 2 --pp 2 --schedule 1f1b &&
+    check compare "ep 2 x pp 2 (1f1b) vs 1 process, 4 micro-batches" "$tmp/pp2_ep2" "$tmp/one_512" 4e-6 1e-5
+train tp2_ep2 4 "$CPU" --total-batch 256 --ep 2 --tp 2 &&
+    check compare "ep 2 x tp 2 vs 1 process, 2 micro-batches" "$tmp/tp2_ep2" "$tmp/one_256" 4e-6 1e-5
+if [ -x "$EMU" ]; then
+    train emu_ep2 2 "$EMU" --total-batch 256 --ep 2 &&
+        check compare "emulated CUDA ep 2 (all_to_all_v over NCCL) vs CPU, 1 process" "$tmp/emu_ep2" "$tmp/one_256" 1e-5 1e-5
+fi
+train res_ep4to2 2 "$CPU" --total-batch 512 --ep 2 --resume "$tmp/ep4/state_00000002.bin" &&
+    check compare "resume: ep 2 from an ep 4 state vs ep 4" "$tmp/res_ep4to2" "$tmp/ep4" 4e-6 1e-5
+train res_ep4to1 0 "$CPU" --total-batch 512 --resume "$tmp/ep4/state_00000002.bin" &&
+    check compare "resume: 1 process from an ep 4 state vs ep 4" "$tmp/res_ep4to1" "$tmp/ep4" 4e-6 1e-5
+train ep2_sharded 2 "$CPU" --total-batch 256 --ep 2 --checkpoint-format both &&
+    train res_ep2sh 0 "$CPU" --total-batch 256 --resume "$tmp/ep2_sharded/ckpt_00000002" &&
+    check compare "resume: 1 process from an ep 2 sharded checkpoint vs ep 2" "$tmp/res_ep2sh" "$tmp/ep2_sharded" 4e-6 1e-5
+python3 - "$tmp" > "$tmp/ep_ledger.out" <<'EOF'
+import json, os, sys
+tmp, C, E, x = sys.argv[1], 32, 4, 4  # FP32: 4 bytes a value
+for run in ("ep2_z0", "ep4", "dp4_ep2"):
+    r = json.load(open(os.path.join(tmp, run + ".json")))
+    last = [json.loads(l) for l in open(os.path.join(tmp, run, "log.jsonl")) if '"train_loss"' in l][-1]
+    kept = sum(sum(a) - sum(d) for a, d in zip(last["moe_routed"], last["moe_dropped"]))  # all ranks' kept copies
+    rows = [row for rk in r["ranks"] for row in rk["ledger_step"]["rows"] if row["kind"] == "all_to_all" and row["group"] == "ep"]
+    calls, payload, sent = sum(w["calls"] for w in rows), sum(w["payload_bytes"] for w in rows), sum(w["sent_bytes"] for w in rows)
+    N, L, micro = rows[0]["size"], len(last["moe_layers"]), len(r["ranks"]) * r["grad_accum"]  # (rank, micro-batch) pairs
+    want_calls, want_payload = 5 * L * micro, L * micro * E * 4 + 4 * kept * C * x
+    uniform = (N - 1) / N * want_payload
+    good = calls == want_calls and payload == want_payload and 0 < sent < payload
+    print("%s %s: the ep group's all-to-alls of the last step over all ranks: %d calls (want 5 x %d moe layers x %d micro-batches), "
+          "%d payload bytes (want %d: the counts and %d kept copies x C x 4 B, to the expert and back, forward and backward); "
+          "sent %d B, %.3f x the uniform routing's (N-1)/N = %d B" % ("ok  " if good else "FAIL", run, calls, L, micro, payload,
+          want_payload, kept, sent, sent / uniform, uniform))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/ep_ledger.out"
+badlayout ep_not_dividing_e 3 "--ep 3" --ep 3
+badlayout ep_not_dividing_dp 2 "--ep 4" --ep 4
+badlayout ep_dense_model 2 "--ep 2: expected a model with experts" --model d2,C=32,NH=4,maxT=64,V=257 --ep 2
+
 # 5. the parameter count: the table's (E experts' worth) in the report
 python3 - "$tmp/one_256.json" > "$tmp/count.out" <<'EOF'
 import json, sys
