@@ -29,8 +29,8 @@
 //   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
 //   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
 //   --a2a-overlap                 an all_to_all with recv == send (it has no in-place form): must fail
-//   --a2a-hang                    --comm-timeout 2 s; the last rank hangs before an all_to_all of the world:
-//                                 every other rank's watchdog must name it (test_comm.sh checks the lines)
+//   --a2a-hang                    --comm-timeout 2 s; the last rank hangs before an all_to_all of the world (the variable
+//                                 one, comm_all_to_all_v): every other rank's watchdog must name it (test_comm.sh checks the lines)
 #include "../llm/comm/comm.h"
 #include "../llm/core/usage.h"
 #include <stdarg.h>
@@ -972,7 +972,7 @@ static const char* USAGE =
     "  --bench               all-reduce bandwidth, 1 MB to 64 MB, instead of the tests\n"
     "  --host-ptr            pass a host pointer to a collective (the emulated build refuses it)\n"
     "  --a2a-overlap         an all_to_all with recv == send (refused: it has no in-place form)\n"
-    "  --a2a-hang            the last rank hangs before an all_to_all; the others' watchdog (2 s) ends the job\n";
+    "  --a2a-hang            the last rank hangs before an all_to_all (the variable one); the others' watchdog (2 s) ends the job\n";
 
 int main(int argc, char** argv) {
     usage_if_help(argc, argv, USAGE);
@@ -1033,7 +1033,11 @@ int main(int argc, char** argv) {
             fprintf(stderr, "rank %d: hangs before its second all_to_all\n", C.world_rank);
             sleep(60);  // mpirun ends it once another rank's watchdog has ended that rank
         }
-        comm_all_to_all(&C, GROUP_WORLD, send, recv, block, (cudaStream_t)0);
+        // the second: the variable all_to_all of expert parallelism (llm/comm/comm_all_to_all_v.h), numbered and
+        // watched as an all_to_all of its group like the first
+        size_t cnt[64], off[64];
+        for (int j = 0; j < C.world_size; j++) { cnt[j] = block; off[j] = (size_t)j * block; }
+        comm_all_to_all_v(&C, GROUP_WORLD, send, cnt, off, recv, cnt, off, (cudaStream_t)0);
         device_synchronize();
         printf("rank %d: the all_to_all the last rank never joined returned\n", C.world_rank);
         comm_free(&C);

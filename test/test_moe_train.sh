@@ -23,6 +23,18 @@
 #  4. Bad flags and refused combinations: one line each naming the flag, exit 1, no output directory.
 #  5. The memory report: the table's parameter count (E experts' worth) in the report's num_parameters, and
 #     the tagged allocator's parameter + gradient + optimizer bytes against ZeRO's formula (ddp_zero_check memory).
+#  6. Expert parallelism (--ep, llm/sharded/expert_parallel.h), against one process within the same FP32 bounds: ep 2
+#     over dp 2 with ZeRO 0 and 3 (K = 2, drops) and with K = 1 without drops, ep 4 over dp 4 (ZeRO-2), ep 2 over dp 4
+#     (two ep groups, the experts averaged over edp = 2; ZeRO-1), ep 2 with pp 2 (1f1b) and with tp 2, the emulated
+#     CUDA build's ep 2 (the all-to-alls over its NCCL), the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
+#     the experts sharded over their own group (dp_layout_paper_bytes); samples (decoding through the dispatch) the
+#     same text as one process's; checkpoints across layouts: an ep 4 state resumed at ep 2 and in one process, an
+#     ep 2 sharded checkpoint in one process. The ledger's all-to-alls of the ep group in the last step, summed over
+#     the ranks: 5 calls per moe layer and micro-batch (the counts; the forward's dispatch and combine; the
+#     backward's) and exactly L x micro-batches x E x 4 B + 4 x C x 4 B x (the step's kept copies, from log.jsonl)
+#     payload bytes: each kept copy to its expert and back, forward and backward; the bytes sent against the uniform
+#     routing's (N-1)/N of that, printed (the real routing differs). Bad layouts: --ep not dividing E, nor dp; a
+#     dense model.
 # Logs: build/moe_train/. Ends with "test_moe_train: N passed, M failed"; exit 1 on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -143,11 +155,25 @@ train dp4_ep2 4 "$CPU" --total-batch 512 --ep 2 --zero 1 &&
 check memory "ep 2 over dp 4 ZeRO-1 memory" "$tmp/dp4_ep2.json"
 train pp2_ep2 4 "$CPU" --total-batch 512 --ep 2 --pp 2 --schedule 1f1b &&
     check compare "ep 2 x pp 2 (1f1b) vs 1 process, 4 micro-batches" "$tmp/pp2_ep2" "$tmp/one_512" 4e-6 1e-5
+# K = 1 (Switch) without drops, a fresh model from its descriptor in both runs (the seed file is K = 2)
+k1=(--model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 1 --capacity-factor 0 --total-batch 256)
+train one_k1 0 "$CPU" "${k1[@]}"
+train ep2_k1 2 "$CPU" "${k1[@]}" --ep 2 &&
+    check compare "ep 2, K = 1, no drops vs 1 process, 2 micro-batches" "$tmp/ep2_k1" "$tmp/one_k1" 4e-6 1e-5
 train tp2_ep2 4 "$CPU" --total-batch 256 --ep 2 --tp 2 &&
     check compare "ep 2 x tp 2 vs 1 process, 2 micro-batches" "$tmp/tp2_ep2" "$tmp/one_256" 4e-6 1e-5
 if [ -x "$EMU" ]; then
     train emu_ep2 2 "$EMU" --total-batch 256 --ep 2 &&
         check compare "emulated CUDA ep 2 (all_to_all_v over NCCL) vs CPU, 1 process" "$tmp/emu_ep2" "$tmp/one_256" 1e-5 1e-5
+fi
+# BF16 (the CPU build's 16-bit storage, FP32 master weights): the all-to-alls move 16-bit rows, the experts' gradients
+# are reduced in BF16; against one BF16 process within test_ddp_zero.sh's BF16 bounds (ddp_zero_check.py update)
+CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
+if [ -x "$CPU16" ]; then
+    train bf16_one 0 "$CPU16" --total-batch 256 && train bf16_ep2 2 "$CPU16" --total-batch 256 --ep 2 &&
+        check update "BF16 ep 2 vs 1 BF16 process" "$tmp/bf16_ep2" "$tmp/bf16_one" "$SEED" 2e-3 0.08
+else
+    bad "the BF16 CPU build: $CPU16 not built (make build/train_gpt_cpu_bf16)"
 fi
 train res_ep4to2 2 "$CPU" --total-batch 512 --ep 2 --resume "$tmp/ep4/state_00000002.bin" &&
     check compare "resume: ep 2 from an ep 4 state vs ep 4" "$tmp/res_ep4to2" "$tmp/ep4" 4e-6 1e-5
