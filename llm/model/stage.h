@@ -191,6 +191,11 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
         memset(mb->blocks, 0, (size_t)L * sizeof(BlockActs));
         mb->mem = (void**)mallocCheck((size_t)(L + 1) * sizeof(void*));
         memset(mb->mem, 0, (size_t)(L + 1) * sizeof(void*));
+        if (c.num_experts > 0) {  // a moe layer's MoEActs (allocated below): marks it before its fields are carved
+            mb->moe = (MoEActs*)mallocCheck((size_t)L * sizeof(MoEActs));
+            memset(mb->moe, 0, (size_t)L * sizeof(MoEActs));
+            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) mb->blocks[l].moe = &mb->moe[l];
+        }
         for (int l = l0; l < l1; l++) {  // block l's input x[l] and what the policy keeps of its activations
             size_t before = mem_live(MEM_ACTIVATIONS);
             ActField f[BLOCK_ACT_FIELDS + 1];
@@ -225,13 +230,7 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
         memset(st->moe_counts, 0, (size_t)L * 2 * E * sizeof(long long));
         for (int s = 0; s < num_slots; s++) {
             MicroBatch* mb = &st->slots[s];
-            mb->moe = (MoEActs*)mallocCheck((size_t)L * sizeof(MoEActs));
-            memset(mb->moe, 0, (size_t)L * sizeof(MoEActs));
-            for (int l = l0; l < l1; l++) {
-                if (!layer_is_moe(c, l)) continue;
-                moe_acts_alloc(&mb->moe[l], &most, (int)BT, (int)C);
-                mb->blocks[l].moe = &mb->moe[l];
-            }
+            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) moe_acts_alloc(&mb->moe[l], &most, (int)BT, (int)C);
         }
     }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
