@@ -366,6 +366,7 @@ static void* block_deferred_carve(BlockDeferred* d, BlockActs* a, const BlockLin
         f[4 + k] = af[i];
         f[4 + k].ptr = (void**)mine[k];
         for (int p = 0; p < 3; p++) f[4 + k].kept[p] = !af[i].kept[p];
+        if (a->moe != NULL && k >= 2) f[4 + k].count = 0;  // a moe layer: ln2 and fch_gelu are no W input (fc, fcproj)
         if (af[i].kept[r]) *mine[k] = *act[k];
     }
     return carve_fields(f, 8, r, 1, kind);
