@@ -41,7 +41,7 @@ typedef struct {
     float capacity_factor;  // F: each expert keeps at most ceil(F K N / E) assignments per call; 0: no drops
     float aux_coef;         // the load-balancing loss's coefficient (Switch: 1e-2)
     float z_coef;           // the router z-loss's coefficient (ST-MoE: 1e-3)
-    EPGroup* ep;            // expert parallelism: the group the experts are split over; NULL: every expert here
+    EPGroup* ep;            // expert parallelism: the group the experts are split over (size 1 or NULL: every expert here)
 } MoESpec;
 
 // one layer's MoE parameters (or their gradients): pointers into one floatX block, in this order
@@ -91,8 +91,7 @@ static inline int moe_max_rows(const MoESpec* s, int N) {
 
 // the rows the local experts can receive: every row (no expert parallelism), or the ep group's bound
 static inline int moe_max_local_rows(const MoESpec* s, int N) {
-    if (s->ep == NULL) return moe_max_rows(s, N);
-    return ep_max_local_rows(s->ep, N, s->top_k, moe_capacity(s->capacity_factor, N, s->num_experts, s->top_k));
+    return ep_local_rows(s->ep, N, s->top_k, moe_capacity(s->capacity_factor, N, s->num_experts, s->top_k), moe_max_rows(s, N));
 }
 
 // what the forward keeps for the backward, per (layer, micro-batch) of N tokens (MEM_ACTIVATIONS), and
@@ -154,7 +153,7 @@ static void moe_acts_alloc(MoEActs* a, const MoESpec* s, int N, int C) {
     moe_check(s);
     memset(a, 0, sizeof(*a));
     size_t E = (size_t)s->num_experts, NK = (size_t)N * s->top_k, R = (size_t)moe_max_rows(s, N), c = (size_t)C;
-    size_t Rl = (size_t)moe_max_local_rows(s, N), ep = s->ep != NULL ? Rl : 0;  // (ep: xl and yl of their own)
+    size_t Rl = (size_t)moe_max_local_rows(s, N), ep = ep_own_rows(s->ep, Rl);  // (expert parallelism: xl and yl of their own)
     MoERouting* r = &a->route;
     MoEField f[] = {
         {(void**)&r->probs, (size_t)N * E * sizeof(float)}, {(void**)&r->lse, (size_t)N * sizeof(float)},
@@ -166,12 +165,10 @@ static void moe_acts_alloc(MoEActs* a, const MoESpec* s, int N, int C) {
         {(void**)&a->xl, ep * c * sizeof(floatX)},          {(void**)&a->yl, ep * c * sizeof(floatX)},
     };
     a->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_ACTIVATIONS);
-    if (s->ep == NULL) { a->xl = a->xp; a->yl = a->yp; }
+    ep_alias(s->ep, &a->xl, a->xp);
+    ep_alias(s->ep, &a->yl, a->yp);
     a->counts_host = (int*)mallocCheck((3 * E + 1) * sizeof(int));
-    if (s->ep != NULL) {
-        a->ep_recv = (int*)mallocCheck(E * sizeof(int));
-        a->ep_loff = (int*)mallocCheck(((size_t)s->ep->El + 1) * sizeof(int));
-    }
+    ep_counts_alloc(s->ep, &a->ep_recv, &a->ep_loff);
     a->N = N;
 }
 
@@ -187,7 +184,7 @@ static void moe_buffers_alloc(MoEBuffers* b, const MoESpec* s, int N, int C) {
     moe_check(s);
     memset(b, 0, sizeof(*b));
     size_t E = (size_t)s->num_experts, NK = (size_t)N * s->top_k, R = (size_t)moe_max_rows(s, N), c = (size_t)C;
-    size_t Rl = (size_t)moe_max_local_rows(s, N), ep = s->ep != NULL ? Rl : 0;
+    size_t Rl = (size_t)moe_max_local_rows(s, N), ep = ep_own_rows(s->ep, Rl);
     MoEField f[] = {
         {(void**)&b->logits, (size_t)N * E * sizeof(float)}, {(void**)&b->dlogits, (size_t)N * E * sizeof(float)},
         {(void**)&b->dgates, NK * sizeof(float)},            {(void**)&b->cand, NK * sizeof(int)},
@@ -199,7 +196,8 @@ static void moe_buffers_alloc(MoEBuffers* b, const MoESpec* s, int N, int C) {
         {(void**)&b->rm, ep * c * sizeof(floatX)},
     };
     b->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_WORKSPACE);
-    if (s->ep == NULL) { b->dyl = b->dyp; b->dxl = b->dxp; }
+    ep_alias(s->ep, &b->dyl, b->dyp);
+    ep_alias(s->ep, &b->dxl, b->dxp);
 }
 
 static void moe_buffers_free(MoEBuffers* b) {
@@ -252,15 +250,11 @@ static void moe_forward(const MoESpec* s, MoETensors w, const float* bias /*(E) 
     const int* off = a->counts_host + 2 * E;
     moe_permute_forward(a->xp, x, r.row_assign, off[E], K, C, st);
     // the rows of the experts this rank runs: every expert's (lo = off), or, with expert parallelism, those the
-    // ep group sent to its E/ep experts (lo = ep_loff)
-    const int* lo = off;
-    int El = E;
-    if (s->ep != NULL) {
-        ep_exchange_counts(s->ep, off, a->ep_recv, a->ep_loff, st);
-        ep_dispatch(s->ep, a->xp, off, a->ep_recv, a->ep_loff, buf->rm, a->xl, C, st);
-        lo = a->ep_loff;
-        El = s->ep->El;
-    }
+    // ep group sent to its E/ep experts (lo = ep_loff); without it the exchange and the dispatch are the identity
+    ep_exchange_counts(s->ep, off, a->ep_recv, a->ep_loff, st);
+    ep_dispatch(s->ep, a->xp, off, a->ep_recv, a->ep_loff, buf->rm, a->xl, C, st);
+    const int* lo;
+    int El = ep_local_experts(s->ep, E, off, a->ep_loff, &lo);
     LinearSpec fc, fcproj;
     moe_expert_specs(C, &fc, &fcproj);
     size_t c = (size_t)C;
@@ -273,7 +267,7 @@ static void moe_forward(const MoESpec* s, MoETensors w, const float* bias /*(E) 
         linear_forward(&fcproj, a->yl + o * c, NULL, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c,
                        w.fcprojb + (size_t)e * c, rows, st);
     }
-    if (s->ep != NULL) ep_combine(s->ep, a->yl, off, a->ep_recv, a->ep_loff, buf->rm, a->yp, C, st);
+    ep_combine(s->ep, a->yl, off, a->ep_recv, a->ep_loff, buf->rm, a->yp, C, st);
     moe_unpermute_forward(y, a->yp, r.assign_row, r.gates, N, K, C, st);
 }
 
@@ -289,13 +283,9 @@ static void moe_backward(const MoESpec* s, MoETensors w, MoETensors gw, const Mo
     const int* off = a->counts_host + 2 * E;
     size_t c = (size_t)C;
     moe_unpermute_backward(buf->dyp, buf->dgates, dy, a->yp, r->assign_row, r->gates, N, K, C, st);
-    const int* lo = off;  // the local experts' rows, as in the forward
-    int El = E;
-    if (s->ep != NULL) {
-        ep_dispatch(s->ep, buf->dyp, off, a->ep_recv, a->ep_loff, buf->rm, buf->dyl, C, st);
-        lo = a->ep_loff;
-        El = s->ep->El;
-    }
+    ep_dispatch(s->ep, buf->dyp, off, a->ep_recv, a->ep_loff, buf->rm, buf->dyl, C, st);  // the forward's counts
+    const int* lo;  // the local experts' rows, as in the forward
+    int El = ep_local_experts(s->ep, E, off, a->ep_loff, &lo);
     LinearSpec fc, fcproj;
     moe_expert_specs(C, &fc, &fcproj);
     for (int e = 0; e < El; e++) {
@@ -309,7 +299,7 @@ static void moe_backward(const MoESpec* s, MoETensors w, MoETensors gw, const Mo
         linear_backward(&fc, buf->dxl + o * c, gw.fcw + (size_t)e * 4 * c * c, gw.fcb + (size_t)e * 4 * c,
                         buf->dfch + o * 4 * c, a->xl + o * c, w.fcw + (size_t)e * 4 * c * c, buf->scratch, NULL, rows, st);
     }
-    if (s->ep != NULL) ep_combine(s->ep, buf->dxl, off, a->ep_recv, a->ep_loff, buf->rm, buf->dxp, C, st);
+    ep_combine(s->ep, buf->dxl, off, a->ep_recv, a->ep_loff, buf->rm, buf->dxp, C, st);
     moe_permute_backward(dx, buf->dxp, r->assign_row, N, K, C, st);
     moe_route_backward(buf->dlogits, r, buf->dgates, N, E, K, s->aux_coef, s->z_coef, loss_scale, st);
     moe_router_logits_backward(dx, gw.router, buf->dlogits, x, w.router, N, C, E, st);

@@ -103,8 +103,8 @@ typedef struct {
     BlockLinears* layer_lin; // (L) after stage_enable_fp8: lin per layer, in FP8 with the layer's entries; else NULL
     LinearSpec lm_head;
     int B, T;               // the micro-batch shape (T: the rank's tokens of each sequence, cp_local_T)
-    EPGroup ep;             // expert parallelism (llm/sharded/expert_parallel.h), when the layout splits the experts
-                            // (lay->ep_size > 1): the moe layers' MoESpec points to it
+    EPGroup ep;             // expert parallelism (llm/sharded/expert_parallel.h; a group of one without it): a moe
+                            // model's MoESpec points to it
     CPGroup cp;             // context parallelism (llm/sharded/context_parallel.h): the sequence split, the attention's
                             // workspaces; size 1: none
     int num_slots;
@@ -164,9 +164,8 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     st->recompute = recompute;
     st->lin = block_linears(c, st->tp);
     st->lin.cp = &st->cp;  // (the stage stays where it was made: pipeline.h's chunks, a caller's variable)
-    if (lay->ep_size > 1) {  // the experts units hold E/ep experts: the moe layers send tokens to the others'
-        if (tp.comm == NULL || comm_group_size(tp.comm, GROUP_EP) != lay->ep_size) fatal("stage: the layout splits the experts over %d ranks, but the ep group has %d", lay->ep_size, tp.comm ? comm_group_size(tp.comm, GROUP_EP) : 1);
-        ep_init(&st->ep, tp.comm, c.num_experts);
+    if (c.num_experts > 0) {  // the experts units hold E/ep experts: the moe layers send tokens to the others' (with ep)
+        ep_init(&st->ep, tp.comm, c.num_experts, lay->ep_size);
         st->lin.moe.ep = &st->ep;
     }
     cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);
@@ -347,7 +346,7 @@ static void stage_free(Stage* st) {
         free(mb->moe);
     }
     if (st->moe_buf.mem != NULL) moe_buffers_free(&st->moe_buf);
-    if (st->ep.comm != NULL) ep_free(&st->ep);
+    ep_free(&st->ep);
     free(st->moe_counts);
     free(st->slots);
     device_free(st->shared_mem);

@@ -14,6 +14,7 @@
 #include "../core/common.h"
 #include "../core/rand.h"
 #include "tensors.h"
+#include "../sharded/expert_parallel.h"  // ep_layout_error
 
 typedef struct {
     size_t n;        // values of the unit's tensors
@@ -48,9 +49,7 @@ static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_s
     memset(lay, 0, sizeof(*lay));
     char err[256];
     if (tp_layout_error(c.num_heads, c.padded_vocab_size, c.channels, tp_size, err, sizeof(err))) fatal("%s", err);
-    if (ep_size < 1 || (ep_size > 1 && c.num_experts % ep_size != 0)) {
-        fatal("layout: %d experts do not split evenly over %d expert-parallel ranks", c.num_experts, ep_size);
-    }
+    if (ep_layout_error(c.num_experts, ep_size, err, sizeof(err))) fatal("layout: %s", err);
     lay->cfg = c;
     lay->tp_size = tp_size;
     lay->tp_rank = tp_rank;

@@ -41,45 +41,79 @@
 
 typedef struct EPGroup {
     Comm* comm;
-    int size, rank;  // the ep group (GROUP_EP)
+    int size, rank;  // the ep group (GROUP_EP); size 1: every expert here, and every function below the identity
     int E, El;       // experts, and experts per rank E / size
     float* dev;      // (2 E) device: the rows this rank sends per expert, then those it receives per (rank, local expert)
     float* host;     // (E) host
     size_t* plan;    // (4 size) host: send counts, send offsets, receive counts, receive offsets (elements)
 } EPGroup;
 
-// E experts over comm's ep group (of more than one rank: without expert parallelism no EPGroup is made)
-static void ep_init(EPGroup* g, Comm* comm, int E) {
+// why E experts cannot split over ep ranks, or NULL
+static const char* ep_layout_error(int E, int ep, char* buf, size_t n) {
+    if (ep < 1 || (ep > 1 && (E < 1 || E % ep != 0))) {
+        snprintf(buf, n, "expert parallelism: %d experts do not split evenly over --ep %d", E, ep);
+        return buf;
+    }
+    return NULL;
+}
+
+// E experts over comm's ep group (comm NULL: one process), which must have `expect` ranks (the layout's ep_size)
+static void ep_init(EPGroup* g, Comm* comm, int E, int expect) {
     memset(g, 0, sizeof(*g));
     g->comm = comm;
-    g->size = comm_group_size(comm, GROUP_EP);
-    g->rank = comm_group_rank(comm, GROUP_EP);
-    if (E % g->size != 0) fatal("expert parallelism: %d experts do not split evenly over --ep %d", E, g->size);
+    g->size = comm != NULL ? comm_group_size(comm, GROUP_EP) : 1;
+    g->rank = comm != NULL ? comm_group_rank(comm, GROUP_EP) : 0;
+    char err[160];
+    if (ep_layout_error(E, g->size, err, sizeof(err))) fatal("%s", err);
+    if (g->size != expect) fatal("expert parallelism: the layout splits the experts over %d ranks, the ep group has %d", expect, g->size);
     g->E = E;
     g->El = E / g->size;
+    if (g->size == 1) return;
     g->dev = (float*)device_malloc(2 * (size_t)E * sizeof(float), MEM_WORKSPACE);
     g->host = (float*)mallocCheck((size_t)E * sizeof(float));
     g->plan = (size_t*)mallocCheck(4 * (size_t)g->size * sizeof(size_t));
 }
 
 static void ep_free(EPGroup* g) {
-    device_free(g->dev);
+    if (g->dev != NULL) device_free(g->dev);
     free(g->host);
     free(g->plan);
     memset(g, 0, sizeof(*g));
 }
 
+// every expert in this process: no group (NULL, a caller without one), or a group of one
+static inline int ep_local(const EPGroup* g) { return g == NULL || g->size == 1; }
+
 // The rows the local experts can receive from one rank's N tokens: each token sends at most min(K, El) copies
 // to this rank's El experts, and with a capacity each expert keeps at most cap of one rank's rows. Times size.
-static inline int ep_max_local_rows(const EPGroup* g, int N, int K, int cap) {
+// Every expert here: all, the rows of this rank's own tokens.
+static inline int ep_local_rows(const EPGroup* g, int N, int K, int cap, int all) {
+    if (ep_local(g)) return all;
     long per = (long)N * (K < g->El ? K : g->El), capped = (long)cap * g->El;
     return (int)((per < capped ? per : capped) * g->size);
+}
+// the rows a buffer of the local experts' rows needs of its own: none when every expert is here (they are the
+// permuted rows themselves: ep_alias)
+static inline size_t ep_own_rows(const EPGroup* g, size_t rows) { return ep_local(g) ? 0 : rows; }
+// *p = to when every expert is here (the local experts' rows are this rank's permuted rows)
+static inline void ep_alias(const EPGroup* g, floatX** p, floatX* to) { if (ep_local(g)) *p = to; }
+// the counts (host ints) a layer keeps for its backward: (size, El) received rows and El + 1 local offsets
+static inline void ep_counts_alloc(const EPGroup* g, int** recv, int** loff) {
+    if (ep_local(g)) { *recv = *loff = NULL; return; }
+    *recv = (int*)mallocCheck((size_t)g->E * sizeof(int));
+    *loff = (int*)mallocCheck(((size_t)g->El + 1) * sizeof(int));
+}
+// the local experts and where their rows start: every expert and off (every expert here), or E/ep and loff
+static inline int ep_local_experts(const EPGroup* g, int E, const int* off, const int* loff, const int** lo) {
+    *lo = ep_local(g) ? off : loff;
+    return ep_local(g) ? E : g->El;
 }
 
 // off (E+1, host): this rank's rows per expert, expert-major. recv (size * El, host): out, the rows rank i sends to
 // local expert e at [i El + e]. loff (El+1, host): out, where each local expert's rows start in the expert-major
 // layout xl (loff[El]: the rows received).
 static void ep_exchange_counts(EPGroup* g, const int* off, int* recv, int* loff, cudaStream_t st) {
+    if (ep_local(g)) return;
     for (int e = 0; e < g->E; e++) g->host[e] = (float)(off[e + 1] - off[e]);  // (exact below 2^24 rows)
     copy_to_device(g->dev, g->host, (size_t)g->E * sizeof(float));
     comm_all_to_all(g->comm, GROUP_EP, g->dev, g->dev + g->E, (size_t)g->El, st);
@@ -133,6 +167,7 @@ static void ep_plan(EPGroup* g, const int* off, const int* recv, int C, int disp
 // scratch for the rank-major arrivals
 static void ep_dispatch(EPGroup* g, const floatX* xp, const int* off, const int* recv, const int* loff, floatX* rm,
                         floatX* xl, int C, cudaStream_t st) {
+    if (ep_local(g)) return;  // (xl is xp: ep_alias)
     ep_plan(g, off, recv, C, 1);
     size_t N = (size_t)g->size;
     comm_all_to_all_v(g->comm, GROUP_EP, xp, g->plan, g->plan + N, rm, g->plan + 2 * N, g->plan + 3 * N, st);
@@ -143,6 +178,7 @@ static void ep_dispatch(EPGroup* g, const floatX* xp, const int* off, const int*
 // its xp rows were); rm: scratch as above
 static void ep_combine(EPGroup* g, const floatX* yl, const int* off, const int* recv, const int* loff, floatX* rm,
                        floatX* yp, int C, cudaStream_t st) {
+    if (ep_local(g)) return;  // (yl is yp)
     ep_reorder(g, recv, loff, rm, (floatX*)yl, C, 0, st);
     ep_plan(g, off, recv, C, 0);
     size_t N = (size_t)g->size;
