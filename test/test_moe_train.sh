@@ -25,7 +25,8 @@
 #     the tagged allocator's parameter + gradient + optimizer bytes against ZeRO's formula (ddp_zero_check memory).
 #  6. Expert parallelism (--ep, llm/sharded/expert_parallel.h), against one process within the same FP32 bounds: ep 2
 #     over dp 2 with ZeRO 0 and 3 (K = 2, drops) and with K = 1 without drops, ep 4 over dp 4 (ZeRO-2), ep 2 over dp 4
-#     (two ep groups, the experts averaged over edp = 2; ZeRO-1), ep 2 with pp 2 (1f1b) and with tp 2, the emulated
+#     (two ep groups, the experts averaged over edp = 2; ZeRO-1), ep 2 with pp 2 (1f1b; and dualpipev with ZeRO-3 and
+#     full recompute on a 4-layer model) and with tp 2, the emulated
 #     CUDA build's ep 2 (the all-to-alls over its NCCL), the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
 #     the experts sharded over their own group (dp_layout_paper_bytes); samples (decoding through the dispatch) the
 #     same text as one process's; checkpoints across layouts: an ep 4 state resumed at ep 2 and in one process, an
@@ -160,6 +161,12 @@ k1=(--model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 1 --capacity-factor 0
 train one_k1 0 "$CPU" "${k1[@]}"
 train ep2_k1 2 "$CPU" "${k1[@]}" --ep 2 &&
     check compare "ep 2, K = 1, no drops vs 1 process, 2 micro-batches" "$tmp/ep2_k1" "$tmp/one_k1" 4e-6 1e-5
+# the V schedule with the split backward and ZeRO-3 (each rank two chunks, each chunk its own ep group's all-to-alls),
+# and full recompute, on a 4-layer model from its descriptor (DualPipeV: 2 P = 4 micro-batches a step)
+d4=(--model d4,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 2)
+train one_d4 0 "$CPU" "${d4[@]}" --total-batch 1024
+train dualpipev_ep2 4 "$CPU" "${d4[@]}" --total-batch 1024 --ep 2 --pp 2 --schedule dualpipev --zero 3 --recompute full &&
+    check compare "ep 2 x pp 2 dualpipev, ZeRO-3, full recompute vs 1 process, 8 micro-batches" "$tmp/dualpipev_ep2" "$tmp/one_d4" 4e-6 1e-5
 train tp2_ep2 4 "$CPU" --total-batch 256 --ep 2 --tp 2 &&
     check compare "ep 2 x tp 2 vs 1 process, 2 micro-batches" "$tmp/tp2_ep2" "$tmp/one_256" 4e-6 1e-5
 if [ -x "$EMU" ]; then
