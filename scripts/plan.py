@@ -1,0 +1,609 @@
+#!/usr/bin/env python3
+"""plan.py: the scale planner. For a model, a layout and a cluster it predicts, per GPU, the memory by kind, the
+bytes each communication group sends per step and the link tier its ring crosses, the compute, communication and
+bubble times, the step time, tokens/s and MFU; --search ranks the layouts that fit; --json prints per rank the
+keys the trainer's --report-json writes, so that test/test_plan.sh can require them equal, byte for byte.
+
+Why a script and not a --plan mode of the trainer: the planner must answer for 16,384 GPUs and 405B parameters on
+a laptop, without MPI, without allocating, and it is arithmetic over the trainer's layout rules, not a use of its
+kernels; a Python script reads as the formulas and plots its answer (matplotlib). What it cannot re-derive without a
+second formula, the pipeline schedule's bubble, slots and messages, it takes from the trainer's own simulator
+(llm/parallel/schedule.h) through build/pipeline_sim --json.
+
+Every memory formula below is the trainer's allocation, term by term, with the file that makes it:
+  parameters, gradients  llm/parallel/dp.h dp_init: the packed units (llm/model/units.h: each unit padded to a
+                         multiple of 8 x the gradient group's size values), or 1/N of them when ZeRO shards them
+  moments, master        llm/ops/optimizer.h: AdamW m and v (FP32), FP32 master weights in 16-bit builds
+  activations            llm/model/stage.h stage_init_cp: per slot (the schedule's live micro-batches) and layer,
+                         llm/model/block.h's fields the recompute policy keeps, each rounded up to 64 bytes
+  comm buffers           llm/parallel/pipeline.h's receive/send buffers; ZeRO-3's unit pool (llm/parallel/bufpool.h)
+  workspace              the stage's buffers and recompute buffer, sequence parallelism's gather buffers, the
+                         sampler's decode state, the cuBLASLt workspace (CUDA builds)
+Usage: scripts/plan.py --help.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIM = os.environ.get("PIPELINE_SIM", os.path.join(ROOT, "build", "pipeline_sim"))
+KINDS = ["params", "grads", "moments", "master", "activations", "comm_buffers", "workspace"]
+
+
+def die(msg):
+    print("error: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the model (llm/model/tensors.h: gpt_config_from_descriptor and the table TENSORS)
+
+def parse_model(s, experts, top_k, moe_every):
+    if not (len(s) > 1 and s[0] == "d" and s[1].isdigit()):
+        die(f"--model: expected a descriptor dN[,C=..][,NH=..][,maxT=..][,V=..] (the planner reads no checkpoint), found '{s}'")
+    head, *rest = s.split(",")
+    try:
+        L = int(head[1:])
+    except ValueError:
+        die(f"--model: expected dN with N an integer, found '{head}'")
+    gpt2 = {12: (768, 12), 24: (1024, 16), 36: (1280, 20), 48: (1600, 25)}
+    C, NH = gpt2.get(L, (64 * L, L))
+    cfg = {"L": L, "C": C, "NH": NH, "maxT": 1024, "V": 50257}
+    for kv in rest:
+        if "=" not in kv:
+            die(f"--model: in '{s}' expected key=value after ',', found '{kv}'")
+        k, v = kv.split("=", 1)
+        if k not in ("C", "NH", "maxT", "V") or not v.isdigit() or int(v) <= 0:
+            die(f"--model: in '{s}' expected one of C, NH, maxT, V = a positive integer, found '{kv}'")
+        cfg[k] = int(v)
+    if cfg["C"] % cfg["NH"]:
+        die(f"--model: '{s}': expected C divisible by NH, found C={cfg['C']} NH={cfg['NH']}")
+    cfg["Vp"] = (cfg["V"] + 127) // 128 * 128
+    cfg["E"], cfg["K"], cfg["M"] = experts, (top_k or (2 if experts else 0)), moe_every
+    return cfg
+
+
+# name, rows, cols, tp split, hold, experts (the table's columns the layout needs)
+TENSORS = [
+    ("wte", "VP", "C", "vocab", "embed", 0), ("wpe", "MAXT", "C", "rep", "embed", 0),
+    ("ln1w", "C", "1", "norm", "layer", 0), ("ln1b", "C", "1", "norm", "layer", 0),
+    ("qkvw", "3C", "C", "split", "layer", 0), ("qkvb", "3C", "1", "split", "layer", 0),
+    ("attprojw", "C", "C", "split", "layer", 0), ("attprojb", "C", "1", "rep", "layer", 0),
+    ("ln2w", "C", "1", "norm", "layer", 0), ("ln2b", "C", "1", "norm", "layer", 0),
+    ("fcw", "4C", "C", "split", "dense", 0), ("fcb", "4C", "1", "split", "dense", 0),
+    ("fcprojw", "C", "4C", "split", "dense", 0), ("fcprojb", "C", "1", "rep", "dense", 0),
+    ("router", "E", "C", "rep", "moe", 0),
+    ("efcw", "4C", "C", "rep", "experts", 1), ("efcb", "4C", "1", "rep", "experts", 1),
+    ("efcprojw", "C", "4C", "rep", "experts", 1), ("efcprojb", "C", "1", "rep", "experts", 1),
+    ("lnfw", "C", "1", "norm", "final", 0), ("lnfb", "C", "1", "norm", "final", 0),
+]
+
+
+def dim(cfg, d):
+    return {"1": 1, "C": cfg["C"], "3C": 3 * cfg["C"], "4C": 4 * cfg["C"], "VP": cfg["Vp"], "MAXT": cfg["maxT"], "E": cfg["E"]}[d]
+
+
+def is_moe(cfg, l):
+    return cfg["E"] > 0 and l % cfg["M"] == 0
+
+
+def unit_kinds(cfg):
+    """the units in order (llm/model/tensors.h): embed, each layer (and a moe layer's experts), final; with their layer"""
+    u = [("embed", -1)]
+    for l in range(cfg["L"]):
+        u.append(("moe" if is_moe(cfg, l) else "dense", l))
+        if is_moe(cfg, l):
+            u.append(("experts", l))
+    u.append(("final", -1))
+    return u
+
+
+def unit_values(cfg, kind, tp):
+    """values of one unit of this kind on one tp rank (tensor_shard_size; the experts replicated over tp)"""
+    holds = {"embed": ("embed",), "dense": ("layer", "dense"), "moe": ("layer", "moe"), "experts": ("experts",), "final": ("final",)}[kind]
+    n = 0
+    for name, r, c, split, hold, ex in TENSORS:
+        if hold not in holds:
+            continue
+        v = dim(cfg, r) * dim(cfg, c) * (cfg["E"] if ex else 1)
+        n += v // tp if split in ("split", "vocab") else v
+    return n
+
+
+def num_parameters(cfg):
+    return sum(unit_values(cfg, k, 1) for k, _ in unit_kinds(cfg))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the pipeline: the split of the layers (llm/parallel/pipeline_split.h) and the schedule from the simulator
+
+def stage_layers(L, S, s):
+    base, extra = L // S, L % S
+    l0 = s * base + min(s, extra)
+    return l0, l0 + base + (1 if s < extra else 0)
+
+
+def simulate(schedule, P, m, V, f=None, b=None, w=None, p2p=0.0):
+    """the trainer's simulator (build/pipeline_sim --json): bubble, per rank stages, slots, held sends, messages"""
+    if not os.path.exists(SIM):
+        die(f"{SIM}: not found (expected the trainer's pipeline simulator: make build/pipeline_sim)")
+    cmd = [SIM, "--schedule", schedule, "--pp", str(P), "-m", str(m), "--vpp", str(V), "--json", "1", "--p2p", repr(p2p)]
+    for flag, v in (("--f", f), ("--b", b), ("--w", w)):
+        if v is not None:
+            cmd += [flag, repr(v)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"--schedule {schedule} --pp {P} --vpp {V} with m = {m}: {r.stderr.strip() or r.stdout.strip()}")
+    return json.loads(r.stdout)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# memory (bytes), the trainer's allocations
+
+def r64(n):
+    return (n + 63) // 64 * 64
+
+
+def fields_bytes(fields, policy, keep):
+    """carve_fields (llm/model/block.h): the fields (count, fp32, kept[none, selective, full]) the policy keeps or not"""
+    ix = {"none": 0, "selective": 1, "full": 2}[policy]
+    return sum(r64(n * e) for n, e, kept in fields if kept[ix] == keep)
+
+
+def block_fields(a, B, T):
+    """block_act_fields: the 13 fields of one layer and micro-batch, (count, bytes per value, kept by policy)"""
+    e, C, tp, cp = a["e"], a["cfg"]["C"], a["tp"], a["cp"]
+    BT = B * T
+    R = BT // tp if a["sp"] and tp > 1 else BT
+    Ca, NH, F = C // tp, a["cfg"]["NH"] // tp, 4 * C // tp
+    heads = 4 * B * T * cp * (Ca // cp) if cp > 1 and a["cp_impl"] == "ulysses" else 0  # cp_heads_elems
+    return [(R * C, e, (1, 0, 0)), (R, 4, (1, 0, 0)), (R, 4, (1, 0, 0)), (3 * BT * Ca, e, (1, 1, 0)),
+            (B * NH * T, 4, (1, 0, 0)), (BT * Ca, e, (1, 0, 0)), (R * C, e, (1, 1, 0)), (R * C, e, (1, 0, 0)),
+            (R, 4, (1, 0, 0)), (R, 4, (1, 0, 0)), (BT * F, e, (1, 1, 0)), (BT * F, e, (1, 1, 0)), (heads, e, (1, 0, 0))]
+
+
+def rank_memory(a, pp_rank, sim):
+    """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
+    cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
+    N = a["dp"] * cp  # the gradient group: dp x cp
+    align = 8 * N
+    S = pp * V
+    stages = sim["ranks"][pp_rank]["stages"] if pp > 1 or V > 1 else [0]
+    held = set()
+    ranges = []
+    for s in stages:
+        l0, l1 = stage_layers(cfg["L"], S, s)
+        ranges.append((l0, l1, s == 0, s == S - 1))
+    units = unit_kinds(cfg)
+    sizes = []
+    for i, (kind, l) in enumerate(units):
+        h = any((l0 <= l < l1) if l >= 0 else ((kind == "embed" and (emb or head)) or (kind == "final" and head))
+                for l0, l1, emb, head in ranges)
+        if h:
+            held.add(i)
+        n = unit_values(cfg, kind, tp) if h else 0
+        sizes.append((n, (n + align - 1) // align * align))
+    packed = sum(p for _, p in sizes)
+    shard_params, shard_grads, shard_optim = a["zero"] >= 3, a["zero"] >= 2, a["zero"] >= 1
+    state = packed // N if shard_optim else packed
+    mem = {k: 0 for k in KINDS}
+    mem["params"] = (packed // N if shard_params else packed) * e
+    mem["grads"] = (packed // N if shard_grads else packed) * e
+    mem["moments"] = 2 * 4 * state
+    mem["master"] = 4 * state if e < 4 else 0
+    # the stages of the chunks (stage_init_cp with the chunk's slots)
+    B, T = a["B"], a["T"] // cp
+    BT = B * T
+    C, Vl = cfg["C"], cfg["Vp"] // tp
+    R = BT // tp if a["sp"] and tp > 1 else BT
+    F, Ca = 4 * C // tp, C // tp
+    fields = block_fields(a, B, T)
+    act = ws = 0
+    slots_total = 0
+    for c, (l0, l1, emb, head) in enumerate(ranges):
+        slots = max(sim["ranks"][pp_rank]["slots"][c], 1) if (pp > 1 or V > 1) else 1
+        slots_total += slots
+        per_layer = fields_bytes(fields, a["recompute"], 1) + r64(R * C * e)
+        rest = [(R * C, e), (head * R * C, e), (head * R, 4), (head * R, 4), (head * BT * Vl, e), (head * BT, 4),
+                (emb * BT, 4), (head * BT, 4)]
+        act += slots * ((l1 - l0) * per_layer + sum(r64(n * b) for n, b in rest))
+        if a["split_w"]:  # block_deferred_carve: the output gradients B keeps for W (stage.h's split_w_bytes)
+            dfields = [(3 * BT * Ca, e, (1, 1, 1)), (R * C, e, (1, 1, 1)), (BT * F, e, (1, 1, 1)), (R * C, e, (1, 1, 1)),
+                       (R * C, e, (0, 1, 1)), (BT * Ca, e, (0, 1, 1)), (R * C, e, (0, 1, 1)), (BT * F, e, (0, 0, 1))]
+            act += slots * (l1 - l0) * fields_bytes(dfields, a["recompute"], 1)
+        if a["sp"] and tp > 1:
+            ws += 2 * BT * C * e  # the gathered and the full (B*T, C) of the tp group
+        ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage
+        scratch = max(BT * C, 1024 * 4 * C)
+        vp = (tp + 1) * 3 * BT if tp > 1 else 0
+        bufs = [(BT * C, e), (R * C if a["recompute"] == "full" else 0, e), (BT * C, e), (BT * F, e), (3 * BT * Ca, e),
+                (head * vp, 4), (scratch, 4), (R * C, e), (2, 4)]
+        ws += sum(r64(n * b) for n, b in bufs)
+    # the sampler's decode state (llm/model/sampler.h), made whether or not samples are drawn
+    nheld = sum(l1 - l0 for l0, l1, _, _ in ranges)
+    dec = [(nheld * cfg["maxT"] * Ca, e), (nheld * cfg["maxT"] * Ca, e), (C, e), (Vl, e), (cfg["Vp"] if tp > 1 else 0, e), (1, 4),
+           (C, e), (1, 4), (1, 4), (3 * Ca, e), (Ca, e), (C, e), (C, e), (F, e), (F, e), (cfg["NH"] // tp * cfg["maxT"], 4)]
+    ws += sum(r64(n * b) for n, b in dec)
+    ws += 8 + 4 + 8  # dp's scalars, AdamW's norm, the pipeline's loss scalar
+    if a["build"] == "cuda":
+        ws += 32 * 1024 * 1024 + 1024 * 4  # cuBLASLt workspace (MATMUL_LT_WORKSPACE_BYTES) and the norm's partials
+    mem["activations"] = act
+    mem["workspace"] = ws
+    # communication buffers: the pipeline's activation receive, gradient receive and held gradient sends
+    msg = R * C * e
+    num_send = sim["ranks"][pp_rank]["num_send"] if (pp > 1 or V > 1) else 0
+    comm = 2 * msg + max(num_send, 1) * msg
+    peak_extra = {k: 0 for k in KINDS}
+    if shard_params:  # ZeRO-3's pool: the units gathered at once; modelled as the two largest units (approximate)
+        big = sorted((p for _, p in sizes), reverse=True)
+        comm += sum(big[:2]) * e
+    mem["comm_buffers"] = comm
+    peak = dict(mem)
+    for k in KINDS:
+        peak[k] += peak_extra[k]
+    return {"mem": mem, "peak": peak, "packed": packed, "shard_parameters": sum(n for n, _ in sizes), "held": held,
+            "sizes": sizes, "slots": slots_total, "ranges": ranges}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the ledger (llm/comm/comm_ledger.h): rows (kind, group) -> calls, payload bytes, sent bytes (ring model)
+
+def ring_sent(kind, N, S, root):
+    if N <= 1:
+        return 0.0
+    return {"all_reduce": 2.0 * (N - 1) / N * S, "reduce_scatter": (N - 1) / N * S, "all_gather": (N - 1) / N * S,
+            "all_to_all": (N - 1) / N * S, "broadcast": S if root else 0.0, "send": S}.get(kind, 0.0)
+
+
+class Ledger:
+    def __init__(self, sizes):
+        self.rows, self.sizes = {}, sizes
+
+    def add(self, kind, group, payload, calls=1, root=0):
+        r = self.rows.setdefault((kind, group), [0, 0.0, 0.0])
+        r[0] += calls
+        r[1] += payload * calls
+        r[2] += ring_sent(kind, self.sizes[group], payload, root) * calls
+
+    def json(self, rank):
+        order = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send", "recv"]
+        gorder = ["world", "dp", "tp", "pp", "embed", "cp"]
+        rows = [{"kind": k, "group": g, "size": self.sizes[g], "calls": v[0], "payload_bytes": round(v[1]), "sent_bytes": round(v[2], 1)}
+                for (k, g), v in sorted(self.rows.items(), key=lambda kv: (order.index(kv[0][0]), gorder.index(kv[0][1])))]
+        return {"rank": rank, "rows": rows, "total_calls": sum(r["calls"] for r in rows),
+                "total_payload_bytes": sum(r["payload_bytes"] for r in rows), "total_sent_bytes": round(sum(v[2] for v in self.rows.values()), 1)}
+
+
+def rank_ledger(a, coords, rm, sim):
+    """the collectives of one step of this rank (dp, pp; tp and cp where modelled, see docs/plan.md)"""
+    dp_rank, pp_rank, cp_rank, tp_rank = coords
+    e, pp, tp, cp = a["e"], a["pp"], a["tp"], a["cp"]
+    N = a["dp"] * cp
+    ends = pp > 1 and pp_rank in (0, pp - 1)
+    sizes = {"world": a["world"], "dp": N, "tp": tp, "pp": pp, "embed": 2 if ends else 1, "cp": cp}
+    led = Ledger(sizes)
+    m = a["m"]
+    held = [rm["sizes"][u][1] for u in sorted(rm["held"])]
+    # data parallelism (llm/parallel/ddp.h, zero.h): per unit of this stage, in its last micro-batch
+    if a["zero"] == 0:
+        for p in held:
+            led.add("all_reduce", "dp", p * e)
+        if N > 1:
+            led.add("all_reduce", "dp", 4)  # the loss
+    else:
+        for p in held:
+            led.add("reduce_scatter", "dp", p * e)
+            led.add("all_gather" if a["zero"] < 3 else "all_gather", "dp", p * e, calls=1 if a["zero"] < 3 else 2 * m)
+        led.add("all_reduce", "dp", 4, calls=2)  # the loss and the squared norm
+    # the pipeline: P2P messages of the plan, the tied embedding's gradient, the loss and the norm over pp
+    if pp > 1:
+        R = a["B"] * (a["T"] // cp)
+        R = R // tp if a["sp"] and tp > 1 else R
+        msg = R * a["cfg"]["C"] * e
+        me = sim["ranks"][pp_rank]
+        led.add("send", "pp", msg, calls=me["send_F"] + me["send_B"])
+        led.add("recv", "pp", msg, calls=me["recv_F"] + me["recv_B"])
+        led.add("all_reduce", "pp", 4)
+        led.add("broadcast", "pp", 4, root=pp_rank == pp - 1)
+        if ends:
+            emb = rm["sizes"][0][1]
+            led.add("all_reduce", "embed", (emb // N if a["zero"] >= 2 else emb) * e)
+    return led
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the cluster and the time model
+
+CLUSTERS = {
+    # gpus per node, GiB per GPU, dense BF16 and FP8 TFLOP/s, NVLink GB/s per GPU (one direction) and latency us,
+    # inter-node GB/s per GPU and latency us (NVIDIA data sheets; 8 x 400 Gb/s InfiniBand NICs per node)
+    "h100": dict(gpus_per_node=8, mem_gib=80, bf16_tflops=989, fp8_tflops=1979, nvlink_gbs=450, nvlink_us=3, net_gbs=50, net_us=10),
+    "h200": dict(gpus_per_node=8, mem_gib=141, bf16_tflops=989, fp8_tflops=1979, nvlink_gbs=450, nvlink_us=3, net_gbs=50, net_us=10),
+    "b200": dict(gpus_per_node=8, mem_gib=180, bf16_tflops=2250, fp8_tflops=4500, nvlink_gbs=900, nvlink_us=3, net_gbs=50, net_us=10),
+    # this machine: 2 cores; peak = OpenBLAS SGEMM measured by the trainer at start-up (llm/train/mfu.h) is about
+    # this order; "links" are shared memory through Open MPI
+    "cpu": dict(gpus_per_node=64, mem_gib=8, bf16_tflops=0.05, fp8_tflops=0.05, nvlink_gbs=2, nvlink_us=5, net_gbs=1, net_us=20),
+}
+
+
+def step_flops(cfg, tokens):
+    """model FLOPs of one step (Narayanan et al. 2021 eq. 3 for GPT: 72 B s l h^2 (1 + s/6h + V/12lh), written as
+    6 N tokens for the matmuls plus the attention's 12 L T C per token), without recompute"""
+    L, C, T = cfg["L"], cfg["C"], cfg["T"]
+    dense = 6 * (num_parameters_active(cfg) - cfg["maxT"] * C) * tokens
+    attn = 12 * L * T * C * tokens / 2 * 2  # QK^T and AV, forward and backward (6 x 2 L T C), causal mask not credited
+    return dense + attn
+
+
+def num_parameters_active(cfg):
+    """parameters a token passes through: the experts' K of E"""
+    if cfg["E"] == 0:
+        return num_parameters(cfg)
+    n = 0
+    for kind, _ in unit_kinds(cfg):
+        v = unit_values(cfg, kind, 1)
+        n += v * cfg["K"] // cfg["E"] if kind == "experts" else v
+    return n
+
+
+def group_tier(a, group, cl):
+    """the link tier a group's ring crosses: the ranks of one group of this kind, by the mesh's rank order"""
+    strides = {"tp": 1, "cp": a["tp"], "pp": a["tp"] * a["cp"], "dp": a["tp"] * a["cp"] * a["pp"]}
+    if group == "dp":  # dp x cp: its members span cp and dp
+        span = (a["dp"] - 1) * strides["dp"] + (a["cp"] - 1) * strides["cp"] + 1
+    elif group == "embed":
+        span = (a["pp"] - 1) * strides["pp"] + 1
+    else:
+        span = (a[group] - 1) * strides[group] + 1
+    return "nvlink" if span <= cl["gpus_per_node"] else "network"
+
+
+def comm_time(kind, N, sent, calls, tier, cl):
+    """ring model (the ledger's bytes): time = bytes sent / link bandwidth + steps x latency; a ring all-reduce has
+    2 (N-1) steps per call, reduce-scatter and all-gather N-1, a P2P send 1"""
+    if N <= 1 or calls == 0:
+        return 0.0
+    bw = (cl["nvlink_gbs"] if tier == "nvlink" else cl["net_gbs"]) * 1e9
+    lat = (cl["nvlink_us"] if tier == "nvlink" else cl["net_us"]) * 1e-6
+    steps = {"all_reduce": 2 * (N - 1), "reduce_scatter": N - 1, "all_gather": N - 1, "all_to_all": N - 1}.get(kind, 1)
+    return sent / bw + calls * steps * lat
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def layout_error(a):
+    cfg = a["cfg"]
+    if a["world"] != a["dp"] * a["tp"] * a["pp"] * a["cp"]:
+        return f"-np {a['world']}: expected dp x tp x pp x cp = {a['dp']} x {a['tp']} x {a['pp']} x {a['cp']}"
+    if cfg["NH"] % a["tp"] or cfg["Vp"] % a["tp"] or cfg["C"] % a["tp"]:
+        return f"--tp {a['tp']}: expected to divide NH = {cfg['NH']}, C = {cfg['C']} and Vp = {cfg['Vp']}"
+    if a["pp"] * a["V"] > cfg["L"]:
+        return f"--pp {a['pp']} x --vpp {a['V']}: more stages than the model's {cfg['L']} layers"
+    if a["T"] % (2 * a["cp"]) and a["cp"] > 1:
+        return f"--cp {a['cp']}: expected -t {a['T']} to divide into 2 x cp chunks"
+    if a["sp"] and a["tp"] > 1 and (a["T"] // a["cp"]) % a["tp"]:
+        return f"--sequence-parallel: expected the sequence -t {a['T']} to divide over --tp {a['tp']}"
+    if a["cp"] > 1 and a["cp_impl"] == "ulysses" and cfg["NH"] // a["tp"] % a["cp"]:
+        return f"--cp-impl ulysses: expected the rank's NH/tp = {cfg['NH'] // a['tp']} heads to divide over --cp {a['cp']}"
+    if a["total_batch"] % (a["B"] * a["T"] * a["dp"]):
+        return f"--total-batch: expected a multiple of B*T*dp = {a['B'] * a['T'] * a['dp']}, found {a['total_batch']}"
+    return None
+
+
+def plan(a, cl):
+    """the whole prediction for one layout: per rank memory and ledger, and the time model"""
+    err = layout_error(a)
+    if err:
+        return {"error": err}
+    a["m"] = a["total_batch"] // (a["B"] * a["T"] * a["dp"])
+    a["split_w"] = a["schedule"] in ("zb-h1", "zbv", "dualpipev")
+    if a["schedule"] in ("zbv", "dualpipev") and a["V"] == 1:
+        a["V"] = 2
+    sim = simulate(a["schedule"], a["pp"], a["m"], a["V"]) if (a["pp"] > 1 or a["V"] > 1) else \
+        {"bubble": 0.0, "ranks": [{"stages": [0], "slots": [1], "num_send": 0, "send_F": 0, "send_B": 0, "recv_F": 0, "recv_B": 0}]}
+    ranks = []
+    per_pp = [rank_memory(a, p, sim) for p in range(a["pp"])]
+    for r in range(a["world"]):
+        tp_rank = r % a["tp"]
+        cp_rank = r // a["tp"] % a["cp"]
+        pp_rank = r // (a["tp"] * a["cp"]) % a["pp"]
+        dp_rank = r // (a["tp"] * a["cp"] * a["pp"])
+        rm = per_pp[pp_rank]
+        led = rank_ledger(a, (dp_rank, pp_rank, cp_rank, tp_rank), rm, sim)
+        ranks.append({"rank": r, "dp_rank": dp_rank, "tp_rank": tp_rank, "pp_rank": pp_rank, "cp_rank": cp_rank,
+                      "shard_parameters": rm["shard_parameters"], "packed_parameters": rm["packed"], "rm": rm, "led": led})
+    # time: compute from FLOPs at a stated efficiency; communication by the ring model over each group's tier
+    cfg = dict(a["cfg"], T=a["T"])
+    tokens = a["total_batch"]
+    flops = step_flops(cfg, tokens)
+    recompute_factor = {"none": 1.0, "selective": 1.0 + 2 * a["T"] / (6 * 12 * cfg["C"]) if False else 1.0, "full": 4.0 / 3.0}[a["recompute"]]
+    peak = (cl["fp8_tflops"] if a["fp8"] != "none" else cl["bf16_tflops"]) * 1e12
+    compute = flops * recompute_factor / a["world"] / (peak * a["eff"])
+    bubble = sim["bubble"]
+    worst = max(ranks, key=lambda x: x["rm"]["mem"]["activations"])
+    comm = {}
+    for (kind, group), (calls, payload, sent) in worst["led"].rows.items():
+        tier = group_tier(a, group, cl)
+        t = comm_time(kind, worst["led"].sizes[group], sent, calls, tier, cl)
+        comm[(group, tier)] = comm.get((group, tier), 0.0) + t
+    # exposed: dp's gradient reduction overlaps the backward (ddp.h launches each unit's as it is ready) except the
+    # last unit's; tp's and cp's sit on the critical path; pp's P2P overlaps (the simulator's plan) and shows as bubble
+    exposed = {}
+    for (group, tier), t in comm.items():
+        if group == "dp":
+            nunits = max(len(worst["rm"]["held"]), 1)
+            exposed[(group, tier)] = max(t - 2.0 / 3.0 * compute * (1 - bubble), t / nunits)
+        elif group in ("tp", "cp"):
+            exposed[(group, tier)] = t
+        else:
+            exposed[(group, tier)] = 0.0
+    busy = compute + sum(v for (g, _), v in exposed.items() if g in ("tp", "cp"))
+    step = busy / (1 - bubble) + sum(v for (g, _), v in exposed.items() if g not in ("tp", "cp"))
+    mfu = flops / a["world"] / step / (cl["bf16_tflops"] * 1e12) if step > 0 else 0.0
+    return {"a": a, "sim": sim, "ranks": ranks, "flops": flops, "compute_s": compute, "comm_s": comm, "exposed_s": exposed,
+            "bubble": bubble, "bubble_s": busy / (1 - bubble) - busy, "step_s": step, "tokens_per_s": tokens / step if step else 0,
+            "mfu": mfu, "mem_gib": max(sum(x["rm"]["peak"].values()) for x in ranks) / 2**30}
+
+
+def rank_json(r):
+    out = {k: r[k] for k in ("rank", "dp_rank", "tp_rank", "pp_rank", "cp_rank", "shard_parameters", "packed_parameters")}
+    for k in KINDS:
+        out[k + "_bytes"] = r["rm"]["mem"][k]
+        out[k + "_peak_bytes"] = r["rm"]["peak"][k]
+    out["ledger_step"] = r["led"].json(r["rank"])
+    return out
+
+
+def gib(x):
+    return f"{x / 2**30:.2f} GiB" if x >= 2**28 else f"{x / 2**20:.2f} MiB" if x >= 2**18 else f"{x} B"
+
+
+def print_plan(p, cl, name):
+    a = p["a"]
+    print(f"model {a['model']}: L={a['cfg']['L']} C={a['cfg']['C']} NH={a['cfg']['NH']} Vp={a['cfg']['Vp']} "
+          f"{num_parameters(a['cfg']) / 1e9:.3f}B parameters | {a['world']} GPUs = dp {a['dp']} x tp {a['tp']} x pp {a['pp']} x cp {a['cp']}"
+          f" | ZeRO-{a['zero']} | {a['precision']} | B={a['B']} T={a['T']} m={a['m']} | recompute {a['recompute']} | cluster {name}")
+    seen = set()
+    for r in p["ranks"]:
+        if r["pp_rank"] in seen:
+            continue
+        seen.add(r["pp_rank"])
+        m = r["rm"]["peak"]
+        print(f"pp rank {r['pp_rank']} (rank {r['rank']}): memory per GPU {gib(sum(m.values()))} of {cl['mem_gib']} GiB: " +
+              ", ".join(f"{k} {gib(m[k])}" for k in KINDS) + f" | activation slots {r['rm']['slots']}")
+    r = max(p["ranks"], key=lambda x: x["rm"]["mem"]["activations"])
+    print(f"bytes per step (rank {r['rank']}; ring model, ZeRO paper sec. 7) and the link each group's ring crosses:")
+    for (kind, group), (calls, payload, sent) in sorted(r["led"].rows.items()):
+        print(f"  {kind:15s} {group:6s} size {r['led'].sizes[group]:6d} calls {calls:6d} payload {gib(payload):>12s} sent {gib(sent):>12s}"
+              f"  {group_tier(a, group, cl)}")
+    print(f"time per step: compute {p['compute_s'] * 1e3:.2f} ms (model FLOPs {p['flops']:.3g} at {a['eff']:.0%} of peak), " +
+          ", ".join(f"{g} on {t} {v * 1e3:.2f} ms ({p['exposed_s'][(g, t)] * 1e3:.2f} exposed)" for (g, t), v in sorted(p["comm_s"].items())) +
+          f", bubble {p['bubble']:.4f} (the simulator) = {p['bubble_s'] * 1e3:.2f} ms | step {p['step_s'] * 1e3:.2f} ms, "
+          f"{p['tokens_per_s']:.4g} tokens/s, MFU {p['mfu']:.1%}")
+
+
+def build_args(ns):
+    cfg = parse_model(ns.model, ns.experts, ns.top_k, ns.moe_every)
+    world = ns.np
+    tp, pp, cp = ns.tp, ns.pp, ns.cp
+    dp = ns.dp or max(world // (tp * pp * cp), 1)
+    tb = ns.total_batch or ns.batch * ns.seq_len * dp
+    e = {"fp32": 4, "bf16": 2, "fp16": 2}[ns.precision]
+    return {"model": ns.model, "cfg": cfg, "world": world, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": ns.sequence_parallel,
+            "cp_impl": ns.cp_impl, "schedule": ns.schedule, "V": ns.vpp, "zero": ns.zero, "recompute": ns.recompute,
+            "precision": ns.precision, "e": e, "fp8": ns.fp8, "B": ns.batch, "T": ns.seq_len, "total_batch": tb,
+            "eff": ns.efficiency, "build": ns.build}
+
+
+def search(ns, cl, name):
+    """every layout of the world size that the trainer accepts, ranked by predicted step time; the rejected best"""
+    world = ns.np
+    fits, rejected = [], []
+    cap = cl["mem_gib"] * 2**30
+    for tp in [t for t in (1, 2, 4, 8, 16) if world % t == 0 and t <= cl["gpus_per_node"]]:
+        for cp in [c for c in (1, 2, 4, 8, 16, 32) if world % (tp * c) == 0]:
+            for pp in [p for p in (1, 2, 4, 8, 16, 32, 64, 128) if world % (tp * cp * p) == 0]:
+                dp = world // (tp * cp * pp)
+                for zero in (0, 1, 2, 3):
+                    if dp == 1 and zero:
+                        continue
+                    for rc in ("none", "selective", "full"):
+                        for B in (1, 2, 4):
+                            ns2 = argparse.Namespace(**vars(ns))
+                            ns2.tp, ns2.pp, ns2.cp, ns2.dp, ns2.zero, ns2.recompute, ns2.batch = tp, pp, cp, dp, zero, rc, B
+                            ns2.sequence_parallel = 1 if tp > 1 else 0
+                            ns2.schedule = ns.schedule if pp > 1 else "1f1b"
+                            ns2.vpp = 1
+                            a = build_args(ns2)
+                            if a["total_batch"] % (B * a["T"] * dp):
+                                continue
+                            if pp > 1 and a["total_batch"] // (B * a["T"] * dp) < pp:
+                                continue
+                            p = plan(a, cl)
+                            if "error" in p:
+                                continue
+                            mem = max(sum(r["rm"]["peak"].values()) for r in p["ranks"])
+                            desc = f"dp {dp} tp {tp} pp {pp} cp {cp} zero {zero} recompute {rc} -b {B} (m {a['m']})"
+                            (fits if mem <= cap else rejected).append((p["step_s"], mem, desc, p))
+    fits.sort(key=lambda x: x[0])
+    rejected.sort(key=lambda x: x[0])
+    print(f"search: {ns.model} on {world} x {name} ({cl['mem_gib']} GiB), global batch {ns.total_batch} tokens of T = {ns.seq_len}: "
+          f"{len(fits)} layouts fit, {len(rejected)} do not")
+    for s, mem, desc, p in fits[:ns.top]:
+        print(f"  fits  step {s * 1e3:10.1f} ms  MFU {p['mfu']:6.1%}  memory {mem / 2**30:7.1f} GiB  {desc}")
+    for s, mem, desc, p in rejected[:ns.top]:
+        worst = max(p["ranks"], key=lambda r: sum(r["rm"]["peak"].values()))["rm"]["peak"]
+        big = max(KINDS, key=lambda k: worst[k])
+        print(f"  no    step {s * 1e3:10.1f} ms  needs {mem / 2**30:7.1f} GiB > {cl['mem_gib']} GiB (largest: {big} {worst[big] / 2**30:.1f} GiB)  {desc}")
+    return fits, rejected
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", "-e", default="d12", help="a model descriptor dN[,C=..][,NH=..][,maxT=..][,V=..] as the trainer takes (default d12)")
+    ap.add_argument("--batch", "-b", type=int, default=4, help="micro-batch size B per process (default 4)")
+    ap.add_argument("--seq-len", "-t", type=int, default=1024, help="sequence length T (default 1024)")
+    ap.add_argument("--total-batch", "-d", type=int, default=0, help="tokens per optimizer step (default B*T*dp)")
+    ap.add_argument("-np", "--np", type=int, default=1, help="world size: the GPUs (processes) of the run (default 1)")
+    ap.add_argument("--dp", type=int, default=0, help="data-parallel ranks (default 0: np / (tp*pp*cp))")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--cp", type=int, default=1)
+    ap.add_argument("--cp-impl", choices=["ring", "ulysses"], default="ring")
+    ap.add_argument("--sequence-parallel", type=int, choices=[0, 1], default=0)
+    ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"])
+    ap.add_argument("--vpp", type=int, default=1)
+    ap.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0)
+    ap.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="bf16",
+                    help="the build's storage (PRECISION=...; the CPU trainer train_gpt_cpu is fp32) (default bf16)")
+    ap.add_argument("--fp8", choices=["none", "delayed", "current", "block", "mx"], default="none",
+                    help="FP8 linears: the time model uses the FP8 peak (memory: their scales not modelled)")
+    ap.add_argument("--experts", type=int, default=0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--moe-every", type=int, default=1)
+    ap.add_argument("--build", choices=["cuda", "cpu"], default="cuda", help="cuda adds cuBLASLt's workspace (default cuda)")
+    ap.add_argument("--cluster", choices=sorted(CLUSTERS), default="h100", help="node preset (default h100)")
+    for k in ("gpus_per_node", "mem_gib", "bf16_tflops", "fp8_tflops", "nvlink_gbs", "nvlink_us", "net_gbs", "net_us"):
+        ap.add_argument("--" + k.replace("_", "-"), type=float, default=None, help=f"override the preset's {k}")
+    ap.add_argument("--efficiency", type=float, default=0.5, help="achieved fraction of peak of the matmuls (default 0.5)")
+    ap.add_argument("--json", action="store_true", help="print per rank the keys of the trainer's --report-json")
+    ap.add_argument("--search", action="store_true", help="rank the layouts of -np GPUs that fit")
+    ap.add_argument("--top", type=int, default=8, help="--search: rows of each list (default 8)")
+    ap.add_argument("--plot", default=None, help="--search: draw the memory and time of the best layouts to this PNG")
+    ns = ap.parse_args(argv)
+    cl = dict(CLUSTERS[ns.cluster])
+    for k in list(cl):
+        v = getattr(ns, k)
+        if v is not None:
+            if v <= 0:
+                die(f"--{k.replace('_', '-')}: expected a positive number, found {v}")
+            cl[k] = int(v) if k == "gpus_per_node" else v
+    for k in ("batch", "seq_len", "np", "tp", "pp", "cp", "vpp"):
+        if getattr(ns, k) < 1:
+            die(f"--{k.replace('_', '-')}: expected a positive integer, found {getattr(ns, k)}")
+    if ns.search:
+        if not ns.total_batch:
+            die("--search: expected --total-batch (the global batch in tokens)")
+        fits, rejected = search(ns, cl, ns.cluster)
+        if ns.plot:
+            import plan_plot
+            plan_plot.draw(ns.plot, fits[:6] + rejected[:2], cl)
+        return 0
+    a = build_args(ns)
+    p = plan(a, cl)
+    if "error" in p:
+        die(p["error"])
+    if ns.json:
+        print(json.dumps({"world": a["world"], "dp": a["dp"], "tp": a["tp"], "pp": a["pp"], "cp": a["cp"], "bubble": p["bubble"],
+                          "step_s": p["step_s"], "ranks": [rank_json(r) for r in p["ranks"]]}))
+    else:
+        print_plan(p, cl, ns.cluster)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
