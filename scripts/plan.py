@@ -30,6 +30,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIM = os.environ.get("PIPELINE_SIM", os.path.join(ROOT, "build", "pipeline_sim"))
+ZERO_MAX_INFLIGHT = 2  # llm/parallel/zero.h
 KINDS = ["params", "grads", "moments", "master", "activations", "comm_buffers", "workspace"]
 
 
@@ -165,7 +166,7 @@ def block_fields(a, B, T):
             (R, 4, (1, 0, 0)), (R, 4, (1, 0, 0)), (BT * F, e, (1, 1, 0)), (BT * F, e, (1, 1, 0)), (heads, e, (1, 0, 0))]
 
 
-def rank_memory(a, pp_rank, sim):
+def rank_memory(a, pp_rank, sim, grad_rank=0):
     """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
     N = a["dp"] * cp  # the gradient group: dp x cp
@@ -216,6 +217,15 @@ def rank_memory(a, pp_rank, sim):
             act += slots * (l1 - l0) * fields_bytes(dfields, a["recompute"], 1)
         if a["sp"] and tp > 1:
             ws += 2 * BT * C * e  # the gathered and the full (B*T, C) of the tp group
+        if cp > 1:  # cp_alloc (llm/sharded/cp_group.h): one allocation per stage, its parts rounded inside it
+            H, Tl, Tf = cfg["NH"] // tp, T, a["T"]
+            kv, hs, cc = B * Tl * 2 * Ca, Ca // H, Tf // (2 * cp)
+            acc = max(2 * B * H * cc * (hs + 2), B * Tl * Ca)
+            if a["cp_impl"] == "ring":
+                wb = 2 * kv * e + acc * 4 + 2 * kv * 4 + B * H * Tl * 4
+            else:
+                wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
+            ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
         ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage
         scratch = max(BT * C, 1024 * 4 * C)
         vp = (tp + 1) * 3 * BT if tp > 1 else 0
@@ -237,10 +247,17 @@ def rank_memory(a, pp_rank, sim):
     num_send = sim["ranks"][pp_rank]["num_send"] if (pp > 1 or V > 1) else 0
     comm = 2 * msg + max(num_send, 1) * msg
     peak_extra = {k: 0 for k in KINDS}
-    if shard_params:  # ZeRO-3's pool: the units gathered at once; modelled as the two largest units (approximate)
-        big = sorted((p for _, p in sizes), reverse=True)
-        comm += sum(big[:2]) * e
+    if shard_grads:  # ZeRO-2/3's unit pool (llm/parallel/zero.h, bufpool.h): trimmed after each step to its keep
+        # (the steady working set); its peak depends on when MPI finishes each reduction, so it is not exact:
+        # modelled as the keep plus one more layer unit (docs/plan.md shows the error)
+        largest = max(p for _, p in sizes)
+        layer = max([p for (kind, _), (_, p) in zip(units, sizes) if kind not in ("embed", "final")] or [0])
+        keep = largest + (ZERO_MAX_INFLIGHT + 1) * layer + ((largest + 2 * layer) if shard_params else 0)
+        comm += keep * e
+        peak_extra["comm_buffers"] = layer * e
     mem["comm_buffers"] = comm
+    if pp > 1 and not sim.get("vshape", 0) and pp_rank in (0, pp - 1):  # dp_tied_embedding_diff: mine and the partner's
+        peak_extra["comm_buffers"] = max(peak_extra["comm_buffers"], 2 * sizes[0][1] * e)
     peak = dict(mem)
     for k in KINDS:
         peak[k] += peak_extra[k]
@@ -277,6 +294,28 @@ class Ledger:
                 "total_payload_bytes": sum(r["payload_bytes"] for r in rows), "total_sent_bytes": round(sum(v[2] for v in self.rows.values()), 1)}
 
 
+def norm_owned(a, rm, grad_rank):
+    """the values of the LayerNorm tensors (TP_NORM) among the positions of the held units this rank owns: all of
+    them without ZeRO, its block of each unit with (dp_next_piece)"""
+    cfg, tp, N = a["cfg"], a["tp"], a["dp"] * a["cp"]
+    total = 0
+    for u in sorted(rm["held"]):
+        kind = unit_kinds(cfg)[u][0]
+        n, padded = rm["sizes"][u]
+        lo, hi = (0, n) if a["zero"] == 0 else (grad_rank * (padded // N), min((grad_rank + 1) * (padded // N), n))
+        holds = {"embed": ("embed",), "dense": ("layer", "dense"), "moe": ("layer", "moe"), "experts": ("experts",), "final": ("final",)}[kind]
+        at = 0
+        for name, r, c, split, hold, ex in TENSORS:
+            if hold not in holds:
+                continue
+            v = dim(cfg, r) * dim(cfg, c) * (cfg["E"] if ex else 1)
+            v = v // tp if split in ("split", "vocab") else v
+            if split == "norm":
+                total += max(0, min(hi, at + v) - max(lo, at))
+            at += v
+    return total
+
+
 def rank_ledger(a, coords, rm, sim):
     """the collectives of one step of this rank (dp, pp; tp and cp where modelled, see docs/plan.md)"""
     dp_rank, pp_rank, cp_rank, tp_rank = coords
@@ -296,8 +335,55 @@ def rank_ledger(a, coords, rm, sim):
     else:
         for p in held:
             led.add("reduce_scatter", "dp", p * e)
-            led.add("all_gather" if a["zero"] < 3 else "all_gather", "dp", p * e, calls=1 if a["zero"] < 3 else 2 * m)
-        led.add("all_reduce", "dp", 4, calls=2)  # the loss and the squared norm
+            led.add("all_gather", "dp", p * e, calls=1 if a["zero"] < 3 else 2 * m)
+        if a["zero"] == 3 and sim.get("vshape", 0) and pp_rank == 0:  # the V's rank 0 gathers the embedding for both ends
+            led.add("all_gather", "dp", rm["sizes"][0][1] * e, calls=2 * m)
+        led.add("all_reduce", "dp", 4, calls=2 if N > 1 else 1)  # the squared norm, and the loss over N > 1
+    # tensor parallelism (llm/model/linear.h, llm/sharded/tensor_parallel.h), per micro-batch of each chunk: without
+    # sequence parallelism Megatron's g (row-parallel outputs) and f's backward (column-parallel input gradients),
+    # an all-reduce of (B*T, C) each, 4 per layer; with it an all-gather before each column-parallel linear and
+    # again in its backward (the gathered input is not kept), a reduce-scatter after each row-parallel one and of
+    # each column-parallel input gradient, an all-gather of each row-parallel output gradient: 6 + 4 per layer.
+    # Full recompute runs the forward's again. The embedding sums its vocabulary parts (all-reduce, or a
+    # reduce-scatter and its backward's all-gather); the LM head gathers its input (sp) and the cross-entropy's
+    # row states (3 floats per token per rank), and its input gradient is summed like a column-parallel layer's.
+    if tp > 1:
+        BT = a["B"] * (a["T"] // cp)
+        act = BT * a["cfg"]["C"] * e
+        rerun = 1 if a["recompute"] == "full" else 0
+        for l0, l1, emb, head in rm["ranges"]:
+            nl = (l1 - l0) * m
+            if a["sp"]:
+                led.add("all_gather", "tp", act, calls=nl * (6 + 2 * rerun) + m * (emb + 2 * head))
+                led.add("reduce_scatter", "tp", act, calls=nl * (4 + 2 * rerun) + m * (emb + head))
+            else:
+                led.add("all_reduce", "tp", act, calls=nl * (4 + 2 * rerun) + m * (emb + head))
+            if head:
+                led.add("all_gather", "tp", tp * 3 * BT * 4, calls=m)
+        if a["sp"]:  # the LayerNorms' gradients, partial sums over the rank's tokens (llm/parallel/dp_step.h)
+            led.add("all_reduce", "tp", norm_owned(a, rm, coords[0] * cp + coords[2]) * e)
+        led.add("all_reduce", "tp", 4)  # the squared norm
+    # context parallelism (llm/sharded/ring_attention.h, ulysses_attention.h), per layer and micro-batch: the ring
+    # passes K/V blocks (B, T/cp, 2 C/tp) N-1 times in the forward, and in the backward N-1 K/V blocks and N-1
+    # FP32 dK/dV accumulators (an exchange: a send and a receive each); Ulysses all-to-alls q, k, v to a head split
+    # and the output back (and the reverse in the backward). Recompute (selective: the attention core; full) runs
+    # the forward's again. The loss: one all-reduce of two floats per step on the head's ranks.
+    if cp > 1:
+        Tl = a["T"] // cp
+        Ca = a["cfg"]["C"] // tp
+        att = 1 + (1 if a["recompute"] != "none" else 0)
+        nl = sum(l1 - l0 for l0, l1, _, _ in rm["ranges"]) * m
+        if a["cp_impl"] == "ring":
+            kv = a["B"] * Tl * 2 * Ca
+            for kind in ("send", "recv"):
+                led.add(kind, "cp", kv * e, calls=nl * (cp - 1) * (att + 1))
+                led.add(kind, "cp", kv * 4, calls=nl * (cp - 1))
+        else:
+            w = Ca // cp
+            for n3 in (3 * w, w):
+                led.add("all_to_all", "cp", cp * a["B"] * Tl * n3 * e, calls=nl * (att + 1))
+        if any(head for _, _, _, head in rm["ranges"]):
+            led.add("all_reduce", "cp", 8)
     # the pipeline: P2P messages of the plan, the tied embedding's gradient, the loss and the norm over pp
     if pp > 1:
         R = a["B"] * (a["T"] // cp)
@@ -307,10 +393,13 @@ def rank_ledger(a, coords, rm, sim):
         led.add("send", "pp", msg, calls=me["send_F"] + me["send_B"])
         led.add("recv", "pp", msg, calls=me["recv_F"] + me["recv_B"])
         led.add("all_reduce", "pp", 4)
-        led.add("broadcast", "pp", 4, root=pp_rank == pp - 1)
-        if ends:
-            emb = rm["sizes"][0][1]
-            led.add("all_reduce", "embed", (emb // N if a["zero"] >= 2 else emb) * e)
+        head_rank = 0 if sim.get("vshape", 0) else pp - 1
+        led.add("broadcast", "pp", 4, root=pp_rank == head_rank)
+        if ends and not sim.get("vshape", 0):  # the V holds both copies on rank 0: summed in place, nothing sent
+            n, padded = rm["sizes"][0]  # dp_owned: the unit less its pad, or this rank's block of it (ZeRO)
+            g = coords[0] * cp + coords[2]
+            own = n if a["zero"] == 0 else max(0, min((g + 1) * (padded // N), n) - g * (padded // N))
+            led.add("all_reduce", "embed", own * e)
     return led
 
 
@@ -411,8 +500,12 @@ def plan(a, cl):
         cp_rank = r // a["tp"] % a["cp"]
         pp_rank = r // (a["tp"] * a["cp"]) % a["pp"]
         dp_rank = r // (a["tp"] * a["cp"] * a["pp"])
-        rm = per_pp[pp_rank]
+        rm = dict(per_pp[pp_rank])
         led = rank_ledger(a, (dp_rank, pp_rank, cp_rank, tp_rank), rm, sim)
+        if a["sp"] and a["tp"] > 1:  # dp_reduce_norm_grads_tp's buffer, for the call, freed after it
+            rm["peak"] = dict(rm["peak"])
+            nb = norm_owned(a, rm, dp_rank * a["cp"] + cp_rank) * a["e"]
+            rm["peak"]["comm_buffers"] = max(rm["peak"]["comm_buffers"], rm["mem"]["comm_buffers"] + nb)
         ranks.append({"rank": r, "dp_rank": dp_rank, "tp_rank": tp_rank, "pp_rank": pp_rank, "cp_rank": cp_rank,
                       "shard_parameters": rm["shard_parameters"], "packed_parameters": rm["packed"], "rm": rm, "led": led})
     # time: compute from FLOPs at a stated efficiency; communication by the ring model over each group's tier

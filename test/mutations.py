@@ -2108,6 +2108,31 @@ MUTATIONS = [
       "    ids = ids  # as every document starts",
       "prompt.py sends the text's ids without the <|endoftext|> every training document starts with",
       "prompt"),
+    M("plan-zero2-grads-not-divided", "plan", "scripts/plan.py",
+      '    mem["grads"] = (packed // N if shard_grads else packed) * e',
+      '    mem["grads"] = (packed if shard_grads else packed) * e',
+      "the planner's ZeRO-2 gradient bytes are not divided by the gradient group's size",
+      "plan"),
+    M("plan-unit-pad-dp-only", "plan", "scripts/plan.py",
+      '    N = a["dp"] * cp  # the gradient group: dp x cp',
+      '    N = a["dp"]  # the gradient group: dp x cp',
+      "the planner pads and shards the units over dp alone, not the gradient group dp x cp",
+      "plan"),
+    M("plan-sp-four-gathers", "plan", "scripts/plan.py",
+      '                led.add("all_gather", "tp", act, calls=nl * (6 + 2 * rerun) + m * (emb + 2 * head))',
+      '                led.add("all_gather", "tp", act, calls=nl * (4 + 2 * rerun) + m * (emb + 2 * head))',
+      "the planner forgets that sequence parallelism gathers the column-parallel inputs again in the backward",
+      "plan"),
+    M("plan-slots-one", "plan", "scripts/plan.py",
+      '        slots = max(sim["ranks"][pp_rank]["slots"][c], 1) if (pp > 1 or V > 1) else 1',
+      '        slots = 1',
+      "the planner keeps one micro-batch's activations whatever the schedule keeps in flight",
+      "plan"),
+    M("plan-no-field-rounding", "plan", "scripts/plan.py",
+      '    return (n + 63) // 64 * 64',
+      '    return n',
+      "the planner does not round each activation field up to 64 bytes as carve_fields does",
+      "plan"),
 ]
 
 # ----------------------------------------------------------------------------------------------------
@@ -2118,7 +2143,7 @@ SOURCE_TESTS = {"headers": "llm/", "bench_pytorch": "dev/bench_pytorch.py", "dat
                 "recipes": ("scripts/launch.sh", "scripts/gpt2_"),
                 "hf": ("scripts/export_hf.py", "scripts/import_hf.py", "scripts/safetensors_np.py", "scripts/llmc_checkpoint.py",
                        "scripts/hf_gpt2.py"),
-                "prompt": "scripts/prompt.py"}
+                "prompt": "scripts/prompt.py", "plan": ("scripts/plan.py", "test/plan_check.py")}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -2156,6 +2181,7 @@ TEST_BINARIES = {
     "cp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16"],
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],
     "pp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16"],
+    "plan": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/pipeline_sim"],
     "split_backward_tp": ["build/test_split_backward_cpu", "build/test_split_backward_emu", "build/test_split_backward_emu_bf16"],
     "fp8_cpu": ["build/test_fp8_cpu"],
     "fp8_emu_forward": ["build/test_fp8_emu"],

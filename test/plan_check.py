@@ -25,7 +25,7 @@ def main():
     approx = set(mine[mine.index("--approx") + 1].split(",")) if "--approx" in mine else set()
     here = os.path.dirname(os.path.abspath(__file__))
     r = subprocess.run([sys.executable, os.path.join(here, "..", "scripts", "plan.py"), "--json", "--build", "cpu",
-                        "--precision", "fp32"] + flags, capture_output=True, text=True)
+                        ] + flags, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"FAIL {name}: the planner failed: {r.stderr.strip()}")
         return 1
