@@ -71,6 +71,7 @@ case_run dualpv3  2 $F32 --approx comm_buffers -- --pp 2 --schedule dualpipev --
 case_run cpring   2 $F32 -- --cp 2
 case_run cpuly    2 $F32 -- --cp 2 --cp-impl ulysses --recompute selective --total-batch 256
 case_run cp4      4 $F32 -- --cp 4 -t 64 --total-batch 256
+case_run cpzero1  2 $F32 -- --cp 2 --zero 1
 case_run dptpsp   4 $F32 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run pptp     4 $F32 -- --pp 2 --tp 2 --total-batch 256
 case_run ppdp     4 $F32 -- --pp 2 --zero 1 --total-batch 512
