@@ -495,7 +495,10 @@ def plan(a, cl):
         {"bubble": 0.0, "ranks": [{"stages": [0], "slots": [1], "num_send": 0, "send_F": 0, "send_B": 0, "recv_F": 0, "recv_B": 0}]}
     ranks = []
     per_pp = [rank_memory(a, p, sim) for p in range(a["pp"])]
-    for r in range(a["world"]):
+    # every rank for --json (the test's sizes); at scale, one rank per pp stage (the others repeat it: only the
+    # ZeRO blocks' last-rank pads differ)
+    every = a.get("json") or a["world"] <= 64
+    for r in (range(a["world"]) if every else [p * a["tp"] * a["cp"] for p in range(a["pp"])]):
         tp_rank = r % a["tp"]
         cp_rank = r // a["tp"] % a["cp"]
         pp_rank = r // (a["tp"] * a["cp"]) % a["pp"]
@@ -666,7 +669,6 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print per rank the keys of the trainer's --report-json")
     ap.add_argument("--search", action="store_true", help="rank the layouts of -np GPUs that fit")
     ap.add_argument("--top", type=int, default=8, help="--search: rows of each list (default 8)")
-    ap.add_argument("--plot", default=None, help="--search: draw the memory and time of the best layouts to this PNG")
     ns = ap.parse_args(argv)
     cl = dict(CLUSTERS[ns.cluster])
     for k in list(cl):
@@ -681,12 +683,10 @@ def main(argv=None):
     if ns.search:
         if not ns.total_batch:
             die("--search: expected --total-batch (the global batch in tokens)")
-        fits, rejected = search(ns, cl, ns.cluster)
-        if ns.plot:
-            import plan_plot
-            plan_plot.draw(ns.plot, fits[:6] + rejected[:2], cl)
+        search(ns, cl, ns.cluster)
         return 0
     a = build_args(ns)
+    a["json"] = ns.json
     p = plan(a, cl)
     if "error" in p:
         die(p["error"])
