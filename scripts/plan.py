@@ -22,6 +22,7 @@ Every memory formula below is the trainer's allocation, term by term, with the f
 Usage: scripts/plan.py --help.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -127,6 +128,7 @@ def stage_layers(L, S, s):
     return l0, l0 + base + (1 if s < extra else 0)
 
 
+@functools.lru_cache(maxsize=None)
 def simulate(schedule, P, m, V, f=None, b=None, w=None, p2p=0.0):
     """the trainer's simulator (build/pipeline_sim --json): bubble, per rank stages, slots, held sends, messages"""
     if not os.path.exists(SIM):
@@ -497,7 +499,7 @@ def plan(a, cl):
     per_pp = [rank_memory(a, p, sim) for p in range(a["pp"])]
     # every rank for --json (the test's sizes); at scale, one rank per pp stage (the others repeat it: only the
     # ZeRO blocks' last-rank pads differ)
-    every = a.get("json") or a["world"] <= 64
+    every = a.get("json", a["world"] <= 64)
     for r in (range(a["world"]) if every else [p * a["tp"] * a["cp"] for p in range(a["pp"])]):
         tp_rank = r % a["tp"]
         cp_rank = r // a["tp"] % a["cp"]
@@ -515,27 +517,37 @@ def plan(a, cl):
     cfg = dict(a["cfg"], T=a["T"])
     tokens = a["total_batch"]
     flops = step_flops(cfg, tokens)
-    recompute_factor = {"none": 1.0, "selective": 1.0 + 2 * a["T"] / (6 * 12 * cfg["C"]) if False else 1.0, "full": 4.0 / 3.0}[a["recompute"]]
+    # recompute adds forward work the model FLOPs do not count: selective the attention core (a third of its
+    # 12 L T C per token), full the whole forward (a third of the step)
+    attn = 12 * cfg["L"] * a["T"] * cfg["C"] * tokens
+    extra = {"none": 0.0, "selective": attn / 3, "full": flops / 3}[a["recompute"]]
     peak = (cl["fp8_tflops"] if a["fp8"] != "none" else cl["bf16_tflops"]) * 1e12
-    compute = flops * recompute_factor / a["world"] / (peak * a["eff"])
+    compute = (flops + extra) / a["world"] / (peak * a["eff"])
     bubble = sim["bubble"]
     worst = max(ranks, key=lambda x: x["rm"]["mem"]["activations"])
-    comm = {}
+    m = a["m"]
+    nunits = max(len(worst["rm"]["held"]), 1)
+    comm, exposed = {}, {}
+    # exposed, what the trainer overlaps: dp's gradient reductions start unit by unit during the last micro-batch's
+    # backward (2/3 of its compute), so all but the last unit's can hide there; ZeRO-3's gathers are prefetched one
+    # unit ahead during every micro-batch (hidden behind the compute but for the first unit of each pass); ZeRO-1/2's
+    # gathers of the updated parameters and the tied embedding's sum follow the step, exposed; tp's and cp's
+    # collectives sit between the ops that need them (the trainer does not overlap them), exposed; pp's P2P is in
+    # the simulator's plan (its latency here zero), counted in the bubble
     for (kind, group), (calls, payload, sent) in worst["led"].rows.items():
         tier = group_tier(a, group, cl)
         t = comm_time(kind, worst["led"].sizes[group], sent, calls, tier, cl)
-        comm[(group, tier)] = comm.get((group, tier), 0.0) + t
-    # exposed: dp's gradient reduction overlaps the backward (ddp.h launches each unit's as it is ready) except the
-    # last unit's; tp's and cp's sit on the critical path; pp's P2P overlaps (the simulator's plan) and shows as bubble
-    exposed = {}
-    for (group, tier), t in comm.items():
-        if group == "dp":
-            nunits = max(len(worst["rm"]["held"]), 1)
-            exposed[(group, tier)] = max(t - 2.0 / 3.0 * compute * (1 - bubble), t / nunits)
-        elif group in ("tp", "cp"):
-            exposed[(group, tier)] = t
+        key = (group, tier)
+        comm[key] = comm.get(key, 0.0) + t
+        if group == "dp" and payload / max(calls, 1) > 64 and kind in ("all_reduce", "reduce_scatter"):
+            x = max(t - 2.0 / 3.0 * compute / m, t / nunits)
+        elif group == "dp" and kind == "all_gather" and a["zero"] == 3:
+            x = max(t - compute, t / (2 * m * nunits))
+        elif group in ("pp",) and kind in ("send", "recv"):
+            x = 0.0
         else:
-            exposed[(group, tier)] = 0.0
+            x = t
+        exposed[key] = exposed.get(key, 0.0) + x
     busy = compute + sum(v for (g, _), v in exposed.items() if g in ("tp", "cp"))
     step = busy / (1 - bubble) + sum(v for (g, _), v in exposed.items() if g not in ("tp", "cp"))
     mfu = flops / a["world"] / step / (cl["bf16_tflops"] * 1e12) if step > 0 else 0.0
@@ -614,6 +626,7 @@ def search(ns, cl, name):
                             ns2.schedule = ns.schedule if pp > 1 else "1f1b"
                             ns2.vpp = 1
                             a = build_args(ns2)
+                            a["json"] = False  # one rank per stage
                             if a["total_batch"] % (B * a["T"] * dp):
                                 continue
                             if pp > 1 and a["total_batch"] // (B * a["T"] * dp) < pp:
@@ -623,9 +636,11 @@ def search(ns, cl, name):
                                 continue
                             mem = max(sum(r["rm"]["peak"].values()) for r in p["ranks"])
                             desc = f"dp {dp} tp {tp} pp {pp} cp {cp} zero {zero} recompute {rc} -b {B} (m {a['m']})"
+                            if pp > 1:
+                                desc += f" {a['schedule']}"
                             (fits if mem <= cap else rejected).append((p["step_s"], mem, desc, p))
-    fits.sort(key=lambda x: x[0])
-    rejected.sort(key=lambda x: x[0])
+    fits.sort(key=lambda x: (round(x[0], 6), x[1]))
+    rejected.sort(key=lambda x: (round(x[0], 6), x[1]))
     print(f"search: {ns.model} on {world} x {name} ({cl['mem_gib']} GiB), global batch {ns.total_batch} tokens of T = {ns.seq_len}: "
           f"{len(fits)} layouts fit, {len(rejected)} do not")
     for s, mem, desc, p in fits[:ns.top]:
@@ -635,6 +650,56 @@ def search(ns, cl, name):
         big = max(KINDS, key=lambda k: worst[k])
         print(f"  no    step {s * 1e3:10.1f} ms  needs {mem / 2**30:7.1f} GiB > {cl['mem_gib']} GiB (largest: {big} {worst[big] / 2**30:.1f} GiB)  {desc}")
     return fits, rejected
+
+
+def draw(path, rows, cl, title):
+    """the picture: per layout, the memory per GPU of its fullest rank as stacked bars of the kinds against the GPU's
+    memory line, and beside it the step time split into compute, exposed communication per group and tier, and
+    the bubble. rows: (label, plan) pairs."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        die("--plot: expected matplotlib (pip install matplotlib), found none")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 0.55 * len(rows) + 2.8), sharey=True)
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
+    labels = [lab for lab, _ in rows]
+    for i, (_, p) in enumerate(rows):
+        worst = max(p["ranks"], key=lambda r: sum(r["rm"]["peak"].values()))["rm"]["peak"]
+        left = 0.0
+        for k, c in zip(KINDS, colors):
+            v = worst[k] / 2**30
+            ax.barh(i, v, left=left, color=c, label=k if i == 0 else None)
+            left += v
+        if left > 2.5 * cl["mem_gib"]:  # off the axis: its total written at the edge
+            ax.text(2.5 * cl["mem_gib"], i, f" {left:.0f} GiB \u2192", va="center", ha="right", fontsize=8, color="white")
+        parts = [("compute", p["compute_s"], "#4c72b0")]
+        for (g, t), v in sorted(p["exposed_s"].items()):
+            if v > 0:
+                parts.append((f"{g} ({t})", v, {"dp": "#dd8452", "tp": "#55a868", "cp": "#8172b3", "pp": "#937860"}.get(g, "#999999")))
+        parts.append(("bubble", p["bubble_s"], "#c44e52"))
+        left = 0.0
+        for name, v, c in parts:
+            bx.barh(i, v, left=left, color=c, label=name, hatch="//" if "network" in name else None)
+            left += v
+    ax.set_xlim(0, 2.5 * cl["mem_gib"])
+    ax.axvline(cl["mem_gib"], color="black", linestyle="--", label=f"GPU memory {cl['mem_gib']:g} GiB")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("memory per GPU, the fullest rank (GiB)")
+    ax.legend(fontsize=7, loc="upper right")
+    h, lab = bx.get_legend_handles_labels()
+    seen = {}
+    for hh, ll in zip(h, lab):
+        seen.setdefault(ll, hh)
+    bx.legend(seen.values(), seen.keys(), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=5)
+    bx.set_xlabel("predicted step time (s): compute, exposed communication (hatched: inter-node), bubble")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
 
 
 def main(argv=None):
@@ -669,6 +734,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print per rank the keys of the trainer's --report-json")
     ap.add_argument("--search", action="store_true", help="rank the layouts of -np GPUs that fit")
     ap.add_argument("--top", type=int, default=8, help="--search: rows of each list (default 8)")
+    ap.add_argument("--plot", default=None, help="--search: draw the best fitting and rejected layouts' memory and step time to this PNG")
     ns = ap.parse_args(argv)
     cl = dict(CLUSTERS[ns.cluster])
     for k in list(cl):
@@ -683,7 +749,21 @@ def main(argv=None):
     if ns.search:
         if not ns.total_batch:
             die("--search: expected --total-batch (the global batch in tokens)")
-        search(ns, cl, ns.cluster)
+        fits, rejected = search(ns, cl, ns.cluster)
+        if ns.plot:  # the fastest of each (tp, pp, cp, zero), so that the bars compare layouts, not batch sizes
+            def distinct(rows, n):
+                out, seen = [], set()
+                for row in rows:
+                    key = row[2].split(" recompute")[0]
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(row)
+                return out[:n]
+            pick = distinct(fits, 7) + distinct(rejected, 3)
+            if not pick:
+                die("--plot: no layout to draw")
+            draw(ns.plot, [(("" if mem <= cl["mem_gib"] * 2**30 else "(no) ") + d.replace(" recompute", "\nrecompute"), p) for _, mem, d, p in pick],
+                 cl, f"{ns.model} on {ns.np} x {ns.cluster}, {ns.total_batch} tokens per step: the fastest layouts that fit, and the fastest that do not")
         return 0
     a = build_args(ns)
     a["json"] = ns.json
