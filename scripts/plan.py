@@ -410,7 +410,9 @@ def rank_ledger(a, coords, rm, sim):
 
 CLUSTERS = {
     # gpus per node, GiB per GPU, dense BF16 and FP8 TFLOP/s, NVLink GB/s per GPU (one direction) and latency us,
-    # inter-node GB/s per GPU and latency us (NVIDIA data sheets; 8 x 400 Gb/s InfiniBand NICs per node)
+    # inter-node GB/s per GPU and latency us (NVIDIA data sheets; 8 x 400 Gb/s InfiniBand NICs per node; the A100
+    # 80 GB node of 2021-22 with 8 x 200 Gb/s HDR, no FP8)
+    "a100": dict(gpus_per_node=8, mem_gib=80, bf16_tflops=312, fp8_tflops=312, nvlink_gbs=300, nvlink_us=3, net_gbs=25, net_us=10),
     "h100": dict(gpus_per_node=8, mem_gib=80, bf16_tflops=989, fp8_tflops=1979, nvlink_gbs=450, nvlink_us=3, net_gbs=50, net_us=10),
     "h200": dict(gpus_per_node=8, mem_gib=141, bf16_tflops=989, fp8_tflops=1979, nvlink_gbs=450, nvlink_us=3, net_gbs=50, net_us=10),
     "b200": dict(gpus_per_node=8, mem_gib=180, bf16_tflops=2250, fp8_tflops=4500, nvlink_gbs=900, nvlink_us=3, net_gbs=50, net_us=10),
