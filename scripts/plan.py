@@ -168,6 +168,23 @@ def block_fields(a, B, T):
             (R, 4, (1, 0, 0)), (R, 4, (1, 0, 0)), (BT * F, e, (1, 1, 0)), (BT * F, e, (1, 1, 0)), (heads, e, (1, 0, 0))]
 
 
+def moe_acts_bytes(cfg, N, e):
+    """moe_acts_alloc (llm/model/moe.h): what a moe layer keeps per micro-batch of N tokens, sized for no drops
+    (R = N K rows); each field rounded up to 64 bytes"""
+    E, K, C = cfg["E"], cfg["K"], cfg["C"]
+    NK = N * K
+    return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8,
+                                NK * C * e, NK * 4 * C * e, NK * 4 * C * e, NK * C * e))
+
+
+def moe_buffers_bytes(cfg, N, e):
+    """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers"""
+    E, K, C = cfg["E"], cfg["K"], cfg["C"]
+    NK = N * K
+    return sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, NK * C * e, NK * 4 * C * e,
+                                NK * C * e, 32 * 4 * C * 4))  # MATMUL_DBIAS_MAX_SPLITS = 32
+
+
 def rank_memory(a, pp_rank, sim, grad_rank=0):
     """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
@@ -228,6 +245,9 @@ def rank_memory(a, pp_rank, sim, grad_rank=0):
             else:
                 wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
             ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
+        if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_init_cp)
+            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, BT, e)
+            ws += moe_buffers_bytes(cfg, BT, e)
         ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage
         scratch = max(BT * C, 1024 * 4 * C)
         vp = (tp + 1) * 3 * BT if tp > 1 else 0
@@ -239,6 +259,9 @@ def rank_memory(a, pp_rank, sim, grad_rank=0):
     dec = [(nheld * cfg["maxT"] * Ca, e), (nheld * cfg["maxT"] * Ca, e), (C, e), (Vl, e), (cfg["Vp"] if tp > 1 else 0, e), (1, 4),
            (C, e), (1, 4), (1, 4), (3 * Ca, e), (Ca, e), (C, e), (C, e), (F, e), (F, e), (cfg["NH"] // tp * cfg["maxT"], 4)]
     ws += sum(r64(n * b) for n, b in dec)
+    if cfg["E"] > 0:  # the sampler's one token through a moe layer (its acts tagged activations), the pipeline's counts
+        act += moe_acts_bytes(cfg, 1, e)
+        ws += moe_buffers_bytes(cfg, 1, e) + cfg["L"] * 2 * cfg["E"] * 4
     ws += 8 + 4 + 8  # dp's scalars, AdamW's norm, the pipeline's loss scalar
     if a["build"] == "cuda":
         ws += 32 * 1024 * 1024 + 1024 * 4  # cuBLASLt workspace (MATMUL_LT_WORKSPACE_BYTES) and the norm's partials
@@ -354,12 +377,13 @@ def rank_ledger(a, coords, rm, sim):
         act = BT * a["cfg"]["C"] * e
         rerun = 1 if a["recompute"] == "full" else 0
         for l0, l1, emb, head in rm["ranges"]:
-            nl = (l1 - l0) * m
+            # a moe layer has no tp-split MLP (its experts are replicated over tp): the attention's half only
+            nl = sum(1 if is_moe(a["cfg"], l) else 2 for l in range(l0, l1)) * m / 2
             if a["sp"]:
-                led.add("all_gather", "tp", act, calls=nl * (6 + 2 * rerun) + m * (emb + 2 * head))
-                led.add("reduce_scatter", "tp", act, calls=nl * (4 + 2 * rerun) + m * (emb + head))
+                led.add("all_gather", "tp", act, calls=round(nl * (6 + 2 * rerun)) + m * (emb + 2 * head))
+                led.add("reduce_scatter", "tp", act, calls=round(nl * (4 + 2 * rerun)) + m * (emb + head))
             else:
-                led.add("all_reduce", "tp", act, calls=nl * (4 + 2 * rerun) + m * (emb + head))
+                led.add("all_reduce", "tp", act, calls=round(nl * (4 + 2 * rerun)) + m * (emb + head))
             if head:
                 led.add("all_gather", "tp", tp * 3 * BT * 4, calls=m)
         if a["sp"]:  # the LayerNorms' gradients, partial sums over the rank's tokens (llm/parallel/dp_step.h)
@@ -386,6 +410,16 @@ def rank_ledger(a, coords, rm, sim):
                 led.add("all_to_all", "cp", cp * a["B"] * Tl * n3 * e, calls=nl * (att + 1))
         if any(head for _, _, _, head in rm["ranges"]):
             led.add("all_reduce", "cp", 8)
+    # a moe model's routed and dropped counts per layer and expert summed over dp and pp, its aux and z losses over pp
+    # (train_gpt.cu, once per step)
+    if a["cfg"]["E"] > 0:
+        n = a["cfg"]["L"] * 2 * a["cfg"]["E"] * 4
+        if N > 1:
+            led.add("all_reduce", "dp", n)
+            led.add("all_reduce", "dp", 4, calls=2)  # the aux and z losses' means (dp_mean)
+        if pp > 1:
+            led.add("all_reduce", "pp", n)
+            led.add("all_reduce", "pp", 8)
     # the pipeline: P2P messages of the plan, the tied embedding's gradient, the loss and the norm over pp
     if pp > 1:
         R = a["B"] * (a["T"] // cp)

@@ -76,14 +76,26 @@ case_run dptpsp   4 $F32 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run pptp     4 $F32 -- --pp 2 --tp 2 --total-batch 256
 case_run ppdp     4 $F32 -- --pp 2 --zero 1 --total-batch 512
 case_run uly_tp   4 $F32 -- --cp 2 --cp-impl ulysses --tp 2 --recompute full
+case_run moedp    2 $F32 -- --experts 4 --top-k 2 --zero 1 --total-batch 512
+case_run moepp    2 $F32 -- --experts 4 --top-k 2 --moe-every 2 --pp 2 --total-batch 512
+case_run moetp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --recompute selective
 case_run bf16     2 "$CPU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run bf16pp   2 "$CPU16" bf16 -- --pp 2 --zero 1 --total-batch 512
 
-# the step-time model against the measured CPU step (reported, not bounded): one process, d4, 2 steps
-ms=$(grep -o '([0-9.]* ms per step' "$LOG/one.log" | tr -d '(' | awk '{print $1}')
-pl=$(python3 scripts/plan.py --json --build cpu --cluster cpu "${MODEL[@]}" -np 1 --precision fp32 --total-batch 256 |
-     python3 -c 'import json,sys; print("%.2f" % (1e3 * json.load(sys.stdin)["step_s"]))')
-echo "note step time, one process d4 B=4 T=32 x2 micro-batches: planned $pl ms (--cluster cpu), measured ${ms:-?} ms (whole steps, val and logging included)"
+# the step-time model against measured CPU steps (reported, not bounded): one process, the planner's CPU preset with
+# the peak the trainer measured at start-up (its sgemm, llm/train/mfu.h) at efficiency 1, against the mean of the
+# steps after the first; two sizes
+for spec in "d4,C=128,NH=4,maxT=64,V=257 8 64" "d4,C=256,NH=4,maxT=128,V=257 8 128"; do
+    set -- $spec
+    timeout 120 "$CPU" --model "$1" -b "$2" -t "$3" "${common[@]}" --steps 4 --output-dir "$tmp/time" > "$LOG/time.log" 2>&1 ||
+        { bad "step time run $1: see $LOG/time.log"; continue; }
+    peak=$(grep -o 'peak [0-9.]* TFLOP/s' "$LOG/time.log" | head -1 | awk '{print $2}')
+    ms=$(grep -E '^step +[2-9]/' "$LOG/time.log" | grep -oE '\| [0-9.]+ ms \|' | awk '{s += $2; n++} END {if (n) printf "%.2f", s / n}')
+    pl=$(python3 scripts/plan.py --json --build cpu --cluster cpu --bf16-tflops "$peak" --efficiency 1 --model "$1" -b "$2" -t "$3" \
+         -np 1 --precision fp32 | python3 -c 'import json,sys; print("%.2f" % (1e3 * json.load(sys.stdin)["step_s"]))')
+    echo "note step time, one process, $1 B=$2 T=$3 (sgemm peak $peak TFLOP/s at 100%): planned $pl ms, measured $ms ms" \
+         "($(python3 -c "print('%+.0f%%' % (100 * ($pl - $ms) / $ms))" 2>/dev/null))"
+done
 
 # bad input: one line naming the flag, non-zero exit
 out=$(python3 scripts/plan.py --model d4,C=30,NH=4 2>&1); rc=$?
