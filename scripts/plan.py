@@ -24,7 +24,6 @@ Usage: scripts/plan.py --help.
 import argparse
 import functools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -185,7 +184,7 @@ def moe_buffers_bytes(cfg, N, e):
                                 NK * C * e, 32 * 4 * C * 4))  # MATMUL_DBIAS_MAX_SPLITS = 32
 
 
-def rank_memory(a, pp_rank, sim, grad_rank=0):
+def rank_memory(a, pp_rank, sim):
     """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
     N = a["dp"] * cp  # the gradient group: dp x cp

@@ -55,8 +55,6 @@ def main():
             for f in ("size", "calls", "payload_bytes", "sent_bytes"):
                 if a[f] != b[f]:
                     bad.append(f"rank {rk} ledger {key} {f}: planned {a[f]} measured {b[f]}")
-    if "pipeline_sim_bubble" in meas:
-        pass
     n = len(meas["ranks"])
     for line in notes:
         print(f"note {name}: {line}")
