@@ -25,6 +25,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -737,8 +738,13 @@ def draw(path, rows, cl, title):
     print(f"plot: {path}")
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line naming the flag, exit 2 (not argparse's usage block)
+        die(f"{message} (see scripts/plan.py --help)")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", "-e", default="d12", help="a model descriptor dN[,C=..][,NH=..][,maxT=..][,V=..] as the trainer takes (default d12)")
     ap.add_argument("--batch", "-b", type=int, default=4, help="micro-batch size B per process (default 4)")
     ap.add_argument("--seq-len", "-t", type=int, default=1024, help="sequence length T (default 1024)")
@@ -758,6 +764,7 @@ def main(argv=None):
                     help="the build's storage (PRECISION=...; the CPU trainer train_gpt_cpu is fp32) (default bf16)")
     ap.add_argument("--fp8", choices=["none", "delayed", "current", "block", "mx"], default="none",
                     help="FP8 linears: the time model uses the FP8 peak (memory: their scales not modelled)")
+    ap.add_argument("--ep", type=int, default=1, help="expert parallelism: the trainer has none yet, so only 1")
     ap.add_argument("--experts", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--moe-every", type=int, default=1)
@@ -781,6 +788,8 @@ def main(argv=None):
     for k in ("batch", "seq_len", "np", "tp", "pp", "cp", "vpp"):
         if getattr(ns, k) < 1:
             die(f"--{k.replace('_', '-')}: expected a positive integer, found {getattr(ns, k)}")
+    if ns.ep != 1:
+        die(f"--ep {ns.ep}: expected 1 (the trainer has no expert parallelism yet; its experts are replicated over dp and tp)")
     if ns.search:
         if not ns.total_batch:
             die("--search: expected --total-batch (the global batch in tokens)")
@@ -814,4 +823,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `plan.py | head`: end quietly
     sys.exit(main())

@@ -2186,7 +2186,7 @@ TEST_BINARIES = {
     "cp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16"],
     "tp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/test_tp_ops_cpu", "build/test_tp_ops_emu"],
     "pp": ["train_gpt_cpu", "build/train_gpt_emu", "build/train_gpt_emu_bf16", "build/train_gpt_cpu_bf16"],
-    "plan": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16", "build/pipeline_sim"],
+    "plan": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16", "build/train_gpt_emu_bf16", "build/pipeline_sim"],
     "split_backward_tp": ["build/test_split_backward_cpu", "build/test_split_backward_emu", "build/test_split_backward_emu_bf16"],
     "fp8_cpu": ["build/test_fp8_cpu"],
     "fp8_emu_forward": ["build/test_fp8_emu"],

@@ -15,13 +15,14 @@ export OMP_NUM_THREADS=1
 CPU=${CPU:-./train_gpt_cpu}
 CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
 CPU16F=${CPU16F:-./build/train_gpt_cpu_fp16}
+EMU16=${EMU16:-./build/train_gpt_emu_bf16}
 LOG=build/plan
 mkdir -p "$LOG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source test/mpi_lib.sh  # MPIRUN, ok, bad
 export PIPELINE_SIM=${PIPELINE_SIM:-./build/pipeline_sim}
-for f in "$CPU" "$CPU16" "$CPU16F" "$PIPELINE_SIM"; do [ -x "$f" ] || { echo "FAIL $f: not built (make $f)"; echo "test_plan: 0 passed, 1 failed"; exit 1; }; done
+for f in "$CPU" "$CPU16" "$CPU16F" "$EMU16" "$PIPELINE_SIM"; do [ -x "$f" ] || { echo "FAIL $f: not built (make $f)"; echo "test_plan: 0 passed, 1 failed"; exit 1; }; done
 
 python3 dev/data/addition.py --train 3000 --val 200 --test 20 --out "$tmp/data" > /dev/null
 D="$tmp/data"
@@ -31,14 +32,17 @@ common=(--train-data "$D/addition_train.bin" --val-data "$D/addition_val.bin" --
         --steps 2 --val-every 0 --sample-every 0)
 
 # case NAME NP BIN PRECISION [--approx KINDS] -- FLAGS...: the run, then the planner against its report
+# (an emulated CUDA build BIN is planned with --build cuda: it allocates the CUDA build's cuBLASLt workspace and norm partials)
 case_run() {
-    local name=$1 np=$2 bin=$3 prec=$4; shift 4
+    local name=$1 np=$2 bin=$3 prec=$4 build=cpu; shift 4
+    case $bin in *emu*) build=cuda ;; esac
     local approx=()
     if [ "$1" = "--approx" ]; then approx=(--approx "$2"); shift 2; fi
     shift  # --
-    EMU_DEVICES=8 timeout 120 "${MPIRUN[@]}" -np "$np" "$bin" "${MODEL[@]}" "${common[@]}" --output-dir "$tmp/$name" \
+    EMU_DEVICES=8 timeout 120 "${MPIRUN[@]}" -x EMU_DEVICES -np "$np" "$bin" "${MODEL[@]}" "${common[@]}" --output-dir "$tmp/$name" \
         --report-json "$tmp/$name.json" "$@" > "$LOG/$name.log" 2>&1 || { bad "$name: the run failed (see $LOG/$name.log)"; return; }
-    python3 test/plan_check.py "$name" "$tmp/$name.json" "${approx[@]}" -- "${MODEL[@]}" -np "$np" --precision "$prec" "$@" \
+    python3 test/plan_check.py "$name" "$tmp/$name.json" "${approx[@]}" -- "${MODEL[@]}" -np "$np" --precision "$prec" \
+        --build "$build" "$@" \
         > "$LOG/$name.check" 2>&1
     local rc=$?
     cat "$LOG/$name.check"
@@ -47,7 +51,7 @@ case_run() {
     local logged planned
     logged=$(grep -o 'simulated bubble [0-9.]*' "$LOG/$name.log" | awk '{print $3}')
     if [ -n "$logged" ]; then
-        planned=$(python3 scripts/plan.py --json --build cpu "${MODEL[@]}" -np "$np" --precision "$prec" "$@" |
+        planned=$(python3 scripts/plan.py --json --build "$build" "${MODEL[@]}" -np "$np" --precision "$prec" "$@" |
                   python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["bubble"])')
         if [ "$planned" = "$logged" ]; then ok "$name: bubble $planned, the trainer's simulated bubble"
         else bad "$name: bubble planned $planned, the trainer's log says $logged"; fi
@@ -83,6 +87,8 @@ case_run moetp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --recompute selective
 case_run bf16     2 "$CPU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run bf16pp   2 "$CPU16" bf16 -- --pp 2 --zero 1 --total-batch 512
 case_run fp16pp   2 "$CPU16F" fp16 -- --pp 2 --zero 1 --total-batch 512
+case_run emu_tp   2 "$EMU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
+case_run emu_pp   2 "$EMU16" bf16 -- --pp 2 --schedule zb-h1 --total-batch 512 --recompute selective
 
 # the step-time model against measured CPU steps (reported, not bounded): one process, the planner's CPU preset with
 # the peak the trainer measured at start-up (its sgemm, llm/train/mfu.h) at efficiency 1, against the mean of the
