@@ -134,6 +134,19 @@ def rank_ledger(a, coords, rm, sim):
         if pp > 1:
             led.add("all_reduce", "pp", n)
             led.add("all_reduce", "pp", 8)
+    # FP8 (llm/precision/fp8_linear.h): delayed scaling all-reduces the step's amax table (every layer's 4 linears x 3
+    # tensors) over the world once per step; current scaling reduces each quantized operand's amax over tp and cp,
+    # 6 operands per linear and micro-batch (forward x, w; dgrad dy, w; wgrad dy, x), 2 more under full recompute.
+    # (Delayed also does that in its first step, before it has a history: not the steady step planned here.)
+    if a["fp8"] == "delayed":
+        led.add("all_reduce", "world", a["cfg"]["L"] * 12 * 4)
+    elif a["fp8"] == "current":
+        nl = sum(l1 - l0 for l0, l1, _, _ in rm["ranges"]) * m
+        ops = nl * 4 * (6 + (2 if a["recompute"] == "full" else 0))
+        if tp > 1:
+            led.add("all_reduce", "tp", 4, calls=ops)
+        if cp > 1:
+            led.add("all_reduce", "cp", 4, calls=ops)
     # the pipeline: P2P messages of the plan, the tied embedding's gradient, the loss and the norm over pp
     if pp > 1:
         R = a["B"] * (a["T"] // cp)

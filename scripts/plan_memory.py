@@ -49,6 +49,40 @@ def moe_buffers_bytes(cfg, N, e):
                                 NK * C * e, 32 * 4 * C * 4))  # MATMUL_DBIAS_MAX_SPLITS = 32
 
 
+def fp8_align256(n):
+    return (n + 255) // 256 * 256
+
+
+def fp8_matrix_bytes(rows, K, scaling):
+    """fp8_matrix_bytes (llm/precision/fp8_matrix.cuh): the codes, the scales, MX's E8M0 exponents and the scales in
+    cuBLASLt's layout, each on a 256-byte boundary"""
+    cdiv = lambda x, y: (x + y - 1) // y  # noqa: E731
+    up = lambda x, y: cdiv(x, y) * y  # noqa: E731
+    ns = {"tensor": 1, "1x128": rows * cdiv(K, 128), "128x128": cdiv(rows, 128) * cdiv(K, 128)}.get(scaling, 1)
+    ne = rows * cdiv(K, 32) if scaling == "mx" else 1
+    lt = {"tensor": 4, "1x128": cdiv(K, 128) * up(rows, 4) * 4, "128x128": cdiv(rows, 128) * up(cdiv(K, 128), 4) * 4,
+          "mx": up(rows, 128) * up(cdiv(K, 32), 4)}[scaling]
+    return fp8_align256(rows * K) + fp8_align256(ns * 4) + fp8_align256(ne) + fp8_align256(lt)
+
+
+def fp8_workspace(a, BT):
+    """--fp8 (llm/precision/fp8_linear.h): the amax and scale tables of every layer's 4 linears x 3 tensors, and the two
+    quantized operands, grown (freed, then made anew) to the largest GEMM operand of the block's linears: forward
+    x (BT, in) and w (out, in), dgrad dy (BT, out) and w^T (in, out), wgrad dy^T (out, BT) and x^T (in, BT)"""
+    r, C, tp = a["fp8"], a["cfg"]["C"], a["tp"]
+    sc = {"x": "tensor", "w": "tensor", "dy": "tensor"}
+    if r == "block":
+        sc = {"x": "1x128", "w": "128x128", "dy": "1x128"}
+    elif r == "mx":
+        sc = {"x": "mx", "w": "mx", "dy": "mx"}
+    n = a["cfg"]["L"] * 4 * 3
+    capa = capb = fp8_matrix_bytes(0, 0, "tensor")  # made empty at fp8_init
+    for i, o in ((C, 3 * C // tp), (C // tp, C), (C, 4 * C // tp), (4 * C // tp, C)):  # qkv, attproj, fc, fcproj
+        capa = max(capa, fp8_matrix_bytes(BT, i, sc["x"]), fp8_matrix_bytes(BT, o, sc["dy"]), fp8_matrix_bytes(o, BT, sc["dy"]))
+        capb = max(capb, fp8_matrix_bytes(o, i, sc["w"]), fp8_matrix_bytes(i, o, sc["w"]), fp8_matrix_bytes(i, BT, sc["x"]))
+    return (n + 2) * 4 + n * 4 + capa + capb
+
+
 def rank_memory(a, pp_rank, sim):
     """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
@@ -126,6 +160,8 @@ def rank_memory(a, pp_rank, sim):
     if cfg["E"] > 0:  # the sampler's one token through a moe layer (its acts tagged activations), the pipeline's counts
         act += moe_acts_bytes(cfg, 1, e)
         ws += moe_buffers_bytes(cfg, 1, e) + cfg["L"] * 2 * cfg["E"] * 4
+    if a["fp8"] != "none":  # (the CPU build's FP8 GEMM; a CUDA build adds an FP32 scratch whose size depends on the
+        ws += fp8_workspace(a, BT)  # cuBLASLt path taken at run time: not counted)
     ws += 8 + 4 + 8  # dp's scalars, AdamW's norm, the pipeline's loss scalar
     if a["build"] == "cuda":
         ws += 32 * 1024 * 1024 + 1024 * 4  # cuBLASLt workspace (MATMUL_LT_WORKSPACE_BYTES) and the norm's partials

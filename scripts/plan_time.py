@@ -46,6 +46,8 @@ def group_tier(a, group, cl):
     strides = {"tp": 1, "cp": a["tp"], "pp": a["tp"] * a["cp"], "dp": a["tp"] * a["cp"] * a["pp"]}
     if group == "dp":  # dp x cp: its members span cp and dp
         span = (a["dp"] - 1) * strides["dp"] + (a["cp"] - 1) * strides["cp"] + 1
+    elif group == "world":
+        span = a["world"]
     elif group == "embed":
         span = (a["pp"] - 1) * strides["pp"] + 1
     else:

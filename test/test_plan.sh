@@ -2,7 +2,7 @@
 # test_plan.sh: the scale planner (scripts/plan.py) against what the trainer measures, layout by layout: a
 # matrix of small runs (dp with ZeRO 0..3 and gradient accumulation, tp with and without sequence parallelism,
 # pp with every schedule, cp ring and Ulysses, recompute none/selective/full, MoE, FP32, BF16 and FP16 builds,
-# 4-rank mixes; not FP8, whose quantized operands grow on demand and are not modelled) writes --report-json, and test/plan_check.py requires the planner's --json, on every rank, equal to
+# 4-rank mixes, FP8 in each recipe, the emulated CUDA build) writes --report-json, and test/plan_check.py requires the planner's --json, on every rank, equal to
 # it: each memory kind live and peak (the tagged allocator), each ledger row's calls, payload and sent bytes
 # (the comm ledger), to the byte. One kind is not exact and is printed with its error, not required: ZeRO-2/3's
 # communication buffers (a pool whose peak depends on when MPI finishes each reduction: docs/plan.md). The
@@ -87,6 +87,10 @@ case_run moetp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --recompute selective
 case_run bf16     2 "$CPU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run bf16pp   2 "$CPU16" bf16 -- --pp 2 --zero 1 --total-batch 512
 case_run fp16pp   2 "$CPU16F" fp16 -- --pp 2 --zero 1 --total-batch 512
+case_run fp8dly   4 $F32 -- --fp8 delayed --tp 2 --pp 2 --total-batch 256
+case_run fp8cur   2 $F32 -- --fp8 current --tp 2 --sequence-parallel 1
+case_run fp8blk   2 $F32 -- --fp8 block --pp 2 --total-batch 512
+case_run fp8mx    2 $F32 -- --fp8 mx --cp 2 --recompute full
 case_run emu_tp   2 "$EMU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run emu_pp   2 "$EMU16" bf16 -- --pp 2 --schedule zb-h1 --total-batch 512 --recompute selective
 
