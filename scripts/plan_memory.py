@@ -83,6 +83,43 @@ def fp8_workspace(a, BT):
     return (n + 2) * 4 + n * 4 + capa + capb
 
 
+def zero2_pool(units, sizes, held, rng, keep, steps=4):
+    """ZeRO-2's gradient working buffers through the pool (bufpool.h), played for a few steps: with gradient
+    accumulation (m >= 2) every held unit asks for its buffer in the first micro-batch's backward, in the order of
+    zero_init's backward list (the head's embedding and final LayerNorm, the layers from the last, the encoder's
+    embedding), before any reduction starts, so the order and the sizes are fixed: pool_get takes the smallest free
+    buffer that fits or makes one of the unit's size; after the step every buffer is free and pool_trim keeps the
+    largest that fit in `keep` values. Returns (values held after the last step, the most held at once)."""
+    l0, l1, emb, head = rng
+    order = []
+    encoder = emb and any(kind in ("dense", "moe") and l == l0 == 0 for kind, l in units)
+    if head:
+        order += [0, len(units) - 1]
+    for u in reversed(range(len(units))):
+        kind, l = units[u]
+        if kind not in ("embed", "final") and u in held:
+            order.append(u)
+    if encoder and not head:
+        order.append(0)
+    pool, peak = [], 0  # [cap, in_use]
+    for _ in range(steps):
+        for u in order:
+            n = sizes[u][1]
+            free = [b for b in pool if not b[1] and b[0] >= n]
+            if free:
+                min(free, key=lambda b: b[0])[1] = 1
+            else:
+                pool.append([n, 1])
+            peak = max(peak, sum(b[0] for b in pool))
+        kept, out = 0, []
+        for b in sorted(pool, key=lambda b: -b[0]):  # every buffer free after the step: pool_trim
+            if kept + b[0] <= keep:
+                kept += b[0]
+                out.append([b[0], 0])
+        pool = out
+    return sum(b[0] for b in pool), peak
+
+
 def rank_memory(a, pp_rank, sim):
     """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
@@ -172,14 +209,17 @@ def rank_memory(a, pp_rank, sim):
     num_send = sim["ranks"][pp_rank]["num_send"] if (pp > 1 or V > 1) else 0
     comm = 2 * msg + max(num_send, 1) * msg
     peak_extra = {k: 0 for k in KINDS}
-    if shard_grads:  # ZeRO-2/3's unit pool (llm/parallel/zero.h, bufpool.h): trimmed after each step to its keep
-        # (the steady working set); its peak depends on when MPI finishes each reduction, so it is not exact:
-        # modelled as the keep plus one more layer unit (docs/plan.md shows the error)
+    if shard_grads:  # ZeRO-2/3's unit pool (llm/parallel/zero.h, bufpool.h), trimmed after each step to its keep
         largest = max(p for _, p in sizes)
         layer = max([p for (kind, _), (_, p) in zip(units, sizes) if kind not in ("embed", "final")] or [0])
         keep = largest + (ZERO_MAX_INFLIGHT + 1) * layer + ((largest + 2 * layer) if shard_params else 0)
-        comm += keep * e
-        peak_extra["comm_buffers"] = layer * e
+        if not shard_params and a["m"] >= 2 and V == 1:
+            live_pool, peak_pool = zero2_pool(units, sizes, held, ranges[0], keep)
+            comm += live_pool * e
+            peak_extra["comm_buffers"] = (peak_pool - live_pool) * e
+        else:  # the releases race MPI's progress: modelled as the keep plus one more layer unit (not exact)
+            comm += keep * e
+            peak_extra["comm_buffers"] = layer * e
     mem["comm_buffers"] = comm
     if pp > 1 and not sim.get("vshape", 0) and pp_rank in (0, pp - 1):  # dp_tied_embedding_diff: mine and the partner's
         peak_extra["comm_buffers"] = max(peak_extra["comm_buffers"], 2 * sizes[0][1] * e)
