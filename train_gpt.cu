@@ -221,7 +221,7 @@ static void setup_processes(Trainer* tr, int* argc, char*** argv) {
     blas_choose_kernels(*argv);  // the best BLAS kernels this CPU has (llm/ops/blas_cpu.h): may re-execute once
     parse_args(a, *argc, *argv);
     args_check_default_data(a);  // the default data not made yet: one line saying how to make it
-    comm_init(&tr->comm, argc, argv, a->dp, a->tp, a->pp, a->cp);
+    comm_init(&tr->comm, argc, argv, a->dp, a->tp, a->pp, a->cp, a->ep);
     args_check_layout(a, &tr->comm);
     inject_parse(&tr->faults, a->inject, tr->comm.world_size);
     wd_set_timeout(&tr->comm, a->comm_timeout);  // every collective and P2P bounded (llm/comm/watchdog.h)

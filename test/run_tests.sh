@@ -178,6 +178,8 @@ run tp bash test/test_tp.sh
 run cp bash test/test_cp.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
 run pp bash test/test_pp.sh
+# the scale planner (scripts/plan.py) against the allocator, the ledger and the simulator, byte for byte, on a matrix of layouts
+run plan bash test/test_plan.sh
 # the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
 # with and without sequence parallelism, CPU and emulated (test_gpt checks it in one process)
 run split_backward_tp bash test/test_split_backward.sh

@@ -29,8 +29,8 @@
 //   --bench                       all-reduce bandwidth of float buffers, 1 MB .. 64 MB
 //   --host-ptr                    (emulated build) pass a host pointer to a collective: must fail
 //   --a2a-overlap                 an all_to_all with recv == send (it has no in-place form): must fail
-//   --a2a-hang                    --comm-timeout 2 s; the last rank hangs before an all_to_all of the world:
-//                                 every other rank's watchdog must name it (test_comm.sh checks the lines)
+//   --a2a-hang                    --comm-timeout 2 s; the last rank hangs before an all_to_all of the world (the variable
+//                                 one, comm_all_to_all_v): every other rank's watchdog must name it (test_comm.sh checks the lines)
 #include "../llm/comm/comm.h"
 #include "../llm/core/usage.h"
 #include <stdarg.h>
@@ -84,6 +84,7 @@ static inline float rand_val(uint64_t test, int world_rank, size_t i) {
 // the element types under test, with their unit roundoff
 // world ranks of the members of my group g, in group-rank order (the formula; test_mesh checks the
 // groups against the coordinates the ranks report)
+static int g_ep = 1;  // --ep: the expert-parallel fold of dp
 static void group_members(CommGroup g, int* members) {
     int dp = C.mesh.dp.size, tp = C.mesh.tp.size, pp = C.mesh.pp.size, cp = C.mesh.cp.size;
     // world rank = ((d * pp + p) * cp + q) * tp + t (llm/comm/comm_mesh.h), computed here on its own
@@ -94,11 +95,16 @@ static void group_members(CommGroup g, int* members) {
         if (pp > 1 && (p == 0 || p == pp - 1)) members[1] = rank(d, pp - 1, q, t);
         return;
     }
-    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp * cp : g == GROUP_TP ? tp : g == GROUP_CP ? cp : pp;
+    // expert parallelism, folded into dp: d = edp * ep + e; the ep group varies e, the experts' gradient group edp and cp
+    int ep = g_ep, e = d % ep, edp = d / ep;
+    int N = g == GROUP_WORLD ? C.world_size : g == GROUP_DP ? dp * cp : g == GROUP_TP ? tp : g == GROUP_CP ? cp
+          : g == GROUP_EP ? ep : g == GROUP_EDP ? dp / ep * cp : pp;
     for (int j = 0; j < N; j++) {
         switch (g) {
             case GROUP_WORLD: members[j] = j; break;
             case GROUP_DP: members[j] = rank(j / cp, p, j % cp, t); break;  // the gradient group: dp x cp, cp inner
+            case GROUP_EP: members[j] = rank(edp * ep + j, p, q, t); break;
+            case GROUP_EDP: members[j] = rank((j / cp) * ep + e, p, j % cp, t); break;
             case GROUP_TP: members[j] = rank(d, p, q, j); break;
             case GROUP_CP: members[j] = rank(d, p, j, t); break;
             default: members[j] = rank(d, j, q, t); break;
@@ -461,6 +467,60 @@ static void test_all_to_all(CommGroup g, size_t block) {
     device_free(recv);
 }
 
+// all_to_all_v against its definition: member j of the group sends member i a_count(tid, j, i) elements (0 to 3 times
+// `unit`, zero for some pairs, the own block included), rand_val(tid, world rank of j, offset + k) where offset is
+// the block's place in j's send buffer, so every rank knows what to expect from every member. The blocks lie in
+// the send buffer in reverse member order and in the receive buffer in member order (offsets are the caller's).
+// The ledger grows by one all_to_all call, the whole send buffer as payload, and sent = every block but the own.
+static size_t a2av_count(uint64_t tid, int from, int to, size_t unit) { return (size_t)((mix64(tid * 131 + from * 17 + to) >> 7) % 4) * unit; }
+template <typename T>
+static void test_all_to_all_v(CommGroup g, size_t unit) {
+    const uint64_t tid = ++g_test_id;
+    const int N = C.group_size[g], me = C.group_rank[g];
+    int members[64];
+    group_members(g, members);
+    size_t scount[64], soff[64], rcount[64], roff[64], ns = 0, nr = 0, away = 0;
+    for (int j = N - 1; j >= 0; j--) { scount[j] = a2av_count(tid, me, j, unit); soff[j] = ns; ns += scount[j]; if (j != me) away += scount[j]; }
+    for (int i = 0; i < N; i++) { rcount[i] = a2av_count(tid, i, me, unit); roff[i] = nr; nr += rcount[i]; }
+    T* h = (T*)mallocCheck((ns + nr + 1) * sizeof(T));
+    for (size_t k = 0; k < ns; k++) h[k] = TT<T>::to(rand_val(tid, C.world_rank, k));
+    T* send = dev_upload(h, ns + 1);
+    T* recv = (T*)device_malloc((nr + 1) * sizeof(T), MEM_WORKSPACE);
+    dev_poison(recv, (nr + 1) * sizeof(T));
+    const long long calls_before = ledger_calls(&C, COMM_ALL_TO_ALL, g);
+    const double payload_before = ledger_payload_bytes(&C, COMM_ALL_TO_ALL, g), sent_before = ledger_sent_bytes(&C, COMM_ALL_TO_ALL, g);
+    comm_all_to_all_v(&C, g, send, scount, soff, recv, rcount, roff, (cudaStream_t)0);
+    device_synchronize();
+    copy_to_host(h, recv, nr * sizeof(T));
+    char detail[200] = "";
+    int ok = 1;
+    for (int i = 0; i < N && ok; i++) {
+        // member i's send offset of its block for me: its blocks for members N-1 .. me+1 come first
+        size_t at = 0;
+        for (int j = N - 1; j > me; j--) at += a2av_count(tid, i, j, unit);
+        for (size_t k = 0; k < rcount[i] && ok; k++) {
+            float w = TT<T>::from(TT<T>::to(rand_val(tid, members[i], at + k))), o = TT<T>::from(h[roff[i] + k]);
+            if (memcmp(&w, &o, sizeof(float)) != 0) {
+                ok = 0;
+                snprintf(detail, sizeof(detail), "element %zu from member %d: got %.9g, expected %.9g", k, i, o, w);
+            }
+        }
+    }
+    const long long dc = ledger_calls(&C, COMM_ALL_TO_ALL, g) - calls_before;
+    const double dpay = ledger_payload_bytes(&C, COMM_ALL_TO_ALL, g) - payload_before, ds = ledger_sent_bytes(&C, COMM_ALL_TO_ALL, g) - sent_before;
+    const double want_pay = (double)ns * sizeof(T), want_sent = (double)away * sizeof(T);
+    if (ok && (dc != 1 || !close_rel(dpay, want_pay) || !close_rel(ds, want_sent))) {
+        ok = 0;
+        snprintf(detail, sizeof(detail), "ledger: +%lld calls, +%.0f payload, +%.1f sent bytes; expected +1, +%.0f, +%.0f", dc, dpay, ds,
+                 want_pay, want_sent);
+    }
+    mcheck(ok, detail, "all_to_all_v   %-5s %-5s N=%d unit=%-3zu: %zu elements out, %zu in (uneven, some blocks empty), exact; "
+           "ledger +%.0f payload, +%.0f sent (the blocks that left)", TT<T>::name(), comm_group_name(g), N, unit, ns, nr, want_pay, want_sent);
+    free(h);
+    device_free(send);
+    device_free(recv);
+}
+
 // send/recv between group ranks 0 and 1 (and back), and a sendrecv ring over the whole group
 template <typename T>
 static void test_p2p(CommGroup g, size_t n) {
@@ -519,10 +579,13 @@ static void test_p2p(CommGroup g, size_t n) {
 // exactly the ranks that share the other coordinates, in the order of its own coordinates. Then the mesh's
 // arithmetic about any rank (llm/comm/mesh.h: mesh_coord, mesh_group_members, which the straggler detector,
 // the watchdog's lines and the trace's labels use for the other ranks) against what each rank reported.
-static int g_want_dp, g_want_tp, g_want_pp, g_want_cp = 1;
+static int g_want_dp, g_want_tp, g_want_pp, g_want_cp = 1, g_want_ep = 1;
 static void test_mesh(void) {
     const int W = C.world_size;
     int want_dp = g_want_dp ? g_want_dp : W / (g_want_tp * g_want_pp * g_want_cp);
+    mcheck(C.mesh.ep.size == g_want_ep && C.mesh.ep.rank == C.mesh.dp.rank % g_want_ep && C.mesh.egrad.size == want_dp * g_want_cp / g_want_ep,
+           NULL, "mesh: expert parallelism ep %d folded into dp %d: ep rank = dp rank %% ep, the experts' gradient group dp x cp / ep = %d",
+           g_want_ep, want_dp, want_dp * g_want_cp / g_want_ep);
     mcheck(C.mesh.dp.size == want_dp && C.mesh.tp.size == g_want_tp && C.mesh.pp.size == g_want_pp && C.mesh.cp.size == g_want_cp, NULL,
            "mesh: the layout asked for: dp %d (%s) tp %d pp %d cp %d", want_dp, g_want_dp ? "--dp" : "world / (tp*pp*cp)",
            g_want_tp, g_want_pp, g_want_cp);
@@ -547,10 +610,17 @@ static void test_mesh(void) {
     // share its coordinates outside the group's own, ordered by the group's own (dp: the gradient group over
     // dp x cp, ordered dp-major; world: all, in world order; embed: the first and the last pp rank sharing its
     // other coordinates; a middle pp rank alone); returns how many, and me's rank among them in *me_rank
+    // expert parallelism folds into dp (dp_rank = edp_rank * ep + ep_rank): ep varies the dp coordinate within its
+    // block of ep consecutive ones, edp across the blocks at the same offset, and cp (the experts' gradient group)
+    const int ep = g_want_ep;
     auto expected = [&](int g, int me, int* members, int* me_rank) {
         const int* mine = all + 4 * me;
-        int vary[4] = {g == GROUP_DP, g == GROUP_PP || g == GROUP_EMBED, g == GROUP_DP || g == GROUP_CP, g == GROUP_TP};
-        auto key = [&](const int* x) { return g == GROUP_DP ? x[D] * size[Q] + x[Q] : g == GROUP_TP ? x[T] : g == GROUP_CP ? x[Q] : x[P]; };
+        int vary[4] = {g == GROUP_DP || g == GROUP_EP || g == GROUP_EDP, g == GROUP_PP || g == GROUP_EMBED,
+                       g == GROUP_DP || g == GROUP_CP || g == GROUP_EDP, g == GROUP_TP};
+        auto key = [&](const int* x) {
+            return g == GROUP_DP ? x[D] * size[Q] + x[Q] : g == GROUP_TP ? x[T] : g == GROUP_CP ? x[Q]
+                 : g == GROUP_EP ? x[D] % ep : g == GROUP_EDP ? (x[D] / ep) * size[Q] + x[Q] : x[P];
+        };
         int N = 0, end = mine[P] == 0 || mine[P] == size[P] - 1;
         *me_rank = g == GROUP_WORLD ? me : key(mine);
         for (int c = 0; g != GROUP_WORLD && c < W; c++) {
@@ -558,6 +628,8 @@ static void test_mesh(void) {
                 int same = 1;
                 for (int k = 0; k < 4; k++) if (!vary[k] && all[4 * a + k] != mine[k]) same = 0;
                 if (g == GROUP_EMBED && !(end ? (c == 0 || c == size[P] - 1) : a == me)) same = 0;
+                if (g == GROUP_EP && all[4 * a + D] / ep != mine[D] / ep) same = 0;
+                if (g == GROUP_EDP && all[4 * a + D] % ep != mine[D] % ep) same = 0;
                 if (same && key(all + 4 * a) == c) members[N++] = a;
             }
         }
@@ -828,6 +900,7 @@ static void test_all_collectives(void) {
         test_overlapped<T>(gg);
         test_broadcast<T>(gg, 1000);
         for (int bi = 0; bi < 3; bi++) test_all_to_all<T>(gg, blocks[bi]);
+        for (int bi = 0; bi < 3; bi++) test_all_to_all_v<T>(gg, blocks[bi]);
         test_p2p<T>(gg, 1000);
     }
     g_test_id = (uint64_t)(++g_group_calls) << 32;
@@ -888,21 +961,22 @@ static void bench_mode(void) {
 }
 
 static const char* USAGE =
-    "[--dp D] [--tp T] [--pp P] [--cp Q] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap] [--a2a-hang]\n"
+    "[--dp D] [--tp T] [--pp P] [--cp Q] [--ep E] [--seed S] [--die-rank R [--die-signal]] [--bench] [--host-ptr] [--a2a-overlap] [--a2a-hang]\n"
     "Tests llm/comm/comm.h under mpirun (test/test_comm.sh runs every layout): the mesh's groups, every\n"
     "collective against values computed from every rank's data, the byte ledger, the wait accounting.\n"
     "  --dp D --tp T --pp P  the layout (default: dp from the world size, tp 1, pp 1)\n"
+    "  --ep E                expert-parallel groups of E dp ranks (folded into dp: E divides dp; default 1)\n"
     "  --cp Q                context-parallel ranks (default 1): the mesh dp x pp x cp x tp\n"
     "  --seed S              the data's seed (default 0: rank 0 picks one from the clock)\n"
     "  --die-rank R          rank R leaves without MPI_Finalize (exit 1, or SIGKILL with --die-signal)\n"
     "  --bench               all-reduce bandwidth, 1 MB to 64 MB, instead of the tests\n"
     "  --host-ptr            pass a host pointer to a collective (the emulated build refuses it)\n"
     "  --a2a-overlap         an all_to_all with recv == send (refused: it has no in-place form)\n"
-    "  --a2a-hang            the last rank hangs before an all_to_all; the others' watchdog (2 s) ends the job\n";
+    "  --a2a-hang            the last rank hangs before an all_to_all (the variable one); the others' watchdog (2 s) ends the job\n";
 
 int main(int argc, char** argv) {
     usage_if_help(argc, argv, USAGE);
-    int dp = 0, tp = 1, pp = 1, cp = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0, a2a_hang = 0;
+    int dp = 0, tp = 1, pp = 1, cp = 1, ep = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0, a2a_hang = 0;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -910,6 +984,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--tp") && i + 1 < argc) tp = atoi(argv[++i]);
         else if (!strcmp(a, "--pp") && i + 1 < argc) pp = atoi(argv[++i]);
         else if (!strcmp(a, "--cp") && i + 1 < argc) cp = atoi(argv[++i]);
+        else if (!strcmp(a, "--ep") && i + 1 < argc) ep = atoi(argv[++i]);
         else if (!strcmp(a, "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--die-rank") && i + 1 < argc) die_rank = atoi(argv[++i]);
         else if (!strcmp(a, "--die-signal")) die_signal = 1;
@@ -917,11 +992,11 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--host-ptr")) host_ptr = 1;
         else if (!strcmp(a, "--a2a-overlap")) a2a_overlap = 1;
         else if (!strcmp(a, "--a2a-hang")) a2a_hang = 1;
-        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --cp --seed --die-rank --die-signal --bench --host-ptr "
+        else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --cp --ep --seed --die-rank --die-signal --bench --host-ptr "
                    "--a2a-overlap --a2a-hang)", a);
     }
-    comm_init(&C, &argc, &argv, dp, tp, pp, cp);
-    g_want_dp = dp; g_want_tp = tp; g_want_pp = pp; g_want_cp = cp;
+    comm_init(&C, &argc, &argv, dp, tp, pp, cp, ep);
+    g_want_dp = dp; g_want_tp = tp; g_want_pp = pp; g_want_cp = cp; g_want_ep = ep; g_ep = ep;
     if (C.world_size > 64) fatal("test_comm: at most 64 processes (found %d)", C.world_size);
 
     if (die_rank >= 0) die_mode(die_rank, die_signal);
@@ -958,7 +1033,11 @@ int main(int argc, char** argv) {
             fprintf(stderr, "rank %d: hangs before its second all_to_all\n", C.world_rank);
             sleep(60);  // mpirun ends it once another rank's watchdog has ended that rank
         }
-        comm_all_to_all(&C, GROUP_WORLD, send, recv, block, (cudaStream_t)0);
+        // the second: the variable all_to_all of expert parallelism (llm/comm/comm_all_to_all_v.h), numbered and
+        // watched as an all_to_all of its group like the first
+        size_t cnt[64], off[64];
+        for (int j = 0; j < C.world_size; j++) { cnt[j] = block; off[j] = (size_t)j * block; }
+        comm_all_to_all_v(&C, GROUP_WORLD, send, cnt, off, recv, cnt, off, (cudaStream_t)0);
         device_synchronize();
         printf("rank %d: the all_to_all the last rank never joined returned\n", C.world_rank);
         comm_free(&C);

@@ -6,10 +6,11 @@
 # Runs test/test_comm.cu one process alone (Open MPI singleton init), under mpirun with 1, 2 and 4
 # processes in the layouts (dp x tp x pp) 2x1x1 1x2x1 1x1x2 4x1x1 2x2x1 1x2x2 2x1x2 (and dp inferred), and
 # with context parallelism (dp x tp x pp x cp) 1x1x1x2, 2x1x1x2 (the gradient group dp x cp) and 1x2x2x2 (8 processes),
-# the emulated CUDA build with 1, 2 and 4 (and tp 2 x cp 2) (comm.h's NCCL code against dev/emu/nccl_emu.h, float and
+# with expert parallelism folded into dp (--ep 2 over dp 4, and over dp 2 x cp 2: the ep and edp groups),
+# the emulated CUDA build with 1, 2 and 4 (and tp 2 x cp 2, and dp 2 with ep 2: all_to_all_v over NCCL) (comm.h's NCCL code against dev/emu/nccl_emu.h, float and
 # bf16; each run checks that every collective ran as an emulated NCCL operation), the emulated NCCL
 # itself (build/emu/test_nccl_emu, 2 and 3 processes), then checks that an invalid layout exits
-# non-zero with one line, that a host pointer is refused by the emulated build, that an all_to_all
+# non-zero with one line (an --ep that does not divide dp too), that a host pointer is refused by the emulated build, that an all_to_all
 # with overlapping buffers is refused (CPU and emulated builds; it has no in-place form), that the
 # watchdog's lines name an all_to_all that a hung rank never joins, that a rank leaving
 # without MPI_Finalize (exit(1), SIGKILL) while the others wait in an all-reduce ends the whole job
@@ -76,10 +77,13 @@ run cpu_dp_auto     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --pp 4
 run cpu_1x1x1x2     "${MPIRUN[@]}" -np 2 ./build/test_comm_cpu --cp 2
 run cpu_2x1x1x2     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --cp 2
 run cpu_1x2x2x2     "${MPIRUN[@]}" -np 8 ./build/test_comm_cpu --tp 2 --pp 2 --cp 2
+run cpu_4x1x1_ep2   "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 4 --ep 2
+run cpu_2x1x1x2_ep2 "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 2 --cp 2 --ep 2
 run emu_singleton   ./build/test_comm_emu
 run emu_1x2x1       "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --tp 2
 run emu_2x2x1       "${MPIRUN[@]}" -np 4 ./build/test_comm_emu --dp 2 --tp 2 --pp 1
 run emu_1x2x1x2     "${MPIRUN[@]}" -np 4 ./build/test_comm_emu --tp 2 --cp 2
+run emu_2x1x1_ep2   "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --dp 2 --ep 2
 
 # the emulated NCCL on its own: semantics, arithmetic, non-blocking communicators, refused arguments
 # (its summary line is "test_nccl_emu: N passed, M failed")
@@ -125,6 +129,14 @@ invalid() {  # NAME CMD...
 invalid invalid_np4_dp3     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --dp 3
 invalid invalid_np4_tp3     "${MPIRUN[@]}" -np 4 ./build/test_comm_cpu --tp 3
 invalid invalid_singleton   ./build/test_comm_cpu --dp 2 --tp 1 --pp 1
+# expert parallelism folds into dp: an ep that does not divide dp is refused with one line naming --ep
+out=$(timeout 30 "${MPIRUN[@]}" -np 2 ./build/test_comm_cpu --dp 2 --ep 3 2>&1); rc=$?
+echo "$out" > "$LOG/invalid_ep3.log"
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && [[ "$out" == "error: invalid layout: --ep 3"* ]]; then
+    ok "invalid_ep3: exit $rc, one line: $out"
+else
+    bad "invalid_ep3: exit $rc (expected non-zero and one 'error: invalid layout: --ep 3' line): $out"
+fi
 
 # the emulated build refuses host memory (a host pointer would crash NCCL on a GPU)
 out=$(timeout 30 "${MPIRUN[@]}" -np 2 ./build/test_comm_emu --host-ptr 2>&1); rc=$?

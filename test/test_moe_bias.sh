@@ -13,7 +13,8 @@
 #     step's routed counts differ from the R = 0 run's. R = 0 is today's run: no "moe_bias" in log.jsonl, no bias in
 #     the state file (header[41] = 0), its size the formula's without one.
 #  3. Layouts against one process with gradient accumulation over the same micro-batches: dp 2 (ZeRO-1), pp 2
-#     (1f1b), tp 2, and the emulated CUDA build (its router kernel reads the device bias): losses, grad norms and
+#     (1f1b), ep 2 (the experts split over the 2 dp ranks: each routes its own tokens before the dispatch), tp 2,
+#     and the emulated CUDA build (its router kernel reads the device bias): losses, grad norms and
 #     final parameters within test_moe_train.sh's bounds (4e-6 relative, 1e-5 absolute; emulated 1e-5), and every
 #     step's routed counts and bias equal to one process's (the counts are integers summed over dp and pp: a layout
 #     that skipped the sum, or summed twice, moves the bias another way).
@@ -92,6 +93,8 @@ train dp2 2 "$CPU" --total-batch 256 --zero 1 --expert-bias-rate $R --checkpoint
     check compare "dp 2 ZeRO-1 with the bias vs 1 process, 2 micro-batches" "$tmp/dp2" "$tmp/one_256" 4e-6 1e-5
 train pp2 2 "$CPU" --pp 2 --schedule 1f1b --total-batch 512 --expert-bias-rate $R &&
     check compare "pp 2 1f1b with the bias vs 1 process, 4 micro-batches" "$tmp/pp2" "$tmp/one_512" 4e-6 1e-5
+train ep2 2 "$CPU" --ep 2 --total-batch 256 --expert-bias-rate $R &&
+    check compare "ep 2 (over dp 2) with the bias vs 1 process, 2 micro-batches" "$tmp/ep2" "$tmp/one_256" 4e-6 1e-5
 train tp2 2 "$CPU" --tp 2 --total-batch 256 --expert-bias-rate $R &&
     check compare "tp 2 with the bias vs 1 process, 2 micro-batches" "$tmp/tp2" "$tmp/one_256" 4e-6 1e-5
 if [ -x "$EMU" ]; then
@@ -119,7 +122,7 @@ def steps(run):
         o = json.loads(l)
         if "train_loss" in o: out[o["step"]] = o
     return out
-for run, ref in (("dp2", "one_256"), ("pp2", "one_512"), ("tp2", "one_256"), ("emu", "one_256"), ("res_one", "one_512"),
+for run, ref in (("dp2", "one_256"), ("pp2", "one_512"), ("ep2", "one_256"), ("tp2", "one_256"), ("emu", "one_256"), ("res_one", "one_512"),
                  ("res_dp2", "dp2"), ("res_shard", "dp2")):
     if not os.path.exists(os.path.join(tmp, run, "log.jsonl")):
         print("FAIL %s: no log.jsonl" % run); continue

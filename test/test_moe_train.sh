@@ -23,6 +23,19 @@
 #  4. Bad flags and refused combinations: one line each naming the flag, exit 1, no output directory.
 #  5. The memory report: the table's parameter count (E experts' worth) in the report's num_parameters, and
 #     the tagged allocator's parameter + gradient + optimizer bytes against ZeRO's formula (ddp_zero_check memory).
+#  6. Expert parallelism (--ep, llm/sharded/expert_parallel.h), against one process within the same FP32 bounds: ep 2
+#     over dp 2 with ZeRO 0 and 3 (K = 2, drops) and with K = 1 without drops, ep 4 over dp 4 (ZeRO-2), ep 2 over dp 4
+#     (two ep groups, the experts averaged over edp = 2; ZeRO-1), ep 2 with pp 2 (1f1b; and dualpipev with ZeRO-3 and
+#     full recompute on a 4-layer model) and with tp 2, the emulated
+#     CUDA build's ep 2 (the all-to-alls over its NCCL), the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
+#     the experts sharded over their own group (dp_layout_paper_bytes); samples (decoding through the dispatch) the
+#     same text as one process's; checkpoints across layouts: an ep 4 state resumed at ep 2 and in one process, an
+#     ep 2 sharded checkpoint in one process. The ledger's all-to-alls of the ep group in the last step, summed over
+#     the ranks: 5 calls per moe layer and micro-batch (the counts; the forward's dispatch and combine; the
+#     backward's) and exactly L x micro-batches x E x 4 B + 4 x C x 4 B x (the step's kept copies, from log.jsonl)
+#     payload bytes: each kept copy to its expert and back, forward and backward; the bytes sent against the uniform
+#     routing's (N-1)/N of that, printed (the real routing differs). Bad layouts: --ep not dividing E, nor dp; a
+#     dense model.
 # Logs: build/moe_train/. Ends with "test_moe_train: N passed, M failed"; exit 1 on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -125,6 +138,78 @@ badflag "--aux-loss-coef" --aux-loss-coef -0.5
 badflag "--fp8" --fp8 current
 badlayout moe_sp 2 "--sequence-parallel" --tp 2 --sequence-parallel 1
 badlayout moe_cp 2 "--cp" --cp 2
+
+# 6. expert parallelism (ep ranks fold into dp: -np = dp); the references are one_256 (2 micro-batches) and one_512 (4)
+train ep2_z0 2 "$CPU" --total-batch 256 --ep 2 --zero 0 &&
+    check compare "ep 2 (dp 2) ZeRO-0 vs 1 process, 2 micro-batches" "$tmp/ep2_z0" "$tmp/one_256" 4e-6 1e-5
+# (ZeRO-3 with samples: every ep rank decodes the same tokens, each moe layer's token sent to its experts' ranks)
+train one_256s 0 "$CPU" --total-batch 256 --sample-every 2 --eval-file "$D/addition_test.bin"
+train ep2_z3 2 "$CPU" --total-batch 256 --ep 2 --zero 3 --sample-every 2 --eval-file "$D/addition_test.bin" &&
+    check compare "ep 2 (dp 2) ZeRO-3 vs 1 process, 2 micro-batches" "$tmp/ep2_z3" "$tmp/one_256" 4e-6 1e-5 &&
+    same_samples "ep 2 ZeRO-3 sampling vs 1 process" ep2_z3 one_256s
+check memory "ep 2 ZeRO-3 memory (the experts sharded over edp = 1)" "$tmp/ep2_z3.json"
+train ep4 4 "$CPU" --total-batch 512 --ep 4 --zero 2 &&
+    check compare "ep 4 (dp 4) ZeRO-2 vs 1 process, 4 micro-batches" "$tmp/ep4" "$tmp/one_512" 4e-6 1e-5
+train dp4_ep2 4 "$CPU" --total-batch 512 --ep 2 --zero 1 &&
+    check compare "ep 2 over dp 4 (edp 2) ZeRO-1 vs 1 process, 4 micro-batches" "$tmp/dp4_ep2" "$tmp/one_512" 4e-6 1e-5
+check memory "ep 2 over dp 4 ZeRO-1 memory" "$tmp/dp4_ep2.json"
+train pp2_ep2 4 "$CPU" --total-batch 512 --ep 2 --pp 2 --schedule 1f1b &&
+    check compare "ep 2 x pp 2 (1f1b) vs 1 process, 4 micro-batches" "$tmp/pp2_ep2" "$tmp/one_512" 4e-6 1e-5
+# K = 1 (Switch) without drops, a fresh model from its descriptor in both runs (the seed file is K = 2)
+k1=(--model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 1 --capacity-factor 0 --total-batch 256)
+train one_k1 0 "$CPU" "${k1[@]}"
+train ep2_k1 2 "$CPU" "${k1[@]}" --ep 2 &&
+    check compare "ep 2, K = 1, no drops vs 1 process, 2 micro-batches" "$tmp/ep2_k1" "$tmp/one_k1" 4e-6 1e-5
+# the V schedule with the split backward and ZeRO-3 (each rank two chunks, each chunk its own ep group's all-to-alls),
+# and full recompute, on a 4-layer model from its descriptor (DualPipeV: 2 P = 4 micro-batches a step)
+d4=(--model d4,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 2)
+train one_d4 0 "$CPU" "${d4[@]}" --total-batch 1024
+train dualpipev_ep2 4 "$CPU" "${d4[@]}" --total-batch 1024 --ep 2 --pp 2 --schedule dualpipev --zero 3 --recompute full &&
+    check compare "ep 2 x pp 2 dualpipev, ZeRO-3, full recompute vs 1 process, 8 micro-batches" "$tmp/dualpipev_ep2" "$tmp/one_d4" 4e-6 1e-5
+train tp2_ep2 4 "$CPU" --total-batch 256 --ep 2 --tp 2 &&
+    check compare "ep 2 x tp 2 vs 1 process, 2 micro-batches" "$tmp/tp2_ep2" "$tmp/one_256" 4e-6 1e-5
+if [ -x "$EMU" ]; then
+    train emu_ep2 2 "$EMU" --total-batch 256 --ep 2 &&
+        check compare "emulated CUDA ep 2 (all_to_all_v over NCCL) vs CPU, 1 process" "$tmp/emu_ep2" "$tmp/one_256" 1e-5 1e-5
+fi
+# BF16 (the CPU build's 16-bit storage, FP32 master weights): the all-to-alls move 16-bit rows, the experts' gradients
+# are reduced in BF16; against one BF16 process within test_ddp_zero.sh's BF16 bounds (ddp_zero_check.py update)
+CPU16=${CPU16:-./build/train_gpt_cpu_bf16}
+if [ -x "$CPU16" ]; then
+    train bf16_one 0 "$CPU16" --total-batch 256 && train bf16_ep2 2 "$CPU16" --total-batch 256 --ep 2 &&
+        check update "BF16 ep 2 vs 1 BF16 process" "$tmp/bf16_ep2" "$tmp/bf16_one" "$SEED" 2e-3 0.08
+else
+    bad "the BF16 CPU build: $CPU16 not built (make build/train_gpt_cpu_bf16)"
+fi
+train res_ep4to2 2 "$CPU" --total-batch 512 --ep 2 --resume "$tmp/ep4/state_00000002.bin" &&
+    check compare "resume: ep 2 from an ep 4 state vs ep 4" "$tmp/res_ep4to2" "$tmp/ep4" 4e-6 1e-5
+train res_ep4to1 0 "$CPU" --total-batch 512 --resume "$tmp/ep4/state_00000002.bin" &&
+    check compare "resume: 1 process from an ep 4 state vs ep 4" "$tmp/res_ep4to1" "$tmp/ep4" 4e-6 1e-5
+train ep2_sharded 2 "$CPU" --total-batch 256 --ep 2 --checkpoint-format both &&
+    train res_ep2sh 0 "$CPU" --total-batch 256 --resume "$tmp/ep2_sharded/ckpt_00000002" &&
+    check compare "resume: 1 process from an ep 2 sharded checkpoint vs ep 2" "$tmp/res_ep2sh" "$tmp/ep2_sharded" 4e-6 1e-5
+python3 - "$tmp" > "$tmp/ep_ledger.out" <<'EOF'
+import json, os, sys
+tmp, C, E, x = sys.argv[1], 32, 4, 4  # FP32: 4 bytes a value
+for run in ("ep2_z0", "ep4", "dp4_ep2"):
+    r = json.load(open(os.path.join(tmp, run + ".json")))
+    last = [json.loads(l) for l in open(os.path.join(tmp, run, "log.jsonl")) if '"train_loss"' in l][-1]
+    kept = sum(sum(a) - sum(d) for a, d in zip(last["moe_routed"], last["moe_dropped"]))  # all ranks' kept copies
+    rows = [row for rk in r["ranks"] for row in rk["ledger_step"]["rows"] if row["kind"] == "all_to_all" and row["group"] == "ep"]
+    calls, payload, sent = sum(w["calls"] for w in rows), sum(w["payload_bytes"] for w in rows), sum(w["sent_bytes"] for w in rows)
+    N, L, micro = rows[0]["size"], len(last["moe_layers"]), len(r["ranks"]) * r["grad_accum"]  # (rank, micro-batch) pairs
+    want_calls, want_payload = 5 * L * micro, L * micro * E * 4 + 4 * kept * C * x
+    uniform = (N - 1) / N * want_payload
+    good = calls == want_calls and payload == want_payload and 0 < sent < payload
+    print("%s %s: the ep group's all-to-alls of the last step over all ranks: %d calls (want 5 x %d moe layers x %d micro-batches), "
+          "%d payload bytes (want %d: the counts and %d kept copies x C x 4 B, to the expert and back, forward and backward); "
+          "sent %d B, %.3f x the uniform routing's (N-1)/N = %d B" % ("ok  " if good else "FAIL", run, calls, L, micro, payload,
+          want_payload, kept, sent, sent / uniform, uniform))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/ep_ledger.out"
+badlayout ep_not_dividing_e 3 "--ep 3" --ep 3
+badlayout ep_not_dividing_dp 2 "--ep 4" --ep 4
+badlayout ep_dense_model 2 "--ep 2: expected a model with experts" --model d2,C=32,NH=4,maxT=64,V=257 --ep 2
 
 # 5. the parameter count: the table's (E experts' worth) in the report
 python3 - "$tmp/one_256.json" > "$tmp/count.out" <<'EOF'

@@ -148,7 +148,10 @@ static void ckpt_snapshot(Ckpt* ck, DataParallel* dp, const TrainState* ts, int 
         if (!lay->units[u].held || (u == 0 && dp->pp_rank > 0)) continue;  // the tied embedding: the first stage's
         size_t lo, hi, n = lay->units[u].n;
         if (dp->zero.shard_optim) dp_owned(dp, u, &lo, &hi);
-        else { size_t b = (n + dp->size - 1) / dp->size; lo = (size_t)dp->rank * b; hi = lo + b; }  // DDP: 1/dp each
+        else {  // DDP: 1/N each over the unit's group (an experts unit with ep: the ranks that hold its experts)
+            size_t N = (size_t)dp_unit_size(dp, u), b = (n + N - 1) / N;
+            lo = (size_t)dp_unit_rank(dp, u) * b; hi = lo + b;
+        }
         if (hi > n) hi = n;
         int k = unit_tensors(lay, u, ts_);
         for (int i = 0; i < k; i++) {

@@ -15,6 +15,7 @@
 //                                the part every transport shares; one file per transport's part:
 //                                llm/comm/comm_engine_nccl.h, llm/comm/comm_engine_mpi.h, llm/comm/comm_engine_none.h
 //     llm/comm/comm_p2p.h        point to point within a group: send, recv, sendrecv, batches of them
+//     llm/comm/comm_all_to_all_v.h  the all-to-all of variable block sizes (expert parallelism)
 //
 // The call site. Every function of the API takes, last, the caller's file:line (`CommSite at =
 // comm_here()`, llm/comm/comm_types.h), which the caller leaves out: the watchdog's line names it.
@@ -91,6 +92,7 @@
 #include "comm_ledger.h"
 #include "comm_engine.h"  // (and the watchdog of this build's transport)
 #include "comm_p2p.h"
+#include "comm_all_to_all_v.h"
 
 // ----------------------------------------------------------------------------
 // the API: T is float or floatX (__nv_bfloat16 in the BF16 kernel builds, __half in the FP16 ones)

@@ -34,8 +34,9 @@ static inline int comm_launcher_size(int* rank) {
 
 // Start MPI (unless the caller did), check the layout, make the mesh (c->mesh) and build its groups; over
 // NCCL also pick the GPU and create the NCCL communicators and the communication stream. Without MPI: one
-// process. dp = 0: dp = world size / (tp * pp * cp). Exits (rank 0 printing one line) on an invalid layout.
-static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, int cp = 1) {
+// process. dp = 0: dp = world size / (tp * pp * cp). ep: the expert-parallel groups, folded into dp (ep divides
+// dp; llm/comm/mesh.h). Exits (rank 0 printing one line) on an invalid layout.
+static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, int cp = 1, int ep = 1) {
     memset(c, 0, sizeof(*c));
     char err[400] = "";
 #if COMM_MPI
@@ -57,7 +58,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, 
     int world = c->world_size;
 
     // the layout, before anything is allocated
-    mesh_layout_error(world, &dp, tp, pp, cp, err, sizeof(err));
+    mesh_layout_error(world, &dp, tp, pp, cp, err, sizeof(err), ep);
     if (err[0]) {
         if (c->world_rank == 0) {
             fprintf(stderr, "error: %s\n", err);
@@ -74,8 +75,9 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, 
     if (launched > 1) {
         snprintf(err, sizeof(err), "this program was built without MPI and runs as one process, but the launcher "
                  "started %d (mpirun -np %d): rebuild with MPI (libopenmpi-dev) and NCCL for more", launched, launched);
-    } else if (tp < 1 || pp < 1 || cp < 1 || dp < 0) {
-        mesh_layout_error(world, &dp, tp, pp, cp, err, sizeof(err));
+    } else if (tp < 1 || pp < 1 || cp < 1 || dp < 0 || ep != 1) {
+        if (dp == 0) dp = 1;
+        mesh_layout_error(world, &dp, tp, pp, cp, err, sizeof(err), ep);
     } else if ((long long)(dp > 0 ? dp : 1) * tp * pp * cp != 1) {
         char layout[80];
         if (dp > 0) snprintf(layout, sizeof(layout), "--dp %d x --tp %d x --pp %d", dp, tp, pp);
@@ -102,7 +104,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, 
     llm_job.size = c->world_size;
     int sizes[MESH_NUM_AXES];
     sizes[AXIS_DP] = dp; sizes[AXIS_PP] = pp; sizes[AXIS_CP] = cp; sizes[AXIS_TP] = tp;
-    mesh_make(&c->mesh, c->world_size, r, sizes);
+    mesh_make(&c->mesh, c->world_size, r, sizes, ep);
 
 #if COMM_MPI
     // one communicator per group of the mesh: color (the group's first world rank) selects the members, key
@@ -178,6 +180,10 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, 
         if (c->group_size[g] == 1) continue;
         if (g != GROUP_WORLD && c->group_size[g] == world) {
             c->nccl[g] = c->nccl[GROUP_WORLD];
+            continue;
+        }
+        if (g == GROUP_EDP && c->mesh.ep.size == 1) {  // without expert parallelism: GROUP_DP's ranks, in its order
+            c->nccl[g] = c->nccl[GROUP_DP];
             continue;
         }
         ncclUniqueId id;

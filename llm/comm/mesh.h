@@ -30,6 +30,16 @@
 //                  token embedding and sum their gradients (llm/parallel/dp_step.h); a middle stage, and any
 //                  stage when pp = 1, is a group of one it never uses
 //     GROUP_CP     cp (ring attention's ring, Ulysses' all-to-alls: llm/sharded/context_parallel.h)
+//     GROUP_EP     expert parallelism (--ep, llm/sharded/expert_parallel.h): a fold of the dp axis, not an axis of
+//                  its own. Megatron-Core's "parallel folding" (Liu et al. 2025, "MoE Parallel Folding"): the
+//                  experts are split over ranks that already exist, those of the dp axis, so ep multiplies no
+//                  process count. The dp coordinate splits as dp_rank = edp_rank * ep + ep_rank: the ep ranks of
+//                  one group are consecutive dp ranks (the nearest in the rank order after tp, cp and pp: the
+//                  two all-to-alls of every moe layer cross the fewest links). Each holds E/ep experts.
+//     GROUP_EDP    the gradient group of the experts' parameters: the ranks that hold the same experts (same
+//                  ep_rank, and every cp rank: cp splits tokens, as for the dense parameters), edp x cp, of
+//                  size dp x cp / ep. DDP averages an experts unit over it and ZeRO shards it over it
+//                  (llm/parallel/dp.h). With ep = 1 it is GROUP_DP's ranks.
 // The "rank" and "root"/"peer" arguments of the collectives are ranks within the named group.
 //
 // Naming (docs/architecture.md): an axis's size and this rank's coordinate are `mesh.tp.size` and
@@ -42,9 +52,9 @@
 typedef enum {
     GROUP_NONE = -2,  // no group (the dp axis: see above)
     GROUP_ALL = -1,   // every group (the ledger's queries)
-    GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4, GROUP_CP = 5
+    GROUP_WORLD = 0, GROUP_DP = 1, GROUP_TP = 2, GROUP_PP = 3, GROUP_EMBED = 4, GROUP_CP = 5, GROUP_EP = 6, GROUP_EDP = 7
 } CommGroup;
-#define COMM_NUM_GROUPS 6
+#define COMM_NUM_GROUPS 8
 
 // one axis of the mesh as this rank sees it
 typedef struct {
@@ -56,6 +66,8 @@ typedef struct {
 typedef struct {
     MeshAxis dp, pp, cp, tp;  // the axes (MESH_AXES: their order)
     MeshAxis grad;            // the gradient group of the dense parameters, dp x cp: size, this rank's place, GROUP_DP
+    MeshAxis ep;              // expert parallelism, folded into dp: size (divides dp.size), dp.rank % size, GROUP_EP
+    MeshAxis egrad;           // the experts' gradient group, edp x cp: size dp x cp / ep, this rank's place, GROUP_EDP
     int world_size, world_rank;
     int group_size[COMM_NUM_GROUPS], group_rank[COMM_NUM_GROUPS];  // of this rank's group of each kind
 } Mesh;
@@ -74,21 +86,33 @@ static const MeshAxisRow MESH_AXES[MESH_NUM_AXES] = {
     {"tp", offsetof(Mesh, tp), GROUP_TP},
 };
 
-// The groups: the axes each spans (bit a: MESH_AXES[a]) and, for the embed group, its ends only.
+// The groups: the axes each spans (bit a: MESH_AXES[a]), for the embed group its ends only, and for the two
+// groups of expert parallelism the part of the dp coordinate they span (the fold: dp_rank = edp_rank * ep + ep_rank).
 #define MESH_AXIS_BIT(a) (1u << (a))
+enum { FOLD_NONE = 0, FOLD_EP = 1, FOLD_EDP = 2 };
 typedef struct {
     const char* name;  // in the ledger, the report and the watchdog's lines
     unsigned axes;
     int ends_only;     // 1: only the first and the last coordinate of its one axis belong (a middle one: alone)
+    int fold;          // FOLD_EP: only the ep part of the dp coordinate varies; FOLD_EDP: only the edp part
 } MeshGroupRow;
 static const MeshGroupRow MESH_GROUPS[COMM_NUM_GROUPS] = {
-    {"world", (1u << MESH_NUM_AXES) - 1, 0},                      // GROUP_WORLD
-    {"dp", MESH_AXIS_BIT(AXIS_DP) | MESH_AXIS_BIT(AXIS_CP), 0},  // GROUP_DP: the gradient group
-    {"tp", MESH_AXIS_BIT(AXIS_TP), 0},                           // GROUP_TP
-    {"pp", MESH_AXIS_BIT(AXIS_PP), 0},                           // GROUP_PP
-    {"embed", MESH_AXIS_BIT(AXIS_PP), 1},                        // GROUP_EMBED
-    {"cp", MESH_AXIS_BIT(AXIS_CP), 0},                           // GROUP_CP
+    {"world", (1u << MESH_NUM_AXES) - 1, 0, FOLD_NONE},                      // GROUP_WORLD
+    {"dp", MESH_AXIS_BIT(AXIS_DP) | MESH_AXIS_BIT(AXIS_CP), 0, FOLD_NONE},  // GROUP_DP: the gradient group
+    {"tp", MESH_AXIS_BIT(AXIS_TP), 0, FOLD_NONE},                           // GROUP_TP
+    {"pp", MESH_AXIS_BIT(AXIS_PP), 0, FOLD_NONE},                           // GROUP_PP
+    {"embed", MESH_AXIS_BIT(AXIS_PP), 1, FOLD_NONE},                        // GROUP_EMBED
+    {"cp", MESH_AXIS_BIT(AXIS_CP), 0, FOLD_NONE},                           // GROUP_CP
+    {"ep", MESH_AXIS_BIT(AXIS_DP), 0, FOLD_EP},                             // GROUP_EP
+    {"edp", MESH_AXIS_BIT(AXIS_DP) | MESH_AXIS_BIT(AXIS_CP), 0, FOLD_EDP},  // GROUP_EDP: the experts' gradient group
 };
+
+// 1 when dp coordinates a and b are in one group of fold `fold` (ep ranks per group: ep)
+static inline int mesh_fold_match(int fold, int ep, int a, int b) {
+    if (fold == FOLD_EP) return a / ep == b / ep;
+    if (fold == FOLD_EDP) return a % ep == b % ep;
+    return 1;
+}
 
 static inline const char* comm_group_name(int g) { return (g >= 0 && g < COMM_NUM_GROUPS) ? MESH_GROUPS[g].name : "all"; }
 
@@ -127,10 +151,12 @@ static int mesh_group_members(const Mesh* m, int g, int r, int* out) {
         out[n++] = mesh_world_rank(m, coord);
         return n;
     }
-    // every combination of the group's coordinates, the innermost axis fastest: an odometer
+    // every combination of the group's coordinates, the innermost axis fastest: an odometer (a folded group
+    // keeps the dp coordinates of its fold only)
+    int fold = MESH_GROUPS[g].fold, ep = m->ep.size > 0 ? m->ep.size : 1, my_dp = coord[AXIS_DP];
     for (int a = 0; a < MESH_NUM_AXES; a++) if (axes & MESH_AXIS_BIT(a)) coord[a] = 0;
     for (;;) {
-        out[n++] = mesh_world_rank(m, coord);
+        if (mesh_fold_match(fold, ep, coord[AXIS_DP], my_dp)) out[n++] = mesh_world_rank(m, coord);
         int a = MESH_NUM_AXES - 1;
         for (; a >= 0; a--) {
             if (!(axes & MESH_AXIS_BIT(a))) continue;
@@ -160,12 +186,14 @@ static void mesh_group_place(const Mesh* m, int g, int r, int* rank, int* size) 
     free(members);
 }
 
-// The mesh of world rank `rank` of `world` ranks with the axes' sizes size[MESH_NUM_AXES] (checked by
-// mesh_layout_error: their product is world).
-static void mesh_make(Mesh* m, int world, int rank, const int* size) {
+// The mesh of world rank `rank` of `world` ranks with the axes' sizes size[MESH_NUM_AXES] and ep ranks per
+// expert-parallel group (checked by mesh_layout_error: the product of the sizes is world, ep divides dp).
+static void mesh_make(Mesh* m, int world, int rank, const int* size, int ep = 1) {
     memset(m, 0, sizeof(*m));
     m->world_size = world;
     m->world_rank = rank;
+    m->ep.size = ep;
+    m->ep.group = GROUP_EP;
     for (int a = 0; a < MESH_NUM_AXES; a++) {
         MeshAxis* x = mesh_axis(m, a);
         x->size = size[a];
@@ -176,11 +204,15 @@ static void mesh_make(Mesh* m, int world, int rank, const int* size) {
     m->grad.size = m->group_size[GROUP_DP];
     m->grad.rank = m->group_rank[GROUP_DP];
     m->grad.group = GROUP_DP;
+    m->ep.rank = m->group_rank[GROUP_EP];
+    m->egrad.size = m->group_size[GROUP_EDP];
+    m->egrad.rank = m->group_rank[GROUP_EDP];
+    m->egrad.group = GROUP_EDP;
 }
 
 // The layout error of dp x tp x pp x cp on `world` processes into err, or "" (dp = 0 is resolved in *dp:
 // the world size over the other axes).
-static void mesh_layout_error(int world, int* dp, int tp, int pp, int cp, char* err, size_t cap) {
+static void mesh_layout_error(int world, int* dp, int tp, int pp, int cp, char* err, size_t cap, int ep = 1) {
     err[0] = '\0';
     char model[64];  // the model-parallel ranks one dp replica needs (three ints of up to 11 characters fit)
     if (cp == 1) snprintf(model, sizeof(model), "--tp %d x --pp %d", tp, pp);
@@ -198,6 +230,9 @@ static void mesh_layout_error(int world, int* dp, int tp, int pp, int cp, char* 
         if (want != world) {
             snprintf(err, cap, "invalid layout: --dp %d x %s = %lld processes "
                      "expected, found a world size of %d (mpirun -np)", *dp, model, want, world);
+        } else if (ep < 1 || *dp % ep != 0) {  // (folded into dp: llm/sharded/expert_parallel.h)
+            snprintf(err, cap, "invalid layout: --ep %d: expected a divisor of the dp size %d (expert parallelism "
+                     "splits the experts over dp ranks)", ep, *dp);
         }
     }
 }

@@ -214,28 +214,40 @@ static int sdc_check(DataParallel* dp, char* msg, size_t cap) {
     copy_to_host(all, d + block, (size_t)block * N * sizeof(float));
     device_free(d);
     int bad_units = 0;
+    // the replicas of a unit: every rank of the group, or, for an experts unit split by expert parallelism, the
+    // ranks of the same ep coordinate (group rank r = dp_rank * cp + cp_rank, ep_rank = dp_rank % ep), which hold the
+    // same experts; each class of replicas votes alone
+    int cp = dp->comm->mesh.cp.size, ep = lay->ep_size;
     for (int u = 0; u < U; u++) {
-        // each rank's hash as 4 floats; the majority value (a rank whose hash most ranks share)
-        int best = 0, best_votes = 0;
-        for (int r = 0; r < N; r++) {
-            int votes = 0;
-            for (int q = 0; q < N; q++) votes += !memcmp(all + r * block + 4 * u, all + q * block + 4 * u, 4 * sizeof(float));
-            if (votes > best_votes) { best = r; best_votes = votes; }
-        }
-        if (best_votes == N) continue;
-        if (bad_units++ > 0) continue;
-        char name[64], ranks[256] = "";
-        health_unit_name(lay, u, name, sizeof(name));
-        int named = 0;
-        for (int r = 0; r < N; r++) {
-            int differs = memcmp(all + r * block + 4 * u, all + best * block + 4 * u, 4 * sizeof(float)) != 0;
-            if (differs || 2 * best_votes <= N) {  // no strict majority: every rank is named
-                size_t l = strlen(ranks);
-                snprintf(ranks + l, sizeof(ranks) - l, "%s%d", named++ ? ", " : "", (int)all[r * block + 4 * U]);
+        int classes = dp_unit_expert(dp, u) ? ep : 1;
+        for (int k = 0; k < classes; k++) {
+#define SDC_IN(r) (classes == 1 || ((r) / cp) % ep == k)
+            // each rank's hash as 4 floats; the majority value (a rank whose hash most ranks share)
+            int best = -1, best_votes = 0, n_k = 0;
+            for (int r = 0; r < N; r++) {
+                if (!SDC_IN(r)) continue;
+                n_k++;
+                int votes = 0;
+                for (int q = 0; q < N; q++) votes += SDC_IN(q) && !memcmp(all + r * block + 4 * u, all + q * block + 4 * u, 4 * sizeof(float));
+                if (votes > best_votes) { best = r; best_votes = votes; }
             }
+            if (best_votes == n_k) continue;
+            if (bad_units++ > 0) continue;
+            char name[64], ranks[256] = "";
+            health_unit_name(lay, u, name, sizeof(name));
+            int named = 0;
+            for (int r = 0; r < N; r++) {
+                if (!SDC_IN(r)) continue;
+                int differs = memcmp(all + r * block + 4 * u, all + best * block + 4 * u, 4 * sizeof(float)) != 0;
+                if (differs || 2 * best_votes <= n_k) {  // no strict majority: every rank is named
+                    size_t l = strlen(ranks);
+                    snprintf(ranks + l, sizeof(ranks) - l, "%s%d", named++ ? ", " : "", (int)all[r * block + 4 * U]);
+                }
+            }
+#undef SDC_IN
+            snprintf(msg, cap, "sdc: parameters differ: %s: rank%s %s %s", name, named > 1 ? "s" : "", ranks,
+                     2 * best_votes <= n_k ? "disagree (no majority among the replicas)" : "differ from the other replicas");
         }
-        snprintf(msg, cap, "sdc: parameters differ: %s: rank%s %s %s", name, named > 1 ? "s" : "", ranks,
-                 2 * best_votes <= N ? "disagree (no majority among the replicas)" : "differ from the other replicas");
     }
     free(mine);
     free(all);

@@ -50,7 +50,7 @@
 // permuted input, the experts' activations) in every policy and is never rerun: the routing is
 // deterministic, so a rerun would give the same, but it would also count the layer's losses and routed
 // tokens twice; full recompute reruns the attention half and LN2 only (what the MoE backward reads).
-// Its fch and fch_gelu fields are allocated but unused (the dense shape; a saving left for later).
+// Its fch and fch_gelu fields are not allocated (a->moe set before the fields are carved: llm/model/stage.h).
 // full = keep only x_in; the backward reruns the whole block forward first (about one more forward:
 // ~4/3 of the step's FLOPs).
 //
@@ -163,13 +163,14 @@ static void block_act_fields(BlockActs* a, const BlockLinears* lin, int B, int T
     size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, NH = (size_t)lin->heads;
     size_t R = (size_t)tp_rows(&lin->qkv.tp, (int)BT);  // the tokens of the sequence-parallel regions
     size_t F = (size_t)lin->fc.out_local;  // 4C / T
+    size_t Fd = a->moe != NULL ? 0 : F;     // a moe layer has no dense MLP: its fc fields are not allocated (NULL)
     ActField fields[BLOCK_ACT_FIELDS] = {
         {(void**)&a->ln1, R * C, 0, {1, 0, 0}},          {(void**)&a->ln1_mean, R, 1, {1, 0, 0}},
         {(void**)&a->ln1_rstd, R, 1, {1, 0, 0}},         {(void**)&a->qkv, 3 * BT * Ca, 0, {1, 1, 0}},
         {(void**)&a->lse, (size_t)B * NH * T, 1, {1, 0, 0}}, {(void**)&a->atty, BT * Ca, 0, {1, 0, 0}},
         {(void**)&a->residual2, R * C, 0, {1, 1, 0}},    {(void**)&a->ln2, R * C, 0, {1, 0, 0}},
         {(void**)&a->ln2_mean, R, 1, {1, 0, 0}},         {(void**)&a->ln2_rstd, R, 1, {1, 0, 0}},
-        {(void**)&a->fch, BT * F, 0, {1, 1, 0}},         {(void**)&a->fch_gelu, BT * F, 0, {1, 1, 0}},
+        {(void**)&a->fch, BT * Fd, 0, {1, 1, 0}},        {(void**)&a->fch_gelu, BT * Fd, 0, {1, 1, 0}},
         {(void**)&a->heads, cp_heads_elems(lin->cp, B, T, (int)Ca), 0, {1, 0, 0}},
     };
     memcpy(f, fields, sizeof(fields));
@@ -349,13 +350,14 @@ typedef struct {
 static void* block_deferred_carve(BlockDeferred* d, BlockActs* a, const BlockLinears* lin, int B, int T, Recompute r,
                                   MemKind kind) {
     size_t BT = (size_t)B * T, C = (size_t)lin->qkv.in, Ca = (size_t)lin->att_c, F = (size_t)lin->fc.out_local;
+    size_t Fd = a->moe != NULL ? 0 : F, Cd = a->moe != NULL ? 0 : C;  // a moe layer: no fc or fcproj gradient for W
     ActField af[BLOCK_ACT_FIELDS];
     block_act_fields(a, lin, B, T, af);
     floatX** act[4] = {&a->ln1, &a->atty, &a->ln2, &a->fch_gelu};
     floatX** mine[4] = {&d->ln1, &d->atty, &d->ln2, &d->fch_gelu};
     ActField f[8] = {
         {(void**)&d->dqkv, 3 * BT * Ca, 0, {1, 1, 1}}, {(void**)&d->dattproj, BT * C, 0, {1, 1, 1}},
-        {(void**)&d->dfch, BT * F, 0, {1, 1, 1}},      {(void**)&d->dfcproj, BT * C, 0, {1, 1, 1}},
+        {(void**)&d->dfch, BT * Fd, 0, {1, 1, 1}},     {(void**)&d->dfcproj, BT * Cd, 0, {1, 1, 1}},
     };
     for (int k = 0; k < 4; k++) {  // an input: stored here exactly when the slot does not keep it
         int i = 0;
@@ -364,6 +366,7 @@ static void* block_deferred_carve(BlockDeferred* d, BlockActs* a, const BlockLin
         f[4 + k] = af[i];
         f[4 + k].ptr = (void**)mine[k];
         for (int p = 0; p < 3; p++) f[4 + k].kept[p] = !af[i].kept[p];
+        if (a->moe != NULL && k >= 2) f[4 + k].count = 0;  // a moe layer: ln2 and fch_gelu are no W input (fc, fcproj)
         if (af[i].kept[r]) *mine[k] = *act[k];
     }
     return carve_fields(f, 8, r, 1, kind);

@@ -23,13 +23,17 @@
 //
 // Parameters (MoETensors, floatX, one contiguous block in this order; gradients the same layout):
 //   router (E, C), fcw (E, 4C, C), fcb (E, 4C), fcprojw (E, C, 4C), fcprojb (E, C)
-// Expert parallelism (later) sends exactly the expert-major rows [off[e], off[e+1]) of xp and yp.
+// Expert parallelism (MoESpec.ep, llm/sharded/expert_parallel.h): this rank holds E/ep of the experts (the
+// parameters' experts units hold them: w.fcw.. are (E/ep, ...)); xp's expert-major rows go to their experts' ranks
+// (dispatch), the local experts run on the rows they received (xl, yl: Rl rows), and the outputs come back into yp
+// (combine); the backward sends dyp and dxl the same two ways. Without it xl and yl are xp and yp.
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
 #include "linear.h"
 #include "../ops/moe_router.cuh"
 #include "../ops/moe_permute.cuh"
+#include "../sharded/expert_parallel.h"
 
 typedef struct {
     int num_experts;        // E
@@ -37,6 +41,7 @@ typedef struct {
     float capacity_factor;  // F: each expert keeps at most ceil(F K N / E) assignments per call; 0: no drops
     float aux_coef;         // the load-balancing loss's coefficient (Switch: 1e-2)
     float z_coef;           // the router z-loss's coefficient (ST-MoE: 1e-3)
+    EPGroup* ep;            // expert parallelism: the group the experts are split over (size 1 or NULL: every expert here)
 } MoESpec;
 
 // one layer's MoE parameters (or their gradients): pointers into one floatX block, in this order
@@ -84,17 +89,26 @@ static inline int moe_max_rows(const MoESpec* s, int N) {
     return ecap < NK ? (int)ecap : NK;
 }
 
+// the rows the local experts can receive: every row (no expert parallelism), or the ep group's bound
+static inline int moe_max_local_rows(const MoESpec* s, int N) {
+    return ep_local_rows(s->ep, N, s->top_k, moe_capacity(s->capacity_factor, N, s->num_experts, s->top_k), moe_max_rows(s, N));
+}
+
 // what the forward keeps for the backward, per (layer, micro-batch) of N tokens (MEM_ACTIVATIONS), and
 // the host copy of the counts and losses
 typedef struct {
     MoERouting route;   // probs (N,E), lse (N), expert (N,K), gates (N,K), assign_row (N K), row_assign (N K),
                         // counts (3E+1), loss (2); its scratch fields point into MoEBuffers
     floatX* xp;         // (R, C)  the permuted input, R = moe_max_rows (rows [0, Np) used)
-    floatX* fch;        // (R, 4C) the experts' fc outputs before GELU
-    floatX* fch_gelu;   // (R, 4C)
-    floatX* yp;         // (R, C)  the experts' outputs (the gates' gradient needs them)
+    floatX* fch;        // (Rl, 4C) the local experts' fc outputs before GELU (Rl = moe_max_local_rows)
+    floatX* fch_gelu;   // (Rl, 4C)
+    floatX* yp;         // (R, C)  the experts' outputs for this rank's rows (the gates' gradient needs them)
+    floatX* xl;         // (Rl, C) the local experts' input rows, expert-major (expert parallelism; else xp)
+    floatX* yl;         // (Rl, C) their outputs (expert parallelism; else yp)
     void* mem;          // the one allocation the fields above point into
     int* counts_host;   // (3E+1) host: routed (E), dropped (E), offsets (E+1) of the last forward
+    int* ep_recv;       // expert parallelism (host): (ep, E/ep) the rows each rank sent to each local expert
+    int* ep_loff;       // (E/ep + 1) host: where each local expert's rows start in xl
     float loss_host[2]; // host: aux (with its coefficient), z (with its coefficient) of the last forward
     int N;              // tokens
 } MoEActs;
@@ -108,8 +122,11 @@ typedef struct {
     int* cand_row;      // (N K)
     float* psum;        // (E)
     floatX* dyp;        // (R, C)
-    floatX* dfch;       // (R, 4C)
+    floatX* dfch;       // (Rl, 4C)
     floatX* dxp;        // (R, C)
+    floatX* dyl;        // (Rl, C) expert parallelism: dyp's rows at the local experts (else dyp)
+    floatX* dxl;        // (Rl, C) the local experts' input gradient (else dxp)
+    floatX* rm;         // (Rl, C) expert parallelism: the all-to-alls' rank-major rows (else none)
     float* scratch;     // (MATMUL_DBIAS_MAX_SPLITS * 4C) FP32 scratch of the bias gradients
     void* mem;
 } MoEBuffers;
@@ -136,23 +153,30 @@ static void moe_acts_alloc(MoEActs* a, const MoESpec* s, int N, int C) {
     moe_check(s);
     memset(a, 0, sizeof(*a));
     size_t E = (size_t)s->num_experts, NK = (size_t)N * s->top_k, R = (size_t)moe_max_rows(s, N), c = (size_t)C;
+    size_t Rl = (size_t)moe_max_local_rows(s, N), ep = ep_own_rows(s->ep, Rl);  // (expert parallelism: xl and yl of their own)
     MoERouting* r = &a->route;
     MoEField f[] = {
         {(void**)&r->probs, (size_t)N * E * sizeof(float)}, {(void**)&r->lse, (size_t)N * sizeof(float)},
         {(void**)&r->expert, NK * sizeof(int)},             {(void**)&r->gates, NK * sizeof(float)},
         {(void**)&r->assign_row, NK * sizeof(int)},         {(void**)&r->row_assign, NK * sizeof(int)},
         {(void**)&r->counts, (3 * E + 1) * sizeof(int)},    {(void**)&r->loss, 2 * sizeof(float)},
-        {(void**)&a->xp, R * c * sizeof(floatX)},           {(void**)&a->fch, R * 4 * c * sizeof(floatX)},
-        {(void**)&a->fch_gelu, R * 4 * c * sizeof(floatX)}, {(void**)&a->yp, R * c * sizeof(floatX)},
+        {(void**)&a->xp, R * c * sizeof(floatX)},           {(void**)&a->fch, Rl * 4 * c * sizeof(floatX)},
+        {(void**)&a->fch_gelu, Rl * 4 * c * sizeof(floatX)}, {(void**)&a->yp, R * c * sizeof(floatX)},
+        {(void**)&a->xl, ep * c * sizeof(floatX)},          {(void**)&a->yl, ep * c * sizeof(floatX)},
     };
     a->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_ACTIVATIONS);
+    ep_alias(s->ep, &a->xl, a->xp);
+    ep_alias(s->ep, &a->yl, a->yp);
     a->counts_host = (int*)mallocCheck((3 * E + 1) * sizeof(int));
+    ep_counts_alloc(s->ep, &a->ep_recv, &a->ep_loff);
     a->N = N;
 }
 
 static void moe_acts_free(MoEActs* a) {
     device_free(a->mem);
     free(a->counts_host);
+    free(a->ep_recv);
+    free(a->ep_loff);
     memset(a, 0, sizeof(*a));
 }
 
@@ -160,15 +184,20 @@ static void moe_buffers_alloc(MoEBuffers* b, const MoESpec* s, int N, int C) {
     moe_check(s);
     memset(b, 0, sizeof(*b));
     size_t E = (size_t)s->num_experts, NK = (size_t)N * s->top_k, R = (size_t)moe_max_rows(s, N), c = (size_t)C;
+    size_t Rl = (size_t)moe_max_local_rows(s, N), ep = ep_own_rows(s->ep, Rl);
     MoEField f[] = {
         {(void**)&b->logits, (size_t)N * E * sizeof(float)}, {(void**)&b->dlogits, (size_t)N * E * sizeof(float)},
         {(void**)&b->dgates, NK * sizeof(float)},            {(void**)&b->cand, NK * sizeof(int)},
         {(void**)&b->cand_row, NK * sizeof(int)},            {(void**)&b->psum, E * sizeof(float)},
-        {(void**)&b->dyp, R * c * sizeof(floatX)},           {(void**)&b->dfch, R * 4 * c * sizeof(floatX)},
+        {(void**)&b->dyp, R * c * sizeof(floatX)},           {(void**)&b->dfch, Rl * 4 * c * sizeof(floatX)},
         {(void**)&b->dxp, R * c * sizeof(floatX)},
         {(void**)&b->scratch, (size_t)MATMUL_DBIAS_MAX_SPLITS * 4 * c * sizeof(float)},
+        {(void**)&b->dyl, ep * c * sizeof(floatX)},          {(void**)&b->dxl, ep * c * sizeof(floatX)},
+        {(void**)&b->rm, ep * c * sizeof(floatX)},
     };
     b->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_WORKSPACE);
+    ep_alias(s->ep, &b->dyl, b->dyp);
+    ep_alias(s->ep, &b->dxl, b->dxp);
 }
 
 static void moe_buffers_free(MoEBuffers* b) {
@@ -220,18 +249,25 @@ static void moe_forward(const MoESpec* s, MoETensors w, const float* bias /*(E) 
     moe_copy_to_host(a->loss_host, r.loss, 2 * sizeof(float), st);
     const int* off = a->counts_host + 2 * E;
     moe_permute_forward(a->xp, x, r.row_assign, off[E], K, C, st);
+    // the rows of the experts this rank runs: every expert's (lo = off), or, with expert parallelism, those the
+    // ep group sent to its E/ep experts (lo = ep_loff); without it the exchange and the dispatch are the identity
+    ep_exchange_counts(s->ep, off, a->ep_recv, a->ep_loff, st);
+    ep_dispatch(s->ep, a->xp, off, a->ep_recv, a->ep_loff, buf->rm, a->xl, C, st);
+    const int* lo;
+    int El = ep_local_experts(s->ep, E, off, a->ep_loff, &lo);
     LinearSpec fc, fcproj;
     moe_expert_specs(C, &fc, &fcproj);
     size_t c = (size_t)C;
-    for (int e = 0; e < E; e++) {
-        int rows = off[e + 1] - off[e];
+    for (int e = 0; e < El; e++) {
+        int rows = lo[e + 1] - lo[e];
         if (rows == 0) continue;
-        size_t o = (size_t)off[e];
-        linear_forward(&fc, a->fch_gelu + o * 4 * c, a->fch + o * 4 * c, a->xp + o * c, w.fcw + (size_t)e * 4 * c * c,
+        size_t o = (size_t)lo[e];
+        linear_forward(&fc, a->fch_gelu + o * 4 * c, a->fch + o * 4 * c, a->xl + o * c, w.fcw + (size_t)e * 4 * c * c,
                        w.fcb + (size_t)e * 4 * c, rows, st);
-        linear_forward(&fcproj, a->yp + o * c, NULL, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c,
+        linear_forward(&fcproj, a->yl + o * c, NULL, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c,
                        w.fcprojb + (size_t)e * c, rows, st);
     }
+    ep_combine(s->ep, a->yl, off, a->ep_recv, a->ep_loff, buf->rm, a->yp, C, st);
     moe_unpermute_forward(y, a->yp, r.assign_row, r.gates, N, K, C, st);
 }
 
@@ -247,19 +283,23 @@ static void moe_backward(const MoESpec* s, MoETensors w, MoETensors gw, const Mo
     const int* off = a->counts_host + 2 * E;
     size_t c = (size_t)C;
     moe_unpermute_backward(buf->dyp, buf->dgates, dy, a->yp, r->assign_row, r->gates, N, K, C, st);
+    ep_dispatch(s->ep, buf->dyp, off, a->ep_recv, a->ep_loff, buf->rm, buf->dyl, C, st);  // the forward's counts
+    const int* lo;  // the local experts' rows, as in the forward
+    int El = ep_local_experts(s->ep, E, off, a->ep_loff, &lo);
     LinearSpec fc, fcproj;
     moe_expert_specs(C, &fc, &fcproj);
-    for (int e = 0; e < E; e++) {
-        int rows = off[e + 1] - off[e];
+    for (int e = 0; e < El; e++) {
+        int rows = lo[e + 1] - lo[e];
         if (rows == 0) continue;
-        size_t o = (size_t)off[e];
+        size_t o = (size_t)lo[e];
         // fcproj's backward fuses fc's dGELU: dfch = d fch
         linear_backward(&fcproj, buf->dfch + o * 4 * c, gw.fcprojw + (size_t)e * c * 4 * c, gw.fcprojb + (size_t)e * c,
-                        buf->dyp + o * c, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c, buf->scratch,
+                        buf->dyl + o * c, a->fch_gelu + o * 4 * c, w.fcprojw + (size_t)e * c * 4 * c, buf->scratch,
                         a->fch + o * 4 * c, rows, st);
-        linear_backward(&fc, buf->dxp + o * c, gw.fcw + (size_t)e * 4 * c * c, gw.fcb + (size_t)e * 4 * c,
-                        buf->dfch + o * 4 * c, a->xp + o * c, w.fcw + (size_t)e * 4 * c * c, buf->scratch, NULL, rows, st);
+        linear_backward(&fc, buf->dxl + o * c, gw.fcw + (size_t)e * 4 * c * c, gw.fcb + (size_t)e * 4 * c,
+                        buf->dfch + o * 4 * c, a->xl + o * c, w.fcw + (size_t)e * 4 * c * c, buf->scratch, NULL, rows, st);
     }
+    ep_combine(s->ep, buf->dxl, off, a->ep_recv, a->ep_loff, buf->rm, buf->dxp, C, st);
     moe_permute_backward(dx, buf->dxp, r->assign_row, N, K, C, st);
     moe_route_backward(buf->dlogits, r, buf->dgates, N, E, K, s->aux_coef, s->z_coef, loss_scale, st);
     moe_router_logits_backward(dx, gw.router, buf->dlogits, x, w.router, N, C, E, st);

@@ -103,6 +103,8 @@ typedef struct {
     BlockLinears* layer_lin; // (L) after stage_enable_fp8: lin per layer, in FP8 with the layer's entries; else NULL
     LinearSpec lm_head;
     int B, T;               // the micro-batch shape (T: the rank's tokens of each sequence, cp_local_T)
+    EPGroup ep;             // expert parallelism (llm/sharded/expert_parallel.h; a group of one without it): a moe
+                            // model's MoESpec points to it
     CPGroup cp;             // context parallelism (llm/sharded/context_parallel.h): the sequence split, the attention's
                             // workspaces; size 1: none
     int num_slots;
@@ -162,6 +164,10 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     st->recompute = recompute;
     st->lin = block_linears(c, st->tp);
     st->lin.cp = &st->cp;  // (the stage stays where it was made: pipeline.h's chunks, a caller's variable)
+    if (c.num_experts > 0) {  // the experts units hold E/ep experts: the moe layers send tokens to the others' (with ep)
+        ep_init(&st->ep, tp.comm, c.num_experts, lay->ep_size);
+        st->lin.moe.ep = &st->ep;
+    }
     cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);
     st->lm_head = linear_spec_of("lm_head", c, T_WTE, -1, 0, st->tp);  // tied to wte: split as the table splits wte
     const LinearSpec* specs[5] = {&st->lin.qkv, &st->lin.attproj, &st->lin.fc, &st->lin.fcproj, &st->lm_head};
@@ -184,6 +190,11 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
         memset(mb->blocks, 0, (size_t)L * sizeof(BlockActs));
         mb->mem = (void**)mallocCheck((size_t)(L + 1) * sizeof(void*));
         memset(mb->mem, 0, (size_t)(L + 1) * sizeof(void*));
+        if (c.num_experts > 0) {  // a moe layer's MoEActs (allocated below): marks it before its fields are carved
+            mb->moe = (MoEActs*)mallocCheck((size_t)L * sizeof(MoEActs));
+            memset(mb->moe, 0, (size_t)L * sizeof(MoEActs));
+            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) mb->blocks[l].moe = &mb->moe[l];
+        }
         for (int l = l0; l < l1; l++) {  // block l's input x[l] and what the policy keeps of its activations
             size_t before = mem_live(MEM_ACTIVATIONS);
             ActField f[BLOCK_ACT_FIELDS + 1];
@@ -218,13 +229,7 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
         memset(st->moe_counts, 0, (size_t)L * 2 * E * sizeof(long long));
         for (int s = 0; s < num_slots; s++) {
             MicroBatch* mb = &st->slots[s];
-            mb->moe = (MoEActs*)mallocCheck((size_t)L * sizeof(MoEActs));
-            memset(mb->moe, 0, (size_t)L * sizeof(MoEActs));
-            for (int l = l0; l < l1; l++) {
-                if (!layer_is_moe(c, l)) continue;
-                moe_acts_alloc(&mb->moe[l], &most, (int)BT, (int)C);
-                mb->blocks[l].moe = &mb->moe[l];
-            }
+            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) moe_acts_alloc(&mb->moe[l], &most, (int)BT, (int)C);
         }
     }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
@@ -341,6 +346,7 @@ static void stage_free(Stage* st) {
         free(mb->moe);
     }
     if (st->moe_buf.mem != NULL) moe_buffers_free(&st->moe_buf);
+    ep_free(&st->ep);
     free(st->moe_counts);
     free(st->slots);
     device_free(st->shared_mem);

@@ -14,6 +14,7 @@
 #include "../core/common.h"
 #include "../core/rand.h"
 #include "tensors.h"
+#include "../sharded/expert_parallel.h"  // ep_layout_error
 
 typedef struct {
     size_t n;        // values of the unit's tensors
@@ -26,27 +27,34 @@ typedef struct {
 typedef struct {
     GPTConfig cfg;
     int tp_size, tp_rank;              // the tensor-parallel split: this layout holds rank tp_rank's shards
+    int ep_size, ep_rank;              // expert parallelism: an experts unit holds the E/ep_size experts
+                                       // [ep_rank E/ep_size, (ep_rank+1) E/ep_size) (llm/sharded/expert_parallel.h)
     size_t align;                      // every unit is padded to a multiple of this many values
     size_t num_parameters;             // Psi (the whole model's)
     size_t shard_parameters;           // the values this rank holds: its tp shards of the units of its
                                        // pipeline stage (Psi when tp = pp = 1)
     size_t ckpt_offset[NUM_TENSORS];   // first value of each tensor in checkpoint order (whole tensors)
     size_t unit_offset[NUM_TENSORS];   // first value of each tensor's shard within a unit that holds it
-    size_t layer_size[NUM_TENSORS];    // values of each tensor's shard in a unit (E experts' for an experts tensor)
+    size_t layer_size[NUM_TENSORS];    // values of each tensor's shard in a unit (E/ep experts' for an experts tensor)
     int num_units;
     UnitInfo* units;                   // (num_units)
     size_t packed_size;                // sum of the padded units
 } ParamLayout;
 
 // the packed layout of tp rank tp_rank's shards (tp = 1: the whole model) of the units held[u] != 0
-// (held NULL: every unit; pipeline parallelism gives each stage its own, llm/parallel/pipeline.h)
-static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank, const int* held) {
+// (held NULL: every unit; pipeline parallelism gives each stage its own, llm/parallel/pipeline.h), the
+// experts units holding ep rank ep_rank's experts
+static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_size, int tp_rank, const int* held,
+                           int ep_size = 1, int ep_rank = 0) {
     memset(lay, 0, sizeof(*lay));
     char err[256];
     if (tp_layout_error(c.num_heads, c.padded_vocab_size, c.channels, tp_size, err, sizeof(err))) fatal("%s", err);
+    if (ep_layout_error(c.num_experts, ep_size, err, sizeof(err))) fatal("layout: %s", err);
     lay->cfg = c;
     lay->tp_size = tp_size;
     lay->tp_rank = tp_rank;
+    lay->ep_size = ep_size;
+    lay->ep_rank = ep_rank;
     lay->align = align;
     lay->num_units = num_units(c);
     lay->units = (UnitInfo*)mallocCheck((size_t)lay->num_units * sizeof(UnitInfo));
@@ -55,7 +63,7 @@ static void layout_init_pp(ParamLayout* lay, GPTConfig c, size_t align, int tp_s
     for (int t = 0; t < NUM_TENSORS; t++) {
         lay->ckpt_offset[t] = ckpt;
         ckpt += tensor_size(c, t);
-        size_t n = tensor_shard_size(c, t, tp_size) * (TENSORS[t].experts ? (size_t)c.num_experts : 1);
+        size_t n = tensor_shard_size(c, t, tp_size) * (TENSORS[t].experts ? (size_t)(c.num_experts / ep_size) : 1);
         lay->layer_size[t] = n;
         int placed = 0;
         for (int k = 0; k <= UNIT_KIND_FINAL; k++) {
@@ -105,25 +113,29 @@ static inline size_t unit_tensor_ckpt_offset(const ParamLayout* lay, int u, int 
     return lay->ckpt_offset[t] + before * tensor_layer_size(lay->cfg, t);
 }
 
-// tp_shard_copy of unit u's copy of tensor t: an experts tensor expert by expert (each (rows, cols))
-static void unit_tensor_copy(const ParamLayout* lay, int t, int rank, float* whole, float* shard, int to_shard) {
+// tp_shard_copy of unit u's copy of tensor t: an experts tensor expert by expert (each (rows, cols)), ep rank
+// ep_rank's E/ep of them
+static void unit_tensor_copy(const ParamLayout* lay, int t, int rank, int ep_rank, float* whole, float* shard, int to_shard) {
     GPTConfig c = lay->cfg;
-    int copies = TENSORS[t].experts ? c.num_experts : 1;
+    int copies = TENSORS[t].experts ? c.num_experts / lay->ep_size : 1, first = TENSORS[t].experts ? ep_rank * copies : 0;
     size_t w = dim_value(c, TENSORS[t].rows) * dim_value(c, TENSORS[t].cols), s = tensor_shard_size(c, t, lay->tp_size);
-    for (int e = 0; e < copies; e++) tp_shard_copy(c, t, lay->tp_size, rank, whole + (size_t)e * w, shard + (size_t)e * s, to_shard);
+    for (int e = 0; e < copies; e++) {
+        tp_shard_copy(c, t, lay->tp_size, rank, whole + (size_t)(first + e) * w, shard + (size_t)e * s, to_shard);
+    }
 }
 
-// every held unit's tensors between checkpoint order and the packed layout, tp rank `rank`'s shards:
-// to_packed 1: packed's places = ckpt's values; 0: ckpt's places = packed's (the pads dropped; with tp > 1
-// the other ranks' parts of ckpt, and the units this pipeline stage does not hold, left as they are)
-static void layout_move(const ParamLayout* lay, int rank, float* ckpt, float* packed, int to_packed) {
+// every held unit's tensors between checkpoint order and the packed layout, tp rank `rank`'s shards of ep rank
+// ep_rank's experts: to_packed 1: packed's places = ckpt's values; 0: ckpt's places = packed's (the pads dropped;
+// with tp > 1 or ep > 1 the other ranks' parts of ckpt, and the units this pipeline stage does not hold, left as
+// they are)
+static void layout_move(const ParamLayout* lay, int rank, int ep_rank, float* ckpt, float* packed, int to_packed) {
     int ts[NUM_TENSORS];
     for (int u = 0; u < lay->num_units; u++) {
         if (!lay->units[u].held) continue;
         int k = unit_tensors(lay, u, ts);
         for (int i = 0; i < k; i++) {
             int t = ts[i];
-            unit_tensor_copy(lay, t, rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
+            unit_tensor_copy(lay, t, rank, ep_rank, ckpt + unit_tensor_ckpt_offset(lay, u, t),
                              packed + lay->units[u].start + lay->unit_offset[t], to_packed);
         }
     }
@@ -133,16 +145,17 @@ static void layout_move(const ParamLayout* lay, int rank, float* ckpt, float* pa
 // zero); host FP32
 static void layout_to_packed(const ParamLayout* lay, const float* ckpt, float* packed) {
     memset(packed, 0, lay->packed_size * sizeof(float));
-    layout_move(lay, lay->tp_rank, (float*)ckpt, packed, 1);
+    layout_move(lay, lay->tp_rank, lay->ep_rank, (float*)ckpt, packed, 1);
 }
 
-// packed (the shards of tp rank `rank` in a layout like lay) into their places in checkpoint order
-static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, const float* packed, float* ckpt) {
-    layout_move(lay, rank, ckpt, (float*)packed, 0);
+// packed (the shards of tp rank `rank` and the experts of ep rank ep_rank in a layout like lay) into their
+// places in checkpoint order
+static void layout_to_checkpoint_rank(const ParamLayout* lay, int rank, int ep_rank, const float* packed, float* ckpt) {
+    layout_move(lay, rank, ep_rank, ckpt, (float*)packed, 0);
 }
 
 static void layout_to_checkpoint(const ParamLayout* lay, const float* packed, float* ckpt) {
-    layout_to_checkpoint_rank(lay, lay->tp_rank, packed, ckpt);
+    layout_to_checkpoint_rank(lay, lay->tp_rank, lay->ep_rank, packed, ckpt);
 }
 
 // ----------------------------------------------------------------------------

@@ -124,8 +124,9 @@ static int commq_wait_oldest(Comm* c, CommQueue* q) {
 // ----------------------------------------------------------------------------
 // DDP's bucket launch: the all-reduce (average over the dp group) of one ready bucket, in place
 
-// grads: (n) the bucket's gradients, contiguous; tag: its unit
-static void ddp_bucket_ready(Comm* c, CommQueue* q, floatX* grads, size_t n, int tag, cudaStream_t stream) {
-    commq_push(q, comm_all_reduce_start(c, GROUP_DP, grads, grads, n, COMM_AVG, stream), tag);
+// grads: (n) the bucket's gradients, contiguous; tag: its unit; g: the group that holds replicas of it (GROUP_DP, or
+// GROUP_EDP for an experts unit split by expert parallelism)
+static void ddp_bucket_ready(Comm* c, CommQueue* q, CommGroup g, floatX* grads, size_t n, int tag, cudaStream_t stream) {
+    commq_push(q, comm_all_reduce_start(c, g, grads, grads, n, COMM_AVG, stream), tag);
     commq_poll(c, q, NULL);  // progress for the ones launched before
 }

@@ -53,6 +53,8 @@ typedef struct {
 typedef struct {
     ZeroConfig zero;        // the three switches (llm/parallel/zero.h)
     int size, rank;         // the gradient group (llm/comm/mesh.h: mesh.grad, dp x cp): N and this rank's place
+    int esize, erank;       // expert parallelism (ep > 1): the experts units' gradient group (mesh.egrad, GROUP_EDP,
+                            // the ranks holding the same experts); without it, size and rank
     int pp_size, pp_rank;   // the pipeline (mesh.pp): this rank's stage holds only its units (lay.units[u].held)
     Comm* comm;
     ParamLayout lay;        // the packed layout, units padded to ZERO_ALIGN * N values
@@ -62,7 +64,7 @@ typedef struct {
     floatX* grads;          // (packed_size) replicated gradients: the whole gradient
     floatX* grads_shard;    // (shard_size) shard_grads: this rank's blocks of the averaged gradient
     AdamWState opt;         // of what this rank updates: packed_size values, or shard_size with shard_optim
-    float* scalars;         // (2) device: a value to average, a sampled token to agree on
+    float* scalars;         // (3) device: a value to average, a sampled token to agree on, the experts' norm (ep)
     CommQueue grad_queue;   // gradient all-reduces (DDP) or reduce-scatters (shard_optim) in flight
     int last_micro;         // 1 in the step's last micro-batch: its backward communicates
     DpTrace trace;          // this step's data-parallel operations, in order (llm/parallel/ddp.h)
@@ -72,6 +74,22 @@ typedef struct {
     GradHook grad_hook;     // DpConfig's
     int embed_local;        // DpConfig's: the tied embedding's one copy (1) or two over GROUP_EMBED (0)
 } DataParallel;
+
+// an experts unit split by expert parallelism: its gradients are averaged over GROUP_EDP (the ranks that hold
+// the same experts), not over GROUP_DP; every other unit over GROUP_DP
+static inline int dp_unit_expert(const DataParallel* dp, int u) {
+    return dp->lay.ep_size > 1 && unit_kind(dp->lay.cfg, u) == UNIT_KIND_EXPERTS;
+}
+static inline CommGroup dp_unit_group(const DataParallel* dp, int u) { return dp_unit_expert(dp, u) ? GROUP_EDP : GROUP_DP; }
+static inline int dp_unit_rank(const DataParallel* dp, int u) { return dp_unit_expert(dp, u) ? dp->erank : dp->rank; }
+static inline int dp_unit_size(const DataParallel* dp, int u) { return dp_unit_expert(dp, u) ? dp->esize : dp->size; }
+// The factor between unit u's gradient as reduced and the gradient of the step's loss. 1, but for an experts unit
+// split by expert parallelism 1/ep: each rank's backward gives the gradient of its own loss (the mean over its tokens),
+// and the average over GROUP_DP makes the step's mean; an expert's gradient on its rank sums the contributions of the
+// ep ranks' tokens it received, and the average over GROUP_EDP divides by dp x cp / ep only. The missing 1/ep is
+// applied where the gradient is read, the norm and AdamW (llm/parallel/dp_step.h): Megatron-Core likewise scales
+// expert gradients by 1/dp (not 1/edp) before their reduction over the expert-data-parallel group.
+static inline float dp_grad_factor(const DataParallel* dp, int u) { return dp_unit_expert(dp, u) ? 1.0f / (float)dp->lay.ep_size : 1.0f; }
 
 // the unit positions [lo, hi) this rank updates, and where position pos of unit u lives in its
 // optimizer state (and in the shards)
@@ -147,9 +165,9 @@ static void dp_hook_grads_ready(void* ctx, int u) {
         dp->grad_hook.before_reduce(dp->grad_hook.ctx, dp->zero.shard_grads ? dp->z.unit_grads[u] : g, dp->lay.units[u].n);
     }
     if (!dp->zero.shard_optim) {  // DDP: every rank needs the whole average
-        ddp_bucket_ready(dp->comm, &dp->grad_queue, g, dp->lay.units[u].n, u, s);
+        ddp_bucket_ready(dp->comm, &dp->grad_queue, dp_unit_group(dp, u), g, dp->lay.units[u].n, u, s);
     } else if (!dp->zero.shard_grads) {  // in place: this rank's block of the full gradient becomes the average
-        zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, g, g + (size_t)dp->rank * dp->z.block[u], s);
+        zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, g, g + (size_t)dp_unit_rank(dp, u) * dp->z.block[u], s);
     } else {  // from the unit's working buffer into the shard
         zero_reduce_scatter(&dp->z, dp->comm, &dp->grad_queue, u, dp->z.unit_grads[u], dp->grads_shard + dp->z.shard_off[u], s);
     }
@@ -182,11 +200,30 @@ static int dp_hook_agree_token(void* ctx, int token) {
 // (FP32 master, m, v), the paper's mixed-precision case: 16, 2+2+12/N, 2+14/N, 16/N. dp_init allocates
 // exactly these (plus the pads of the blocks), each buffer with its kind (llm/core/context.h), so the
 // memory report prints what was allocated and test/test_ddp_zero.sh compares it with this formula.
-static double dp_paper_bytes(ZeroConfig zero, int N, double psi) {
+static void dp_paper_terms(ZeroConfig zero, double* whole, double* parted) {
     double p = (double)sizeof(floatX), g = p, K = ADAMW_HAS_MASTER ? 12.0 : 8.0;
-    double whole = (zero.shard_params ? 0 : p) + (zero.shard_grads ? 0 : g) + (zero.shard_optim ? 0 : K);  // per Psi
-    double parted = (zero.shard_params ? p : 0) + (zero.shard_grads ? g : 0) + (zero.shard_optim ? K : 0);  // per Psi/N
+    *whole = (zero.shard_params ? 0 : p) + (zero.shard_grads ? 0 : g) + (zero.shard_optim ? 0 : K);  // per Psi
+    *parted = (zero.shard_params ? p : 0) + (zero.shard_grads ? g : 0) + (zero.shard_optim ? K : 0);  // per Psi/N
+}
+static double dp_paper_bytes(ZeroConfig zero, int N, double psi) {
+    double whole, parted;
+    dp_paper_terms(zero, &whole, &parted);
     return whole * psi + parted * psi / N;
+}
+
+// dp_paper_bytes of this rank's layout: with expert parallelism the experts units this rank holds are partitioned over
+// their own group (GROUP_EDP, dp->esize ranks), the other units over GROUP_DP: the table's "Psi/N" terms split in two,
+// (dense values)/N + (experts values held)/N_edp; the "Psi" terms are the values held either way
+static double dp_layout_paper_bytes(const DataParallel* dp) {
+    double dense = 0.0, experts = 0.0;
+    for (int u = 0; u < dp->lay.num_units; u++) {
+        if (dp_unit_expert(dp, u)) experts += (double)dp->lay.units[u].n;
+        else dense += (double)dp->lay.units[u].n;
+    }
+    if (experts == 0.0) return dp_paper_bytes(dp->zero, dp->size, dense);
+    double whole, parted;
+    dp_paper_terms(dp->zero, &whole, &parted);
+    return whole * (dense + experts) + parted * (dense / dp->size + experts / dp->esize);
 }
 
 // The layout and this rank's storage for conf's ZeRO level (its switches, zero_config) over the gradient
@@ -203,13 +240,16 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, const DpConfig*
     dp->comm = comm;
     dp->size = mesh->grad.size;
     dp->rank = mesh->grad.rank;
+    dp->esize = mesh->ep.size > 1 ? mesh->egrad.size : dp->size;
+    dp->erank = mesh->ep.size > 1 ? mesh->egrad.rank : dp->rank;
     dp->pp_size = mesh->pp.size;
     dp->pp_rank = mesh->pp.rank;
     dp->sequence_parallel = conf->sequence_parallel && mesh->tp.size > 1;
     dp->grad_hook = conf->grad_hook;
     dp->embed_local = conf->embed_local;
-    layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->size, mesh->tp.size, mesh->tp.rank, conf->held);
-    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank, dp->embed_local);
+    layout_init_pp(&dp->lay, cfg, (size_t)ZERO_ALIGN * dp->size, mesh->tp.size, mesh->tp.rank, conf->held, mesh->ep.size,
+                   mesh->ep.rank);
+    if (dp->zero.shard_optim) zero_init(&dp->z, &dp->lay, dp->zero, dp->size, dp->rank, dp->embed_local, dp->esize, dp->erank);
     dp->z.trace = &dp->trace;
     cudaStream_t s = llm_ctx.stream;
     size_t packed = dp->lay.packed_size, shard = dp->z.shard_size;  // Psi (padded) and about Psi/N values
@@ -224,7 +264,7 @@ static void dp_init(DataParallel* dp, Comm* comm, GPTConfig cfg, const DpConfig*
         device_memset_zero(dp->grads, packed * sizeof(floatX), s);
     }
     adamw_state_alloc(&dp->opt, dp_state_size(dp), s);  // K Psi/N with shard_optim, else K Psi (llm/ops/optimizer.h)
-    dp->scalars = (float*)device_malloc(2 * sizeof(float), MEM_WORKSPACE);
+    dp->scalars = (float*)device_malloc(3 * sizeof(float), MEM_WORKSPACE);
     commq_init(&dp->grad_queue, dp->lay.num_units + 1);
     dp->grad_queue.trace = &dp->trace;
     ParamHooks h = {dp, dp_hook_params, dp_hook_params_done, dp_hook_grads, dp_hook_grads_ready, dp_hook_agree_token};

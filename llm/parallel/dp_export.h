@@ -15,7 +15,7 @@
 static void dp_mine_from_packed(const DataParallel* dp, const float* packed, float* mine) {
     if (!dp->zero.shard_optim) { memcpy(mine, packed, dp->lay.packed_size * sizeof(float)); return; }
     for (int u = 0; u < dp->lay.num_units; u++) {
-        memcpy(mine + dp->z.shard_off[u], packed + dp->lay.units[u].start + (size_t)dp->rank * dp->z.block[u],
+        memcpy(mine + dp->z.shard_off[u], packed + dp->lay.units[u].start + (size_t)dp_unit_rank(dp, u) * dp->z.block[u],
                dp->z.block[u] * sizeof(float));
     }
 }
@@ -35,8 +35,8 @@ static void dp_gather_to_packed(DataParallel* dp, const void* src, int is_floatX
         if (padded == 0) continue;  // a unit of another pipeline stage
         void* tmp = device_malloc(padded * esz, MEM_COMM);
         const char* mine = (const char*)src + dp->z.shard_off[u] * esz;
-        if (is_floatX) comm_all_gather(dp->comm, GROUP_DP, (const floatX*)mine, (floatX*)tmp, block, s);
-        else comm_all_gather(dp->comm, GROUP_DP, (const float*)mine, (float*)tmp, block, s);
+        if (is_floatX) comm_all_gather(dp->comm, dp_unit_group(dp, u), (const floatX*)mine, (floatX*)tmp, block, s);
+        else comm_all_gather(dp->comm, dp_unit_group(dp, u), (const float*)mine, (float*)tmp, block, s);
         device_synchronize();
         if (is_floatX) copy_to_host_float(packed + dp->lay.units[u].start, (const floatX*)tmp, padded);
         else copy_to_host(packed + dp->lay.units[u].start, tmp, padded * sizeof(float));
@@ -78,25 +78,31 @@ static void dp_import_moments(DataParallel* dp, const float* m, const float* v) 
     free(mine);
 }
 
-// packed (this tp rank's shards, host FP32) into the whole model in checkpoint order: with tp > 1 the
-// tp group all-gathers the packed shards (every rank of the tp group must call it) and each rank's
-// shards go to their places (the replicated tensors are the same on every tp rank)
+// packed (this tp rank's shards of this ep rank's experts, host FP32) into the whole model in checkpoint order:
+// with tp > 1 the tp group all-gathers the packed shards, with ep > 1 the ep group all-gathers those (every rank of
+// both groups must call it), and each rank's shards go to their places (the replicated tensors, and with ep the
+// dense ones, are the same on every such rank)
 static void dp_pp_to_first_stage(DataParallel* dp, float* ckpt);
 static void dp_packed_to_checkpoint(DataParallel* dp, const float* packed, float* ckpt) {
     const ParamLayout* lay = &dp->lay;
-    if (lay->tp_size == 1) {
+    if (lay->tp_size == 1 && lay->ep_size == 1) {
         layout_to_checkpoint(lay, packed, ckpt);
         dp_pp_to_first_stage(dp, ckpt);
         return;
     }
-    size_t n = lay->packed_size;
-    float* dev = (float*)device_malloc((size_t)(lay->tp_size + 1) * n * sizeof(float), MEM_COMM);
-    float* all = (float*)mallocCheck((size_t)lay->tp_size * n * sizeof(float));
-    copy_to_device(dev + (size_t)lay->tp_size * n, packed, n * sizeof(float));
-    comm_all_gather(dp->comm, GROUP_TP, dev + (size_t)lay->tp_size * n, dev, n, llm_ctx.stream);
+    size_t n = lay->packed_size, tp = (size_t)lay->tp_size, ep = (size_t)lay->ep_size;
+    float* dev = (float*)device_malloc((ep * tp + 1) * n * sizeof(float), MEM_COMM);  // (ep, tp, n), then this rank's
+    float* all = (float*)mallocCheck(ep * tp * n * sizeof(float));
+    float* mine = dev + ep * tp * n;
+    copy_to_device(mine, packed, n * sizeof(float));
+    float* tp_all = dev + (size_t)lay->ep_rank * tp * n;  // this ep rank's place: the tp group's shards
+    comm_all_gather(dp->comm, GROUP_TP, mine, tp_all, n, llm_ctx.stream);
+    if (ep > 1) comm_all_gather(dp->comm, GROUP_EP, tp_all, dev, tp * n, llm_ctx.stream);
     device_synchronize();
-    copy_to_host(all, dev, (size_t)lay->tp_size * n * sizeof(float));
-    for (int r = 0; r < lay->tp_size; r++) layout_to_checkpoint_rank(lay, r, all + (size_t)r * n, ckpt);
+    copy_to_host(all, dev, ep * tp * n * sizeof(float));
+    for (int e = 0; e < (int)ep; e++) {
+        for (int r = 0; r < (int)tp; r++) layout_to_checkpoint_rank(lay, r, e, all + ((size_t)e * tp + r) * n, ckpt);
+    }
     free(all);
     device_free(dev);
     dp_pp_to_first_stage(dp, ckpt);

@@ -118,13 +118,19 @@ static float dp_grad_norm(DataParallel* dp) {
     const ParamLayout* lay = &dp->lay;
     device_memset_zero(st->norm, sizeof(float), s);
     int second_embed = dp->pp_size > 1 && dp->pp_rank == dp->pp_size - 1 && !dp->embed_local;  // the last stage's copy of the embedding
+    // expert parallelism: the experts' squares go to dp->scalars[2], times dp_grad_factor^2 (1/ep^2); with replicated
+    // gradients this rank holds its experts' whole gradients and the other ep ranks theirs: summed over the ep group
+    // (under ZeRO the sum over GROUP_DP below meets each experts block once: the ep ranks hold different experts,
+    // each sharded over its edp group)
+    int ep = lay->ep_size;
     int copies = 0;  // this rank holds copies counted elsewhere: their squares go to dp->scalars[0]
-    if (lay->tp_size > 1 || second_embed) {
-        device_memset_zero(dp->scalars, sizeof(float), s);
+    if (lay->tp_size > 1 || second_embed || ep > 1) {
+        device_memset_zero(dp->scalars, 3 * sizeof(float), s);
         for (DpPiece p = {0, -1}; dp_next_piece(dp, &p);) {
             int copy = (tp_replicated(p.t) && lay->tp_rank != 0) || (second_embed && p.u == UNIT_EMBED);
             copies |= copy;
-            global_norm_squared(copy ? dp->scalars : st->norm, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
+            float* to = copy ? dp->scalars : (dp_unit_expert(dp, p.u) ? dp->scalars + 2 : st->norm);
+            global_norm_squared(to, dp_grad_at(dp, p.u, p.a), p.e - p.a, s);
         }
     } else if (!dp->zero.shard_optim) {
         global_norm_squared(st->norm, dp->grads, lay->packed_size, s);
@@ -141,6 +147,15 @@ static float dp_grad_norm(DataParallel* dp) {
         device_synchronize();
         copy_to_host(&c2, dp->scalars, sizeof(float));
         if (!isfinite(c2)) { float nan = NAN; copy_to_device(st->norm, &nan, sizeof(float)); }
+    }
+    if (ep > 1) {  // norm += the experts' squares, scaled (and with replicated gradients summed over the ep group)
+        if (!dp->zero.shard_optim) comm_all_reduce(dp->comm, GROUP_EP, dp->scalars + 2, dp->scalars + 2, 1, COMM_SUM, s);
+        float two[2];
+        device_synchronize();
+        copy_to_host(&two[0], st->norm, sizeof(float));
+        copy_to_host(&two[1], dp->scalars + 2, sizeof(float));
+        two[0] += two[1] / ((float)ep * (float)ep);
+        copy_to_device(st->norm, &two[0], sizeof(float));
     }
     if (dp->zero.shard_optim) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     if (lay->tp_size > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);
@@ -166,11 +181,11 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
         int t = p.t, u = p.u;
         size_t a = p.a, e = p.e, i = dp_index(dp, u, a);  // i: in m, v, master and the shards
         floatX* param = dp->zero.shard_params ? dp->params_shard + i : dp->params + lay->units[u].start + a;
-        float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f;
+        float wd = TENSORS[t].decay ? oc->weight_decay : 0.0f, gs = grad_scale * dp_grad_factor(dp, u);
         // the rounding bits of an element depend on (step, unit, tensor, its place in the tensor's
         // slice), not on how the ranks' blocks cut the slice: every layout rounds alike
         adamw_update(param, st->master ? st->master + i : NULL, dp_grad_at(dp, u, a), st->m + i, st->v + i, e - a, lr,
-                     oc->beta1, oc->beta2, st->t, oc->eps, wd, grad_scale, seed + (unsigned)t + 16u * (unsigned)u, s,
+                     oc->beta1, oc->beta2, st->t, oc->eps, wd, gs, seed + (unsigned)t + 16u * (unsigned)u, s,
                      a - lay->unit_offset[t]);
     }
     if (dp->zero.shard_optim && !dp->zero.shard_params) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);

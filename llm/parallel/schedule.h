@@ -349,3 +349,35 @@ static PipePlan pipe_plan(const Schedule* s) {
     pipe_sim_free(&sim);
     return p;
 }
+
+// ----------------------------------------------------------------------------
+// what a rank's list holds at once (the executor sizes its buffers by these; the planner, scripts/plan.py, reads
+// them through build/pipeline_sim --json)
+
+// the most micro-batches alive at once in each chunk of rank's list (after F, until B, or W when split)
+static void pipe_peak_slots(const Schedule* s, int rank, int* peak /*(V)*/) {
+    int* live = (int*)calloc((size_t)s->V, sizeof(int));
+    for (int c = 0; c < s->V; c++) peak[c] = 0;
+    for (int i = 0; i < s->n[rank]; i++) {
+        PipeOp op = s->ops[rank][i];
+        if (op.kind == PIPE_F && ++live[op.chunk] > peak[op.chunk]) peak[op.chunk] = live[op.chunk];
+        if ((op.kind == PIPE_B && !s->split_w) || op.kind == PIPE_W) live[op.chunk]--;
+    }
+    free(live);
+}
+
+// the most B outputs this rank holds before their sends (or, handed to a stage of its own, before that
+// stage's B), walking its ops and messages in plan order
+static int pipe_peak_sends(const Schedule* s, const PipePlan* p, int rank) {
+    int held = 0, peak = 0, k = 0;
+    for (int i = 0; i <= s->n[rank]; i++) {
+        for (; k < p->n[rank] && p->x[rank][k].before == i; k++) if (p->x[rank][k].send && p->x[rank][k].kind == PIPE_B) held--;
+        if (i == s->n[rank]) break;
+        PipeOp op = s->ops[rank][i];
+        int st = schedule_stage(s, rank, op.chunk);
+        if (op.kind != PIPE_B) continue;
+        if (st < s->P * s->V - 1 && schedule_rank(s, st + 1) == rank) held--;  // its input, handed over here, is used
+        if (st > 0 && ++held > peak) peak = held;
+    }
+    return peak;
+}

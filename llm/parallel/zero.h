@@ -75,6 +75,9 @@ static const char* zero_name(int level) {
 typedef struct {
     ZeroConfig zero;
     int size, rank;         // the gradient group's (llm/comm/mesh.h: mesh.grad, dp x cp): N and this rank's place
+    int esize, erank;       // expert parallelism: the experts' gradient group (mesh.egrad, GROUP_EDP), which
+                            // shards the experts units (the ranks that hold the same experts); else size, rank
+    int* expert;            // (U) 1: an experts unit sharded over GROUP_EDP (ep > 1); 0: over GROUP_DP
     int num_units;
     size_t* block;          // (U) values of each block of unit u: padded / N
     size_t* shard_off;      // (U) where this rank's block of unit u starts in its shard
@@ -91,18 +94,28 @@ typedef struct {
     DpTrace* trace;         // where the gathers are recorded (llm/parallel/ddp.h), or NULL
 } ZeroState;
 
+// each unit's group: its ranks, this rank's place, the communicator (an experts unit with ep > 1: GROUP_EDP)
+static inline int zero_usize(const ZeroState* z, int u) { return z->expert[u] ? z->esize : z->size; }
+static inline int zero_urank(const ZeroState* z, int u) { return z->expert[u] ? z->erank : z->rank; }
+static inline CommGroup zero_ugroup(const ZeroState* z, int u) { return z->expert[u] ? GROUP_EDP : GROUP_DP; }
+
 // embed_twice: this rank runs the encoder and the LM head in two stages (the V placement of the pipeline
-// schedules, llm/parallel/schedule_list.h), each of which acquires the tied embedding itself: the orders list it twice
-static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int size, int rank, int embed_twice) {
+// schedules, llm/parallel/schedule_list.h), each of which acquires the tied embedding itself: the orders list it twice.
+// esize, erank: the experts' gradient group (mesh.egrad) when the layout splits the experts (lay->ep_size > 1)
+static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int size, int rank, int embed_twice,
+                      int esize, int erank) {
     memset(z, 0, sizeof(*z));
-    z->zero = zero; z->size = size; z->rank = rank;
+    z->zero = zero; z->size = size; z->rank = rank; z->esize = esize; z->erank = erank;
     int U = lay->num_units;
     z->num_units = U;
     z->block = (size_t*)mallocCheck((size_t)U * sizeof(size_t));
     z->shard_off = (size_t*)mallocCheck((size_t)U * sizeof(size_t));
+    z->expert = (int*)mallocCheck((size_t)U * sizeof(int));
     for (int u = 0; u < U; u++) {
-        if (lay->units[u].padded % ((size_t)ZERO_ALIGN * size) != 0) fatal("zero_init: unit %d is not padded for %d ranks", u, size);
-        z->block[u] = lay->units[u].padded / size;
+        z->expert[u] = lay->ep_size > 1 && unit_kind(lay->cfg, u) == UNIT_KIND_EXPERTS;
+        int n = zero_usize(z, u);
+        if (lay->units[u].padded % ((size_t)ZERO_ALIGN * n) != 0) fatal("zero_init: unit %d is not padded for %d ranks", u, n);
+        z->block[u] = lay->units[u].padded / n;
         z->shard_off[u] = z->shard_size;
         z->shard_size += z->block[u];
     }
@@ -157,21 +170,21 @@ static void zero_init(ZeroState* z, const ParamLayout* lay, ZeroConfig zero, int
 }
 
 static void zero_free(ZeroState* z) {
-    free(z->block); free(z->shard_off); free(z->unit_params); free(z->unit_grads); free(z->gathers); free(z->order); free(z->done);
+    free(z->block); free(z->shard_off); free(z->expert); free(z->unit_params); free(z->unit_grads); free(z->gathers); free(z->order); free(z->done);
     pool_free(&z->pool);
     memset(z, 0, sizeof(*z));
 }
 
 // the positions [lo, hi) of unit u (of n values) that this rank owns: its block, less the pad
 static inline void zero_owned(const ZeroState* z, int u, size_t n, size_t* lo, size_t* hi) {
-    *lo = (size_t)z->rank * z->block[u];
+    *lo = (size_t)zero_urank(z, u) * z->block[u];
     *hi = *lo + z->block[u] < n ? *lo + z->block[u] : n;
     if (*lo > *hi) *lo = *hi;
 }
 
 // where unit position pos (inside this rank's block of unit u) lives in the shard
 static inline size_t zero_shard_index(const ZeroState* z, int u, size_t pos) {
-    return z->shard_off[u] + pos - (size_t)z->rank * z->block[u];
+    return z->shard_off[u] + pos - (size_t)zero_urank(z, u) * z->block[u];
 }
 
 // a unit's gradient reduction finished: its working buffer goes back to the pool (partitioned gradients)
@@ -195,8 +208,8 @@ static void zero_poll_grads(ZeroState* z, Comm* c, CommQueue* q) {
 static void zero_gather_start(ZeroState* z, Comm* c, int u, const floatX* params_shard, cudaStream_t s) {
     if (z->unit_params[u] != NULL) return;  // started already (prefetched)
     dp_trace(z->trace, 'G', u);
-    z->unit_params[u] = pool_get(&z->pool, z->block[u] * z->size);
-    z->gathers[u] = comm_all_gather_start(c, GROUP_DP, params_shard + z->shard_off[u], z->unit_params[u], z->block[u], s);
+    z->unit_params[u] = pool_get(&z->pool, z->block[u] * zero_usize(z, u));
+    z->gathers[u] = comm_all_gather_start(c, zero_ugroup(z, u), params_shard + z->shard_off[u], z->unit_params[u], z->block[u], s);
 }
 
 // unit u's whole parameters for pass 0 (forward) or 1 (backward): gathered unless prefetched, the next
@@ -242,7 +255,7 @@ static void zero_check_released(const ZeroState* z) {
 // step's first micro-batch asks for it
 static floatX* zero_unit_grads(ZeroState* z, int u, cudaStream_t s) {
     if (z->unit_grads[u] == NULL) {
-        size_t n = z->block[u] * z->size;
+        size_t n = z->block[u] * zero_usize(z, u);
         z->unit_grads[u] = pool_get(&z->pool, n);
         device_memset_zero(z->unit_grads[u], n * sizeof(floatX), s);
     }
@@ -254,7 +267,7 @@ static floatX* zero_unit_grads(ZeroState* z, int u, cudaStream_t s) {
 // from the working buffer into the shard with partitioned ones. The finished reductions release their
 // working buffers; at most ZERO_MAX_INFLIGHT stay in flight then (each holds a working buffer).
 static void zero_reduce_scatter(ZeroState* z, Comm* c, CommQueue* q, int u, floatX* grads, floatX* dst, cudaStream_t s) {
-    commq_push(q, comm_reduce_scatter_start(c, GROUP_DP, grads, dst, z->block[u], COMM_AVG, s), u);
+    commq_push(q, comm_reduce_scatter_start(c, zero_ugroup(z, u), grads, dst, z->block[u], COMM_AVG, s), u);
     zero_poll_grads(z, c, q);
     while (z->zero.shard_grads && q->count > ZERO_MAX_INFLIGHT) zero_grads_done(z, commq_wait_oldest(c, q));
 }
@@ -277,7 +290,7 @@ static void zero_gather_updated(ZeroState* z, Comm* c, const ParamLayout* lay, f
         if (u < U) {
             dp_trace(z->trace, 'G', u);
             floatX* unit = params + lay->units[u].start;
-            h[u % 2] = comm_all_gather_start(c, GROUP_DP, unit + (size_t)z->rank * z->block[u], unit, z->block[u], s);
+            h[u % 2] = comm_all_gather_start(c, zero_ugroup(z, u), unit + (size_t)zero_urank(z, u) * z->block[u], unit, z->block[u], s);
         }
         if (u > 0) comm_wait(c, &h[(u - 1) % 2]);
     }

@@ -33,6 +33,7 @@ typedef struct {
     int keep_checkpoints;       // sharded: keep the K newest good checkpoints and the K newest of any kind (0: all)
     int save_on_signal;         // 1: SIGTERM/SIGINT save the step in flight and exit 128 + signal (llm/faults/preempt.h)
     int dp, tp, pp;             // the process mesh; dp 0 = world size / (tp * pp * cp)
+    int ep;                     // expert-parallel ranks, folded into dp: the experts split over them (llm/sharded/expert_parallel.h)
     int cp;                     // context-parallel ranks: the sequence split inside attention too (llm/sharded/context_parallel.h)
     int cp_impl;                // 0 ring attention, 1 Ulysses (all-to-alls to a head split)
     int cp_balance;             // ring's split of the sequence: 0 zigzag (chunks i and 2N-1-i), 1 contiguous
@@ -145,6 +146,7 @@ static const FlagDoc FLAGS[] = {
     {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp*cp)); world size = dp*tp*pp*cp"},
     {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/sharded/tensor_parallel.h)"},
     {"--sequence-parallel", 0, FLAG_INT, A_(sequence_parallel), 0, 1, NULL, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
+    {"--ep", 0, FLAG_INT, A_(ep), 1, 1 << 16, NULL, "expert-parallel ranks (default 1): each moe layer's experts split over ep of the dp ranks, tokens sent to them by two all-to-alls (llm/sharded/expert_parallel.h; docs/moe.md)"},
     {"--cp", 0, FLAG_INT, A_(cp), 1, 1 << 16, NULL, "context-parallel ranks (default 1): every sequence split over cp ranks, inside attention too (llm/sharded/context_parallel.h)"},
     {"--cp-impl", 0, FLAG_CHOICE, A_(cp_impl), 0, 0, "ring|ulysses", "with --cp: ring attention (K/V blocks around the ring) or Ulysses (all-to-alls to a head split) (default ring)"},
     {"--cp-balance", 0, FLAG_CHOICE, A_(cp_balance), 0, 0, "zigzag|contiguous", "with --cp: the chunks of the sequence a rank holds: zigzag (i and 2cp-1-i, balanced under the causal mask) or contiguous (default zigzag)"},
@@ -288,7 +290,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
     a->seed = 1337; a->shuffle = 1;
     a->val_every = 20; a->val_steps = 20; a->sample_every = 20; a->sample_len = 64; a->checkpoint_every = 0;
-    a->dp = 0; a->tp = 1; a->pp = 1; a->cp = 1; a->cp_impl = 0; a->cp_balance = 0; a->zero = 0; a->report_json = NULL; a->recompute = 0;
+    a->dp = 0; a->tp = 1; a->pp = 1; a->cp = 1; a->ep = 1; a->cp_impl = 0; a->cp_balance = 0; a->zero = 0; a->report_json = NULL; a->recompute = 0;
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 0; a->trace = NULL;  // vpp 0: the schedule's (args_check_layout)
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
@@ -363,12 +365,14 @@ static void args_check_default_data(const Args* a) {
 // why the experts flags cannot run (E experts, K per token: the model's), or 0. Refused for now: sequence
 // parallelism (each tp rank would route only its tokens: the experts' gradients would need a sum over tp),
 // context parallelism and FP8 (the experts' linears are not FP8 ones yet).
-static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n) {
+static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n, int model_known = 1) {
     if (E == 0) {
         if (a->top_k) snprintf(err, n, "--top-k %d: expected --experts > 0, found --experts 0", a->top_k);
+        else if (a->ep > 1 && model_known) snprintf(err, n, "--ep %d: expected a model with experts (--experts > 0), found a dense one", a->ep);
         return err[0] != '\0';
     }
     if (K > E) snprintf(err, n, "--top-k: expected at most --experts %d, found %d", E, K);
+    else if (E % a->ep != 0) snprintf(err, n, "--ep %d: expected a divisor of the experts per layer %d (each ep rank holds E/ep of them)", a->ep, E);
     else if (a->sequence_parallel) snprintf(err, n, "--experts %d: not with --sequence-parallel 1 yet (expected 0, found 1)", E);
     else if (cp_size > 1) snprintf(err, n, "--experts %d: not with --cp > 1 yet (expected 1, found %d)", E, cp_size);
     else if (a->fp8) snprintf(err, n, "--experts %d: not with --fp8 yet (expected none)", E);
@@ -393,7 +397,7 @@ static void args_check_layout(Args* a, Comm* c) {
     long bt = (long)a->B * a->T, btdp = bt * c->mesh.dp.size;
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
     if (a->vpp == 0) a->vpp = schedule_is_v(a->schedule) ? 2 : 1;  // --vpp not given: the V has two chunks, others one
-    if (args_moe_error(a, a->experts, a->top_k, c->mesh.cp.size, err, sizeof(err))) {
+    if (args_moe_error(a, a->experts, a->top_k, c->mesh.cp.size, err, sizeof(err), 0)) {  // (the model: setup_model)
     } else if (a->sequence_parallel && c->mesh.tp.size > 1 && a->T % c->mesh.tp.size != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
                  a->T, c->mesh.tp.size);

@@ -88,7 +88,7 @@ static double activation_formula_bytes(GPTConfig cfg, int B, int T, Recompute r,
 static void print_memory(const DataParallel* dp, const Stage* st) {
     double psi = (double)dp->lay.shard_parameters;  // Psi of the paper: what one model-parallel rank holds
     double states = (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_MOMENTS) + mem_live(MEM_MASTER));
-    double paper = dp_paper_bytes(dp->zero, dp->size, psi);
+    double paper = dp_layout_paper_bytes(dp);
     char formula[32];
     paper_formula_text(dp->zero, formula, sizeof(formula));
     int cp = dp->comm != NULL ? dp->comm->mesh.cp.size : 1;  // (context parallelism: the gradient group is dp x cp)
@@ -123,7 +123,7 @@ static void rank_report_json(const DataParallel* dp, const Stage* st, const Comm
                c->mesh.dp.rank, c->mesh.tp.rank, c->mesh.pp.rank, c->mesh.cp.rank, chunks[0], chunks[1]);
     // what this rank's pipeline stage holds (every rank alike without a pipeline)
     REPORT_PUT(",\"shard_parameters\":%zu,\"packed_parameters\":%zu,\"paper_model_states_bytes\":%.0f", dp->lay.shard_parameters,
-               dp->lay.packed_size, dp_paper_bytes(dp->zero, dp->size, (double)dp->lay.shard_parameters));
+               dp->lay.packed_size, dp_layout_paper_bytes(dp));
     if (extra) REPORT_PUT(",%s", extra);
     for (int k = 0; k < MEM_NUM_KINDS; k++) REPORT_PUT(",\"%s_bytes\":%zu,\"%s_peak_bytes\":%zu", keys[k], mem_live((MemKind)k), keys[k], mem_peak((MemKind)k));
     REPORT_PUT(",\"activations_per_layer_bytes\":%zu,\"comm_wait_ms_per_step\":%.3f,\"dp_events_dropped\":%d,\"dp_events\":\"",
@@ -167,7 +167,7 @@ static void write_report(const char* path, const DataParallel* dp, const Stage* 
                 dp->zero.level, c->world_size, c->mesh.dp.size, c->mesh.tp.size, c->mesh.pp.size, c->mesh.cp.size, cp_impl_name(st->cp.impl), cp_balance_name(st->cp.balance), LLM_BUILD_CPU ? "CPU" : (LLM_BUILD_EMU ? "emulated CUDA" : "CUDA"),
                 PRECISION_MODE, (int)sizeof(floatX), ADAMW_HAS_MASTER ? 12 : 8, dp->lay.num_parameters, dp->lay.shard_parameters, dp->lay.num_units,
                 dp->lay.packed_size, grad_accum, st->B, st->T, st->cfg.num_layers, st->cfg.channels, st->cfg.num_heads,
-                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_paper_bytes(dp->zero, dp->size, (double)dp->lay.shard_parameters),
+                st->tp.sequence_parallel, recompute_name(st->recompute), formula, dp_layout_paper_bytes(dp),
                 activation_formula_bytes(st->cfg, st->B, st->T, st->recompute, st->tp.size, st->tp.sequence_parallel,
                                                     st->cp.size > 1 && st->cp.impl == CP_ULYSSES), paper_sent_bytes(dp, grad_accum), timed_steps);
         for (int r = 0; r < c->world_size; r++) fprintf(mf, "%s%s", r ? "," : "", all + (size_t)r * REPORT_RANK_BYTES);

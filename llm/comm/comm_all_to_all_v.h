@@ -1,0 +1,80 @@
+// comm_all_to_all_v.h: the all-to-all of variable sizes that expert parallelism sends its tokens with
+// (llm/sharded/expert_parallel.h): rank i sends send_count[j] elements, from send + send_off[j], to rank j of
+// the group, and receives recv_count[i'] elements from each rank i' into recv + recv_off[i']. The counts
+// must agree (what i sends to j is what j expects from i): the caller exchanges them first (a fixed-size
+// all_to_all, llm/comm/comm.h). MPI_Alltoallv over MPI; over NCCL one group of a ncclSend and a ncclRecv
+// per other rank (NCCL has no all-to-all), the own block copied on the comm stream; blocking, like
+// comm_all_to_all.
+//
+// The ledger counts it as an all_to_all of the group (llm/comm/comm_ledger.h): the payload is the whole
+// send buffer (sum of send_count), and the bytes sent are exactly those that leave the rank (all blocks but
+// its own), not the ring model's (N-1)/N of the payload: with uneven routing they differ, and the ledger
+// records what was sent. (Equal blocks give the ring model's figure.)
+#pragma once
+
+#include "comm_engine.h"
+
+template <typename T>
+static void comm_all_to_all_v(Comm* c, CommGroup g, const T* send, const size_t* send_count, const size_t* send_off,
+                              T* recv, const size_t* recv_count, const size_t* recv_off, cudaStream_t stream,
+                              CommSite at = comm_here()) {
+    const char* name = "all_to_all";
+    if ((int)g < 0 || (int)g >= COMM_NUM_GROUPS) fatal("%s: invalid group %d", name, (int)g);
+    const int N = c->group_size[g], me = c->group_rank[g];
+    const CommDtype dt = comm_dtype_of(send);
+    const size_t esz = comm_dtype_size(dt);
+    size_t total_send = 0, away = 0;
+    for (int j = 0; j < N; j++) {
+        comm_check_buffer(send + send_off[j], send_count[j] * esz, "send", name);
+        comm_check_buffer(recv + recv_off[j], recv_count[j] * esz, "recv", name);
+        total_send += send_count[j];
+        if (j != me) away += send_count[j];
+    }
+    if (send_count[me] != recv_count[me]) {
+        fatal("%s: rank %d of the %s group sends %zu elements to itself but expects %zu", name, me, comm_group_name(g),
+              send_count[me], recv_count[me]);
+    }
+    c->ledger.calls[COMM_ALL_TO_ALL][g] += 1;
+    c->ledger.payload_bytes[COMM_ALL_TO_ALL][g] += (double)(total_send * esz);
+    c->ledger.sent_bytes[COMM_ALL_TO_ALL][g] += (double)(away * esz);
+    long long seq = ++c->wd.seq[g];
+    double t0 = wall_ms();
+    if (N == 1) {
+        if (send_count[0] > 0) copy_device_to_device(recv + recv_off[0], send + send_off[0], send_count[0] * esz, stream);
+        return;
+    }
+#if COMM_NCCL
+    ncclDataType_t nt = comm_nccl_type(dt);
+    comm_stream_begin(c, stream);
+    int wi = wd_nccl_begin(c, name, g, seq, at);
+    if (send_count[me] > 0) copy_device_to_device(recv + recv_off[me], send + send_off[me], send_count[me] * esz, c->stream);
+    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
+    for (int k = 1; k < N; k++) {  // to the k-th next rank, from the k-th previous: each pair meets once
+        int to = (me + k) % N, from = (me + N - k) % N;
+        if (send_count[to] > 0) ncclCheck(ncclSend(send + send_off[to], send_count[to], nt, to, c->nccl[g], c->stream));
+        if (recv_count[from] > 0) ncclCheck(ncclRecv(recv + recv_off[from], recv_count[from], nt, from, c->nccl[g], c->stream));
+    }
+    nccl_settle(c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    wd_nccl_end(c, wi);
+    cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
+#elif COMM_MPI
+    (void)stream;
+    int* cnt = (int*)mallocCheck(4 * (size_t)N * sizeof(int));  // send counts, send displacements, recv ..., recv ...
+    for (int j = 0; j < N; j++) {
+        cnt[j] = comm_mpi_count(send_count[j], name);
+        cnt[N + j] = comm_mpi_count(send_off[j], name);
+        cnt[2 * N + j] = comm_mpi_count(recv_count[j], name);
+        cnt[3 * N + j] = comm_mpi_count(recv_off[j], name);
+    }
+    MPI_Datatype mt = comm_mpi_type(dt);  // (16-bit values travel as MPI_UINT16_T: nothing is reduced)
+    MPI_Request req;
+    mpiCheck(MPI_Ialltoallv(send, cnt, cnt + N, mt, recv, cnt + 2 * N, cnt + 3 * N, mt, c->mpi[g], &req));
+    WdWait w = wd_collective(c, name, g, seq, at);
+    wd_wait(c, 1, &req, MPI_STATUSES_IGNORE, &w);
+    free(cnt);
+#else
+    (void)stream; (void)seq; (void)at;
+    fatal("%s: a group of %d ranks in a build without MPI", name, N);  // unreachable: every group has one rank
+#endif
+    c->blocking_ms[g] += wall_ms() - t0;
+}
