@@ -220,5 +220,9 @@ def cmd_bad(kind, path, out):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"make": cmd_make, "score": cmd_score, "compare": cmd_compare, "write": cmd_write, "parse": cmd_parse,
-     "bad": lambda k, p, o, *rest: cmd_bad(k, p, o)}[cmd](*args)
+    try:
+        {"make": cmd_make, "score": cmd_score, "compare": cmd_compare, "write": cmd_write, "parse": cmd_parse,
+         "bad": lambda k, p, o, *rest: cmd_bad(k, p, o)}[cmd](*args)
+    except AssertionError as e:  # a file not as documented: one line
+        print("%s: %s" % (cmd, e))
+        sys.exit(1)
