@@ -217,7 +217,8 @@ TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_moe_gpu build/test
 
 # HellaSwag (test/test_hellaswag.sh, `run hellaswag` in run_tests.sh): the trainers it runs, then the test alone
 .PHONY: test-hellaswag
-test-hellaswag: train_gpt_cpu build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/train_gpt_emu
+test-hellaswag: train_gpt_cpu build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/train_gpt_emu build/train_gpt_emu_bf16 \
+                build/train_gpt_emu_nompi
 	ONLY=hellaswag bash test/run_tests.sh
 
 .PHONY: test test-build

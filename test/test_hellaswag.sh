@@ -18,9 +18,10 @@
 #      --tp 2 --sequence-parallel 1, --pp 2 and --cp 2 (mpirun -np 2) = one process's losses within 1e-5 (dp and pp
 #      are the same arithmetic: 0 in practice; tp and cp sum in another order: ~2e-6), the same winners and count;
 #      the default cadence (--val-every's) there;
-#  (d) the other builds: the CPU BF16 and FP16 builds against the reference within 0.15 (16-bit storage: a
-#      value's rounding is 2^-9 of it, and the losses here are up to ~15; 0.03 measured), the emulated CUDA build
-#      (FP32) within 1e-4, each with the reference's winners and count;
+#  (d) the other builds: the CPU BF16 and FP16 builds and the emulated CUDA build in BF16 against the reference
+#      within 0.15 (16-bit storage: a value's rounding is 2^-9 of it, and the losses here are up to ~15; 0.04
+#      measured), the emulated CUDA build in FP32, with MPI and without (the one-process comm), within 1e-4, each
+#      with the reference's winners;
 #  (e) bad files and flags: a missing file, truncated, a token shard's magic, version 2, a token id = V, a context +
 #      completion of T + 1 tokens, header slot 3 wrong, an example's index wrong: one line "error: --hellaswag: ..."
 #      naming the file and what was expected, exit 1, nothing else printed; --hellaswag-losses without --hellaswag
@@ -98,7 +99,7 @@ for lay in "--dp 2" "--dp 2 --zero 3" "--tp 2" "--tp 2 --sequence-parallel 1" "-
 done
 
 # (d) the other builds
-for b in build/train_gpt_cpu_bf16:0.15 build/train_gpt_cpu_fp16:0.15 build/train_gpt_emu:1e-4; do
+for b in build/train_gpt_cpu_bf16:0.15 build/train_gpt_cpu_fp16:0.15 build/train_gpt_emu:1e-4 build/train_gpt_emu_bf16:0.15 build/train_gpt_emu_nompi:1e-4; do
     bin=${b%%:*} tol=${b#*:} n=$(basename "${b%%:*}")
     if [ ! -x "$bin" ]; then bad "$bin: not built (make $bin)"; continue; fi
     eval_run "$n" "$bin" --steps 1 && compare "$bin against the float64 reference" "$tmp/ref.txt" "$tmp/$n.txt" "$tol"
