@@ -399,14 +399,14 @@ static void train_loop(Trainer* tr, LoopStats* ls) {
         if (!sig && a->val_data && a->val_every > 0 && (step % a->val_every == 0 || last)) {
             vloss = val_loss_said(&tr->pipe, &tr->val_loader, a->val_steps, step, rank0);
         }
-        EvalCounts hs = {0, 0};
+        EvalCounts hs_counts = {0, 0};  // (examples 0: not evaluated at this step)
         if (!sig && a->hellaswag && hellaswag_due(a->hellaswag_every, a->val_every, step, steps)) {
-            hs = hellaswag_said(&tr->pipe, &tr->hs, step, rank0, a->hellaswag_losses);
+            hs_counts = hellaswag_said(&tr->pipe, &tr->hs, step, rank0, a->hellaswag_losses);
         }
         double tok_s = (float)(a->total_batch / (ms / 1e3));
         double mfu = mfu_of_step(&tr->peak, model_flops_per_token(&tr->cfg, T), tok_s, comm->world_size, &tr->logger, rank0, step);
         progress_step_line(progress, &tr->logger, rank0, step, steps, &r, vloss, ms, tok_s, mfu,
-                    comm->mesh.dp.size > 1 || tr->dp.zero.shard_optim ? wait : NAN, tr->scaler.mode != LOSS_SCALE_NONE, hs);
+                    comm->mesh.dp.size > 1 || tr->dp.zero.shard_optim ? wait : NAN, tr->scaler.mode != LOSS_SCALE_NONE, hs_counts);
         if (!sig && a->sample_every > 0 && (step % a->sample_every == 0 || last)) {
             print_sample(&tr->sampler, tr->eot, a->sample_len, &tr->sample_rng, tr->have_tok ? &tr->tok : NULL, rank0, step);
         }

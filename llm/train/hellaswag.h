@@ -85,7 +85,7 @@ static void hellaswag_load(HellaSwag* hs, const char* path, const char* flag, in
         const uint16_t* x = w + at;
         if (x[0] != HELLASWAG_DELIMITER) fatal("%s: '%s': example %d: expected the delimiter %d, found %d", flag, path, e, HELLASWAG_DELIMITER, x[0]);
         int bytes = x[1];
-        if (x[2] != (e & 0xffff)) fatal("%s: '%s': example %d: expected index %d, found %d", flag, path, e, e, x[2]);
+        if (x[2] != e) fatal("%s: '%s': example %d: expected index %d, found %d", flag, path, e, e, x[2]);
         if (bytes % 2 != 0 || bytes < 12) fatal("%s: '%s': example %d: expected an even byte count of at least 12, found %d", flag, path, e, bytes);
         if (at + (size_t)bytes / 2 > nw) {
             fatal("%s: '%s': example %d: expected its %d bytes, found the end of the file after %zu", flag, path, e, bytes, (nw - at) * 2);
@@ -96,7 +96,7 @@ static void hellaswag_load(HellaSwag* hs, const char* path, const char* flag, in
         hs->label[e] = x[3];
         size_t p = at + 5;
         for (int k = -1; k < HELLASWAG_COMPLETIONS; k++) {  // k = -1: the context, then the completions
-            if (p + 1 > end) fatal("%s: '%s': example %d: expected %d bytes to hold its lengths and tokens, found them short", flag, path, e, bytes);
+            if (p + 1 > end) fatal("%s: '%s': example %d: expected its %d bytes to hold a context and 4 completions, found them ending early", flag, path, e, bytes);
             int len = w[p];
             if (len < 1 || p + 1 + (size_t)len > end) {
                 fatal("%s: '%s': example %d: expected the %s's length in [1, %zu] (within the example's %d bytes), found %d", flag, path, e,
