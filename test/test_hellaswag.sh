@@ -12,8 +12,8 @@
 #      the label is the greedy one's index but in 2 examples. The trainer (--lr 0: the checkpoint's weights) against
 #      the reference: every example's four mean losses (within 1e-4: FP32 against float64 moves them ~2e-6), the
 #      winners, the count (= the known count, 11 of 13: the greedy completion wins every example), acc_norm on
-#      the step line and in log.jsonl at the --hellaswag-every steps and the last only; B = 6 rows a batch, so the
-#      four completions of an example straddle batches;
+#      the step line and in log.jsonl at the --hellaswag-every steps and the last only, scripts/plot_logs.py's table;
+#      B = 6 rows a batch, so the four completions of an example straddle batches;
 #  (c) the same examples under --dp 2 (13 examples: 7 and 6 on the two ranks), --dp 2 --zero 3, --tp 2,
 #      --tp 2 --sequence-parallel 1, --pp 2 and --cp 2 (mpirun -np 2) = one process's losses within 1e-5 (dp and pp
 #      are the same arithmetic: 0 in practice; tp and cp sum in another order: ~2e-6), the same winners and count;
@@ -85,6 +85,10 @@ print("steps %s %s" % (has, "ok" if good else "wrong values"))
 PY
 )
     [ "$logs" = "steps [2, 3] ok" ] && ok "log.jsonl: hellaswag_acc_norm, hellaswag_correct, hellaswag_examples on steps 2 and 3 only" || bad "log.jsonl: $logs"
+    row=$(python3 scripts/plot_logs.py --out "$tmp/curves.png" one="$tmp/one/log.jsonl" | grep '^| one ')
+    want=$(python3 -c "print('%.4f (step 3)' % ($refc / 13))")
+    [[ "$row" == *"| $want |" ]] && [ -s "$tmp/curves.png" ] && ok "scripts/plot_logs.py: the HellaSwag panel drawn, the table's last acc_norm $want" ||
+        bad "scripts/plot_logs.py: '$row', expected the last acc_norm $want"
 fi
 
 # (c) layouts, against one process
