@@ -25,7 +25,8 @@
 #  (e) bad files and flags: a missing file, truncated, a token shard's magic, version 2, a token id = V, a context +
 #      completion of T + 1 tokens, header slot 3 wrong, an example's index wrong: one line "error: --hellaswag: ..."
 #      naming the file and what was expected, exit 1, nothing else printed; --hellaswag-losses without --hellaswag
-#      and --hellaswag with --generate, one line each.
+#      and --hellaswag with --generate, one line each; llm.c's -h 1 (data/hellaswag/hellaswag_val.bin of the working
+#      directory: scored; not there: one line) and -h 0 (none, after a --hellaswag).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-./train_gpt_cpu}
@@ -130,6 +131,19 @@ done
 refused "--hellaswag-losses without --hellaswag" "--hellaswag-losses: expected with --hellaswag" "" --model "$ck" --hellaswag-losses "$tmp/l.txt"
 refused "--hellaswag with --generate" "--hellaswag: expected a training run" "" --model "$ck" --hellaswag "$hs" --generate 3
 [ ! -e "$tmp/never" ] && ok "no refused run wrote anything" || bad "a refused run created $tmp/never"
+
+# llm.c's -h 1 / -h 0: --hellaswag data/hellaswag/hellaswag_val.bin (relative to the working directory) / none
+abs=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+mkdir -p "$tmp/cwd/data/hellaswag" "$tmp/cwd0"
+cp "$hs" "$tmp/cwd/data/hellaswag/hellaswag_val.bin"
+hflags=(--model "$ck" --train-data "$train" --val-data "" --tokenizer "" -b 6 -t 32 --steps 1 --lr 0 --sample-every 0 --peak-tflops 1)
+h1=$(cd "$tmp/cwd" && timeout 60 "$abs" "${hflags[@]}" --output-dir "$tmp/h1" -h 1 2>&1)
+h0=$(cd "$tmp/cwd" && timeout 60 "$abs" "${hflags[@]}" --output-dir "$tmp/h0" --hellaswag "$hs" -h 0 2>&1)
+hn=$(cd "$tmp/cwd0" && timeout 60 "$abs" "${hflags[@]}" --output-dir "$tmp/hn" -h 1 2>&1); hrc=$?
+if grep -q "^step 1: HellaSwag on 13 examples: acc_norm [0-9.]* ($refc/13)" <<< "$h1" && ! grep -qi hellaswag <<< "$h0" &&
+   [ $hrc -eq 1 ] && [ "$hn" = "error: --hellaswag: 'data/hellaswag/hellaswag_val.bin': cannot open: No such file or directory (make it with python3 dev/data/hellaswag.py)" ]; then
+    ok "llm.c's -h 1: data/hellaswag/hellaswag_val.bin scored ($refc/13), -h 0 after --hellaswag: none, -h 1 without the file: one line"
+else bad "-h 1 / -h 0: [$(grep -i -m1 hellaswag <<< "$h1")] [$(grep -ci hellaswag <<< "$h0")] [$hrc: $hn]"; fi
 
 # (a) the script
 cat > "$tmp/ex.jsonl" <<'EOF'

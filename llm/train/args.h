@@ -87,6 +87,9 @@ typedef struct {
 #define DEFAULT_VAL_DATA DEFAULT_DATA_DIR "/shakespeare_val.bin"
 #define DEFAULT_TOKENIZER DEFAULT_DATA_DIR "/gpt2_tokenizer.bin"
 #define DEFAULT_DATA_HOW "python3 dev/data/shakespeare.py (or make shakespeare, which also trains)"
+// where dev/data/hellaswag.py writes HellaSwag's validation set: llm.c's -h 1 reads it (llm.c's own place is
+// dev/data/hellaswag/hellaswag_val.bin; --hellaswag FILE names any)
+#define DEFAULT_HELLASWAG "data/hellaswag/hellaswag_val.bin"
 
 // One row per flag: its names, what it stores where in Args, its valid range (numbers: inclusive bounds;
 // choices: the words, stored as their index), and its help. One parser reads them all: a number must be
@@ -145,7 +148,7 @@ static const FlagDoc FLAGS[] = {
     {"--resume", 'y', FLAG_STRING, A_(resume), 0, 0, NULL, "resume from a state file or checkpoint directory, or 1/latest = the newest good one in --output-dir (default 0)"},
     {"--log", 0, FLAG_STRING, A_(log_path), 0, 0, NULL, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, FLAG_STRING, A_(eval_file), 0, 0, NULL, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
-    {"--hellaswag", 0, FLAG_STRING, A_(hellaswag), 0, 0, NULL, "HellaSwag in llm.c's eval format (python3 dev/data/hellaswag.py writes data/hellaswag/hellaswag_val.bin): acc_norm on the step line and in the log (llm.c's -h 1)"},
+    {"--hellaswag", 0, FLAG_STRING, A_(hellaswag), 0, 0, NULL, "HellaSwag in llm.c's eval format (python3 dev/data/hellaswag.py writes " DEFAULT_HELLASWAG "): acc_norm on the step line and in the log; llm.c's -h 1 is this file, -h 0 none (-h otherwise: --help)"},
     {"--hellaswag-every", 0, FLAG_INT, A_(hellaswag_every), 0, BIG, NULL, "with --hellaswag: acc_norm every N steps and at the last; 0 = at the val loss's steps, --val-every (default 0)"},
     {"--hellaswag-losses", 0, FLAG_STRING, A_(hellaswag_losses), 0, 0, NULL, "with --hellaswag: write each example's label, winner and four completion losses here after each evaluation"},
     {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp*cp)); world size = dp*tp*pp*cp"},
@@ -319,6 +322,11 @@ static void parse_args(Args* a, int argc, char** argv) {
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
+        // llm.c's -h 0 / -h 1: HellaSwag off / on (--hellaswag DEFAULT_HELLASWAG); -h otherwise is --help
+        if (strcmp(arg, "-h") == 0 && i + 1 < argc && (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1"))) {
+            a->hellaswag = argv[++i][0] == '1' ? DEFAULT_HELLASWAG : NULL;
+            continue;
+        }
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
         // a short alias or a long name: the flag's row
         const FlagDoc* f = NULL;
