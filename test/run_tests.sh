@@ -130,6 +130,10 @@ run hf bash test/test_hf.sh
 # a prompt in, text out (--generate, scripts/prompt.py): greedy = a float64 numpy GPT-2 run token by token, seeds,
 # top-k and temperature, tp / pp / cp = one process, bad inputs, the script's text round trip (addition's and GPT-2's tokenizers)
 run prompt bash test/test_prompt.sh
+# HellaSwag (dev/data/hellaswag.py, --hellaswag, llm/train/hellaswag.h): the script's file = an independent writer's; acc_norm
+# and each completion's mean loss = a float64 numpy GPT-2's on examples of known answer; dp, ZeRO-3, tp, sp, pp, cp = one
+# process; the CPU BF16 / FP16 and emulated builds; bad files and flags, one line each
+run hellaswag bash test/test_hellaswag.sh
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume

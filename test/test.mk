@@ -215,6 +215,12 @@ build/bench_gpu: dev/bench_train.cu dev/bench_common.h dev/bench_breakdown.h $(L
 	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
 TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_moe_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
 
+# HellaSwag (test/test_hellaswag.sh, `run hellaswag` in run_tests.sh): the trainers it runs, then the test alone
+.PHONY: test-hellaswag
+test-hellaswag: train_gpt_cpu build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/train_gpt_emu build/train_gpt_emu_bf16 \
+                build/train_gpt_emu_nompi
+	ONLY=hellaswag bash test/run_tests.sh
+
 .PHONY: test test-build
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda
 
