@@ -1657,6 +1657,22 @@ MUTATIONS = [
       "    if (st->cp.size > 1) cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);",
       "the stage asks which layout it runs in (a cp branch in the model; it computes the same, only test_headers' rule 5 sees it)",
       "headers"),
+    # --- the CUDA trainer's machine code (scripts/kernel_report.py, test/test_kernel_report.sh; nvcc rebuilds train_gpt) ---
+    M("kr-layernorm-block-doubled", "kernel_report", "llm/ops/layernorm.cuh",
+      "#define LAYERNORM_FWD_BLOCK 256",
+      "#define LAYERNORM_FWD_BLOCK 512",
+      "LayerNorm forward launched with 512 threads: the kernels are built for 256 (__launch_bounds__), and K = 32's 255 registers x 512 threads exceed the 65536 a block may hold (the emulated build has no register file)",
+      "kernel_report"),
+    M("kr-gelu-block-past-1024", "kernel_report", "llm/ops/gelu.cuh",
+      "#define GELU_BLOCK_SIZE 512",
+      "#define GELU_BLOCK_SIZE 2048",
+      "GELU launched with 2048 threads per block, past the 1024 every GPU allows",
+      "kernel_report kernels_bf16_forward"),
+    M("kr-docs-table-stale", "kernel_report", "docs/kernels.md",
+      "| `adamw_kernel` | 512 | yes | ",
+      "| `adamw_kernel` | 256 | yes | ",
+      "docs/kernels.md says AdamW launches 256 threads, the launcher 512 (the generated table edited, or left behind by a change)",
+      "kernel_report"),
     M("dp-grad-hook-skipped", "faults", "llm/parallel/dp.h",
       "    if (dp->grad_hook.before_reduce != NULL) {  // (every micro-batch's part is summed in by now)",
       "    if (0) {  // (every micro-batch's part is summed in by now)",
@@ -2118,7 +2134,7 @@ SOURCE_TESTS = {"headers": "llm/", "bench_pytorch": "dev/bench_pytorch.py", "dat
                 "recipes": ("scripts/launch.sh", "scripts/gpt2_"),
                 "hf": ("scripts/export_hf.py", "scripts/import_hf.py", "scripts/safetensors_np.py", "scripts/llmc_checkpoint.py",
                        "scripts/hf_gpt2.py"),
-                "prompt": "scripts/prompt.py"}
+                "prompt": "scripts/prompt.py", "kernel_report": ("scripts/kernel_report.py", "docs/kernels.md")}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -2140,6 +2156,7 @@ TEST_BINARIES = {
     "recipes": ["train_gpt_cpu"],
     "deps": [],
     "warnings": [],
+    "kernel_report": ["train_gpt", "build/attention_fp16.fatbin"],
     "hf": ["train_gpt_cpu"],
     "prompt": ["train_gpt_cpu"],
     "resume": ["train_gpt_cpu"],
@@ -2281,8 +2298,10 @@ BINARY_SOURCES = {
     "build/test_comm_emu": "test/test_comm.cu",
     "build/emu/test_nccl_emu": "dev/emu/test_nccl_emu.cu",
     "build/test_comm_cuda": "test/test_comm.cu",  # nvcc: built by test_comm.sh itself, never by this tool
+    "train_gpt": "train_gpt.cu",  # nvcc: built by test_kernel_report.sh itself (make train_gpt), never by this tool
+    "build/attention_fp16.fatbin": "test/attention_sass.cu",  # nvcc: the same
 }
-NVCC_BINARIES = {"build/test_comm_cuda"}
+NVCC_BINARIES = {"build/test_comm_cuda", "train_gpt", "build/attention_fp16.fatbin"}
 # test_help.sh runs every program that is built (--help, -h, an unknown flag): all of test-build's g++ programs
 TEST_BINARIES["help"] = [b for b in BINARY_SOURCES if b not in NVCC_BINARIES and not b.endswith(".so")]
 

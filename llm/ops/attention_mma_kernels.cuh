@@ -69,6 +69,12 @@ __device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*
     }
 }
 
+// Local memory (scripts/kernel_report.py, docs/kernels.md): on sm_100 and sm_120 ptxas gives the forward of some
+// head sizes (16 and 64) an 8-byte stack slot: one value stored before the loop over key tiles and loaded after
+// it (one STL and one LDL per thread per kernel, read in forward<64>'s sm_100 SASS), and the HD = 128
+// backward dk/dv kernel, whose dK and dV accumulators alone take 128 FP32 registers per thread, 256 bytes of
+// spills (253 registers); HD = 128 serves head sizes 65..128 only (GPT-2's is 64), and there the spills are
+// L1 traffic beside each tile's 70 KiB of shared-memory loads. sm_80 and sm_90 have none.
 template <int HD>
 __global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
 attention_forward_mma_kernel(floatX* out,        // (B,T,C)
