@@ -437,7 +437,8 @@ def render(rows, release, fp16):
     L.append("Each cell: registers per thread / static shared memory (bytes) / stack frame (bytes, spills and local arrays)")
     L.append("-> blocks per SM (occupancy, the worst of the kernel's launch configurations, as the CUDA occupancy calculator")
     L.append("computes it). Launch: threads per block and dynamic shared memory, from the launcher named in the script.")
-    L.append("GPT-2: `yes` where d12..d48 (head size 64, C 768..1600) launch this instance.\n")
+    L.append("GPT-2: `yes` where d12..d48 (head size 64, C 768..1600) launch this instance, some only under the flag that")
+    L.append("uses the kernel (--cp: `attention_pair_*`, `rows_*`; --tp: `vp_classifier_*`; --fp8: `fp8_*`; --experts: `moe_*`).\n")
     L.append("Limits per block: 1024 threads, 65536 registers, shared memory with the opt-in " +
              ", ".join("%s %d KiB" % (a, LIMITS[a]["optin"] // KIB) for a in archs) +
              " (48 KiB without); per SM: " + ", ".join("%s %d threads, %d blocks, %d KiB" %
