@@ -191,8 +191,11 @@ LOCAL_MEMORY_WHY = {
         "sm_80 only: ptxas keeps one 4-byte value in the stack, one STL and one LDL per thread per row (256 bytes "
         "of L1 traffic per row against 6 KiB of global reads and writes at C = 768) (llm/ops/layernorm.cuh)",
     "attention_forward_mma_kernel<A>":
-        "sm_100 and sm_120, some head sizes: an 8-byte stack slot, one value stored before the loop over key tiles "
-        "and loaded after it, once per thread per kernel (llm/ops/attention_mma_kernels.cuh)",
+        "some head sizes on some targets: an 8-byte stack slot, one value stored before the loop over tiles and "
+        "loaded after it, once per thread per kernel (llm/ops/attention_mma_kernels.cuh)",
+    "attention_backward_dq_mma_kernel<A>":
+        "as attention_forward_mma_kernel: one 8-byte slot, one STL and one LDL per thread per kernel "
+        "(llm/ops/attention_mma_kernels.cuh)",
     "attention_backward_dkdv_mma_kernel<128>":
         "sm_100 and sm_120: the dK and dV accumulators (128 FP32 registers) near the 255-register limit, 256 bytes "
         "of spills per thread; head sizes 65..128 only, GPT-2's is 64 (llm/ops/attention_mma_kernels.cuh)",
@@ -405,8 +408,9 @@ def main():
         for a in SASS_ARCHS:
             if fp16[n][a].get("MMA", 0) == 0:
                 errors.append("%s (FP16) on %s: no tensor-core MMA instruction" % (n, a))
-            if fp16[n][a].get("stack", 0) or fp16[n][a].get("LDL/STL", 0):
-                errors.append("%s (FP16) on %s: uses local memory" % (n, a))
+            if (fp16[n][a].get("stack", 0) or fp16[n][a].get("LDL/STL", 0)) and \
+                    n not in LOCAL_MEMORY_WHY and match_rule({k: 1 for k in LOCAL_MEMORY_WHY}, n)[0] is None:
+                errors.append("%s (FP16) on %s: uses local memory and LOCAL_MEMORY_WHY has no reason for it" % (n, a))
     if len(fp16) < 12:
         errors.append("%s: %d fused attention kernels (FP16), expected 12 (3 kernels x 4 head sizes)" % (args.fp16_attention, len(fp16)))
     page = render(rows, cuda_release(cuobjdump), fp16)
