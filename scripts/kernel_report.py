@@ -16,7 +16,8 @@
 #   - a launch does not fit (threads, registers or shared memory per block, the 48 KiB default without opt-in);
 #   - a kernel has no launch rule here, or a rule names no kernel (so the table follows the code);
 #   - a kernel has a stack frame or local loads/stores (LDL/STL) and LOCAL_MEMORY_WHY has no reason for it;
-#   - a 16-bit fused attention kernel (attention_*_mma_kernel) has no tensor-core MMA on sm_80 or sm_90;
+#   - a 16-bit fused attention kernel (attention_*_mma_kernel) has no tensor-core MMA on sm_80 or sm_90, or loads
+#     its shared-memory tiles with generic loads (LD, not LDS);
 #   - with --check, the docs page differs from what this run writes (same CUDA release only: another
 #     release's ptxas allocates registers differently, and then the page is only printed).
 #
@@ -389,6 +390,9 @@ def main():
             for a in SASS_ARCHS:
                 if not row["mix"][a] or row["mix"][a]["MMA"] == 0:
                     errors.append("%s on %s: no tensor-core MMA instruction" % (n, a))
+                elif row["mix"][a]["LD"] > 0:
+                    errors.append("%s on %s: %d generic loads (LD): the shared-memory tiles are not known to be shared "
+                                  "(see llm/ops/attention_mma_kernels.cuh)" % (n, a, row["mix"][a]["LD"]))
     for key in rules:
         if key not in used_rules and key not in ("fp8_quantize_transpose_128x128_kernel<A>",):
             errors.append("launch rule %s (%s) names no kernel of %s" % (key, rules[key][0], args.binary))
@@ -408,6 +412,9 @@ def main():
         for a in SASS_ARCHS:
             if fp16[n][a].get("MMA", 0) == 0:
                 errors.append("%s (FP16) on %s: no tensor-core MMA instruction" % (n, a))
+            if fp16[n][a].get("LD", 0) > 0:
+                errors.append("%s (FP16) on %s: %d generic loads (LD): the shared-memory tiles are not known to be shared "
+                              "(see llm/ops/attention_mma_kernels.cuh)" % (n, a, fp16[n][a]["LD"]))
             if (fp16[n][a].get("stack", 0) or fp16[n][a].get("LDL/STL", 0)) and \
                     n not in LOCAL_MEMORY_WHY and match_rule({k: 1 for k in LOCAL_MEMORY_WHY}, n)[0] is None:
                 errors.append("%s (FP16) on %s: uses local memory and LOCAL_MEMORY_WHY has no reason for it" % (n, a))

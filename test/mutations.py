@@ -1668,6 +1668,13 @@ MUTATIONS = [
       "#define GELU_BLOCK_SIZE 2048",
       "GELU launched with 2048 threads per block, past the 1024 every GPU allows",
       "kernel_report kernels_bf16_forward"),
+    M("kr-attention-tiles-generic", "kernel_report", "llm/ops/attention_mma_kernels.cuh",
+      "    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory\n"
+      "    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)\n    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile",
+      "    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);\n"
+      "    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)\n    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile",
+      "the fused attention forward aligns its shared memory through an integer: the results are the same, but the tiles become generic pointers and every tile load a generic LD (no test of the numbers can see it)",
+      "kernel_report"),
     M("kr-docs-table-stale", "kernel_report", "docs/kernels.md",
       "| `adamw_kernel` | 512 | yes | ",
       "| `adamw_kernel` | 256 | yes | ",
