@@ -39,6 +39,7 @@ fi
 $py scripts/kernel_report.py --binary train_gpt --check docs/kernels.md > "$tmp/report.md" 2> "$tmp/err"
 rc=$?
 sed 's/^/    /' "$tmp/err"
+sed 's/^/    /' "$tmp/report.md"   # the whole report (each kernel's resources and occupancy per target) into the log
 if [ $rc -eq 0 ]; then ok "every launch fits sm_80, sm_90, sm_100, sm_120; local memory only where said why; docs/kernels.md current"
 else bad "scripts/kernel_report.py: exit $rc (the errors above)"; fi
 
