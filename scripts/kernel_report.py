@@ -343,10 +343,14 @@ def main():
         sys.exit("error: kernel_report: --binary %s not found (make train_gpt)" % args.binary)
     cuobjdump = find_cuobjdump(args.cuobjdump)
     usage = resource_usage(cuobjdump, args.binary)
-    missing = [a for a in LIMITS if a not in usage]
+    missing = [a for a in SASS_ARCHS if a not in usage]
     if missing:
-        sys.exit("error: kernel_report: %s has no machine code for %s (found %s); the default build embeds all four"
-                 % (args.binary, " ".join(missing), " ".join(sorted(usage)) or "none"))
+        sys.exit("error: kernel_report: %s has no machine code for %s (found %s); the default build embeds sm_80 and "
+                 "sm_90, and sm_100 and sm_120 where nvcc knows them" % (args.binary, " ".join(missing), " ".join(sorted(usage)) or "none"))
+    for a in [a for a in LIMITS if a not in usage]:  # an older nvcc (the Makefile's NVCC_SASS takes what it knows)
+        print("note: kernel_report: %s has no %s machine code (this nvcc does not know it): not checked" % (args.binary, a),
+              file=sys.stderr)
+        del LIMITS[a]
     mixes = {a: instruction_mix(cuobjdump, args.binary, a) for a in SASS_ARCHS}
     mangled = sorted({f for a in usage for f in usage[a]} | {f for a in mixes for f in mixes[a]})
     names = demangle(mangled)

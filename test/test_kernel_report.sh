@@ -30,8 +30,8 @@ if command -v "${NVCC:-nvcc}" > /dev/null 2>&1 && ! make -s train_gpt build/atte
     bad "make train_gpt build/attention_fp16.fatbin failed: $(grep -m1 -i error "$tmp/build.log")"
     echo "kernel_report: $pass passed, $fail failed"; exit 1
 fi
-# the binary must carry all four targets: the report is about the default build, not a GPU_ARCH=native one
-if ! grep -q -- "code=sm_100" build/flags/train_gpt 2> /dev/null; then
+# the binary must carry the default targets: the report is about the default build, not a GPU_ARCH=native one
+if ! grep -q -- "code=sm_80 .*code=sm_90" build/flags/train_gpt 2> /dev/null; then
     bad "train_gpt was not built with the default targets (build/flags/train_gpt: $(cat build/flags/train_gpt 2> /dev/null | grep -o -- '-gencode[^ ]* [^ ]*\|-arch=[^ ]*' | tr '\n' ' '))"
     echo "kernel_report: $pass passed, $fail failed"; exit 1
 fi
@@ -40,13 +40,14 @@ $py scripts/kernel_report.py --binary train_gpt --check docs/kernels.md > "$tmp/
 rc=$?
 sed 's/^/    /' "$tmp/err"
 sed 's/^/    /' "$tmp/report.md"   # the whole report (each kernel's resources and occupancy per target) into the log
-if [ $rc -eq 0 ]; then ok "every launch fits sm_80, sm_90, sm_100, sm_120; local memory only where said why; docs/kernels.md current"
+if [ $rc -eq 0 ]; then ok "every launch fits every target embedded (sm_80, sm_90, sm_100, sm_120 with this nvcc); local memory only where said why; docs/kernels.md current"
 else bad "scripts/kernel_report.py: exit $rc (the errors above)"; fi
 
 # what the report found, read back from its table: it must have seen the kernels (a report of nothing passes nothing)
 nk=$(grep -c '^| `' "$tmp/report.md")
-n=$(sed -n 's/^\([0-9]*\) kernels x 4 targets.*/\1/p' "$tmp/report.md")
-if [ -n "$n" ] && [ "$n" -ge 100 ]; then ok "$n kernels on 4 targets"; else bad "the report lists ${n:-no} kernels (expected 100 or more)"; fi
+n=$(sed -n 's/^\([0-9]*\) kernels x [0-9] targets.*/\1/p' "$tmp/report.md")
+t=$(sed -n 's/^[0-9]* kernels x \([0-9]\) targets.*/\1/p' "$tmp/report.md")
+if [ -n "$n" ] && [ "$n" -ge 100 ]; then ok "$n kernels on $t targets"; else bad "the report lists ${n:-no} kernels (expected 100 or more)"; fi
 # the instruction-mix table: columns sm_80 MMA FFMA LDG LDS LD async LDL/STL, then sm_90's
 mix() { sed -n '/^## Instruction mix/,/^## The FP16/p' "$tmp/report.md" | grep "^| \`$1\` |" | awk -F'|' -v c="$2" '{gsub(/ /, "", $(c + 2)); print $(c + 2)}'; }
 for k in "attention_forward_mma_kernel<64>" "attention_backward_dkdv_mma_kernel<64>" "attention_backward_dq_mma_kernel<64>"; do
@@ -61,7 +62,7 @@ else bad "attention_forward_mma_kernel<64> in FP16: MMA '${1:-}' '${2:-}' (expec
 a=$(mix fused_classifier_kernel 1); f=$(mix fused_classifier_kernel 2)
 if [ "$a" = 0 ] && [ "${f:-0}" -gt 0 ] 2> /dev/null; then ok "fused_classifier_kernel: no MMA, $f FFMA on sm_80 (the counts tell kernels apart)"
 else bad "fused_classifier_kernel: MMA '$a' FFMA '$f' on sm_80 (expected 0 and some)"; fi
-echo "occupancy, lowest: $(grep '^[0-9]* kernels x 4 targets' "$tmp/report.md" | sed 's/.*Lowest occupancy (blocks per SM): //')"
+echo "occupancy, lowest: $(grep '^[0-9]* kernels x [0-9] targets' "$tmp/report.md" | sed 's/.*Lowest occupancy (blocks per SM): //')"
 
 echo "kernel_report: $pass passed, $fail failed"
 [ $fail -eq 0 ]
