@@ -1657,6 +1657,29 @@ MUTATIONS = [
       "    if (st->cp.size > 1) cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);",
       "the stage asks which layout it runs in (a cp branch in the model; it computes the same, only test_headers' rule 5 sees it)",
       "headers"),
+    # --- the CUDA trainer's machine code (scripts/kernel_report.py, test/test_kernel_report.sh; nvcc rebuilds train_gpt) ---
+    M("kr-layernorm-block-doubled", "kernel_report", "llm/ops/layernorm.cuh",
+      "#define LAYERNORM_FWD_BLOCK 256",
+      "#define LAYERNORM_FWD_BLOCK 512",
+      "LayerNorm forward launched with 512 threads: the kernels are built for 256 (__launch_bounds__), and K = 32's 255 registers x 512 threads exceed the 65536 a block may hold (the emulated build has no register file)",
+      "kernel_report"),
+    M("kr-gelu-block-past-1024", "kernel_report", "llm/ops/gelu.cuh",
+      "#define GELU_BLOCK_SIZE 512",
+      "#define GELU_BLOCK_SIZE 2048",
+      "GELU launched with 2048 threads per block, past the 1024 every GPU allows",
+      "kernel_report kernels_bf16_forward"),
+    M("kr-attention-tiles-generic", "kernel_report", "llm/ops/attention_mma_kernels.cuh",
+      "    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory\n"
+      "    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)\n    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile",
+      "    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);\n"
+      "    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)\n    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile",
+      "the fused attention forward aligns its shared memory through an integer: the results are the same, but the tiles become generic pointers and every tile load a generic LD (no test of the numbers can see it)",
+      "kernel_report"),
+    M("kr-docs-table-stale", "kernel_report", "docs/kernels.md",
+      "| `adamw_kernel` | 512 | yes | ",
+      "| `adamw_kernel` | 256 | yes | ",
+      "docs/kernels.md says AdamW launches 256 threads, the launcher 512 (the generated table edited, or left behind by a change)",
+      "kernel_report"),
     M("dp-grad-hook-skipped", "faults", "llm/parallel/dp.h",
       "    if (dp->grad_hook.before_reduce != NULL) {  // (every micro-batch's part is summed in by now)",
       "    if (0) {  // (every micro-batch's part is summed in by now)",
@@ -2250,7 +2273,7 @@ SOURCE_TESTS = {"headers": "llm/", "bench_pytorch": "dev/bench_pytorch.py", "dat
                 "recipes": ("scripts/launch.sh", "scripts/gpt2_"),
                 "hf": ("scripts/export_hf.py", "scripts/import_hf.py", "scripts/safetensors_np.py", "scripts/llmc_checkpoint.py",
                        "scripts/hf_gpt2.py"),
-                "prompt": "scripts/prompt.py", "plan": ("scripts/plan", "test/plan_check.py"), "hellaswag": "dev/data/hellaswag.py"}
+                "prompt": "scripts/prompt.py", "plan": ("scripts/plan", "test/plan_check.py"), "hellaswag": "dev/data/hellaswag.py", "kernel_report": ("scripts/kernel_report.py", "docs/kernels.md")}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -2272,6 +2295,7 @@ TEST_BINARIES = {
     "recipes": ["train_gpt_cpu"],
     "deps": [],
     "warnings": [],
+    "kernel_report": ["train_gpt", "build/attention_fp16.fatbin"],
     "hf": ["train_gpt_cpu"],
     "prompt": ["train_gpt_cpu"],
     "hellaswag": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16", "build/train_gpt_emu",
@@ -2416,8 +2440,10 @@ BINARY_SOURCES = {
     "build/test_comm_emu": "test/test_comm.cu",
     "build/emu/test_nccl_emu": "dev/emu/test_nccl_emu.cu",
     "build/test_comm_cuda": "test/test_comm.cu",  # nvcc: built by test_comm.sh itself, never by this tool
+    "train_gpt": "train_gpt.cu",  # nvcc: built by test_kernel_report.sh itself (make train_gpt), never by this tool
+    "build/attention_fp16.fatbin": "test/attention_sass.cu",  # nvcc: the same
 }
-NVCC_BINARIES = {"build/test_comm_cuda"}
+NVCC_BINARIES = {"build/test_comm_cuda", "train_gpt", "build/attention_fp16.fatbin"}
 # test_help.sh runs every program that is built (--help, -h, an unknown flag): all of test-build's g++ programs
 TEST_BINARIES["help"] = [b for b in BINARY_SOURCES if b not in NVCC_BINARIES and not b.endswith(".so")]
 

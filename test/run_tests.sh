@@ -192,6 +192,9 @@ run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
 # the includes run downhill (the order of the folders of llm/, docs/architecture.md)
 run headers bash test/test_headers.sh
+# the CUDA trainer's machine code on every target (scripts/kernel_report.py, no GPU): every launch fits, occupancy,
+# local memory only where docs/kernels.md says why, tensor-core MMA in the fused attention, docs/kernels.md current
+run kernel_report bash test/test_kernel_report.sh
 # no build printed a warning (the logs of make test's build and of .ci/run's make train)
 run warnings bash test/test_warnings.sh
 # every program the Makefile builds (from make -pq) answers --help and -h (usage on stdout, exit 0, quickly) and
