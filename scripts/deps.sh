@@ -57,6 +57,7 @@ py_test=(
     "numpy|the Python references of the tests (FP8, checkpoints, plots)|python3-numpy"
     "ml_dtypes|float8 rounding, the FP8 tests' independent reference (test/fp8_reference.py)|"
     "nvidia.cu13/bin/cuobjdump|cuobjdump: test_kernel_report reads the CUDA build's machine code (the toolkit here has none)||nvidia-cuda-cuobjdump"
+    "nvidia.cu13/bin/nvdisasm|nvdisasm: cuobjdump -sass disassembles through it (test_kernel_report's instruction mix)||nvidia-cuda-nvdisasm"
 )
 sys_need=("${sys_train[@]}"); py_need=("${py_train[@]}")
 if [ "$goal" = test ]; then sys_need+=("${sys_test[@]}"); py_need=("${py_test[@]}" "${py_train[@]}"); fi

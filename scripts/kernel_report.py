@@ -206,7 +206,9 @@ LOCAL_MEMORY_WHY = {
 # reading the machine code
 
 def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    # cuobjdump -sass runs nvdisasm, which PyPI's nvidia-cuda-nvdisasm puts beside cuobjdump: that directory first
+    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(cmd[0])) + os.pathsep + os.environ.get("PATH", ""))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit("error: kernel_report: %s failed (exit %d): %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[:300]))
     return p.stdout
