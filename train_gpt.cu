@@ -9,14 +9,15 @@ to bottom: the training step, then main's setup steps in order, then the loop.
                      (llm/comm/mesh.h, comm.h), the layout checked before anything is allocated, the context
   2. setup_model     an llm.c checkpoint or a fresh GPT-2 from a descriptor like d12 (llm/model/tensors.h:
                      the parameter tensors as one table); the model's layout errors on this mesh
-  3. setup_data      llm.c token shards, each dp rank reading its slice of every step's batch; the tokenizer
+  3. setup_data      llm.c token shards, each dp rank reading its slice of every step's batch; the tokenizer;
+                     HellaSwag's examples (llm/train/hellaswag.h)
   4. setup_parts     each part takes what it needs from the mesh: the units this pipeline rank runs, what it
                      holds of them (dp), its stages (llm/model/stage.h, the blocks of llm/model/block.h; tp and
                      cp's operators in llm/sharded/), the executor of the schedule, FP8, the sampler
   5. setup_state     the optimizer, loss scaling, health checks, checkpoints (llm/ckpt/ckpt_run.h): fresh or
                      resumed; the log
-  6. train_loop      val loss, samples, checkpoints, faults on purpose (--inject, llm/faults/inject.h),
-                     stragglers, preemption, rollback; one train_step per step
+  6. train_loop      val loss, HellaSwag's acc_norm, samples, checkpoints, faults on purpose (--inject,
+                     llm/faults/inject.h), stragglers, preemption, rollback; one train_step per step
   7. finish          held-out exact-match evaluation, the memory and communication report, the trace
   or, with --generate N, after step 2: generate, the model's continuation of a prompt (steps 4's parts and the
                      sampler of the training's samples, so every layout; no data, no training, nothing written)
@@ -48,6 +49,7 @@ why the step is bound by its products: docs/training.md.
 #include "llm/ckpt/ckpt_run.h"
 #include "llm/model/sampler.h"
 #include "llm/train/eval.h"
+#include "llm/train/hellaswag.h"
 #include "llm/train/generate.h"
 #include "llm/train/report.h"
 #include "llm/train/mfu.h"
@@ -198,6 +200,7 @@ typedef struct {
     DataLoader train_loader, val_loader;
     Tokenizer tok;
     int have_tok, eot;
+    HellaSwag hs;              // --hellaswag's examples (llm/train/hellaswag.h), checked at the start
     MfuPeak peak;              // the MFU's denominator (llm/train/mfu.h): given, or measured on a GEMM
     DataParallel dp;           // what this rank holds of the parameters, gradients and optimizer state
     Pipeline pipe;             // its stages and the executor of the schedule
@@ -257,13 +260,23 @@ static void setup_model(Trainer* tr) {
 }
 
 // 3. data, checked before anything large is allocated: dp rank r reads its slice of every batch (the cp and tp
-// ranks of one dp rank read the same); the tokenizer for samples; the MFU's peak
+// ranks of one dp rank read the same); HellaSwag's examples, the whole file checked against the model's
+// vocabulary and T; the tokenizer for samples; the MFU's peak
 static void setup_data(Trainer* tr) {
     const Args* a = &tr->args;
     const Mesh* mesh = &tr->comm.mesh;
     dataloader_init(&tr->train_loader, a->train_data, "--train-data", a->B, a->T, mesh->dp.rank, mesh->dp.size, a->shuffle,
                     (uint64_t)a->seed, tr->cfg.vocab_size);
     if (a->val_data) dataloader_init(&tr->val_loader, a->val_data, "--val-data", a->B, a->T, 0, 1, 0, 0, tr->cfg.vocab_size);
+    if (a->hellaswag) {
+        hellaswag_load(&tr->hs, a->hellaswag, "--hellaswag", tr->cfg.vocab_size, a->T);
+        int every = a->hellaswag_every > 0 ? a->hellaswag_every : a->val_every;
+        if (tr->rank0) {
+            printf("hellaswag: %s, %d examples: acc_norm ", a->hellaswag, tr->hs.num_examples);
+            if (every > 0) printf("every %d steps and ", every);
+            printf("after the last step\n");
+        }
+    }
     tr->have_tok = a->tokenizer && tokenizer_init_if_found(&tr->tok, a->tokenizer, tr->rank0,
                                                            strcmp(a->tokenizer, DEFAULT_TOKENIZER) ? "" : DEFAULT_DATA_HOW " makes it");
     tr->eot = tr->have_tok ? (int)tr->tok.eot_token : 50256;
@@ -422,16 +435,20 @@ static void train_loop(Trainer* tr, LoopStats* ls) {
             if (rank0) printf("step %d: %s\n", step, sdc_msg);
         }
 
-        // val loss, the step's line, a sample, the checkpoint of the model after this step with the health
+        // val loss, HellaSwag, the step's line, a sample, the checkpoint of the model after this step with the health
         // checks' verdict on it (llm/ckpt/ckpt_run.h)
         float vloss = NAN;
         if (!sig && a->val_data && a->val_every > 0 && (step % a->val_every == 0 || last)) {
             vloss = val_loss_said(&tr->pipe, &tr->val_loader, a->val_steps, step, rank0);
         }
+        EvalCounts hs_counts = {0, 0};  // (examples 0: not evaluated at this step)
+        if (!sig && a->hellaswag && hellaswag_due(a->hellaswag_every, a->val_every, step, steps)) {
+            hs_counts = hellaswag_said(&tr->pipe, &tr->hs, step, rank0, a->hellaswag_losses);
+        }
         double tok_s = (float)(a->total_batch / (ms / 1e3));
         double mfu = mfu_of_step(&tr->peak, model_flops_per_token(&tr->cfg, T), tok_s, comm->world_size, &tr->logger, rank0, step);
         progress_step_line(progress, &tr->logger, rank0, step, steps, &r, vloss, ms, tok_s, mfu,
-                    comm->mesh.dp.size > 1 || tr->dp.zero.shard_optim ? wait : NAN, tr->scaler.mode != LOSS_SCALE_NONE);
+                    comm->mesh.dp.size > 1 || tr->dp.zero.shard_optim ? wait : NAN, tr->scaler.mode != LOSS_SCALE_NONE, hs_counts);
         if (!sig && a->sample_every > 0 && (step % a->sample_every == 0 || last)) {
             print_sample(&tr->sampler, tr->eot, a->sample_len, &tr->sample_rng, tr->have_tok ? &tr->tok : NULL, rank0, step);
         }
@@ -554,6 +571,7 @@ int main(int argc, char** argv) {
     if (tr.have_tok) tokenizer_free(&tr.tok);
     dataloader_free(&tr.train_loader);
     if (tr.args.val_data) dataloader_free(&tr.val_loader);
+    if (tr.args.hellaswag) hellaswag_free(&tr.hs);
     sampler_free(&tr.sampler);
     moe_balance_free(&tr.moe_bias);
     pipeline_free(&tr.pipe);

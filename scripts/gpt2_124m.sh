@@ -18,7 +18,8 @@
 # 10B-token data: 18,865 steps for llm.c's FineWeb 10B shards, per the script's comment; the data here
 # is FineWeb-Edu's 10B sample, dev/data/fineweb.py); gradient clipping at 1.0 and AdamW's
 # betas (0.9, 0.95) are fixed in llm.c's train_gpt2.cu, as they are this trainer's defaults. llm.c's
-# -h 1 (HellaSwag eval) has no counterpart here.
+# -h 1 (HellaSwag's acc_norm at every val loss) is --hellaswag data/hellaswag/hellaswag_val.bin (python
+# dev/data/hellaswag.py makes it; without it the run goes on without HellaSwag, as llm.c's; HELLASWAG='' turns it off).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/launch.sh"
 L_DATA_HINT="python dev/data/fineweb.py -v 10B"
@@ -52,4 +53,5 @@ flags=(
     --pp "$PP"
     --zero "${ZERO:-1}"
 )
-launch_run "${flags[@]}"
+launch_hellaswag  # llm.c's -h 1: HellaSwag at every val loss, if its file is there
+launch_run "${flags[@]}" "${L_HELLASWAG[@]}"

@@ -16,7 +16,7 @@
 # for -x 60000 steps (31.5B tokens) of its FineWeb 100B sample; this recipe's default is one epoch of
 # FineWeb-Edu 10B (~10B tokens, about 19,000 steps) -- for llm.c's length:
 #   python dev/data/fineweb.py -v 100B && DATA_DIR=data/edu_fineweb100B STEPS=60000 scripts/gpt2_350m.sh ...
-# llm.c's -h 1 (HellaSwag eval) has no counterpart here.
+# llm.c's -h 1 (HellaSwag's acc_norm at every val loss): --hellaswag data/hellaswag/hellaswag_val.bin, as in gpt2_124m.sh.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/launch.sh"
 L_DATA_HINT="python dev/data/fineweb.py -v 10B"
@@ -50,4 +50,5 @@ flags=(
     --pp "$PP"
     --zero "${ZERO:-1}"
 )
-launch_run "${flags[@]}"
+launch_hellaswag  # llm.c's -h 1: HellaSwag at every val loss, if its file is there
+launch_run "${flags[@]}" "${L_HELLASWAG[@]}"

@@ -22,7 +22,8 @@
 # implies are printed); T <= the model's maxT; NH, Vp (and for the CUDA kernels C / tp % 8) split over tp;
 # with --sequence-parallel, T over tp; pp * vpp <= layers (the trainer allows uneven stages: a warning);
 # the interleaved schedule's micro-batches a multiple of pp; --zero 0..3. Then warnings (not errors):
-# data files missing (with how to make them), a tp group that spans nodes, the trainer not built.
+# data files missing (with how to make them: the HellaSwag file too), a tp group that spans nodes, the trainer not
+# built.
 # Then the figures: tokens per step, steps, total tokens, and the command.
 
 LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,7 +47,7 @@ usage: $0 [--gpus N] [--nodes N] [--hostfile F | --slurm] [--dry-run] [-- traine
   --dry-run      check the command and print it; run nothing
   -- FLAGS       appended to the trainer's flags (the last value of a flag wins)
 environment: TRAINER DATA_DIR OUT_DIR DP TP PP ZERO MODEL B T TOTAL_BATCH STEPS TRAIN_DATA VAL_DATA TOKENIZER
-             RESUME MPIRUN_ARGS SRUN_ARGS (docs/recipes.md)
+             HELLASWAG RESUME MPIRUN_ARGS SRUN_ARGS (docs/recipes.md)
 EOF
 }
 
@@ -114,6 +115,19 @@ launch_resume() {
     done
     echo 0
 }
+
+# launch_hellaswag: llm.c's -h 1 for a recipe: L_HELLASWAG=(--hellaswag FILE) when FILE is there (HELLASWAG, default
+# data/hellaswag/hellaswag_val.bin, what python dev/data/hellaswag.py writes); the default not there: a warning naming
+# that command (launch_check's, after its errors), and the run goes on without HellaSwag, as llm.c's does without its file. HELLASWAG='' turns it off; a
+# HELLASWAG named but not there goes to the trainer (launch_check warns, the trainer stops with one line).
+launch_hellaswag() {
+    local f=${HELLASWAG-data/hellaswag/hellaswag_val.bin}
+    L_HELLASWAG=()
+    [ -n "$f" ] || return 0
+    if [ -n "${HELLASWAG:-}" ] || [ -f "$f" ]; then L_HELLASWAG=(--hellaswag "$f"); return 0; fi
+    L_HELLASWAG_NOTE="--hellaswag $f: not there: the run goes on without HellaSwag (llm.c's -h 1); make it: python dev/data/hellaswag.py"
+}
+L_HELLASWAG_NOTE=""  # launch_check's warning, with the others
 
 # launch_micro_batch MAX T TOTAL: the micro-batch B for DP ranks: MAX, or where B*T*dp would pass TOTAL
 # tokens (more than TOTAL / (MAX*T) ranks), the largest B below it that keeps TOTAL a multiple of B*T*dp:
@@ -259,6 +273,9 @@ launch_check() {
         launch_files "$val"
         [ ${#L_FILES[@]} -gt 0 ] || launch_warn "--val-data '$val': no file matches here; make the data: ${L_DATA_HINT:-see docs/recipes.md}"
     fi
+    [ -n "$L_HELLASWAG_NOTE" ] && launch_warn "$L_HELLASWAG_NOTE"
+    local hs=${V[--hellaswag]:-}
+    [ -n "$hs" ] && [ ! -f "$hs" ] && launch_warn "--hellaswag $hs: no such file here (the trainer stops at it); make it: python dev/data/hellaswag.py"
     [ -n "$tok" ] && [ ! -f "$tok" ] && launch_warn "--tokenizer $tok: no such file here (samples would print token ids); make the data: ${L_DATA_HINT:-see docs/recipes.md}"
     # the steps: --steps, or one epoch of the train shards (the trainer's count: (tokens - 1) / T samples a
     # shard, total / T samples a step; llm/train/dataloader.h and train_gpt.cu)

@@ -251,7 +251,7 @@ def main(argv=None):
                     help="the build's storage (PRECISION=...; the CPU trainer train_gpt_cpu is fp32) (default bf16)")
     ap.add_argument("--fp8", choices=["none", "delayed", "current", "block", "mx"], default="none",
                     help="FP8 linears: the time model uses the FP8 peak (memory: their scales not modelled)")
-    ap.add_argument("--ep", type=int, default=1, help="expert parallelism: the trainer has none yet, so only 1")
+    ap.add_argument("--ep", type=int, default=1, help="expert parallelism: not modelled by the planner yet, so only 1")
     ap.add_argument("--experts", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--moe-every", type=int, default=1)
@@ -276,7 +276,7 @@ def main(argv=None):
         if getattr(ns, k) < 1:
             die(f"--{k.replace('_', '-')}: expected a positive integer, found {getattr(ns, k)}")
     if ns.ep != 1:
-        die(f"--ep {ns.ep}: expected 1 (the trainer has no expert parallelism yet; its experts are replicated over dp and tp)")
+        die(f"--ep {ns.ep}: expected 1 (the planner does not model the trainer's expert parallelism yet: its experts units over the edp group and its all-to-alls, whose bytes depend on the routing)")
     if ns.search:
         if not ns.total_batch:
             die("--search: expected --total-batch (the global batch in tokens)")

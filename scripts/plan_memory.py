@@ -161,14 +161,20 @@ def rank_memory(a, pp_rank, sim):
     for c, (l0, l1, emb, head) in enumerate(ranges):
         slots = max(sim["ranks"][pp_rank]["slots"][c], 1) if (pp > 1 or V > 1) else 1
         slots_total += slots
+        # a moe layer has no dense MLP: its fch and fch_gelu fields are not allocated (block_act_fields' Fd)
+        mfields = [(0, b, k) if i in (10, 11) else (n, b, k) for i, (n, b, k) in enumerate(fields)]
+        n_moe = sum(1 for l in range(l0, l1) if is_moe(cfg, l))
         per_layer = fields_bytes(fields, a["recompute"], 1) + r64(R * C * e)
+        per_moe = fields_bytes(mfields, a["recompute"], 1) + r64(R * C * e)
         rest = [(R * C, e), (head * R * C, e), (head * R, 4), (head * R, 4), (head * BT * Vl, e), (head * BT, 4),
                 (emb * BT, 4), (head * BT, 4)]
-        act += slots * ((l1 - l0) * per_layer + sum(r64(n * b) for n, b in rest))
+        act += slots * ((l1 - l0 - n_moe) * per_layer + n_moe * per_moe + sum(r64(n * b) for n, b in rest))
         if a["split_w"]:  # block_deferred_carve: the output gradients B keeps for W (stage.h's split_w_bytes)
             dfields = [(3 * BT * Ca, e, (1, 1, 1)), (R * C, e, (1, 1, 1)), (BT * F, e, (1, 1, 1)), (R * C, e, (1, 1, 1)),
                        (R * C, e, (0, 1, 1)), (BT * Ca, e, (0, 1, 1)), (R * C, e, (0, 1, 1)), (BT * F, e, (0, 0, 1))]
-            act += slots * (l1 - l0) * fields_bytes(dfields, a["recompute"], 1)
+            # a moe layer: no fc/fcproj output gradients or inputs (dfch, dfcproj, ln2, fch_gelu: count 0)
+            dmoe = [(0, b, k) if i in (2, 3, 6, 7) else (n, b, k) for i, (n, b, k) in enumerate(dfields)]
+            act += slots * ((l1 - l0 - n_moe) * fields_bytes(dfields, a["recompute"], 1) + n_moe * fields_bytes(dmoe, a["recompute"], 1))
         if a["sp"] and tp > 1:
             ws += 2 * BT * C * e  # the gathered and the full (B*T, C) of the tp group
         if cp > 1:  # cp_alloc (llm/sharded/cp_group.h): one allocation per stage, its parts rounded inside it
@@ -199,7 +205,7 @@ def rank_memory(a, pp_rank, sim):
         ws += moe_buffers_bytes(cfg, 1, e) + cfg["L"] * 2 * cfg["E"] * 4
     if a["fp8"] != "none":  # (the CPU build's FP8 GEMM; a CUDA build adds an FP32 scratch whose size depends on the
         ws += fp8_workspace(a, BT)  # cuBLASLt path taken at run time: not counted)
-    ws += 8 + 4 + 8  # dp's scalars, AdamW's norm, the pipeline's loss scalar
+    ws += 12 + 4 + 8  # dp's three scalars, AdamW's norm, the pipeline's loss scalar
     if a["build"] == "cuda":
         ws += 32 * 1024 * 1024 + 1024 * 4  # cuBLASLt workspace (MATMUL_LT_WORKSPACE_BYTES) and the norm's partials
     mem["activations"] = act

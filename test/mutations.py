@@ -1692,6 +1692,29 @@ MUTATIONS = [
       "    if (st->cp.size > 1) cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);",
       "the stage asks which layout it runs in (a cp branch in the model; it computes the same, only test_headers' rule 5 sees it)",
       "headers"),
+    # --- the CUDA trainer's machine code (scripts/kernel_report.py, test/test_kernel_report.sh; nvcc rebuilds train_gpt) ---
+    M("kr-layernorm-block-doubled", "kernel_report", "llm/ops/layernorm.cuh",
+      "#define LAYERNORM_FWD_BLOCK 256",
+      "#define LAYERNORM_FWD_BLOCK 512",
+      "LayerNorm forward launched with 512 threads: the kernels are built for 256 (__launch_bounds__), and K = 32's 255 registers x 512 threads exceed the 65536 a block may hold (the emulated build has no register file)",
+      "kernel_report"),
+    M("kr-gelu-block-past-1024", "kernel_report", "llm/ops/gelu.cuh",
+      "#define GELU_BLOCK_SIZE 512",
+      "#define GELU_BLOCK_SIZE 2048",
+      "GELU launched with 2048 threads per block, past the 1024 every GPU allows",
+      "kernel_report kernels_bf16_forward"),
+    M("kr-attention-tiles-generic", "kernel_report", "llm/ops/attention_mma_kernels.cuh",
+      "    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory\n"
+      "    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)\n    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile",
+      "    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);\n"
+      "    floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)\n    floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile",
+      "the fused attention forward aligns its shared memory through an integer: the results are the same, but the tiles become generic pointers and every tile load a generic LD (no test of the numbers can see it)",
+      "kernel_report"),
+    M("kr-docs-table-stale", "kernel_report", "docs/kernels.md",
+      "| `adamw_kernel` | 512 | yes | ",
+      "| `adamw_kernel` | 256 | yes | ",
+      "docs/kernels.md says AdamW launches 256 threads, the launcher 512 (the generated table edited, or left behind by a change)",
+      "kernel_report"),
     M("dp-grad-hook-skipped", "faults", "llm/parallel/dp.h",
       "    if (dp->grad_hook.before_reduce != NULL) {  // (every micro-batch's part is summed in by now)",
       "    if (0) {  // (every micro-batch's part is summed in by now)",
@@ -2214,9 +2237,69 @@ MUTATIONS = [
       '    return n',
       "the planner does not round each activation field up to 64 bytes as carve_fields does",
       "plan"),
+    # --- HellaSwag: the eval file, its scoring in every layout, the data script, the recipes (llm/train/hellaswag.h,
+    # dev/data/hellaswag.py, scripts/launch.sh) ---
+    M("hs-context-scored", "hellaswag", "llm/train/hellaswag.h",
+      "            if (t >= nc - 1 && t < nc - 1 + nk) acc[r] += losses[j];",
+      "            if (t < nc - 1 + nk) acc[r] += losses[j];",
+      "HellaSwag: the context's positions are not masked: their losses join each completion's sum",
+      "hellaswag"),
+    M("hs-sum-not-mean", "hellaswag", "llm/train/hellaswag.h",
+      "            sc.loss[r] = sums[r] / (float)hs->comp_len[r];",
+      "            sc.loss[r] = sums[r];",
+      "HellaSwag: a completion's loss is the sum over its tokens, not the mean (acc, not acc_norm)",
+      "hellaswag"),
+    M("hs-argmax", "hellaswag", "llm/train/hellaswag.h",
+      "            if (sc.loss[r] < sc.loss[e * HELLASWAG_COMPLETIONS + best]) best = k;",
+      "            if (sc.loss[r] > sc.loss[e * HELLASWAG_COMPLETIONS + best]) best = k;",
+      "HellaSwag: the completion of the highest mean loss wins (argmax instead of argmin)",
+      "hellaswag"),
+    M("hs-target-offset", "hellaswag", "llm/train/hellaswag.h",
+      "        targets[nc - 1 + i] = comp[i];",
+      "        targets[nc + i] = comp[i];",
+      "HellaSwag: each completion token is the target of its own position, not of the one before (off by one)",
+      "hellaswag"),
+    M("hs-tp-every-rank", "hellaswag", "llm/train/hellaswag.h",
+      "    int holds = pipeline_is_last(pipe) && mesh->tp.rank == 0;  // this rank adds the losses it holds",
+      "    int holds = pipeline_is_last(pipe);  // this rank adds the losses it holds",
+      "HellaSwag under tp: every tp rank adds the (same) losses to the world's sum, so tp 2 doubles them",
+      "hellaswag"),
+    M("hs-dp-same-block", "hellaswag", "llm/train/hellaswag.h",
+      "    int e0 = per * mesh->dp.rank, e1 = e0 + per;",
+      "    int e0 = 0, e1 = e0 + per;",
+      "HellaSwag under dp: every dp rank scores the first block of examples (the others never)",
+      "hellaswag"),
+    M("hs-cp-positions", "hellaswag", "llm/train/hellaswag.h",
+      "    if (holds) memcpy(where, cp_local_tokens(&last->cp, where, B), (size_t)B * Tl * sizeof(int));",
+      "    if (0) memcpy(where, cp_local_tokens(&last->cp, where, B), (size_t)B * Tl * sizeof(int));",
+      "HellaSwag under cp: a rank's losses taken as positions 0 .. T/cp - 1 of each row, not the chunks it holds",
+      "hellaswag"),
+    M("hs-no-version-check", "hellaswag", "llm/train/hellaswag.h",
+      "    if (header[1] != HELLASWAG_VERSION) fatal(",
+      "    if (header[1] != HELLASWAG_VERSION && 0) fatal(",
+      "the HellaSwag reader accepts any version",
+      "hellaswag"),
+    M("hs-no-last-step", "hellaswag", "llm/train/hellaswag.h",
+      "    return step == steps || (n > 0 && step % n == 0);",
+      "    return n > 0 && step % n == 0;",
+      "HellaSwag is not evaluated after the last step unless it falls on the cadence",
+      "hellaswag"),
+    M("hs-py-no-space", "hellaswag", "dev/data/hellaswag.py",
+      '        rendered.append((enc.encode_ordinary(ctx), [enc.encode_ordinary(" " + e) for e in endings], label, "%s line %d" % (src, n)))',
+      '        rendered.append((enc.encode_ordinary(ctx), [enc.encode_ordinary(e) for e in endings], label, "%s line %d" % (src, n)))',
+      "dev/data/hellaswag.py tokenizes each ending without the space llm.c puts before it",
+      "hellaswag"),
+    M("hs-py-bytes-no-header", "hellaswag", "dev/data/hellaswag.py",
+      "    nbytes = 2 * len(words)",
+      "    nbytes = 2 * (len(words) - 3)",
+      "dev/data/hellaswag.py's <EXAMPLE_BYTES> leaves out the example's first three words",
+      "hellaswag"),
+    M("rc-hellaswag-always", "recipes", "scripts/launch.sh",
+      '    if [ -n "${HELLASWAG:-}" ] || [ -f "$f" ]; then L_HELLASWAG=(--hellaswag "$f"); return 0; fi',
+      '    if true; then L_HELLASWAG=(--hellaswag "$f"); return 0; fi',
+      "the recipes pass --hellaswag even when the default file is not there (the run would stop at once)",
+      "recipes"),
 ]
-
-
 # ----------------------------------------------------------------------------------------------------
 # what the tests run: each test/run_tests.sh entry and the programs it needs built
 
@@ -2225,7 +2308,7 @@ SOURCE_TESTS = {"headers": "llm/", "bench_pytorch": "dev/bench_pytorch.py", "dat
                 "recipes": ("scripts/launch.sh", "scripts/gpt2_"),
                 "hf": ("scripts/export_hf.py", "scripts/import_hf.py", "scripts/safetensors_np.py", "scripts/llmc_checkpoint.py",
                        "scripts/hf_gpt2.py"),
-                "prompt": "scripts/prompt.py", "plan": ("scripts/plan", "test/plan_check.py")}
+                "prompt": "scripts/prompt.py", "plan": ("scripts/plan", "test/plan_check.py"), "hellaswag": "dev/data/hellaswag.py", "kernel_report": ("scripts/kernel_report.py", "docs/kernels.md")}
 
 TEST_BINARIES = {
     "ops_grad": ["build/test_ops_grad_cpu"],
@@ -2248,8 +2331,11 @@ TEST_BINARIES = {
     "recipes": ["train_gpt_cpu"],
     "deps": [],
     "warnings": [],
+    "kernel_report": ["train_gpt", "build/attention_fp16.fatbin"],
     "hf": ["train_gpt_cpu"],
     "prompt": ["train_gpt_cpu"],
+    "hellaswag": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16", "build/train_gpt_emu",
+                  "build/train_gpt_emu_bf16", "build/train_gpt_emu_nompi"],
     "resume": ["train_gpt_cpu"],
     "adamw": ["train_gpt_cpu"],
     "first_hour": ["train_gpt_cpu"],
@@ -2391,8 +2477,10 @@ BINARY_SOURCES = {
     "build/test_comm_emu": "test/test_comm.cu",
     "build/emu/test_nccl_emu": "dev/emu/test_nccl_emu.cu",
     "build/test_comm_cuda": "test/test_comm.cu",  # nvcc: built by test_comm.sh itself, never by this tool
+    "train_gpt": "train_gpt.cu",  # nvcc: built by test_kernel_report.sh itself (make train_gpt), never by this tool
+    "build/attention_fp16.fatbin": "test/attention_sass.cu",  # nvcc: the same
 }
-NVCC_BINARIES = {"build/test_comm_cuda"}
+NVCC_BINARIES = {"build/test_comm_cuda", "train_gpt", "build/attention_fp16.fatbin"}
 # test_help.sh runs every program that is built (--help, -h, an unknown flag): all of test-build's g++ programs
 TEST_BINARIES["help"] = [b for b in BINARY_SOURCES if b not in NVCC_BINARIES and not b.endswith(".so")]
 

@@ -133,6 +133,10 @@ run hf bash test/test_hf.sh
 # a prompt in, text out (--generate, scripts/prompt.py): greedy = a float64 numpy GPT-2 run token by token, seeds,
 # top-k and temperature, tp / pp / cp = one process, bad inputs, the script's text round trip (addition's and GPT-2's tokenizers)
 run prompt bash test/test_prompt.sh
+# HellaSwag (dev/data/hellaswag.py, --hellaswag, llm/train/hellaswag.h): the script's file = an independent writer's; acc_norm
+# and each completion's mean loss = a float64 numpy GPT-2's on examples of known answer; dp, ZeRO-3, tp, sp, pp, cp = one
+# process; the CPU BF16 / FP16 and emulated builds; bad files and flags, one line each
+run hellaswag bash test/test_hellaswag.sh
 run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
@@ -194,6 +198,9 @@ run nompi bash test/test_nompi.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
 # the includes run downhill (the order of the folders of llm/, docs/architecture.md)
 run headers bash test/test_headers.sh
+# the CUDA trainer's machine code on every target (scripts/kernel_report.py, no GPU): every launch fits, occupancy,
+# local memory only where docs/kernels.md says why, tensor-core MMA in the fused attention, docs/kernels.md current
+run kernel_report bash test/test_kernel_report.sh
 # no build printed a warning (the logs of make test's build and of .ci/run's make train)
 run warnings bash test/test_warnings.sh
 # every program the Makefile builds (from make -pq) answers --help and -h (usage on stdout, exit 0, quickly) and

@@ -213,7 +213,22 @@ build/test_fp8_linear_gpu: test/test_fp8_linear.cu $(LLM_HEADERS) test/test_comm
 build/bench_gpu: dev/bench_train.cu dev/bench_common.h dev/bench_breakdown.h $(LLM_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_TEST_FLAGS) -x cu $< -o $@ $(NVCC_LIBS)
-TEST_NVCC_BINS := train_gpt build/test_kernels_gpu build/test_moe_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
+# the fused attention kernels in FP16 (the default build is BF16), device code only, for scripts/kernel_report.py
+build/attention_fp16.fatbin: test/attention_sass.cu $(LLM_HEADERS)
+	@mkdir -p build
+	$(NVCC) -O3 -std=c++17 --use_fast_math -DENABLE_FP16 -fatbin -gencode arch=compute_80,code=sm_80 \
+	    -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp $(CUDA_COMM_FLAGS) -x cu $< -o $@
+# docs/kernels.md from the CUDA trainer's machine code (scripts/kernel_report.py; test_kernel_report.sh checks it)
+.PHONY: kernel-report
+kernel-report: train_gpt build/attention_fp16.fatbin
+	$(PYTHON) scripts/kernel_report.py --binary train_gpt --fp16-attention build/attention_fp16.fatbin --write docs/kernels.md
+TEST_NVCC_BINS := train_gpt build/attention_fp16.fatbin build/test_kernels_gpu build/test_moe_gpu build/test_fp8_gpu build/test_fp8_gemm_gpu build/test_fp8_linear_gpu build/test_comm_cuda
+
+# HellaSwag (test/test_hellaswag.sh, `run hellaswag` in run_tests.sh): the trainers it runs, then the test alone
+.PHONY: test-hellaswag
+test-hellaswag: train_gpt_cpu build/train_gpt_cpu_bf16 build/train_gpt_cpu_fp16 build/train_gpt_emu build/train_gpt_emu_bf16 \
+                build/train_gpt_emu_nompi
+	ONLY=hellaswag bash test/run_tests.sh
 
 .PHONY: test test-build
 test-build: train_gpt_cpu $(TEST_CPU_BINS) $(TEST_EMU_BINS) $(TEST_NVCC_BINS) dev-cuda

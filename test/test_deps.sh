@@ -177,9 +177,9 @@ else bad "not root, second run: exit $rc, calls: $(grep -E 'pip|apt-get|import m
 # --check: each package and what it is for, exit 1 when one is missing, nothing installed
 run check test 0 ok "bc" "ml_dtypes" --check
 if [ $rc -ne 0 ] && grep -q '^  missing  bc: ' "$tmp/check.out" && grep -q '^  missing  python: ml_dtypes ' "$tmp/check.out" &&
-   grep -q '^  ok       libopenblas-openmp-dev: OpenBLAS' "$tmp/check.out" && [ "$(grep -c '^  \(ok\|missing\) ' "$tmp/check.out")" = 12 ] &&
+   grep -q '^  ok       libopenblas-openmp-dev: OpenBLAS' "$tmp/check.out" && [ "$(grep -c '^  \(ok\|missing\) ' "$tmp/check.out")" = 14 ] &&
    ! calls check 'apt-get|sudo' > /dev/null && [ ! -e "$tmp/check/venv" ]; then
-    ok "--check: 12 lines, bc and ml_dtypes missing, exit $rc, nothing installed"
+    ok "--check: 14 lines, bc and ml_dtypes missing, exit $rc, nothing installed"
 else bad "--check: exit $rc: $(out check)"; fi
 
 # --- the Makefile: deps first, before any compiler; flags read after the install; the stamp ---

@@ -11,6 +11,8 @@
 #     with accum computed here and the same as the "batch:" line's; one layout override (TP=2 PP=2 on 8);
 #   - the steps of one epoch from shard headers (fake shards: the trainer's (tokens - 1) / T samples a shard,
 #     computed here in Python) and the missing-data warning naming dev/data/fineweb.py;
+#   - llm.c's -h 1: --hellaswag FILE in the command when HELLASWAG's file is there, a warning naming
+#     dev/data/hellaswag.py and no flag when the default file is not, nothing with HELLASWAG='';
 #   - the padded vocabulary tp must divide: at NH 6 and --tp 3 the launcher refuses exactly the V whose Vp (V rounded
 #     up to a multiple of 128) 3 does not divide, on both sides of 256, 384 and 512, and the trainer agrees (V 256, 257);
 #   - bad layouts refused with one "error: <flag>..." line and exit 1: tp not dividing NH, dp x tp x pp not
@@ -35,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 source test/mpi_lib.sh  # the counters, ok, bad
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # the recipes' overrides must not leak in from the caller's environment
-unset TRAINER DATA_DIR OUT_DIR DP TP PP ZERO MODEL B T TOTAL_BATCH STEPS TRAIN_DATA VAL_DATA TOKENIZER RESUME MPIRUN_ARGS SRUN_ARGS
+unset TRAINER DATA_DIR OUT_DIR DP TP PP ZERO MODEL B T TOTAL_BATCH STEPS TRAIN_DATA VAL_DATA TOKENIZER HELLASWAG RESUME MPIRUN_ARGS SRUN_ARGS
 
 # llm.c's numbers (scripts/run_gpt2_124M.sh, run_gpt2_350M.sh): -b 64 -t 1024 -d 524288 -u 700 -q 0.0
 # -c 0.1 -z 1 -r 0 -v 250 -g 144 (20 val batches: llm.c's default -m; grad clip 1.0: fixed in train_gpt2.cu)
@@ -128,6 +130,20 @@ out=$(DATA_DIR="$tmp/none" bash scripts/gpt2_124m.sh --dry-run 2>&1)
 if [ "$(grep -c '^warning: --\(train-data\|val-data\|tokenizer\) .*python dev/data/fineweb.py -v 10B' <<< "$out")" -eq 3 ]; then
     ok "missing data: a warning for each of train, val and tokenizer, naming python dev/data/fineweb.py -v 10B"
 else bad "missing data: expected 3 warnings naming fineweb.py, found: $(grep '^warning' <<< "$out" | tr '\n' ' ')"; fi
+
+# llm.c's -h 1: --hellaswag FILE when the file is there (HELLASWAG, default data/hellaswag/hellaswag_val.bin); the default
+# missing: a warning naming dev/data/hellaswag.py and no flag (the run goes on without it, as llm.c's); HELLASWAG='': off
+touch "$tmp/hs.bin"
+for r in 124m 350m; do
+    out=$(HELLASWAG="$tmp/hs.bin" bash "scripts/gpt2_$r.sh" --dry-run 2>&1)
+    o2=$(cd "$tmp" && bash "$OLDPWD/scripts/gpt2_$r.sh" --dry-run 2>&1)  # (no data/hellaswag/ there)
+    o3=$(HELLASWAG= bash "scripts/gpt2_$r.sh" --dry-run 2>&1)
+    if grep -q "^command: .* --hellaswag $tmp/hs.bin\( \|$\)" <<< "$out" && ! grep -q 'hellaswag' <<< "$(grep -v '^warning' <<< "$o2")" &&
+       grep -q '^warning: --hellaswag data/hellaswag/hellaswag_val.bin: not there: .*python dev/data/hellaswag.py' <<< "$o2" &&
+       ! grep -q 'hellaswag' <<< "$o3"; then
+        ok "gpt2_$r: HellaSwag on (--hellaswag FILE) when its file is there, a warning naming dev/data/hellaswag.py without it, off with HELLASWAG=''"
+    else bad "gpt2_$r HellaSwag: with the file: $(grep -o -- '--hellaswag [^ ]*' <<< "$out"); without: $(grep -i hellaswag <<< "$o2" | head -2 | tr '\n' ' '); off: $(grep -ci hellaswag <<< "$o3")"; fi
+done
 
 # refused NAME SUBSTRING RECIPE ARGS...: exit 1, exactly one line, "error: " and SUBSTRING
 refused() {

@@ -161,7 +161,7 @@ attention_forward_kernel(floatX* out,        // (B,T,C)
     typedef AttentionTile<HD> F;
     const int BR = F::BR;
     EXTERN_SHARED(char, smem);
-    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory
     floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)
     floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX)
     floatX* V = attention_carve<floatX>(p, F::X);  // (BR, LDX)
@@ -245,7 +245,7 @@ attention_backward_dkdv_kernel(floatX* dinp,        // (B,T,3C): its k and v par
     typedef AttentionTile<HD> F;
     const int BR = F::BR;
     EXTERN_SHARED(char, smem);
-    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory
     floatX* K = attention_carve<floatX>(p, F::X);    // (BR, LDX) this block's keys
     floatX* V = attention_carve<floatX>(p, F::X);    // (BR, LDX)
     floatX* Q = attention_carve<floatX>(p, F::X);    // (BR, LDX) the current query tile
@@ -311,7 +311,7 @@ attention_backward_dq_kernel(floatX* dinp,        // (B,T,3C): its q part writte
     typedef AttentionTile<HD> F;
     const int BR = F::BR;
     EXTERN_SHARED(char, smem);
-    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory
     floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX)
     floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
     floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current key tile

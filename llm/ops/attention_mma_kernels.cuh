@@ -69,6 +69,16 @@ __device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*
     }
 }
 
+// Shared memory: the tiles are carved from the dynamic shared memory by pointer arithmetic on `smem` (its
+// alignment to 128 bytes included), so that the compiler knows every tile pointer is a shared-memory address and
+// emits shared loads (LDS); aligning through an integer cast left it generic pointers, and loads that resolve
+// the address space at run time (LD: 208 of them in the forward's SASS at HD = 64 on sm_90, and about 20 more registers).
+// Local memory (scripts/kernel_report.py, docs/kernels.md lists it per target): ptxas gives some instances on
+// some targets an 8-byte stack slot, one value stored before the loop over tiles and loaded after it (one STL
+// and one LDL per thread per kernel, read in the SASS); and the HD = 128 backward dk/dv kernel, whose dK and dV
+// accumulators alone take 128 FP32 registers per thread, sits near the 255-register limit, where ptxas may spill
+// (docs/kernels.md says on which targets and how much); HD = 128 serves head sizes 65..128 only (GPT-2's is 64),
+// and there spills are L1 traffic beside each tile's 70 KiB of shared-memory loads.
 template <int HD>
 __global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
 attention_forward_mma_kernel(floatX* out,        // (B,T,C)
@@ -78,7 +88,7 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
     typedef AttentionTile<HD> F;
     constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
     EXTERN_SHARED(char, smem);
-    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory
     floatX* Q = attention_carve<floatX>(p, F::X);  // (BR, LDX)
     floatX* K = attention_carve<floatX>(p, F::X);  // (BR, LDX) the current key tile
     floatX* V = attention_carve<floatX>(p, F::X);  // (BR, LDX)
@@ -159,7 +169,7 @@ attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v
     typedef AttentionTile<HD> F;
     constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
     EXTERN_SHARED(char, smem);
-    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory
     floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) this block's keys
     floatX* V = attention_carve<floatX>(p, F::X);   // (BR, LDX)
     floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current query tile
@@ -244,7 +254,7 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
     typedef AttentionTile<HD> F;
     constexpr int BR = F::BR, KT = HD / 16, NS = BR / 8, NO = HD / 8;
     EXTERN_SHARED(char, smem);
-    char* p = (char*)(((uintptr_t)smem + 127) / 128 * 128);
+    char* p = smem + (-(uintptr_t)smem & 127);  // aligned up to 128 bytes, still a pointer into shared memory
     floatX* Q = attention_carve<floatX>(p, F::X);   // (BR, LDX)
     floatX* dY = attention_carve<floatX>(p, F::X);  // (BR, LDX)
     floatX* K = attention_carve<floatX>(p, F::X);   // (BR, LDX) the current key tile

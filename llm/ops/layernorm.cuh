@@ -379,6 +379,13 @@ static int layernorm_forward_chunks_per_lane(const char* who, int C) {
           32 * 32 * x128::size, PRECISION_MODE);
 }
 
+// Local memory (scripts/kernel_report.py lists it per target, docs/kernels.md): K = 32 holds 32 x 16 bytes of a
+// row per lane and spills past 255 registers: a stack frame of 80 to 96 bytes per thread (none for the plain
+// kernel on sm_80), written and read once for the thread's one row, from L1, under a tenth of the 16 KiB or more
+// the row moves through memory; K = 32 serves rows wider than 16 chunks per lane only (C > 4096 in BF16, > 2048
+// in FP32: past GPT-2's 1600). On sm_80 ptxas also keeps one 4-byte value of the fused kernel's K = 3 (BF16
+// C 520..768, GPT-2 124M) in the stack: one STL and one LDL per thread per row, 256 bytes of L1 traffic per row
+// against 6 KiB of global reads and writes.
 #define LAYERNORM_FORWARD_CASES(X) X(1) X(2) X(3) X(4) X(6) X(8) X(12) X(16) X(32)
 #endif
 

@@ -332,11 +332,11 @@ static void pipeline_sampler_link(Pipeline* pipe, Sampler* sp) {
     sp->link = pipe->pp_size > 1 ? link : none;
 }
 
-// The mean loss of one batch without gradients (validation): inputs, targets (B, T) host. The forward
-// goes through the virtual stages in order, each receiving from the one before (blocking: one chain).
-// The loss reaches the other stages as two floats (its value and its rounding error), so every rank
-// has the last stage's double.
-static double pipeline_eval_loss(Pipeline* pipe, const int* inputs, const int* targets) {
+// One batch's forward without gradients (validation, llm/train/hellaswag.h): inputs, targets (B, T) host. The
+// forward goes through the virtual stages in order, each receiving from the one before (blocking: one chain),
+// in slot 0 of each chunk; the last stage is left holding every token's loss (its slot 0's losses) and their
+// mean added to its loss accumulator.
+static void pipeline_eval_forward(Pipeline* pipe, const int* inputs, const int* targets) {
     int S = pipe->pp_size * pipe->vpp;
     size_t msg = pipe->R * pipe->cfg.channels;
     for (int c = 0; c < pipe->vpp; c++) {
@@ -348,6 +348,14 @@ static double pipeline_eval_loss(Pipeline* pipe, const int* inputs, const int* t
         stage_forward(st, 0, vs == 0 ? inputs : NULL, in, vs == S - 1 ? targets : NULL, 0.0f);
         if (vs < S - 1) pipe_send_next(pipe, c, stage_output(st, 0), msg);
     }
+}
+
+// The mean loss of one batch without gradients (validation): inputs, targets (B, T) host, through
+// pipeline_eval_forward. The loss reaches the other stages as two floats (its value and its rounding error), so
+// every rank has the last stage's double.
+static double pipeline_eval_loss(Pipeline* pipe, const int* inputs, const int* targets) {
+    int S = pipe->pp_size * pipe->vpp;
+    pipeline_eval_forward(pipe, inputs, targets);
     double loss = 0.0;
     if (pipeline_is_last(pipe)) loss = stage_take_loss(&pipe->chunks[pipe_chunk_of(pipe->vshape, pipe->pp_size, S - 1)]);
     if (pipe->pp_size > 1) {

@@ -101,9 +101,14 @@ __global__ void fp8_epilogue_kernel(floatX* out,               // (M, N): writte
                                     int accumulate, int M, int N) {
     size_t n = (size_t)M * N;
     for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < n; o += (size_t)gridDim.x * blockDim.x) {
-        float pre;
-        float v = fp8_epilogue(acc[o], (int)(o % N), pre_gelu ? &pre : NULL, bias, accumulate ? out + o : NULL,
-                               dgelu_pre ? dgelu_pre + o : NULL);
+        // two calls rather than `pre_gelu ? &pre : NULL`: a pointer that may point at `pre` puts it in local
+        // memory (a stack slot, one STL and LDL per element: scripts/kernel_report.py found it); each call's
+        // pointer is known, so `pre` stays in a register
+        float pre = 0.0f;
+        const floatX* old = accumulate ? out + o : NULL;
+        const floatX* dg = dgelu_pre ? dgelu_pre + o : NULL;
+        float v = pre_gelu ? fp8_epilogue(acc[o], (int)(o % N), &pre, bias, old, dg)
+                           : fp8_epilogue(acc[o], (int)(o % N), NULL, bias, old, dg);
         if (pre_gelu) pre_gelu[o] = (floatX)pre;
         out[o] = (floatX)v;
     }

@@ -20,6 +20,9 @@ typedef struct {
     const char* log_path;
     const char* resume;         // state file, "latest"/"1" (newest in output dir), or NULL/"0"
     const char* eval_file;      // held-out exact-match problems (shard)
+    const char* hellaswag;      // HellaSwag in llm.c's eval format (llm/train/hellaswag.h), or NULL: none
+    int hellaswag_every;        // its acc_norm every N steps and at the last; 0: at the val loss's steps (--val-every)
+    const char* hellaswag_losses;  // each example's four completion losses written here after each evaluation, or NULL
     int B, T;
     long total_batch;
     int steps;
@@ -85,6 +88,9 @@ typedef struct {
 #define DEFAULT_VAL_DATA DEFAULT_DATA_DIR "/shakespeare_val.bin"
 #define DEFAULT_TOKENIZER DEFAULT_DATA_DIR "/gpt2_tokenizer.bin"
 #define DEFAULT_DATA_HOW "python3 dev/data/shakespeare.py (or make shakespeare, which also trains)"
+// where dev/data/hellaswag.py writes HellaSwag's validation set: llm.c's -h 1 reads it (llm.c's own place is
+// dev/data/hellaswag/hellaswag_val.bin; --hellaswag FILE names any)
+#define DEFAULT_HELLASWAG "data/hellaswag/hellaswag_val.bin"
 
 // One row per flag: its names, what it stores where in Args, its valid range (numbers: inclusive bounds;
 // choices: the words, stored as their index), and its help. One parser reads them all: a number must be
@@ -143,6 +149,9 @@ static const FlagDoc FLAGS[] = {
     {"--resume", 'y', FLAG_STRING, A_(resume), 0, 0, NULL, "resume from a state file or checkpoint directory, or 1/latest = the newest good one in --output-dir (default 0)"},
     {"--log", 0, FLAG_STRING, A_(log_path), 0, 0, NULL, "JSON-lines log, one object per step (default <output-dir>/log.jsonl)"},
     {"--eval-file", 0, FLAG_STRING, A_(eval_file), 0, 0, NULL, "held-out shard of 'prompt=answer' documents: greedy exact-match accuracy at the end"},
+    {"--hellaswag", 0, FLAG_STRING, A_(hellaswag), 0, 0, NULL, "HellaSwag in llm.c's eval format (python3 dev/data/hellaswag.py writes " DEFAULT_HELLASWAG "): acc_norm on the step line and in the log; llm.c's -h 1 is this file, -h 0 none (-h otherwise: --help)"},
+    {"--hellaswag-every", 0, FLAG_INT, A_(hellaswag_every), 0, BIG, NULL, "with --hellaswag: acc_norm every N steps and at the last; 0 = at the val loss's steps, --val-every (default 0)"},
+    {"--hellaswag-losses", 0, FLAG_STRING, A_(hellaswag_losses), 0, 0, NULL, "with --hellaswag: write each example's label, winner and four completion losses here after each evaluation"},
     {"--dp", 0, FLAG_INT, A_(dp), 0, 1 << 20, NULL, "data-parallel ranks (default 0: the world size / (tp*pp*cp)); world size = dp*tp*pp*cp"},
     {"--tp", 0, FLAG_INT, A_(tp), 1, 1 << 16, NULL, "tensor-parallel ranks (default 1): Megatron's split of every weight matrix (llm/sharded/tensor_parallel.h)"},
     {"--sequence-parallel", 0, FLAG_INT, A_(sequence_parallel), 0, 1, NULL, "1: with --tp, LayerNorms and residual adds on 1/tp of the tokens each (Korthikanti et al. 2022) (default 0)"},
@@ -286,6 +295,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->log_path = NULL;
     a->resume = NULL;
     a->eval_file = NULL;
+    a->hellaswag = NULL; a->hellaswag_every = 0; a->hellaswag_losses = NULL;
     a->B = 4; a->T = 1024; a->total_batch = -1; a->steps = -1;
     a->lr = 3e-4f; a->lr_final = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f; a->warmup = 0;
     a->seed = 1337; a->shuffle = 1;
@@ -314,6 +324,11 @@ static void parse_args(Args* a, int argc, char** argv) {
     float fixed_scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
+        // llm.c's -h 0 / -h 1: HellaSwag off / on (--hellaswag DEFAULT_HELLASWAG); -h otherwise is --help
+        if (strcmp(arg, "-h") == 0 && i + 1 < argc && (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1"))) {
+            a->hellaswag = argv[++i][0] == '1' ? DEFAULT_HELLASWAG : NULL;
+            continue;
+        }
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) { print_usage(); exit(0); }
         // a short alias or a long name: the flag's row
         const FlagDoc* f = NULL;
@@ -336,6 +351,10 @@ static void parse_args(Args* a, int argc, char** argv) {
     if (a->tokenizer && a->tokenizer[0] == '\0') a->tokenizer = NULL;
     if (a->report_json && a->report_json[0] == '\0') a->report_json = NULL;
     if (a->trace && a->trace[0] == '\0') a->trace = NULL;
+    if (a->hellaswag && a->hellaswag[0] == '\0') a->hellaswag = NULL;
+    if (a->hellaswag_losses && a->hellaswag_losses[0] == '\0') a->hellaswag_losses = NULL;
+    if (a->hellaswag_losses && !a->hellaswag) fatal("--hellaswag-losses: expected with --hellaswag FILE (the examples scored), found no --hellaswag");
+    if (a->hellaswag && a->generate > 0) fatal("--hellaswag: expected a training run, found --generate %d (generation evaluates nothing)", a->generate);
     if (a->prompt_tokens && a->generate == 0) fatal("--prompt-tokens: expected with --generate N (the tokens to print after it), found no --generate");
     if (a->generate > 0) {
         // generation reads no data and decodes one position at a time: the smallest batch any layout takes (one
@@ -427,13 +446,14 @@ static OptimConfig args_optim_config(const Args* a, int steps) {
     return oc;
 }
 
-// Every directory the run writes into (--output-dir, the parents of --log, --report-json, --trace), made with
-// its parents: all checked first, so that nothing is created if one cannot be (rank 0)
+// Every directory the run writes into (--output-dir, the parents of --log, --report-json, --trace,
+// --hellaswag-losses), made with its parents: all checked first, so that nothing is created if one cannot be (rank 0)
 static void args_make_output_dirs(const Args* a) {
     for (int create = 0; create <= 1; create++) {
         make_dirs("--output-dir", a->output_dir, create);
         if (a->log_path) make_parent_dirs("--log", a->log_path, create);
         if (a->report_json) make_parent_dirs("--report-json", a->report_json, create);
         if (a->trace) make_parent_dirs("--trace", a->trace, create);
+        if (a->hellaswag_losses) make_parent_dirs("--hellaswag-losses", a->hellaswag_losses, create);
     }
 }

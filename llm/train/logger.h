@@ -6,7 +6,9 @@
 //    "ms": 123.4, "tok_per_s": 4567.8, "mfu": 0.0123, "comm_wait_ms": 1.2}
 //                                      (one line; val_loss only when measured, comm_wait_ms only
 //                                       under data parallelism, loss_scale with a loss scaler,
-//                                       "skipped": "<reason>" on a skipped step)
+//                                       "skipped": "<reason>" on a skipped step; "hellaswag_acc_norm",
+//                                       "hellaswag_correct", "hellaswag_examples" where HellaSwag was
+//                                       scored: llm/train/progress.h)
 //   {"step": 7, "rollback_to": 3, "reason": "..."}        (logger_log_rollback, llm/faults/health.h)
 //   {"step": 3, "resumed_from": "out/state_00000003.bin"}  (logger_log_resume: a resumed run's first line)
 //   {"step": 12, "hellaswag": 0.291}                      (logger_log_eval)

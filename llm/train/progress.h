@@ -14,6 +14,7 @@ typedef struct {
     float train_loss;      // the last step's
     float val_loss;        // the last measured (NAN: none yet)
     int val_step;
+    int hs_correct, hs_examples, hs_step;  // the last HellaSwag evaluation (hs_examples 0: none yet)
     int ckpt_step;         // the last step saved (0: none)
 } Progress;
 
@@ -65,6 +66,7 @@ static void progress_summary(const Progress* p, const char* log_path, const char
     printf(" | %s (%.1f ms per step, val losses, samples and checkpoints included)", e, n > 0 ? elapsed * 1e3 / n : 0.0);
     printf(" | final train loss %.4f", p->train_loss);
     if (!isnan(p->val_loss)) printf(" | val loss %.4f (step %d)", p->val_loss, p->val_step);
+    if (p->hs_examples > 0) printf(" | HellaSwag acc_norm %.4f (step %d)", (double)p->hs_correct / p->hs_examples, p->hs_step);
     printf("\n");
     printf("log: %s (loss plot: python3 scripts/plot_logs.py --out %s/loss.png run=%s)\n", log_path, out_dir, log_path);
     if (p->ckpt_step > 0) {
@@ -85,14 +87,21 @@ typedef struct {
     const char* skipped;          // why the update was skipped, or NULL
 } StepResult;
 
+// a HellaSwag evaluation at a step (llm/train/hellaswag.h): correct of examples; examples 0: none at this step
+typedef struct {
+    int correct, examples;
+} EvalCounts;
+
 // the step's line on the console (rank 0; every --print-every steps) and in log.jsonl (every
 // step); wait: NaN without data parallelism; mfu: a fraction (llm/train/mfu.h), a percentage on the console, NaN when
-// there is no peak (the emulated build without --peak-tflops)
+// there is no peak (the emulated build without --peak-tflops); hs: the step's HellaSwag acc_norm, if evaluated
+// (console "hellaswag 0.2955 (2967/10042)"; log "hellaswag_acc_norm", "hellaswag_correct", "hellaswag_examples")
 static void progress_step_line(Progress* pg, Logger* lg, int rank0, int step, int steps, const StepResult* r, float vloss, double ms,
-                        double tok_s, double mfu, double wait, int scaled) {
+                        double tok_s, double mfu, double wait, int scaled, EvalCounts hs) {
     pg->train_loss = r->loss;
     if (!isnan(vloss)) { pg->val_loss = vloss; pg->val_step = step; }
-    if (rank0 && progress_show(pg, step, !isnan(vloss) || r->skipped != NULL)) {
+    if (hs.examples > 0) { pg->hs_correct = hs.correct; pg->hs_examples = hs.examples; pg->hs_step = step; }
+    if (rank0 && progress_show(pg, step, !isnan(vloss) || r->skipped != NULL || hs.examples > 0)) {
         char times[96];
         progress_times(pg, step, times, sizeof(times));
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step, steps, r->loss, r->lr, r->norm, ms, tok_s);
@@ -103,8 +112,21 @@ static void progress_step_line(Progress* pg, Logger* lg, int rank0, int step, in
         if (scaled) printf(" | loss scale %g", r->scale);
         if (r->skipped) printf(" | skipped (%s)", r->skipped);
         if (!isnan(vloss)) printf(" | val loss %.6f", vloss);
+        if (hs.examples > 0) printf(" | hellaswag %.4f (%d/%d)", (double)hs.correct / hs.examples, hs.correct, hs.examples);
         printf("\n");
     }
+    const char* extra = r->moe_log;
+    char* both = NULL;
+    if (hs.examples > 0) {  // the keys after the moe counts, if any
+        size_t cap = (extra ? strlen(extra) : 0) + 160;
+        both = (char*)mallocCheck(cap);
+        char acc[40];
+        logger_format_float(acc, sizeof(acc), (float)((double)hs.correct / hs.examples));
+        snprintf(both, cap, "%s, \"hellaswag_acc_norm\": %s, \"hellaswag_correct\": %d, \"hellaswag_examples\": %d", extra ? extra : "", acc,
+                 hs.correct, hs.examples);
+        extra = both;
+    }
     logger_log_step(lg, step, r->loss, vloss, r->lr, r->norm, (float)ms, (float)tok_s, (float)mfu, (float)wait, scaled ? r->scale : NAN,
-                    r->skipped, r->aux, r->z, r->moe_log);
+                    r->skipped, r->aux, r->z, extra);
+    free(both);
 }

@@ -1,0 +1,8 @@
+// attention_sass.cu: the fused attention kernels alone, for scripts/kernel_report.py to read their SASS in a
+// precision the default build does not compile (make build/attention_fp16.cubin: FP16, sm_80 and sm_90).
+// Not a program: compiled to device code only (nvcc -fatbin); taking the launchers' addresses instantiates the
+// kernels of every head size, as train_gpt.cu's calls do.
+#include "../llm/core/common.h"
+#include "../llm/ops/attention.cuh"
+
+void* attention_sass_keep[] = {(void*)attention_forward, (void*)attention_backward};
