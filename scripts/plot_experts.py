@@ -21,38 +21,28 @@ import argparse
 import json
 import sys
 
+from plot_logs import log_objects  # (scripts/: the log's lines, one error line for a bad one)
+
 
 def read_counts(path):
     """(steps, layers, counts[step index][layer index][expert]) of a log's moe steps, each step once"""
-    try:
-        f = open(path)
-    except OSError as e:
-        sys.exit("error: %s: cannot open: %s" % (path, e.strerror))
     by_step, layers = {}, None
-    with f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                o = json.loads(line)
-            except ValueError:
-                sys.exit("error: %s: line %d: expected a JSON object, found %r" % (path, n, line[:60]))
-            back = o.get("rollback_to", o.get("step") if "resumed_from" in o else None)
-            if back is not None:
-                for s in [s for s in by_step if s > back]:
-                    del by_step[s]
-            if "moe_routed" not in o:
-                continue
-            lay, routed = o.get("moe_layers"), o["moe_routed"]
-            if (not isinstance(lay, list) or not isinstance(routed, list) or len(lay) != len(routed) or not routed or
-                    any(not isinstance(r, list) or len(r) != len(routed[0]) or any(c < 0 for c in r) for r in routed)):
-                sys.exit("error: %s: line %d: expected \"moe_layers\" and \"moe_routed\" (one list of E counts >= 0 per "
-                         "moe layer), found %r and %r" % (path, n, lay, routed))
-            if layers is not None and lay != layers:
-                sys.exit("error: %s: line %d: expected the moe layers %s of the earlier lines, found %s" % (path, n, layers, lay))
-            layers = lay
-            by_step[o["step"]] = routed
+    for n, o in log_objects(path):
+        back = o.get("rollback_to", o.get("step") if "resumed_from" in o else None)
+        if back is not None:
+            for s in [s for s in by_step if s > back]:
+                del by_step[s]
+        if "moe_routed" not in o:
+            continue
+        lay, routed = o.get("moe_layers"), o["moe_routed"]
+        if (not isinstance(lay, list) or not isinstance(routed, list) or len(lay) != len(routed) or not routed or
+                any(not isinstance(r, list) or len(r) != len(routed[0]) or any(c < 0 for c in r) for r in routed)):
+            sys.exit("error: %s: line %d: expected \"moe_layers\" and \"moe_routed\" (one list of E counts >= 0 per "
+                     "moe layer), found %r and %r" % (path, n, lay, routed))
+        if layers is not None and lay != layers:
+            sys.exit("error: %s: line %d: expected the moe layers %s of the earlier lines, found %s" % (path, n, layers, lay))
+        layers = lay
+        by_step[o["step"]] = routed
     if not by_step:
         sys.exit("error: %s: expected log lines with \"moe_routed\" (a run with --experts), found none" % path)
     steps = sorted(by_step)

@@ -18,13 +18,14 @@ import json
 import sys
 
 
-def read_log(path):
-    """The course the run took: (steps, train losses, val steps, val losses, {step: HellaSwag acc_norm}), each step once. A resumed run
-    appends to its predecessor's log, which may hold steps after the checkpoint it resumed from; a rollback
-    repeats steps. Both write a mark ({"step": s, "resumed_from": ...} or {"step": t, "rollback_to": s}):
-    the steps after s logged before the mark are another course, dropped; a step logged again replaces."""
-    train, val, hs = {}, {}, {}
-    with open(path) as f:
+def log_objects(path):
+    """each line of a log.jsonl as (line number, its object), blank lines skipped; a file that cannot be opened or a
+    line that is no JSON ends the program with one line (scripts/plot_experts.py reads its logs through this too)"""
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit("error: %s: cannot open: %s" % (path, e.strerror))
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -33,17 +34,27 @@ def read_log(path):
                 o = json.loads(line)
             except ValueError:
                 sys.exit("error: %s: line %d: expected a JSON object, found %r" % (path, n, line[:60]))
-            back = o.get("rollback_to", o["step"] if "resumed_from" in o else None)
-            if back is not None:
-                for d in (train, val, hs):
-                    for s in [s for s in d if s > back]:
-                        del d[s]
-            if "train_loss" in o:
-                train[o["step"]] = o["train_loss"]
-            if o.get("val_loss") is not None and o["val_loss"] == o["val_loss"]:
-                val[o["step"]] = o["val_loss"]
-            if o.get("hellaswag_acc_norm") is not None:
-                hs[o["step"]] = o["hellaswag_acc_norm"]
+            yield n, o
+
+
+def read_log(path):
+    """The course the run took: (steps, train losses, val steps, val losses, {step: HellaSwag acc_norm}), each step once. A resumed run
+    appends to its predecessor's log, which may hold steps after the checkpoint it resumed from; a rollback
+    repeats steps. Both write a mark ({"step": s, "resumed_from": ...} or {"step": t, "rollback_to": s}):
+    the steps after s logged before the mark are another course, dropped; a step logged again replaces."""
+    train, val, hs = {}, {}, {}
+    for _, o in log_objects(path):
+        back = o.get("rollback_to", o["step"] if "resumed_from" in o else None)
+        if back is not None:
+            for d in (train, val, hs):
+                for s in [s for s in d if s > back]:
+                    del d[s]
+        if "train_loss" in o:
+            train[o["step"]] = o["train_loss"]
+        if o.get("val_loss") is not None and o["val_loss"] == o["val_loss"]:
+            val[o["step"]] = o["val_loss"]
+        if o.get("hellaswag_acc_norm") is not None:
+            hs[o["step"]] = o["hellaswag_acc_norm"]
     if not train:
         sys.exit("error: %s: expected log lines with \"train_loss\", found none" % path)
     steps, vsteps = sorted(train), sorted(val)
