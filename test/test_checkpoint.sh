@@ -308,17 +308,24 @@ if part dp3; then
         run "d3save_${n3[$i]}" "${np3[$i]}" "${d3[@]}" ${f3[$i]} --steps 2 --checkpoint-every 2 --checkpoint-format both \
             --output-dir "$tmp/d3save_${n3[$i]}" || bad "dp3: save under ${n3[$i]}: exit $?"
     done
-    for pair in "dp3 one" "dp3 dp2" "dp3z3 one" "dp3z3 dp2" "one dp3" "one dp3z3"; do
-        read -r s r <<< "$pair"
+    # d3pair NAME S R: S's checkpoint resumed under R from the shards and from the state file (two at a time, as
+    # the matrix's pairs)
+    d3pair() {
+        local s=$2 r=$3 j jr a b
         for j in 0 1 2 3; do [ "${n3[$j]}" = "$r" ] && jr=$j; done
         run "d3sh_${s}_$r" "${np3[$jr]}" "${d3[@]}" ${f3[$jr]} --steps 4 --output-dir "$tmp/d3sh_${s}_$r" --resume "$tmp/d3save_$s/ckpt_00000002" \
-            || { bad "dp3: $s -> $r from the shards: exit $? ($LOG/d3sh_${s}_$r.log)"; continue; }
+            || { bad "dp3: $s -> $r from the shards: exit $? ($LOG/d3sh_${s}_$r.log)"; return; }
         run "d3ga_${s}_$r" "${np3[$jr]}" "${d3[@]}" ${f3[$jr]} --steps 4 --output-dir "$tmp/d3ga_${s}_$r" --resume "$tmp/d3save_$s/state_00000002.bin" \
-            || { bad "dp3: $s -> $r from the state file: exit $?"; continue; }
+            || { bad "dp3: $s -> $r from the state file: exit $?"; return; }
         a=$(fields "$tmp/d3sh_${s}_$r/log.jsonl"); b=$(fields "$tmp/d3ga_${s}_$r/log.jsonl")
         if [ "$(echo "$a" | wc -l)" -eq 2 ] && [ "$a" = "$b" ]; then ok "dp3: $s -> $r: steps 3-4 from the shards bit-identical to the gathered state's ($(echo "$a" | tr '\n' ' '))"
         else bad "dp3: $s -> $r: shards [$a] vs state file [$b]"; fi
+    }
+    for pair in "dp3 one" "dp3 dp2" "dp3z3 one" "dp3z3 dp2" "one dp3" "one dp3z3"; do
+        read -r s r <<< "$pair"
+        CASE_JOBS=2 case_bg d3pair "d3pair_${s}_$r" "$s" "$r"
     done
+    cases_wait
 fi
 
 # ---------------------------------------------------------------------------------------------------
