@@ -93,21 +93,18 @@ vs() {  # NAME NP REF DESCRIPTION ARGS...: a run against one process
         check compare "$what vs 1 process" "$tmp/$n" "$tmp/$ref" 4e-6 1e-5 &&
         same_samples "$what sampling" "$n" "$ref"
 }
-# these layouts run two at a time (case_bg, test/mpi_lib.sh): short jobs whose start-up (mpirun, MPI_Init, the
-# files) leaves a core idle much of the time, and nothing of them is timed (the balance of 4. has runs of its own)
 for N in 2 4; do
-    CASE_JOBS=2 case_bg vs cp${N}_zig $N one_128 "cp $N ring zigzag" --cp $N --total-batch 128
-    CASE_JOBS=2 case_bg vs cp${N}_con $N one_128 "cp $N ring contiguous" --cp $N --cp-balance contiguous --total-batch 128
-    CASE_JOBS=2 case_bg vs cp${N}_uly $N one_128 "cp $N Ulysses" --cp $N --cp-impl ulysses --total-batch 128
+    vs cp${N}_zig $N one_128 "cp $N ring zigzag" --cp $N --total-batch 128
+    vs cp${N}_con $N one_128 "cp $N ring contiguous" --cp $N --cp-balance contiguous --total-batch 128
+    vs cp${N}_uly $N one_128 "cp $N Ulysses" --cp $N --cp-impl ulysses --total-batch 128
 done
-CASE_JOBS=2 case_bg vs t2c2_ring 4 one_128 "tp 2 x cp 2 ring" --tp 2 --cp 2 --total-batch 128
-CASE_JOBS=2 case_bg vs t2c2_uly 4 one_128 "tp 2 x cp 2 Ulysses" --tp 2 --cp 2 --cp-impl ulysses --total-batch 128
-CASE_JOBS=2 case_bg vs t2c2_sp 4 one_128 "tp 2 (sequence-parallel) x cp 2 ring" --tp 2 --sequence-parallel 1 --cp 2 --total-batch 128
+vs t2c2_ring 4 one_128 "tp 2 x cp 2 ring" --tp 2 --cp 2 --total-batch 128
+vs t2c2_uly 4 one_128 "tp 2 x cp 2 Ulysses" --tp 2 --cp 2 --cp-impl ulysses --total-batch 128
+vs t2c2_sp 4 one_128 "tp 2 (sequence-parallel) x cp 2 ring" --tp 2 --sequence-parallel 1 --cp 2 --total-batch 128
 for s in gpipe 1f1b zb-h1; do
-    CASE_JOBS=2 case_bg vs p2c2_$s 4 one_256 "pp 2 ($s) x cp 2 ring, 2 micro-batches" --pp 2 --schedule $s --cp 2 --total-batch 256
+    vs p2c2_$s 4 one_256 "pp 2 ($s) x cp 2 ring, 2 micro-batches" --pp 2 --schedule $s --cp 2 --total-batch 256
 done
-CASE_JOBS=2 case_bg vs p2c2_uly 4 one_256 "pp 2 (1f1b) x cp 2 Ulysses, 2 micro-batches" --pp 2 --cp 2 --cp-impl ulysses --total-batch 256
-cases_wait
+vs p2c2_uly 4 one_256 "pp 2 (1f1b) x cp 2 Ulysses, 2 micro-batches" --pp 2 --cp 2 --cp-impl ulysses --total-batch 256
 # the interleaved schedule needs a layer per virtual stage: a 4-layer model of its own (the later --model wins)
 timeout 60 "$CPU" "${common[@]}" --model d4,C=32,NH=4,maxT=64,V=257 --steps 1 --lr 0 --checkpoint-every 1 --val-every 0 \
     --sample-every 0 --output-dir "$tmp/seed4" > "$LOG/seed4.log" 2>&1 || bad "4-layer seed checkpoint: see $LOG/seed4.log"
