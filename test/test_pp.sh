@@ -96,28 +96,24 @@ common+=(--model "$tmp/seed/model_00000001.bin")
 # 1. equivalence with one process (B*T = 128 tokens per micro-batch: total 512 is m = 4 on one dp rank)
 for tb in 128 256 384 512; do train one_$tb 0 "$CPU" --total-batch $tb; done
 train one_512_clip 0 "$CPU" --total-batch 512 --grad-clip 0.5
-# the runs of 1. go two at a time (case_bg, test/mpi_lib.sh): short jobs whose start-up (mpirun, MPI_Init, the files)
-# leaves a core idle much of the time, and nothing of them is timed (4.'s bubble has runs of its own, alone)
-# pps NAME WHAT NP REF ARGS...: pp, then the samples against REF's (WHAT names the check)
-pps() { local name=$1 what=$2; shift 2; pp "$name" "$@" && same_samples "$what" "$name" "$2"; }
-CASE_JOBS=2 case_bg pps pp2 "pp 2 sampling" 2 one_512 --pp 2 --total-batch 512
-CASE_JOBS=2 case_bg pp pp4 4 one_512 --pp 4 --total-batch 512
-CASE_JOBS=2 case_bg pp gpipe_pp2 2 one_512 --pp 2 --schedule gpipe --total-batch 512
-CASE_JOBS=2 case_bg pp gpipe_pp4 4 one_512 --pp 4 --schedule gpipe --total-batch 512
-CASE_JOBS=2 case_bg pps il_pp2v2 "interleaved sampling" 2 one_512 --pp 2 --schedule interleaved --vpp 2 --total-batch 512
-CASE_JOBS=2 case_bg pp zb_pp2 2 one_512 --pp 2 --schedule zb-h1 --total-batch 512
-CASE_JOBS=2 case_bg pp zb_pp4 4 one_512 --pp 4 --schedule zb-h1 --total-batch 512
-CASE_JOBS=2 case_bg pp pp2_m1 2 one_128 --pp 2 --total-batch 128
-CASE_JOBS=2 case_bg pp pp4_m2 4 one_256 --pp 4 --total-batch 256
-CASE_JOBS=2 case_bg pp zb_pp4_m3 4 one_384 --pp 4 --schedule zb-h1 --total-batch 384
-CASE_JOBS=2 case_bg pp gpipe_pp2_m3 2 one_384 --pp 2 --schedule gpipe --total-batch 384
-CASE_JOBS=2 case_bg pp d2p2z1 4 one_512 --pp 2 --zero 1 --total-batch 512
-CASE_JOBS=2 case_bg pp d2p2z3il 4 one_512 --pp 2 --zero 3 --schedule interleaved --vpp 2 --total-batch 512
-CASE_JOBS=2 case_bg pp t2p2 4 one_512 --pp 2 --tp 2 --total-batch 512
-CASE_JOBS=2 case_bg pps d2t2p2z1sp "dp 2 x tp 2 x pp 2 sampling" 8 one_512 --pp 2 --tp 2 --zero 1 --sequence-parallel 1 --total-batch 512
-CASE_JOBS=2 case_bg pp zb_d2t2p2z3sp 8 one_512 --pp 2 --tp 2 --zero 3 --sequence-parallel 1 --schedule zb-h1 --total-batch 512
-CASE_JOBS=2 case_bg pp pp2_clip 2 one_512_clip --pp 2 --total-batch 512 --grad-clip 0.5
-cases_wait
+pp pp2 2 one_512 --pp 2 --total-batch 512 && same_samples "pp 2 sampling" pp2 one_512
+pp pp4 4 one_512 --pp 4 --total-batch 512
+pp gpipe_pp2 2 one_512 --pp 2 --schedule gpipe --total-batch 512
+pp gpipe_pp4 4 one_512 --pp 4 --schedule gpipe --total-batch 512
+pp il_pp2v2 2 one_512 --pp 2 --schedule interleaved --vpp 2 --total-batch 512 && same_samples "interleaved sampling" il_pp2v2 one_512
+pp zb_pp2 2 one_512 --pp 2 --schedule zb-h1 --total-batch 512
+pp zb_pp4 4 one_512 --pp 4 --schedule zb-h1 --total-batch 512
+pp pp2_m1 2 one_128 --pp 2 --total-batch 128
+pp pp4_m2 4 one_256 --pp 4 --total-batch 256
+pp zb_pp4_m3 4 one_384 --pp 4 --schedule zb-h1 --total-batch 384
+pp gpipe_pp2_m3 2 one_384 --pp 2 --schedule gpipe --total-batch 384
+pp d2p2z1 4 one_512 --pp 2 --zero 1 --total-batch 512
+pp d2p2z3il 4 one_512 --pp 2 --zero 3 --schedule interleaved --vpp 2 --total-batch 512
+pp t2p2 4 one_512 --pp 2 --tp 2 --total-batch 512
+pp d2t2p2z1sp 8 one_512 --pp 2 --tp 2 --zero 1 --sequence-parallel 1 --total-batch 512 &&
+    same_samples "dp 2 x tp 2 x pp 2 sampling" d2t2p2z1sp one_512
+pp zb_d2t2p2z3sp 8 one_512 --pp 2 --tp 2 --zero 3 --sequence-parallel 1 --schedule zb-h1 --total-batch 512
+pp pp2_clip 2 one_512_clip --pp 2 --total-batch 512 --grad-clip 0.5
 # the same arithmetic, the same bytes: every schedule and pipeline depth sums each gradient in the same
 # order (per micro-batch in order on each stage, the tied embedding's two parts added once), and B + W
 # is the fused backward bit for bit
