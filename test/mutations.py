@@ -1911,6 +1911,12 @@ MUTATIONS = [
       '#include "../../dev/emu/nccl_emu.h"  // NCCL\'s API over MPI, run on the CPU',
       "the library names dev/ (the emulated NCCL by its path, not through -Idev/emu)",
       "headers"),
+    M("hd-nompi-transport", "headers", "llm/comm/comm_transport.h",
+      "#define COMM_MPI 0\n",
+      "#define COMM_MPI 0;\n",
+      "the no-MPI branch of comm_transport.h defines COMM_MPI with a stray token: only the builds without MPI fail "
+      "(test_headers compiles a header once for the CPU and no-MPI builds only when their translation units are the same)",
+      "headers nompi"),
     M("hd-climb-report-ckpt", "headers", "llm/train/report.h",
       '#include "../core/atomic_file.h"  // the report file, through a temporary name (af_write_text)',
       '#include "../ckpt/checkpoint.h"  // the report file, through a temporary name (af_write_text)',

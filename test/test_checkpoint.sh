@@ -79,6 +79,31 @@ part() { [[ "$PARTS" == *" $1 "* ]]; }
 names=(single dp2 dp2z3 tp2 pp2 dp2pp2)
 nps=(1 2 2 2 2 4)
 flags=("" "--zero 0" "--zero 3" "--tp 2" "--pp 2 --schedule 1f1b" "--pp 2 --zero 1 --schedule gpipe")
+# reshard NAME I J: layout I's checkpoint resumed under layout J, from the shards and from the gathered state
+# file; its ok / FAIL lines. The pairs run two at a time (case_bg, test/mpi_lib.sh): each is two short jobs whose
+# start-up (mpirun, MPI_Init, the files) leaves a core idle much of the time, and nothing here is timed
+reshard() {
+    local s=${names[$2]} r=${names[$3]} j=$3 a b
+    run "sh_${s}_$r" "${nps[$j]}" ${flags[$j]} --steps 4 --output-dir "$tmp/sh_${s}_$r" --resume "$tmp/save_$s/ckpt_00000002" \
+        || { bad "$s -> $r from the shards: exit status $? ($LOG/sh_${s}_$r.log)"; return; }
+    run "ga_${s}_$r" "${nps[$j]}" ${flags[$j]} --steps 4 --output-dir "$tmp/ga_${s}_$r" --resume "$tmp/save_$s/state_00000002.bin" \
+        || { bad "$s -> $r from the state file: exit status $?"; return; }
+    a=$(fields "$tmp/sh_${s}_$r/log.jsonl"); b=$(fields "$tmp/ga_${s}_$r/log.jsonl")
+    if [ -n "$a" ] && [ "$(echo "$a" | wc -l)" -eq 2 ] && [ "$a" = "$b" ]; then
+        ok "resharding $s -> $r: steps 3-4 bit-identical to $r resumed from $s's gathered state ($(echo "$a" | tr '\n' ' '))"
+    else
+        bad "resharding $s -> $r: shards [$a] vs state file [$b]"
+    fi
+    python3 - "$tmp/sh_${s}_$r/log.jsonl" "$tmp/own_$s/log.jsonl" <<'PY' && ok "resharding $s -> $r: within 4e-6 relative of $s's own continuation" || bad "resharding $s -> $r: differs from $s's own continuation by more than 4e-6 relative"
+import json, sys
+def f(p): return {o["step"]: (o["train_loss"], o["grad_norm"]) for o in map(json.loads, open(p)) if "train_loss" in o}
+a, b = f(sys.argv[1]), f(sys.argv[2])
+worst = max(abs(x - y) / abs(y) for s in b for x, y in zip(a[s], b[s]))
+print("max relative difference %.3g" % worst)
+sys.exit(0 if sorted(a) == sorted(b) == [3, 4] and worst <= 4e-6 else 1)
+PY
+}
+
 for i in "${!names[@]}"; do
     part matrix || part model || break
     n=${names[$i]}
@@ -93,27 +118,10 @@ for i in "${!names[@]}"; do      # the layout that saved
         || bad "$s resumed under itself: exit status $?"
     for j in "${!names[@]}"; do  # the layout that resumes
         [ "$i" = "$j" ] && continue
-        r=${names[$j]}
-        run "sh_${s}_$r" "${nps[$j]}" ${flags[$j]} --steps 4 --output-dir "$tmp/sh_${s}_$r" --resume "$tmp/save_$s/ckpt_00000002" \
-            || { bad "$s -> $r from the shards: exit status $? ($LOG/sh_${s}_$r.log)"; continue; }
-        run "ga_${s}_$r" "${nps[$j]}" ${flags[$j]} --steps 4 --output-dir "$tmp/ga_${s}_$r" --resume "$tmp/save_$s/state_00000002.bin" \
-            || { bad "$s -> $r from the state file: exit status $?"; continue; }
-        a=$(fields "$tmp/sh_${s}_$r/log.jsonl"); b=$(fields "$tmp/ga_${s}_$r/log.jsonl")
-        if [ -n "$a" ] && [ "$(echo "$a" | wc -l)" -eq 2 ] && [ "$a" = "$b" ]; then
-            ok "resharding $s -> $r: steps 3-4 bit-identical to $r resumed from $s's gathered state ($(echo "$a" | tr '\n' ' '))"
-        else
-            bad "resharding $s -> $r: shards [$a] vs state file [$b]"
-        fi
-        python3 - "$tmp/sh_${s}_$r/log.jsonl" "$tmp/own_$s/log.jsonl" <<'PY' && ok "resharding $s -> $r: within 4e-6 relative of $s's own continuation" || bad "resharding $s -> $r: differs from $s's own continuation by more than 4e-6 relative"
-import json, sys
-def f(p): return {o["step"]: (o["train_loss"], o["grad_norm"]) for o in map(json.loads, open(p)) if "train_loss" in o}
-a, b = f(sys.argv[1]), f(sys.argv[2])
-worst = max(abs(x - y) / abs(y) for s in b for x, y in zip(a[s], b[s]))
-print("max relative difference %.3g" % worst)
-sys.exit(0 if sorted(a) == sorted(b) == [3, 4] and worst <= 4e-6 else 1)
-PY
+        CASE_JOBS=2 case_bg reshard "reshard_${names[$i]}_${names[$j]}" "$i" "$j"
     done
 done
+cases_wait
 
 # ---------------------------------------------------------------------------------------------------
 # 2. an llm.c model file into every layout: the first step's loss
@@ -300,17 +308,24 @@ if part dp3; then
         run "d3save_${n3[$i]}" "${np3[$i]}" "${d3[@]}" ${f3[$i]} --steps 2 --checkpoint-every 2 --checkpoint-format both \
             --output-dir "$tmp/d3save_${n3[$i]}" || bad "dp3: save under ${n3[$i]}: exit $?"
     done
-    for pair in "dp3 one" "dp3 dp2" "dp3z3 one" "dp3z3 dp2" "one dp3" "one dp3z3"; do
-        read -r s r <<< "$pair"
+    # d3pair NAME S R: S's checkpoint resumed under R from the shards and from the state file (two at a time, as
+    # the matrix's pairs)
+    d3pair() {
+        local s=$2 r=$3 j jr a b
         for j in 0 1 2 3; do [ "${n3[$j]}" = "$r" ] && jr=$j; done
         run "d3sh_${s}_$r" "${np3[$jr]}" "${d3[@]}" ${f3[$jr]} --steps 4 --output-dir "$tmp/d3sh_${s}_$r" --resume "$tmp/d3save_$s/ckpt_00000002" \
-            || { bad "dp3: $s -> $r from the shards: exit $? ($LOG/d3sh_${s}_$r.log)"; continue; }
+            || { bad "dp3: $s -> $r from the shards: exit $? ($LOG/d3sh_${s}_$r.log)"; return; }
         run "d3ga_${s}_$r" "${np3[$jr]}" "${d3[@]}" ${f3[$jr]} --steps 4 --output-dir "$tmp/d3ga_${s}_$r" --resume "$tmp/d3save_$s/state_00000002.bin" \
-            || { bad "dp3: $s -> $r from the state file: exit $?"; continue; }
+            || { bad "dp3: $s -> $r from the state file: exit $?"; return; }
         a=$(fields "$tmp/d3sh_${s}_$r/log.jsonl"); b=$(fields "$tmp/d3ga_${s}_$r/log.jsonl")
         if [ "$(echo "$a" | wc -l)" -eq 2 ] && [ "$a" = "$b" ]; then ok "dp3: $s -> $r: steps 3-4 from the shards bit-identical to the gathered state's ($(echo "$a" | tr '\n' ' '))"
         else bad "dp3: $s -> $r: shards [$a] vs state file [$b]"; fi
+    }
+    for pair in "dp3 one" "dp3 dp2" "dp3z3 one" "dp3z3 dp2" "one dp3" "one dp3z3"; do
+        read -r s r <<< "$pair"
+        CASE_JOBS=2 case_bg d3pair "d3pair_${s}_$r" "$s" "$r"
     done
+    cases_wait
 fi
 
 # ---------------------------------------------------------------------------------------------------

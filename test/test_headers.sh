@@ -10,6 +10,11 @@
 #      (TRANSPORT_ONLY below: llm/comm/watchdog_mpi.h needs MPI, ...) are compiled in the builds that
 #      have it, and in the others must stop first on a transport's #error (so that one included by
 #      mistake where its transport is missing says so).
+#      The CPU and no-MPI builds' flags differ only in preprocessor options (-D, -I): a header whose includes
+#      (followed through the repository) name neither LLM_NO_MPI nor an MPI header gives both builds the same
+#      translation unit token for token (test/same_tu.py says which, and why that suffices): it is compiled
+#      once, in the CPU build, and that result stands for both (the no-MPI line says how many); every other
+#      header is compiled in each build.
 #   2. the include graph of llm/ (the #include "..." lines, resolved relative to the including file)
 #      has no cycle; the cycle is printed if there is one.
 #   3. no #include line under llm/ names dev/ (the emulated build reaches dev/emu/ through -Idev/emu).
@@ -67,10 +72,22 @@ compile_one() {  # BUILD HEADER: writes $LOG/BUILD/<header path with / as _>.{rc
 export -f compile_one
 export LOG CXX CPU_FLAGS NOMPI_FLAGS EMU_FLAGS
 t0=$SECONDS
+# the headers whose no-MPI translation unit is the CPU build's, one per line (the transports' own headers left out)
+same_tu=$(python3 test/same_tu.py "$CPU_FLAGS" "$NOMPI_FLAGS" $headers | while read -r h; do
+    [ -z "${TRANSPORT_ONLY[$h]:-}" ] && echo "$h"; done)
 for b in cpu nompi emu; do
     rm -rf "${LOG:?}/$b"; mkdir -p "$LOG/$b"
-    for h in $headers; do echo "$b $h"; done
+    for h in $headers; do
+        [ "$b" = nompi ] && grep -qxF "$h" <<< "$same_tu" && continue
+        echo "$b $h"
+    done
 done | xargs -P "${JOBS:-2}" -n 2 bash -c 'compile_one "$0" "$1"'
+# those headers' no-MPI result: the CPU build's
+nsame=0
+for h in $same_tu; do
+    out=$(echo "$h" | tr / _)
+    cp "$LOG/cpu/$out.rc" "$LOG/cpu/$out.err" "$LOG/nompi/" && nsame=$((nsame + 1))
+done
 for b in cpu nompi emu; do
     nok=0
     for h in $headers; do
@@ -88,7 +105,9 @@ for b in cpu nompi emu; do
             bad "$b build: $h does not compile alone: $(grep -m1 'error' "$out.err") (see $out.err)"
         fi
     done
-    [ "$nok" -eq "$(echo "$headers" | wc -l)" ] && ok "$b build: each of the $nok headers of llm/ compiles alone (g++ -fsyntax-only, the Makefile's flags)"
+    note=""
+    [ "$b" = nompi ] && note="; $nsame of them the CPU build's translation unit token for token (test/same_tu.py), compiled there"
+    [ "$nok" -eq "$(echo "$headers" | wc -l)" ] && ok "$b build: each of the $nok headers of llm/ compiles alone (g++ -fsyntax-only, the Makefile's flags$note)"
 done
 echo "(compiles: $((SECONDS - t0)) s)"
 
