@@ -316,7 +316,7 @@ static void split_memory_check(SplitVerdict verdict, const char* tag, DataParall
     // per layer: a dense layer keeps the four linears' output gradients and, as the policy recomputes them, their
     // inputs ln1, atty, ln2 (and fch_gelu under full recompute); a moe layer only those of qkv and attproj (its
     // router's and experts' gradients are all B's: llm/model/block.h)
-    double formula[64], sum = 0.0, slack = 0.0;
+    double formula[64] = {0.0}, sum = 0.0, slack = 0.0;
     int fields0 = 0;
     for (int l = 0; l < cfg.num_layers && l < 64; l++) {
         int moe = layer_is_moe(cfg, l);
