@@ -203,6 +203,7 @@ def rank_memory(a, pp_rank, sim):
     if cfg["E"] > 0:  # the sampler's one token through a moe layer (its acts tagged activations), the pipeline's counts
         act += moe_acts_bytes(cfg, 1, e)
         ws += moe_buffers_bytes(cfg, 1, e) + cfg["L"] * 2 * cfg["E"] * 4
+        ws += cfg["L"] * cfg["E"] * 4  # the selection bias (llm/train/moe_balance.h), on the device whatever --expert-bias-rate
     if a["fp8"] != "none":  # (the CPU build's FP8 GEMM; a CUDA build adds an FP32 scratch whose size depends on the
         ws += fp8_workspace(a, BT)  # cuBLASLt path taken at run time: not counted)
     ws += 12 + 4 + 8  # dp's three scalars, AdamW's norm, the pipeline's loss scalar
