@@ -197,14 +197,17 @@ def search(ns, cl, name):
         for cp in [c for c in (1, 2, 4, 8, 16, 32) if world % (tp * c) == 0]:
             for pp in [p for p in (1, 2, 4, 8, 16, 32, 64, 128) if world % (tp * cp * p) == 0]:
                 dp = world // (tp * cp * pp)
-                for zero in (0, 1, 2, 3):
+                # expert parallelism (a moe model): every ep of the dp ranks that divides the experts
+                eps = [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if ns.experts and dp % e == 0 and ns.experts % e == 0] or [1]
+                for zero, ep in [(z, e) for z in (0, 1, 2, 3) for e in eps]:
                     if dp == 1 and zero:
                         continue
                     for rc in ("none", "selective", "full"):
                         for B in (1, 2, 4):
                             ns2 = argparse.Namespace(**vars(ns))
                             ns2.tp, ns2.pp, ns2.cp, ns2.dp, ns2.zero, ns2.recompute, ns2.batch = tp, pp, cp, dp, zero, rc, B
-                            ns2.sequence_parallel = 1 if tp > 1 else 0
+                            ns2.ep = ep
+                            ns2.sequence_parallel = 1 if tp > 1 and not ns.experts else 0  # (the experts refuse sp)
                             ns2.schedule = ns.schedule if pp > 1 else "1f1b"
                             ns2.vpp = 1
                             a = build_args(ns2)
@@ -217,7 +220,7 @@ def search(ns, cl, name):
                             if "error" in p:
                                 continue
                             mem = max(sum(r["rm"]["peak"].values()) for r in p["ranks"])
-                            desc = f"dp {dp} tp {tp} pp {pp} cp {cp} zero {zero} recompute {rc} -b {B} (m {a['m']})"
+                            desc = f"dp {dp} tp {tp} pp {pp} cp {cp}" + (f" ep {ep}" if ep > 1 else "") + f" zero {zero} recompute {rc} -b {B} (m {a['m']})"
                             if pp > 1:
                                 desc += f" {a['schedule']}"
                             (fits if mem <= cap else rejected).append((p["step_s"], mem, desc, p))

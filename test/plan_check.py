@@ -93,7 +93,8 @@ def main():
         return 1
     exact = [k for k in KINDS if k not in approx]
     print(f"ok   {name}: {n} ranks, {', '.join(exact)} (live and peak) equal to the byte"
-          + ("" if "ledger" in approx else ", every ledger row (calls, payload, sent) equal"))
+          + ("" if "ledger" in approx else ", every ledger row (calls, payload, sent) equal")
+          + (" (the ep all-to-alls: calls per rank, payload per ep group)" if any(s["meas"][0] for s in a2a_sum.values()) else ""))
     return 0
 
 
