@@ -13,9 +13,11 @@ second formula, the pipeline schedule's bubble, slots and messages, it takes fro
 Every memory formula (scripts/plan_memory.py) is the trainer's allocation, term by term, with the file that makes it:
   parameters, gradients  llm/parallel/dp.h dp_init: the packed units (llm/model/units.h: each unit padded to a
                          multiple of 8 x the gradient group's size values), or 1/N of them when ZeRO shards them
+                         (an experts unit under --ep: E/ep experts, sharded over edp = N/ep, llm/parallel/zero.h)
   moments, master        llm/ops/optimizer.h: AdamW m and v (FP32), FP32 master weights in 16-bit builds
   activations            llm/model/stage.h stage_init_cp: per slot (the schedule's live micro-batches) and layer,
-                         llm/model/block.h's fields the recompute policy keeps, each rounded up to 64 bytes
+                         llm/model/block.h's fields the recompute policy keeps, each rounded up to 64 bytes; a
+                         moe layer's (llm/model/moe.h), with --ep its received rows sized for the worst case
   comm buffers           llm/parallel/pipeline.h's receive/send buffers; ZeRO-2/3's unit pool (llm/parallel/bufpool.h)
   workspace              the stage's buffers and recompute buffer, sequence parallelism's gather buffers, the
                          sampler's decode state, the cuBLASLt workspace (CUDA builds)
