@@ -185,7 +185,7 @@ def build_args(ns):
     tb = ns.total_batch or ns.batch * ns.seq_len * dp
     e = {"fp32": 4, "bf16": 2, "fp16": 2}[ns.precision]
     return {"model": ns.model, "cfg": cfg, "world": world, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": ns.sequence_parallel,
-            "cp_impl": ns.cp_impl, "ep": ns.ep, "capf": ns.capacity_factor, "schedule": ns.schedule, "V": ns.vpp, "zero": ns.zero, "recompute": ns.recompute,
+            "cp_impl": ns.cp_impl, "ep": ns.ep, "capf": ns.capacity_factor, "ep_buffers": ns.ep_buffers, "schedule": ns.schedule, "V": ns.vpp, "zero": ns.zero, "recompute": ns.recompute,
             "precision": ns.precision, "e": e, "fp8": ns.fp8, "B": ns.batch, "T": ns.seq_len, "total_batch": tb,
             "eff": ns.efficiency, "build": ns.build}
 
@@ -269,6 +269,10 @@ def main(argv=None):
     ap.add_argument("--experts", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--moe-every", type=int, default=1)
+    ap.add_argument("--ep-buffers", choices=["worst", "routed"], default="worst",
+                    help="a moe layer's received rows under --ep: worst, the trainer's allocation (every token of every ep rank could "
+                         "pick this rank's experts: ep x N min(K, E/ep) rows); routed, a what-if the trainer does not do: sized by the "
+                         "uniform routing's expected N K rows (capacity-bounded) (default worst)")
     ap.add_argument("--capacity-factor", type=float, default=0.0,
                     help="each expert keeps at most ceil(F K N / E) of a call's assignments, 0 = no drops (default 0): the planned all-to-all rows (the trainer sizes the moe buffers for no drops whatever F)")
     ap.add_argument("--build", choices=["cuda", "cpu"], default="cuda", help="cuda adds cuBLASLt's workspace (default cuda)")

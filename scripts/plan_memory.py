@@ -43,37 +43,38 @@ def moe_capacity(capf, N, E, K):
     return min(math.ceil(f32 * K * N / E), N * K)
 
 
-def moe_rows(cfg, N, ep, capf):
+def moe_rows(cfg, N, ep, capf, routed=False):
     """(R, Rl): the rows of this rank's permuted copies (moe_max_rows: N K, or E x capacity when smaller) and the
     rows its local experts can receive (moe_max_local_rows, ep_local_rows: each of the ep ranks sends at most
-    N min(K, E/ep) copies, and at most capacity x E/ep; without expert parallelism R itself)"""
+    N min(K, E/ep) copies, and at most capacity x E/ep; without expert parallelism R itself). routed: the what-if
+    of buffers sized by the uniform routing's expected rows, R received as R sent (not the trainer's allocation)"""
     E, K = cfg["E"], cfg["K"]
     cap = moe_capacity(capf, N, E, K)
     R = min(E * cap, N * K)
-    if ep == 1:
+    if ep == 1 or routed:
         return R, R
     El = E // ep
     return R, min(N * min(K, El), cap * El) * ep
 
 
-def moe_acts_bytes(cfg, N, e, ep=1, capf=0.0):
+def moe_acts_bytes(cfg, N, e, ep=1, capf=0.0, routed=False):
     """moe_acts_alloc (llm/model/moe.h): what a moe layer keeps per micro-batch of N tokens: the routing, the permuted
     rows xp and yp (R rows), the local experts' fc outputs (Rl rows) and, with expert parallelism, their own input
     and output rows xl, yl (Rl; without it they are xp and yp); each field rounded up to 64 bytes"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    R, Rl = moe_rows(cfg, N, ep, capf)
+    R, Rl = moe_rows(cfg, N, ep, capf, routed)
     own = Rl if ep > 1 else 0
     return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8,
                                 R * C * e, Rl * 4 * C * e, Rl * 4 * C * e, R * C * e, own * C * e, own * C * e))
 
 
-def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0):
+def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0, routed=False):
     """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers; with expert
     parallelism the local experts' dyl and dxl rows and the all-to-alls' rank-major scratch rm (Rl rows each)"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    R, Rl = moe_rows(cfg, N, ep, capf)
+    R, Rl = moe_rows(cfg, N, ep, capf, routed)
     own = Rl if ep > 1 else 0
     return sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, R * C * e, Rl * 4 * C * e,
                                 R * C * e, 32 * 4 * C * 4, own * C * e, own * C * e, own * C * e))  # MATMUL_DBIAS_MAX_SPLITS = 32
@@ -157,6 +158,7 @@ def rank_memory(a, pp_rank, sim):
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
     N = a["dp"] * cp  # the gradient group: dp x cp
     ep = a.get("ep", 1)
+    what_if = (a["capf"], True) if a.get("ep_buffers") == "routed" else (0.0, False)
     align = 8 * N  # every unit, an experts unit too (dp_init: ZERO_ALIGN x the gradient group)
     S = pp * V
     stages = sim["ranks"][pp_rank]["stages"] if pp > 1 or V > 1 else [0]
@@ -224,8 +226,9 @@ def rank_memory(a, pp_rank, sim):
                 wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
             ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
         if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_init_cp)
-            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, BT, e, ep)
-            ws += moe_buffers_bytes(cfg, BT, e, ep)  # (sized for no drops whatever --capacity-factor: stage_set_moe)
+            # (sized for no drops whatever --capacity-factor: stage_set_moe; --ep-buffers routed: the what-if)
+            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, BT, e, ep, *what_if)
+            ws += moe_buffers_bytes(cfg, BT, e, ep, *what_if)
             if ep > 1:  # ep_init (llm/sharded/expert_parallel.h): the counts sent and received, 2 E floats (its own
                 ws += 2 * cfg["E"] * 4  # device_malloc, not rounded)
         ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage
@@ -240,8 +243,8 @@ def rank_memory(a, pp_rank, sim):
            (C, e), (1, 4), (1, 4), (3 * Ca, e), (Ca, e), (C, e), (C, e), (F, e), (F, e), (cfg["NH"] // tp * cfg["maxT"], 4)]
     ws += sum(r64(n * b) for n, b in dec)
     if cfg["E"] > 0:  # the sampler's one token through a moe layer (its acts tagged activations), the pipeline's counts
-        act += moe_acts_bytes(cfg, 1, e, ep)
-        ws += moe_buffers_bytes(cfg, 1, e, ep) + cfg["L"] * 2 * cfg["E"] * 4
+        act += moe_acts_bytes(cfg, 1, e, ep, *what_if)
+        ws += moe_buffers_bytes(cfg, 1, e, ep, *what_if) + cfg["L"] * 2 * cfg["E"] * 4
         ws += cfg["L"] * cfg["E"] * 4  # the selection bias (llm/train/moe_balance.h), on the device whatever --expert-bias-rate
     if a["fp8"] != "none":  # (the CPU build's FP8 GEMM; a CUDA build adds an FP32 scratch whose size depends on the
         ws += fp8_workspace(a, BT)  # cuBLASLt path taken at run time: not counted)
