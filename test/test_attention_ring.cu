@@ -24,9 +24,14 @@
 // op by op (op_pair, op_rows, below): each kernel against the CPU reference function of the same op on the
 // same inputs, with nq != nk, hs 16 to 128 (24: not a multiple of 32), the accumulators already holding an
 // earlier block's merge (forward) or random values (backward: += is checked), and the rows kernels bit for
-// bit with the gaps between rows untouched. The BF16 emulated build (test_attention_ring_emu_bf16) runs only
-// these op-by-op checks (the whole-sequence reference takes FP32 inputs): the kernels' 16-bit loads and
-// stores against the CPU reference's.
+// bit with the gaps between rows untouched. The BF16 and FP16 emulated builds (test_attention_ring_emu_bf16,
+// _fp16) run only these op-by-op checks (the whole-sequence reference takes FP32 inputs): there the block pairs
+// run on tensor cores (llm/ops/attention_ring_mma_kernels.cuh, the fused kernels' tile code, 64-row tiles), against
+// the same CPU reference within the same bounds: their products of FP32 values (P, dS) take them as three floatX
+// terms whose sum is the FP32 value (exactly in BF16; in FP16 to 2^-47 absolute under 2^-14), each term's products
+// exact in FP32 and summed in FP32 by the MMA (in k order in the emulator, dev/emu/mma.h), so the bounds below,
+// derived for FP32 arithmetic on FP32 values, hold as they are, but for one FP32 add into the accumulator per 16
+// keys (the split's partial sum), inside the bounds' constant terms for the nk <= 70 here.
 //
 // Bounds (u = 2^-24, FP32's unit roundoff; first order; test/test_attention_blocks.cu derives the
 // reference's part in full). attention_forward_cpu's scores err by <= (hs+1) u smax (smax = the largest

@@ -30,6 +30,7 @@
 // What it does not do (FlashAttention-2's and -3's further steps): cp.async / TMA double buffering of the
 // next tile while this one computes, ldmatrix, wgmma on Hopper, warp specialisation.
 #pragma once
+#include <type_traits>
 #include "../core/common.h"
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 #include "../core/cuda_utils.cuh"
@@ -49,11 +50,12 @@ __device__ __forceinline__ float attention_quad_sum(float v) {
 // The tile code: the products of both the fused kernels (below) and ring attention's block-pair kernels
 // (attention_ring_mma_kernels.cuh), each one warp's 16 rows. A product whose A operand is an FP32 accumulator (P, dS)
 // takes it as NT floatX terms: NT = 1 rounds it once to floatX (the fused kernels' rounding point, attention_x16_cpu.h);
-// NT = 3 splits it, p1 = X(P), p2 = X(P - p1), p3 = X(P - p1 - p2), and multiplies each term (the ring's pairs keep
-// their FP32 CPU reference's precision: in BF16 the three terms hold P's 24 significand bits exactly, as long as no
-// term leaves BF16's range, which is FP32's; in FP16, whose exponents stop at 2^-24, the terms hold P to 2^-25
-// absolute, and P or dS past 65504 overflows as in the fused kernels). Costs: NT MMAs for each such product.
-//
+// NT = 3 splits it into p1 = X(P), p2 = X((P - p1) 2^d), p3 = X(((P - p1) 2^d - p2) 2^d), with d the significand bits
+// of floatX (8 BF16, 11 FP16, so each scaled remainder is again about P's size and stays clear of FP16's subnormals),
+// multiplies each term, and sums P V = p1 V + 2^-d (p2 V + 2^-d p3 V). Three terms of 8 or 11 bits hold P's 24
+// significand bits: exact in BF16 (FP32's exponent range), and in FP16 wherever |P| >= 2^-14 (FP16's smallest normal),
+// to 2^-47 absolute below it; a P or dS past 65504 overflows FP16 as in the fused kernels. The ring's pairs use it to
+// keep the precision of their FP32 CPU reference. Costs: NT MMAs for each such product.//
 // zeroes N accumulators of 16 x 8 FP32 (float[N][4], mma_ptx.cuh's C layout). Where the backward runs two
 // products over the same operands' loop (S^T and dP^T, dV and dK in dk/dv; S and dP in dq) the loop is one tile
 // routine, shared (attention_mma_qkt2, attention_mma_pv2): one loop per product costs registers (dk/dv at HD 64 184
@@ -62,8 +64,13 @@ template <int N>
 __device__ __forceinline__ void attention_mma_zero(float (*acc)[4]) {
     for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
+// 2^d, d the significand bits of floatX (above)
+__device__ __forceinline__ float attention_mma_term_scale() {
+    return std::is_same<floatX, __nv_bfloat16>::value ? 256.0f : 2048.0f;
+}
 // the A fragments (16 x 16) of two FP32 accumulators side by side (c0 columns [0, 8), c1 [8, 16)) as NT floatX terms
-// (above): pa[x] is term x. Each subtraction P - X(P) is exact in FP32 (X(P) is within a factor 2 of P).
+// (above): pa[x] is term x. Each remainder P - X(P) is exact in FP32 (X(P) is within a factor 2 of P), and so is its
+// scaling by a power of 2.
 template <int NT>
 __device__ __forceinline__ void attention_mma_split_a(uint32_t (*pa)[4], const float* c0, const float* c1) {
     if (NT == 1) {
@@ -75,24 +82,28 @@ __device__ __forceinline__ void attention_mma_split_a(uint32_t (*pa)[4], const f
         floatX h[8];
         for (int e = 0; e < 8; e++) {
             h[e] = (floatX)r[e];
-            r[e] -= (float)h[e];
+            r[e] = (r[e] - (float)h[e]) * attention_mma_term_scale();
         }
         for (int e = 0; e < 4; e++) pa[x][e] = mma_pack(h[2 * e], h[2 * e + 1]);
     }
 }
-// acc (16 x 8) += (the sum of pa's NT terms) B. NT > 1: the lower terms first into a zeroed partial (its sums round
-// at their own, smaller, magnitude), then the leading term into acc, then the partial: one FP32 add into acc per
-// 16 keys more than NT = 1
+// acc (16 x 8) += (the sum of pa's NT terms, term x scaled by 2^-dx) B. NT > 1: the lower terms first into a zeroed
+// partial, Horner's way (t = p3 B, t = 2^-d t + p2 B), then the leading term into acc, then 2^-d t: the partial's sums
+// round at its own, smaller, magnitude, and acc takes one FP32 add per 16 keys more than with NT = 1
 template <int NT>
 __device__ __forceinline__ void attention_mma_terms(float* acc, const uint32_t (*pa)[4], const uint32_t* b) {
     if (NT == 1) {
         mma_16816(acc, pa[0], b);
         return;
     }
+    const float down = 1.0f / attention_mma_term_scale();
     float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int x = NT - 1; x >= 1; x--) mma_16816(t, pa[x], b);
+    for (int x = NT - 1; x >= 1; x--) {
+        for (int e = 0; e < 4; e++) t[e] *= down;
+        mma_16816(t, pa[x], b);
+    }
     mma_16816(acc, pa[0], b);
-    for (int e = 0; e < 4; e++) acc[e] += t[e];
+    for (int e = 0; e < 4; e++) acc[e] += t[e] * down;
 }
 // s (16, 8 NS) = Q K^T: Q's KT A fragments in registers (the warp's 16 rows, HD = 16 KT columns), K a (8 NS, HD)
 // floatX tile of row stride LDX (the forward's scores)
@@ -130,6 +141,7 @@ __device__ __forceinline__ void attention_mma_qkt2(float (*s1)[4], const floatX*
 // tile of row stride LDX (the forward's O += P V, the dq pass's dQ += dS K)
 template <int NK, int NO, int LDX, int NT = 1>
 __device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*P)[4], const floatX* V) {
+#pragma unroll  // P[2 kk] must name registers: a loop left rolled (NT = 3 makes the body long) puts P in local memory
     for (int kk = 0; kk < NK; kk++) {
         uint32_t pa[NT][4];
         attention_mma_split_a<NT>(pa, P[2 * kk], P[2 * kk + 1]);
@@ -144,6 +156,7 @@ __device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*
 template <int NK, int NO, int LDX, int NT = 1>
 __device__ __forceinline__ void attention_mma_pv2(float (*acc1)[4], const float (*P1)[4], const floatX* X1, float (*acc2)[4],
                                                   const float (*P2)[4], const floatX* X2) {
+#pragma unroll  // as in attention_mma_pv
     for (int kk = 0; kk < NK; kk++) {
         uint32_t pa[NT][4], sa[NT][4];
         attention_mma_split_a<NT>(pa, P1[2 * kk], P1[2 * kk + 1]);
@@ -198,8 +211,10 @@ __device__ __forceinline__ void attention_mma_softmax_tile(float (*s)[4], float 
 // some targets an 8-byte stack slot, one value stored before the loop over tiles and loaded after it (one STL
 // and one LDL per thread per kernel, read in the SASS); and the HD = 128 backward dk/dv kernel, whose dK and dV
 // accumulators alone take 128 FP32 registers per thread, sits near the 255-register limit, where ptxas may spill
-// (docs/kernels.md says on which targets and how much); HD = 128 serves head sizes 65..128 only (GPT-2's is 64),
-// and there spills are L1 traffic beside each tile's 70 KiB of shared-memory loads.
+// (docs/kernels.md says on which targets and how much: with CUDA 13 and the product loops unrolled, #pragma unroll in
+// attention_mma_pv and _pv2, none; the ring's pair dk/dv kernel, whose three-term products take more registers, does);
+// HD = 128 serves head sizes 65..128 only (GPT-2's is 64), and there spills are L1 traffic beside each tile's 70 KiB
+// of shared-memory loads.
 template <int HD>
 __global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
 attention_forward_mma_kernel(floatX* out,        // (B,T,C)
