@@ -55,7 +55,8 @@ __device__ __forceinline__ float attention_quad_sum(float v) {
 // multiplies each term, and sums P V = p1 V + 2^-d (p2 V + 2^-d p3 V). Three terms of 8 or 11 bits hold P's 24
 // significand bits: exact in BF16 (FP32's exponent range), and in FP16 wherever |P| >= 2^-14 (FP16's smallest normal),
 // to 2^-47 absolute below it; a P or dS past 65504 overflows FP16 as in the fused kernels. The ring's pairs use it to
-// keep the precision of their FP32 CPU reference. Costs: NT MMAs for each such product.//
+// keep the precision of their FP32 CPU reference. Costs: NT MMAs for each such product.
+//
 // zeroes N accumulators of 16 x 8 FP32 (float[N][4], mma_ptx.cuh's C layout). Where the backward runs two
 // products over the same operands' loop (S^T and dP^T, dV and dK in dk/dv; S and dP in dq) the loop is one tile
 // routine, shared (attention_mma_qkt2, attention_mma_pv2): one loop per product costs registers (dk/dv at HD 64 184

@@ -15,11 +15,12 @@
 //     terms (NT = RING_MMA_TERMS = 3, attention_mma_kernels.cuh): exact in BF16 (and in FP16 but for values under
 //     2^-14, to 2^-47), so the pairs keep the precision of their FP32 CPU reference (attention_ring.cuh), which the
 //     ring's merges and test/test_attention_ring.cu's bounds assume, where the fused kernels round P and dS once
-//     (attention_x16_cpu.h); with one term (rounded once) the op-by-op check fails by ~100x its bound, with two (16
-//     or 22 bits) the errors are 5x those of three and no longer covered by the bound's derivation. Cost: 3 MMAs for
-//     each of those products, so a pair's forward does 4 tile products where the fused forward does 2, its backward
-//     11 where the fused does 5, and registers (HD 64, sm_90: forward 160, dk/dv 183, dq 129, against the fused
-//     kernels' 128, 166, 128; dk/dv at HD 128 spills 40 to 88 bytes a thread: docs/kernels.md);
+//     (attention_x16_cpu.h); with one term (rounded once) the op-by-op check fails by 20 to 60 times its bound,
+//     with two (16 or 22 bits) the errors are 5x those of three and no longer covered by the bound's derivation.
+//     Cost: 3 MMAs for each of those products, so a pair's forward does 4 tile products where the fused forward does
+//     2, its backward 13 where the fused does 7 (both recompute S and dP for dq), and registers (HD 64, sm_90:
+//     forward 160, dk/dv 183, dq 129, against the fused kernels' 128, 166, 128; dk/dv at HD 128 spills 40 to 88
+//     bytes a thread: docs/kernels.md);
 //   - the forward merges the pair's (O~, m~, l~) into the running (O, m, l) as the scalar kernel does (an empty part
 //     gets the factor 0) instead of finishing out and lse; the backward adds (+=) into FP32 dq, dk, dv (the ring's
 //     accumulators) instead of writing floatX gradients, and a row with lse = -inf (no key in the forward) gets
