@@ -16,8 +16,9 @@
 #   - a launch does not fit (threads, registers or shared memory per block, the 48 KiB default without opt-in);
 #   - a kernel has no launch rule here, or a rule names no kernel (so the table follows the code);
 #   - a kernel has a stack frame or local loads/stores (LDL/STL) and LOCAL_MEMORY_WHY has no reason for it;
-#   - a 16-bit fused attention kernel (attention_*_mma_kernel) has no tensor-core MMA on sm_80 or sm_90, or loads
-#     its shared-memory tiles with generic loads (LD, not LDS);
+#   - a 16-bit fused attention kernel (attention_*_mma_kernel) or ring attention block-pair kernel
+#     (attention_pair_*_mma_kernel) has no tensor-core MMA on sm_80 or sm_90, or loads its shared-memory tiles with
+#     generic loads (LD, not LDS);
 #   - with --check, the docs page differs from what this run writes (same CUDA release only: another
 #     release's ptxas allocates registers differently, and then the page is only printed).
 #
@@ -99,7 +100,6 @@ def launch_rules():
     enc = header_define("llm/ops/encoder.cuh", "ENCODER_BLOCK_SIZE")
     ln_fwd = header_define("llm/ops/layernorm.cuh", "LAYERNORM_FWD_BLOCK")
     dbias = 32 * header_define("llm/ops/matmul_kernels.cuh", "MATMUL_DBIAS_WARPS")
-    ring = 32 * header_define("llm/ops/attention_ring_kernels.cuh", "RING_ROWS")
     moe = header_define("llm/ops/moe_router.cuh", "MOE_BLOCK")
     gnorm = header_define("llm/core/context.h", "GLOBAL_NORM_BLOCK")
     adamw = header_const("llm/ops/adamw.cuh", r"const int block = (\d+);")
@@ -121,9 +121,12 @@ def launch_rules():
              lambda a, kind=kind: [(32 * 4, attention_smem(int(a), kind), True, "")], lambda a: int(a) in hd_gpt2)
     rule("attention_backward_dot_kernel", "llm/ops/attention.cuh attention_backward", fixed(256))
     rule("attention_decode_kernel", "llm/ops/attention.cuh attention_decode (sampling)", fixed(128))
-    # llm/ops/attention_ring.cuh: RING_ROWS warps per block, no dynamic shared memory (context parallelism)
-    for k in ("attention_pair_forward_kernel", "attention_pair_backward_dkdv_kernel", "attention_pair_backward_dq_kernel"):
-        rule(k + "<A>", "llm/ops/attention_ring.cuh (--cp)", fixed(ring), lambda a: int(a) in hd_gpt2)
+    # llm/ops/attention_ring.cuh: ring_mma_launch(kernel, F::FORWARD / DKDV / DQ, ...), 4 warps, the fused kernels'
+    # tiles and shared memory (context parallelism; the FP32 build's scalar pair kernels are not in this BF16 binary)
+    for k, kind in (("attention_pair_forward_mma_kernel", "forward"), ("attention_pair_backward_dkdv_mma_kernel", "dkdv"),
+                    ("attention_pair_backward_dq_mma_kernel", "dq")):
+        rule(k + "<A>", "llm/ops/attention_ring.cuh ring_mma_launch (--cp)",
+             lambda a, kind=kind: [(32 * 4, attention_smem(int(a), kind), True, "")], lambda a: int(a) in hd_gpt2)
     for k in ("attention_pair_init_kernel", "attention_pair_finalise_kernel", "attention_pair_dot_kernel"):
         rule(k, "llm/ops/attention_ring.cuh (--cp)", fixed(256))
     rule("adamw_kernel", "llm/ops/adamw.cuh adamw_update", fixed(adamw))
@@ -197,9 +200,10 @@ LOCAL_MEMORY_WHY = {
     "attention_backward_dq_mma_kernel<A>":
         "as attention_forward_mma_kernel: one 8-byte slot, one STL and one LDL per thread per kernel "
         "(llm/ops/attention_mma_kernels.cuh)",
-    "attention_backward_dkdv_mma_kernel<128>":
-        "sm_100 and sm_120: the dK and dV accumulators (128 FP32 registers) near the 255-register limit, 256 bytes "
-        "of spills per thread; head sizes 65..128 only, GPT-2's is 64 (llm/ops/attention_mma_kernels.cuh)",
+    "attention_pair_backward_dkdv_mma_kernel<128>":
+        "the ring's block-pair dk/dv at HD 128: the dK and dV accumulators (128 FP32 registers) and the three floatX "
+        "terms of P^T and dS^T at the 255-register limit, spills on every target; head sizes 65..128 only, GPT-2's is 64 "
+        "(llm/ops/attention_ring_mma_kernels.cuh)",
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -392,7 +396,7 @@ def main():
         if local and n not in LOCAL_MEMORY_WHY and key not in LOCAL_MEMORY_WHY:
             errors.append("%s: uses local memory (stack %s) and LOCAL_MEMORY_WHY has no reason for it"
                           % (n, ", ".join("%s %d B" % (a, row["per"][a]["stack"]) for a in LIMITS if a in row["per"])))
-        if re.match(r"attention_(forward|backward_dkdv|backward_dq)_mma_kernel<", n):
+        if re.match(r"attention_(pair_)?(forward|backward_dkdv|backward_dq)_mma_kernel<", n):
             for a in SASS_ARCHS:
                 if not row["mix"][a] or row["mix"][a]["MMA"] == 0:
                     errors.append("%s on %s: no tensor-core MMA instruction" % (n, a))
@@ -405,7 +409,8 @@ def main():
     for k in LOCAL_MEMORY_WHY:
         if not any(n == k or match_rule({k: 1}, n)[0] == k for n in rows if rows[n]["local"]):
             errors.append("LOCAL_MEMORY_WHY lists %s, which uses no local memory: remove it" % k)
-    # the FP16 build's fused attention (test/attention_sass.cu): tensor cores there too, no local memory
+    # the FP16 build's fused attention and ring block pairs (test/attention_sass.cu): tensor cores there too, no local
+    # memory
     if not os.path.exists(args.fp16_attention):
         sys.exit("error: kernel_report: --fp16-attention %s not found (make build/attention_fp16.fatbin)" % args.fp16_attention)
     fp16_usage = resource_usage(cuobjdump, args.fp16_attention)
@@ -413,7 +418,7 @@ def main():
     fp16_names = demangle(sorted({f for a in fp16_mix for f in fp16_mix[a]}))
     fp16 = {}
     for f, n in fp16_names.items():
-        if not re.match(r"attention_(forward|backward_dkdv|backward_dq)_mma_kernel<", n): continue
+        if not re.match(r"attention_(pair_)?(forward|backward_dkdv|backward_dq)_mma_kernel<", n): continue
         fp16[n] = {a: dict(fp16_usage.get(a, {}).get(f, dict(regs=0, stack=0)), **(fp16_mix[a].get(f) or {})) for a in SASS_ARCHS}
         for a in SASS_ARCHS:
             if fp16[n][a].get("MMA", 0) == 0:
@@ -424,8 +429,9 @@ def main():
             if (fp16[n][a].get("stack", 0) or fp16[n][a].get("LDL/STL", 0)) and \
                     n not in LOCAL_MEMORY_WHY and match_rule({k: 1 for k in LOCAL_MEMORY_WHY}, n)[0] is None:
                 errors.append("%s (FP16) on %s: uses local memory and LOCAL_MEMORY_WHY has no reason for it" % (n, a))
-    if len(fp16) < 12:
-        errors.append("%s: %d fused attention kernels (FP16), expected 12 (3 kernels x 4 head sizes)" % (args.fp16_attention, len(fp16)))
+    if len(fp16) < 24:
+        errors.append("%s: %d tensor-core attention kernels (FP16), expected 24 (3 fused and 3 ring block-pair kernels x 4 "
+                      "head sizes)" % (args.fp16_attention, len(fp16)))
     page = render(rows, cuda_release(cuobjdump), fp16)
     if args.write:
         with open(args.write, "w") as f: f.write(page)
@@ -450,7 +456,8 @@ def render(rows, release, fp16):
     L.append("Generated by `python3 scripts/kernel_report.py --write docs/kernels.md` from the default CUDA build (BF16,")
     L.append("`make train_gpt`, CUDA %s) with PyPI's `cuobjdump`; `test/test_kernel_report.sh` fails when this page is stale," % release)
     L.append("when a launch does not fit, when a kernel uses local memory without a reason below, or when a fused attention")
-    L.append("kernel has no tensor-core instruction. Do not edit by hand.\n")
+    L.append("kernel or a ring attention block-pair kernel (`attention_pair_*_mma_kernel`, context parallelism) has no")
+    L.append("tensor-core instruction. Do not edit by hand.\n")
     L.append("Each cell: registers per thread / static shared memory (bytes) / stack frame (bytes, spills and local arrays)")
     L.append("-> blocks per SM (occupancy, the worst of the kernel's launch configurations, as the CUDA occupancy calculator")
     L.append("computes it). Launch: threads per block and dynamic shared memory, from the launcher named in the script.")
@@ -499,7 +506,7 @@ def render(rows, release, fp16):
             m = rows[n]["mix"].get(a) or {}
             cells += [str(m.get(c, "-")) for c in MIX_COLS]
         L.append("| `%s` | %s |" % (n, " | ".join(cells)))
-    L.append("\n## The FP16 build's fused attention\n")
+    L.append("\n## The FP16 build's fused attention and ring block pairs\n")
     L.append("`make PRECISION=FP16` compiles the same tensor-core kernels with FP16 tiles (`build/attention_fp16.fatbin`,")
     L.append("from `test/attention_sass.cu`, sm_80 and sm_90): MMA instructions and registers / stack per kernel.\n")
     L.append("| kernel (FP16) | " + " | ".join("%s MMA | %s regs / stack" % (a, a) for a in SASS_ARCHS) + " |")

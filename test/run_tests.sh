@@ -56,7 +56,7 @@ run_one() {
 
 # the tests of one single-threaded process (the emulated kernels: the emulator runs a grid's blocks on one OS thread)
 # run two at a time, each on a core of its own; every other test runs alone, once those before it have ended
-PAIRED=" moe_emu moe_emu_bf16 attention_ring_emu attention_ring_emu_bf16 cublaslt matmul_emu_bf16_forward matmul_emu_bf16_reverse
+PAIRED=" moe_emu moe_emu_bf16 attention_ring_emu attention_ring_emu_bf16 attention_ring_emu_fp16 cublaslt matmul_emu_bf16_forward matmul_emu_bf16_reverse
 matmul_emu_bf16_random matmul_emu_fp32 kernels_bf16_forward kernels_bf16_reverse kernels_bf16_random kernels_fp32_random
 kernels_fp16_random kernels_racecheck matmul_racecheck model_vs_pytorch_emu model_vs_pytorch_emu_bf16
 model_vs_pytorch_emu_fp16 sampler_emu_bf16 fp8_emu_forward fp8_emu_reverse fp8_emu_random fp8_gemm_emu_sm90
@@ -106,10 +106,11 @@ run moe_emu_bf16 env EMU_ORDER=reverse ./build/test_moe_emu_bf16
 run attention_blocks ./build/test_attention_blocks_cpu
 # ring attention's block-pair ops (llm/ops/attention_ring.cuh): the ring's pairs (zigzag, contiguous) = the whole-sequence attention;
 # the CPU reference, then the kernels (emulated) against it and against the reference, twice for the same bits; in BF16
-# the kernels against the CPU reference op by op
+# the kernels against the CPU reference op by op; in BF16 and FP16 (the tensor-core pair kernels) op by op
 run attention_ring ./build/test_attention_ring_cpu
 run attention_ring_emu ./build/test_attention_ring_emu
 run attention_ring_emu_bf16 ./build/test_attention_ring_emu_bf16
+run attention_ring_emu_fp16 env EMU_ORDER=random ./build/test_attention_ring_emu_fp16
 # pipeline schedules as data and their simulator (llm/parallel/schedule.h): structure, deadlock freedom, bubble formulas
 run schedule ./build/test_schedule_cpu
 # scripts/plot_trace.py: the simulator's traces and a real run's shape drawn as PNGs, checked against the trace

@@ -161,13 +161,17 @@ build/test_fp8_gemm_emu: test/test_fp8_gemm.cu $(EMU_DEPS)
 build/test_fp8_linear_emu: test/test_fp8_linear.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-# ring attention's block-pair ops (llm/ops/attention_ring.cuh): the kernels, emulated, in FP32 and (op by op) BF16 (test/test_attention_ring.cu)
+# ring attention's block-pair ops (llm/ops/attention_ring.cuh): the kernels, emulated, in FP32 and (op by op, the tensor-core
+# pair kernels) BF16 and FP16 (test/test_attention_ring.cu)
 build/test_attention_ring_emu: test/test_attention_ring.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) -DENABLE_FP32 $< -o $@ $(EMU_LIBS)
 build/test_attention_ring_emu_bf16: test/test_attention_ring.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
+build/test_attention_ring_emu_fp16: test/test_attention_ring.cu $(EMU_DEPS)
+	@mkdir -p build
+	$(CXX) $(EMU_FLAGS) -DENABLE_FP16 $< -o $@ $(EMU_LIBS)
 # the mixture-of-experts MLP: its kernels against the CPU reference and the layer against the PyTorch fixture, FP32 and BF16
 build/test_moe_emu: test/test_moe.cu $(EMU_DEPS)
 	@mkdir -p build
@@ -175,7 +179,7 @@ build/test_moe_emu: test/test_moe.cu $(EMU_DEPS)
 build/test_moe_emu_bf16: test/test_moe.cu $(EMU_DEPS)
 	@mkdir -p build
 	$(CXX) $(EMU_FLAGS) $< -o $@ $(EMU_LIBS)
-TEST_EMU_BINS := build/test_moe_emu build/test_moe_emu_bf16 build/test_attention_ring_emu build/test_attention_ring_emu_bf16 build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
+TEST_EMU_BINS := build/test_moe_emu build/test_moe_emu_bf16 build/test_attention_ring_emu build/test_attention_ring_emu_bf16 build/test_attention_ring_emu_fp16 build/train_gpt_emu build/train_gpt_emu_nompi build/train_gpt_emu_bf16 build/test_kernels_emu build/test_kernels_emu_fp32 \
                  build/test_kernels_emu_fp16 build/test_gpt_emu_fp16 build/train_gpt_emu_fp16 \
                  build/test_kernels_asan build/test_kernels_racecheck build/test_matmul_racecheck \
                  build/test_gpt_emu build/test_gpt_emu_bf16 build/test_sampler_emu build/test_tp_ops_emu $(MATMUL_TESTS) \

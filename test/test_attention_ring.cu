@@ -24,9 +24,14 @@
 // op by op (op_pair, op_rows, below): each kernel against the CPU reference function of the same op on the
 // same inputs, with nq != nk, hs 16 to 128 (24: not a multiple of 32), the accumulators already holding an
 // earlier block's merge (forward) or random values (backward: += is checked), and the rows kernels bit for
-// bit with the gaps between rows untouched. The BF16 emulated build (test_attention_ring_emu_bf16) runs only
-// these op-by-op checks (the whole-sequence reference takes FP32 inputs): the kernels' 16-bit loads and
-// stores against the CPU reference's.
+// bit with the gaps between rows untouched. The BF16 and FP16 emulated builds (test_attention_ring_emu_bf16,
+// _fp16) run only these op-by-op checks (the whole-sequence reference takes FP32 inputs): there the block pairs
+// run on tensor cores (llm/ops/attention_ring_mma_kernels.cuh, the fused kernels' tile code, 64-row tiles), against
+// the same CPU reference within the same bounds: their products of FP32 values (P, dS) take them as three floatX
+// terms whose sum is the FP32 value (exactly in BF16; in FP16 to 2^-47 absolute under 2^-14), each term's products
+// exact in FP32 and summed in FP32 by the MMA (in k order in the emulator, dev/emu/mma.h), so the bounds below,
+// derived for FP32 arithmetic on FP32 values, hold as they are, but for one FP32 add into the accumulator per 16
+// keys (the split's partial sum), inside the bounds' constant terms for the nk <= 70 here.
 //
 // Bounds (u = 2^-24, FP32's unit roundoff; first order; test/test_attention_blocks.cu derives the
 // reference's part in full). attention_forward_cpu's scores err by <= (hs+1) u smax (smax = the largest
@@ -449,8 +454,8 @@ static int same_bits(const Result& a, const Result& b) {
 #if LLM_HAS_KERNELS
 // ----------------------------------------------------------------------------
 // op by op: each kernel against the CPU reference function of the same op on the same inputs (in the
-// build's floatX: FP32, or BF16 in the BF16 emulated build), with nq != nk, non-zero accumulators and
-// the model's strides. Bounds, u = 2^-24 (the kernels in FP32, the CPU reference in double, rounded once):
+// build's floatX: FP32, or BF16 / FP16 in the 16-bit emulated builds), with nq != nk, non-zero accumulators and
+// the model's strides; the pair kernels also run twice from the same state and must give the same bits. Bounds, u = 2^-24 (the kernels in FP32, the CPU reference in double, rounded once):
 //   forward: m = the max of the scores, the kernels' scores err by (hs+1) u smax (smax: the largest
 //     scale sum_c |q_c k_c| of the pair): tol_m = (hs+2) u smax; every term e^(s - m) of l and O then by
 //     2 (hs+2) u smax + 4u relative and the FP32 sums of <= nk + 2 terms add (nk + 2) u of their
@@ -531,12 +536,23 @@ static void op_pair(int hs, int nq, int nk, int causal) {
                                (size_t)n0 * 2 * C, 2 * C, B, H, hs, nq, n0, 0);
     O.up(); m.up(); l.up();
     qkv.up(); kv.up(); kv0.up(); dout.up();
+    std::vector<unsigned char> O0 = O.h, m0 = m.h, l0 = l.h;  // the state before, for a second run of the kernel
     // forward
     attention_pair_forward_cpu(O.hp<float>(), m.hp<float>(), l.hp<float>(), qh, q_bs, q_ts, kh, vh, kv_bs, kv_ts, B, H, hs, nq, nk, causal);
     attention_pair_forward(O.dp<float>(), m.dp<float>(), l.dp<float>(), qkv.dp<floatX>(), q_bs, q_ts, kv.dp<floatX>(),
                            kv.dp<floatX>() + C, kv_bs, kv_ts, B, H, hs, nq, nk, causal, 0);
     std::vector<float> Ok(rows * hs), mk(rows), lk(rows);
     O.down(Ok.data()); m.down(mk.data()); l.down(lk.data());
+    // again from the same state: the same bits (no atomics, a fixed order of every sum)
+    cudaCheck(cudaMemcpy(O.d, O0.data(), O0.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m.d, m0.data(), m0.size(), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(l.d, l0.data(), l0.size(), cudaMemcpyHostToDevice));
+    attention_pair_forward(O.dp<float>(), m.dp<float>(), l.dp<float>(), qkv.dp<floatX>(), q_bs, q_ts, kv.dp<floatX>(),
+                           kv.dp<floatX>() + C, kv_bs, kv_ts, B, H, hs, nq, nk, causal, 0);
+    std::vector<float> Ok2(rows * hs), mk2(rows), lk2(rows);
+    O.down(Ok2.data()); m.down(mk2.data()); l.down(lk2.data());
+    int same = memcmp(Ok.data(), Ok2.data(), Ok.size() * 4) == 0 && memcmp(mk.data(), mk2.data(), rows * 4) == 0 &&
+               memcmp(lk.data(), lk2.data(), rows * 4) == 0;
     Worst wO, wm, wl;
     double fac = (2.0 * (hs + 2) * smax + nk + 10) * U;
     for (size_t r = 0; r < rows; r++) {
@@ -596,6 +612,16 @@ static void op_pair(int hs, int nq, int nk, int causal) {
                             kv_bs, kv_ts, B, H, hs, nq, nk, causal, 0);
     std::vector<float> dqk(no), dkvk(nkv);
     dq.down(dqk.data()); dkv.down(dkvk.data());
+    cudaCheck(cudaMemcpy(dq.d, dq0.data(), no * 4, cudaMemcpyHostToDevice));  // again from the same accumulators
+    cudaCheck(cudaMemcpy(dkv.d, dkv0.data(), nkv * 4, cudaMemcpyHostToDevice));
+    attention_pair_backward(dq.dp<float>(), o_bs, C, dkv.dp<float>(), dkv.dp<float>() + C, kv_bs, kv_ts, dout.dp<floatX>(), o_bs, C,
+                            lse.dp<float>(), D.dp<float>(), nq, qkv.dp<floatX>(), q_bs, q_ts, kv.dp<floatX>(), kv.dp<floatX>() + C,
+                            kv_bs, kv_ts, B, H, hs, nq, nk, causal, 0);
+    std::vector<float> dqk2(no), dkvk2(nkv);
+    dq.down(dqk2.data()); dkv.down(dkvk2.data());
+    same = same && memcmp(dqk.data(), dqk2.data(), no * 4) == 0 && memcmp(dkvk.data(), dkvk2.data(), nkv * 4) == 0;
+    check(same, "%s: attention_pair_forward and _backward kernels run twice from the same state: the same bits (O, m, l, dq, dk, dv)",
+          what);
     // the magnitudes M (see above) and how far the pair moved the accumulators (the check must see that move)
     std::vector<double> Mq(no, 0.0), Mkv(nkv, 0.0);
     const floatX* dOh = dout.hp<floatX>();
@@ -746,8 +772,11 @@ int main(int argc, char** argv) {
     (void)shapes;  // the whole-sequence reference takes FP32: the 16-bit build checks the ops one by one (below)
 #endif
 #if LLM_HAS_KERNELS
-    // op by op (hs, nq, nk, causal): nq != nk, hs not a multiple of 32, several tiles and blocks
-    const int ops[][4] = {{16, 7, 7, 1}, {24, 33, 9, 0}, {64, 37, 45, 0}, {64, 41, 41, 1}, {128, 40, 40, 1}, {128, 9, 70, 0}};
+    // op by op (hs, nq, nk, causal): nq != nk, hs not a multiple of 32, several tiles and blocks; {16, 70, 70, 1}: a
+    // causal pair of two tiles of the 16-bit builds' tensor-core kernels (64 rows: the tile above the diagonal
+    // skipped, the one below full, a partial last one)
+    const int ops[][4] = {{16, 7, 7, 1}, {24, 33, 9, 0}, {64, 37, 45, 0}, {64, 41, 41, 1}, {128, 40, 40, 1}, {128, 9, 70, 0},
+                          {16, 70, 70, 1}};
     for (const auto& o : ops) op_pair(o[0], o[1], o[2], o[3]);
     op_rows();
 #endif

@@ -5,8 +5,9 @@
 #     launcher chooses for GPT-2 d12..d48 and the recipes' B and T) fit each target's registers, shared memory
 #     and threads per block, and each has an occupancy of at least one block per SM;
 #   - every kernel has a launch rule and every rule a kernel; local memory only where the report says why;
-#   - the 16-bit fused attention kernels contain tensor-core MMA instructions on sm_80 and sm_90, in BF16 (train_gpt)
-#     and in FP16 (build/attention_fp16.fatbin, test/attention_sass.cu); as a check that the count is real, the
+#   - the 16-bit fused attention kernels and ring attention's block-pair kernels (context parallelism, on the same tile
+#     code) contain tensor-core MMA instructions on sm_80 and sm_90, in BF16 (train_gpt) and in FP16
+#     (build/attention_fp16.fatbin, test/attention_sass.cu); as a check that the count is real, the
 #     fused classifier (FP32 arithmetic) contains none;
 #   - docs/kernels.md is what the report writes now (same CUDA release), so the committed table is not stale.
 # Needs cuobjdump (PyPI's nvidia-cuda-cuobjdump, installed into .venv by scripts/deps.sh test). Runtime: about 6 s
@@ -50,15 +51,20 @@ t=$(sed -n 's/^[0-9]* kernels x \([0-9]\) targets.*/\1/p' "$tmp/report.md")
 if [ -n "$n" ] && [ "$n" -ge 100 ]; then ok "$n kernels on $t targets"; else bad "the report lists ${n:-no} kernels (expected 100 or more)"; fi
 # the instruction-mix table: columns sm_80 MMA FFMA LDG LDS LD async LDL/STL, then sm_90's
 mix() { sed -n '/^## Instruction mix/,/^## The FP16/p' "$tmp/report.md" | grep "^| \`$1\` |" | awk -F'|' -v c="$2" '{gsub(/ /, "", $(c + 2)); print $(c + 2)}'; }
-for k in "attention_forward_mma_kernel<64>" "attention_backward_dkdv_mma_kernel<64>" "attention_backward_dq_mma_kernel<64>"; do
+# the fused kernels, and ring attention's block-pair kernels (--cp) on the same tile code
+for k in "attention_forward_mma_kernel<64>" "attention_backward_dkdv_mma_kernel<64>" "attention_backward_dq_mma_kernel<64>" \
+         "attention_pair_forward_mma_kernel<64>" "attention_pair_backward_dkdv_mma_kernel<64>" "attention_pair_backward_dq_mma_kernel<64>"; do
     a=$(mix "$k" 1); b=$(mix "$k" 8)
     if [ "${a:-0}" -gt 0 ] 2> /dev/null && [ "${b:-0}" -gt 0 ] 2> /dev/null; then ok "$k: $a MMA instructions on sm_80, $b on sm_90"
     else bad "$k: MMA on sm_80 '${a:-}', sm_90 '${b:-}' (expected tensor-core instructions)"; fi
 done
-h=$(grep -A20 "^## The FP16 build's fused attention" "$tmp/report.md" | grep '^| `attention_forward_mma_kernel<64>` |' | awk -F'|' '{gsub(/ /, "", $3); gsub(/ /, "", $5); print $3, $5}')
-set -- $h
-if [ "${1:-0}" -gt 0 ] 2> /dev/null && [ "${2:-0}" -gt 0 ] 2> /dev/null; then ok "attention_forward_mma_kernel<64> in FP16: $1 MMA instructions on sm_80, $2 on sm_90"
-else bad "attention_forward_mma_kernel<64> in FP16: MMA '${1:-}' '${2:-}' (expected tensor-core instructions)"; fi
+for k in "attention_forward_mma_kernel<64>" "attention_pair_forward_mma_kernel<64>" "attention_pair_backward_dkdv_mma_kernel<64>" \
+         "attention_pair_backward_dq_mma_kernel<64>"; do
+    h=$(grep -A40 "^## The FP16 build's fused attention" "$tmp/report.md" | grep "^| \`$k\` |" | awk -F'|' '{gsub(/ /, "", $3); gsub(/ /, "", $5); print $3, $5}')
+    set -- $h
+    if [ "${1:-0}" -gt 0 ] 2> /dev/null && [ "${2:-0}" -gt 0 ] 2> /dev/null; then ok "$k in FP16: $1 MMA instructions on sm_80, $2 on sm_90"
+    else bad "$k in FP16: MMA '${1:-}' '${2:-}' (expected tensor-core instructions)"; fi
+done
 a=$(mix fused_classifier_kernel 1); f=$(mix fused_classifier_kernel 2)
 if [ "$a" = 0 ] && [ "${f:-0}" -gt 0 ] 2> /dev/null; then ok "fused_classifier_kernel: no MMA, $f FFMA on sm_80 (the counts tell kernels apart)"
 else bad "fused_classifier_kernel: MMA '$a' FFMA '$f' on sm_80 (expected 0 and some)"; fi

@@ -30,6 +30,7 @@
 // What it does not do (FlashAttention-2's and -3's further steps): cp.async / TMA double buffering of the
 // next tile while this one computes, ldmatrix, wgmma on Hopper, warp specialisation.
 #pragma once
+#include <type_traits>
 #include "../core/common.h"
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
 #include "../core/cuda_utils.cuh"
@@ -46,27 +47,161 @@ __device__ __forceinline__ float attention_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The tile code: the products of both the fused kernels (below) and ring attention's block-pair kernels
+// (attention_ring_mma_kernels.cuh), each one warp's 16 rows. A product whose A operand is an FP32 accumulator (P, dS)
+// takes it as NT floatX terms: NT = 1 rounds it once to floatX (the fused kernels' rounding point, attention_x16_cpu.h);
+// NT = 3 splits it into p1 = X(P), p2 = X((P - p1) 2^d), p3 = X(((P - p1) 2^d - p2) 2^d), with d the significand bits
+// of floatX (8 BF16, 11 FP16, so each scaled remainder is again about P's size and stays clear of FP16's subnormals),
+// multiplies each term, and sums P V = p1 V + 2^-d (p2 V + 2^-d p3 V). Three terms of 8 or 11 bits hold P's 24
+// significand bits: exact in BF16 (FP32's exponent range), and in FP16 wherever |P| >= 2^-14 (FP16's smallest normal),
+// to 2^-47 absolute below it; a P or dS past 65504 overflows FP16 as in the fused kernels. The ring's pairs use it to
+// keep the precision of their FP32 CPU reference. Costs: NT MMAs for each such product.
+//
 // zeroes N accumulators of 16 x 8 FP32 (float[N][4], mma_ptx.cuh's C layout). Where the backward runs two
-// products over the same operands' loop (S^T and dP^T, dV and dK in dk/dv; S and dP in dq) the loop stays
-// written out in the kernel, shared: one loop per product costs registers (dk/dv at HD 64 184 instead of
-// 176, 12 bytes of spills at HD 128; dq at HD 128 255 instead of 176; ptxas, sm_90).
+// products over the same operands' loop (S^T and dP^T, dV and dK in dk/dv; S and dP in dq) the loop is one tile
+// routine, shared (attention_mma_qkt2, attention_mma_pv2): one loop per product costs registers (dk/dv at HD 64 184
+// instead of 176, 12 bytes of spills at HD 128; dq at HD 128 255 instead of 176; ptxas, sm_90).
 template <int N>
 __device__ __forceinline__ void attention_mma_zero(float (*acc)[4]) {
     for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 }
-// acc (16, 8 NO) += Round(P) V: P (16, 16 NK) FP32 accumulators, each rounded once to floatX as it becomes an
-// A fragment; V a (16 NK, 8 NO) floatX tile of row stride LDX (the forward's O += P V, the dq pass's dQ += dS K)
-template <int NK, int NO, int LDX>
+// 2^d, d the significand bits of floatX (above)
+__device__ __forceinline__ float attention_mma_term_scale() {
+    return std::is_same<floatX, __nv_bfloat16>::value ? 256.0f : 2048.0f;
+}
+// the A fragments (16 x 16) of two FP32 accumulators side by side (c0 columns [0, 8), c1 [8, 16)) as NT floatX terms
+// (above): pa[x] is term x. Each remainder P - X(P) is exact in FP32 (X(P) is within a factor 2 of P), and so is its
+// scaling by a power of 2.
+template <int NT>
+__device__ __forceinline__ void attention_mma_split_a(uint32_t (*pa)[4], const float* c0, const float* c1) {
+    if (NT == 1) {
+        mma_pack_a(pa[0], c0, c1);
+        return;
+    }
+    float r[8] = {c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]};
+    for (int x = 0; x < NT; x++) {
+        floatX h[8];
+        for (int e = 0; e < 8; e++) {
+            h[e] = (floatX)r[e];
+            r[e] = (r[e] - (float)h[e]) * attention_mma_term_scale();
+        }
+        for (int e = 0; e < 4; e++) pa[x][e] = mma_pack(h[2 * e], h[2 * e + 1]);
+    }
+}
+// acc (16 x 8) += (the sum of pa's NT terms, term x scaled by 2^-dx) B. NT > 1: the lower terms first into a zeroed
+// partial, Horner's way (t = p3 B, t = 2^-d t + p2 B), then the leading term into acc, then 2^-d t: the partial's sums
+// round at its own, smaller, magnitude, and acc takes one FP32 add per 16 keys more than with NT = 1
+template <int NT>
+__device__ __forceinline__ void attention_mma_terms(float* acc, const uint32_t (*pa)[4], const uint32_t* b) {
+    if (NT == 1) {
+        mma_16816(acc, pa[0], b);
+        return;
+    }
+    const float down = 1.0f / attention_mma_term_scale();
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int x = NT - 1; x >= 1; x--) {
+        for (int e = 0; e < 4; e++) t[e] *= down;
+        mma_16816(t, pa[x], b);
+    }
+    mma_16816(acc, pa[0], b);
+    for (int e = 0; e < 4; e++) acc[e] += t[e] * down;
+}
+// s (16, 8 NS) = Q K^T: Q's KT A fragments in registers (the warp's 16 rows, HD = 16 KT columns), K a (8 NS, HD)
+// floatX tile of row stride LDX (the forward's scores)
+template <int KT, int NS, int LDX>
+__device__ __forceinline__ void attention_mma_qkt(float (*s)[4], const uint32_t (*qa)[4], const floatX* K) {
+    attention_mma_zero<NS>(s);
+    for (int n = 0; n < NS; n++)
+        for (int kk = 0; kk < KT; kk++) {
+            uint32_t b[2];
+            mma_load_bt(b, K + n * 8 * LDX + kk * 16, LDX);
+            mma_16816(s[n], qa[kk], b);
+        }
+}
+// s1 (16, 8 NS) = A1 B1^T and s2 = A2 B2^T over one loop: A1, A2 the warp's 16 rows of (16, HD) floatX tiles, B1, B2
+// (8 NS, HD) tiles, row stride LDX (the backward's S = Q K^T with dP = dY V^T, and S^T = K Q^T with dP^T = V dY^T)
+template <int KT, int NS, int LDX>
+__device__ __forceinline__ void attention_mma_qkt2(float (*s1)[4], const floatX* A1, const floatX* B1, float (*s2)[4],
+                                                   const floatX* A2, const floatX* B2) {
+    attention_mma_zero<NS>(s1);
+    attention_mma_zero<NS>(s2);
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t a1[4], a2[4];
+        mma_load_a(a1, A1 + kk * 16, LDX);
+        mma_load_a(a2, A2 + kk * 16, LDX);
+        for (int n = 0; n < NS; n++) {
+            uint32_t b[2];
+            mma_load_bt(b, B1 + n * 8 * LDX + kk * 16, LDX);
+            mma_16816(s1[n], a1, b);
+            mma_load_bt(b, B2 + n * 8 * LDX + kk * 16, LDX);
+            mma_16816(s2[n], a2, b);
+        }
+    }
+}
+// acc (16, 8 NO) += P V: P (16, 16 NK) FP32 accumulators, taken as NT floatX terms (above); V a (16 NK, 8 NO) floatX
+// tile of row stride LDX (the forward's O += P V, the dq pass's dQ += dS K)
+template <int NK, int NO, int LDX, int NT = 1>
 __device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*P)[4], const floatX* V) {
+#pragma unroll  // P[2 kk] must name registers: a loop left rolled (NT = 3 makes the body long) puts P in local memory
     for (int kk = 0; kk < NK; kk++) {
-        uint32_t pa[4];
-        mma_pack_a(pa, P[2 * kk], P[2 * kk + 1]);
+        uint32_t pa[NT][4];
+        attention_mma_split_a<NT>(pa, P[2 * kk], P[2 * kk + 1]);
         for (int d = 0; d < NO; d++) {
             uint32_t b[2];
             mma_load_b(b, V + kk * 16 * LDX + d * 8, LDX);
-            mma_16816(acc[d], pa, b);
+            attention_mma_terms<NT>(acc[d], pa, b);
         }
     }
+}
+// acc1 += P1 X1 and acc2 += P2 X2 over one loop, as attention_mma_pv (the dk/dv pass's dV += P^T dY, dK += dS^T Q)
+template <int NK, int NO, int LDX, int NT = 1>
+__device__ __forceinline__ void attention_mma_pv2(float (*acc1)[4], const float (*P1)[4], const floatX* X1, float (*acc2)[4],
+                                                  const float (*P2)[4], const floatX* X2) {
+#pragma unroll  // as in attention_mma_pv
+    for (int kk = 0; kk < NK; kk++) {
+        uint32_t pa[NT][4], sa[NT][4];
+        attention_mma_split_a<NT>(pa, P1[2 * kk], P1[2 * kk + 1]);
+        attention_mma_split_a<NT>(sa, P2[2 * kk], P2[2 * kk + 1]);
+        for (int d = 0; d < NO; d++) {
+            uint32_t b[2];
+            mma_load_b(b, X1 + kk * 16 * LDX + d * 8, LDX);
+            attention_mma_terms<NT>(acc1[d], pa, b);
+            mma_load_b(b, X2 + kk * 16 * LDX + d * 8, LDX);
+            attention_mma_terms<NT>(acc2[d], sa, b);
+        }
+    }
+}
+// One key tile of the forward's online softmax on the warp's 16 rows (this lane: rows t0 and t0 + 8; the tile's keys
+// key0 + n*8 + 2 (lane % 4) + {0, 1} in s[n]): the scores scaled and masked (key < nk; and key <= t where causal), the
+// running max m raised, l and O rescaled by e^(m_old - m_new), and s turned into P = e^(x - m). Every row must have
+// an unmasked key in the tile (the callers' tiles: key0 <= t), so the new max is finite and the rescale factor
+// e^(m_old - m_new) is 0 on the first tile.
+template <int NS, int NO>
+__device__ __forceinline__ void attention_mma_softmax_tile(float (*s)[4], float (*o)[4], float* m, float* l, int t0, int key0,
+                                                           int nk, int causal, float scale) {
+    int tq = threadIdx.x % 4;
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int n = 0; n < NS; n++)
+        for (int e = 0; e < 4; e++) {
+            int t = t0 + (e >> 1) * 8, key = key0 + n * 8 + 2 * tq + (e & 1);
+            float x = (!causal || key <= t) && key < nk ? s[n][e] * scale : -INFINITY;
+            s[n][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    float alpha[2], sum[2] = {0.0f, 0.0f};
+    for (int r = 0; r < 2; r++) {
+        float m_new = fmaxf(m[r], attention_quad_max(mx[r]));
+        alpha[r] = expf(m[r] - m_new);
+        m[r] = m_new;
+    }
+    for (int n = 0; n < NS; n++)
+        for (int e = 0; e < 4; e++) {
+            float pe = expf(s[n][e] - m[e >> 1]);
+            s[n][e] = pe;
+            sum[e >> 1] += pe;
+        }
+    for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + attention_quad_sum(sum[r]);
+    for (int d = 0; d < NO; d++) { o[d][0] *= alpha[0]; o[d][1] *= alpha[0]; o[d][2] *= alpha[1]; o[d][3] *= alpha[1]; }
 }
 
 // Shared memory: the tiles are carved from the dynamic shared memory by pointer arithmetic on `smem` (its
@@ -77,8 +212,10 @@ __device__ __forceinline__ void attention_mma_pv(float (*acc)[4], const float (*
 // some targets an 8-byte stack slot, one value stored before the loop over tiles and loaded after it (one STL
 // and one LDL per thread per kernel, read in the SASS); and the HD = 128 backward dk/dv kernel, whose dK and dV
 // accumulators alone take 128 FP32 registers per thread, sits near the 255-register limit, where ptxas may spill
-// (docs/kernels.md says on which targets and how much); HD = 128 serves head sizes 65..128 only (GPT-2's is 64),
-// and there spills are L1 traffic beside each tile's 70 KiB of shared-memory loads.
+// (docs/kernels.md says on which targets and how much: with CUDA 13 and the product loops unrolled, #pragma unroll in
+// attention_mma_pv and _pv2, none; the ring's pair dk/dv kernel, whose three-term products take more registers, does);
+// HD = 128 serves head sizes 65..128 only (GPT-2's is 64), and there spills are L1 traffic beside each tile's 70 KiB
+// of shared-memory loads.
 template <int HD>
 __global__ void __launch_bounds__(AttentionTile<HD>::WARPS * 32)
 attention_forward_mma_kernel(floatX* out,        // (B,T,C)
@@ -109,38 +246,9 @@ attention_forward_mma_kernel(floatX* out,        // (B,T,C)
         attention_load_tile<HD>(K, qkv + C, 3 * (size_t)C, j * BR, T, hs, vec);
         attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, j * BR, T, hs, vec);
         __syncthreads();
-        float s[NS][4];  // (16, BR) scores
-        attention_mma_zero<NS>(s);
-        for (int n = 0; n < NS; n++)
-            for (int kk = 0; kk < KT; kk++) {
-                uint32_t b[2];
-                mma_load_bt(b, K + n * 8 * F::LDX + kk * 16, F::LDX);
-                mma_16816(s[n], qa[kk], b);  // S = Q K^T
-            }
-        // the online softmax. Row t always has key j*BR <= t unmasked (j <= i), so the new max is
-        // finite and the rescale factor e^(m_old - m_new) is 0 on the first tile.
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int n = 0; n < NS; n++)
-            for (int e = 0; e < 4; e++) {
-                int t = t0 + (e >> 1) * 8, key = j * BR + n * 8 + 2 * tq + (e & 1);
-                float x = key <= t && key < T ? s[n][e] * scale : -INFINITY;
-                s[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        float alpha[2], sum[2] = {0.0f, 0.0f};
-        for (int r = 0; r < 2; r++) {
-            float m_new = fmaxf(m[r], attention_quad_max(mx[r]));
-            alpha[r] = expf(m[r] - m_new);
-            m[r] = m_new;
-        }
-        for (int n = 0; n < NS; n++)
-            for (int e = 0; e < 4; e++) {
-                float pe = expf(s[n][e] - m[e >> 1]);
-                s[n][e] = pe;
-                sum[e >> 1] += pe;
-            }
-        for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + attention_quad_sum(sum[r]);
-        for (int d = 0; d < NO; d++) { o[d][0] *= alpha[0]; o[d][1] *= alpha[0]; o[d][2] *= alpha[1]; o[d][3] *= alpha[1]; }
+        float s[NS][4];  // (16, BR) scores, then P
+        attention_mma_qkt<KT, NS, F::LDX>(s, qa, K);  // S = Q K^T
+        attention_mma_softmax_tile<NS, NO>(s, o, m, l, t0, j * BR, T, 1, scale);
         attention_mma_pv<BR / 16, NO, F::LDX>(o, s, V);  // O += P V, P rounded to floatX
     }
     for (int r = 0; r < 2; r++) {
@@ -192,21 +300,8 @@ attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v
         __syncthreads();  // every warp is done with the previous Q, dY, L, D
         attention_load_query_tile<HD>(Q, dY, L, Dq, qkv, dy, lse, D, hd.bh, q0, T, C, hs, vec);
         __syncthreads();
-        float pt[NS][4], dpt[NS][4];  // (16 keys, BR queries): P^T, then dP^T and dS^T
-        attention_mma_zero<NS>(pt);
-        attention_mma_zero<NS>(dpt);
-        for (int kk = 0; kk < KT; kk++) {
-            uint32_t ka[4], va[4];
-            mma_load_a(ka, K + r0 * F::LDX + kk * 16, F::LDX);
-            mma_load_a(va, V + r0 * F::LDX + kk * 16, F::LDX);
-            for (int n = 0; n < NS; n++) {
-                uint32_t b[2];
-                mma_load_bt(b, Q + n * 8 * F::LDX + kk * 16, F::LDX);
-                mma_16816(pt[n], ka, b);  // S^T = K Q^T
-                mma_load_bt(b, dY + n * 8 * F::LDX + kk * 16, F::LDX);
-                mma_16816(dpt[n], va, b);  // dP^T = V dY^T
-            }
-        }
+        float pt[NS][4], dpt[NS][4];  // (16 keys, BR queries): S^T then P^T; dP^T then dS^T
+        attention_mma_qkt2<KT, NS, F::LDX>(pt, K + r0 * F::LDX, Q, dpt, V + r0 * F::LDX, dY);  // S^T = K Q^T, dP^T = V dY^T
         for (int n = 0; n < NS; n++)
             for (int e = 0; e < 4; e++) {  // P^T = e^(scale S^T - lse), 0 where the query is before the key or past T
                 int key = key0 + (e >> 1) * 8, c = n * 8 + 2 * tq + (e & 1), t = q0 + c;
@@ -214,18 +309,8 @@ attention_backward_dkdv_mma_kernel(floatX* dinp,        // (B,T,3C): its k and v
                 pt[n][e] = pv;
                 dpt[n][e] = pv * (dpt[n][e] - Dq[c]);  // dS^T = P^T (dP^T - D)
             }
-        for (int kk = 0; kk < BR / 16; kk++) {
-            uint32_t pa[4], sa[4];
-            mma_pack_a(pa, pt[2 * kk], pt[2 * kk + 1]);    // P^T rounded, queries kk*16 .. +16
-            mma_pack_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);  // dS^T rounded
-            for (int d = 0; d < NO; d++) {
-                uint32_t b[2];
-                mma_load_b(b, dY + kk * 16 * F::LDX + d * 8, F::LDX);
-                mma_16816(dv[d], pa, b);  // dV += P^T dY
-                mma_load_b(b, Q + kk * 16 * F::LDX + d * 8, F::LDX);
-                mma_16816(dk[d], sa, b);  // dK += dS^T Q
-            }
-        }
+        // dV += Round(P^T) dY, dK += Round(dS^T) Q
+        attention_mma_pv2<BR / 16, NO, F::LDX>(dv, pt, dY, dk, dpt, Q);
     }
     for (int r = 0; r < 2; r++) {
         int key = key0 + 8 * r;
@@ -281,20 +366,7 @@ attention_backward_dq_mma_kernel(floatX* dinp,        // (B,T,3C): its q part wr
         attention_load_tile<HD>(V, qkv + 2 * C, 3 * (size_t)C, k0, T, hs, vec);
         __syncthreads();
         float s[NS][4], dp[NS][4];  // (16, BR): S, then dP and dS
-        attention_mma_zero<NS>(s);
-        attention_mma_zero<NS>(dp);
-        for (int kk = 0; kk < KT; kk++) {
-            uint32_t qa[4], ya[4];
-            mma_load_a(qa, Q + r0 * F::LDX + kk * 16, F::LDX);
-            mma_load_a(ya, dY + r0 * F::LDX + kk * 16, F::LDX);
-            for (int n = 0; n < NS; n++) {
-                uint32_t b[2];
-                mma_load_bt(b, K + n * 8 * F::LDX + kk * 16, F::LDX);
-                mma_16816(s[n], qa, b);  // S = Q K^T
-                mma_load_bt(b, V + n * 8 * F::LDX + kk * 16, F::LDX);
-                mma_16816(dp[n], ya, b);  // dP = dY V^T
-            }
-        }
+        attention_mma_qkt2<KT, NS, F::LDX>(s, Q + r0 * F::LDX, K, dp, dY + r0 * F::LDX, V);  // S = Q K^T, dP = dY V^T
         for (int n = 0; n < NS; n++)
             for (int e = 0; e < 4; e++) {  // dS = P (dP - D), P = e^(scale S - lse) recomputed
                 int r = e >> 1, t = t0 + 8 * r, key = k0 + n * 8 + 2 * tq + (e & 1);

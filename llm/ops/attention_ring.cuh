@@ -23,13 +23,17 @@
 // The CPU reference is llm/ops/attention_blocks.h's math (attention_block_cpu, attention_merge_cpu,
 // attention_finalise_cpu, and attention_block_score in the backward) looped over (b, h), after copying the
 // (b, h) slice of each floatX input into dense FP32 rows (exact), with OpenMP over (b, h): each (b, h) owns
-// its own rows of every output. The CUDA kernels are in llm/ops/attention_ring_kernels.cuh; both are compared by test/test_attention_ring.cu,
+// its own rows of every output. The CUDA kernels: in the 16-bit builds the block pairs run on tensor cores, on the fused
+// attention kernels' tile code (llm/ops/attention_ring_mma_kernels.cuh), in the FP32 build on CUDA cores, scalar
+// (llm/ops/attention_ring_kernels.cuh, which also holds the init, finalise and row-dot kernels of every build); both are
+// compared by test/test_attention_ring.cu,
 // and the pairs' sum against the whole-sequence attention of llm/ops/attention.cuh.
 #pragma once
 #include <math.h>
 #include "../core/common.h"
 #include "attention_blocks.h"
-#include "attention_ring_kernels.cuh"  // the CUDA kernels of these ops, in their own file
+#include "attention_ring_kernels.cuh"      // the CUDA kernels of these ops, in their own file (FP32: scalar)
+#include "attention_ring_mma_kernels.cuh"  // the block-pair kernels of the 16-bit builds, on tensor cores
 #if LLM_HAS_KERNELS
 #include "../core/cuda_utils.cuh"
 #endif
@@ -199,6 +203,30 @@ static void attention_pair_backward_cpu(float* dq, size_t dq_bs, size_t dq_ts, f
 }
 
 
+#if LLM_HAS_KERNELS && !defined(ENABLE_FP32)
+// 128-bit tile loads of a rows buffer: every row of every (b, h) starts on 16 bytes and holds whole chunks
+static int ring_vec(int hs, const floatX* base, size_t bs, size_t ts) {
+    return hs % x128::size == 0 && bs % x128::size == 0 && ts % x128::size == 0 && is_aligned16(base);
+}
+// calls f(AttentionTile<HD>()) with HD the head size rounded up to 16, 32, 64 or 128 (the fused kernels' tiles)
+template <class Fn>
+static void ring_mma_for_head_size(const char* op, int hs, Fn f) {
+    if (hs <= 16) f(AttentionTile<16>());
+    else if (hs <= 32) f(AttentionTile<32>());
+    else if (hs <= 64) f(AttentionTile<64>());
+    else if (hs <= 128) f(AttentionTile<128>());
+    else fatal("%s: the kernels take head sizes up to 128, found %d", op, hs);
+}
+// launch a block-pair kernel over (row tiles of n rows, B*H) with 4 warps and `smem` bytes of dynamic shared memory
+// (over the 48 KiB default from HD 128 on: opted in)
+template <class K, class... Args>
+static void ring_mma_launch(K kernel, size_t smem, int n, int BH, cudaStream_t stream, Args... args) {
+    typedef AttentionTile<16> F;  // BR and WARPS are the same for every HD
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    LAUNCH(kernel, dim3((unsigned)ceil_div(n, F::BR), (unsigned)BH), dim3(32 * F::WARPS), smem, stream, args...);
+}
+#endif
+
 // ----------------------------------------------------------------------------
 // launchers (signatures fixed by llm/sharded/context_parallel.h; see the top of the file for the layouts)
 
@@ -226,10 +254,19 @@ static void attention_pair_forward(float* O, float* m, float* l, const floatX* q
     if (causal && nq != nk) fatal("attention_pair_forward: a causal (diagonal) pair needs nq == nk, found %d and %d", nq, nk);
     if (B == 0 || H == 0 || nq == 0 || nk == 0) return;
     float scale = 1.0f / sqrtf((float)hs);
+#if defined(ENABLE_FP32)
     ring_for_head_size("attention_pair_forward", hs, [&](auto hd) {
         LAUNCH(attention_pair_forward_kernel<decltype(hd)::value>, dim3((unsigned)ceil_div(nq, RING_ROWS), (unsigned)(B * H)),
                dim3(RING_ROWS * 32), 0, s, O, m, l, q, q_bs, q_ts, k, v, kv_bs, kv_ts, H, hs, nq, nk, causal, scale);
     });
+#else  // tensor cores (attention_ring_mma_kernels.cuh)
+    int vec = ring_vec(hs, q, q_bs, q_ts) && ring_vec(hs, k, kv_bs, kv_ts) && ring_vec(hs, v, kv_bs, kv_ts);
+    ring_mma_for_head_size("attention_pair_forward", hs, [&](auto tile) {
+        typedef decltype(tile) F;
+        ring_mma_launch(attention_pair_forward_mma_kernel<F::HDIM>, F::FORWARD, nq, B * H, s, O, m, l, q, q_bs, q_ts, k, v,
+                        kv_bs, kv_ts, H, hs, nq, nk, causal, scale, vec);
+    });
+#endif
 #endif
 }
 
@@ -275,6 +312,17 @@ static void attention_pair_backward(float* dq, size_t dq_bs, size_t dq_ts, float
     if (causal && nq != nk) fatal("attention_pair_backward: a causal (diagonal) pair needs nq == nk, found %d and %d", nq, nk);
     if (B == 0 || H == 0 || nq == 0 || nk == 0) return;
     float scale = 1.0f / sqrtf((float)hs);
+#if !defined(ENABLE_FP32)  // tensor cores (attention_ring_mma_kernels.cuh)
+    int vec = ring_vec(hs, q, q_bs, q_ts) && ring_vec(hs, k, kv_bs, kv_ts) && ring_vec(hs, v, kv_bs, kv_ts) &&
+              ring_vec(hs, dout, o_bs, o_ts);
+    ring_mma_for_head_size("attention_pair_backward", hs, [&](auto tile) {
+        typedef decltype(tile) F;
+        ring_mma_launch(attention_pair_backward_dkdv_mma_kernel<F::HDIM>, F::DKDV, nk, B * H, s, dk, dv, dkv_bs, dkv_ts, dout,
+                        o_bs, o_ts, lse, D, ls, q, q_bs, q_ts, k, v, kv_bs, kv_ts, H, hs, nq, nk, causal, scale, vec);
+        ring_mma_launch(attention_pair_backward_dq_mma_kernel<F::HDIM>, F::DQ, nq, B * H, s, dq, dq_bs, dq_ts, dout, o_bs, o_ts,
+                        lse, D, ls, q, q_bs, q_ts, k, v, kv_bs, kv_ts, H, hs, nq, nk, causal, scale, vec);
+    });
+#else
     ring_for_head_size("attention_pair_backward", hs, [&](auto hd) {
         constexpr int HD = decltype(hd)::value;
         LAUNCH(attention_pair_backward_dkdv_kernel<HD>, dim3((unsigned)ceil_div(nk, RING_ROWS), (unsigned)(B * H)),
@@ -284,5 +332,6 @@ static void attention_pair_backward(float* dq, size_t dq_bs, size_t dq_ts, float
                dim3(RING_ROWS * 32), 0, s, dq, dq_bs, dq_ts, dout, o_bs, o_ts, lse, D, ls, q, q_bs, q_ts, k, v, kv_bs, kv_ts,
                H, hs, nq, nk, causal, scale);
     });
+#endif
 #endif
 }

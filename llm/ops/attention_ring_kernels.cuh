@@ -12,8 +12,9 @@
 // ----------------------------------------------------------------------------
 // CUDA kernels
 //
-// Correctness first: scalar FP32 math on CUDA cores, not FlashAttention-grade (no tensor cores, tiles of
-// 32 rows; attention_kernels.cuh's WMMA tiles are the way to make them fast). Each block takes RING_ROWS rows
+// The block-pair kernels here (forward, dk/dv, dq) are the FP32 build's: scalar FP32 math on CUDA cores, not
+// FlashAttention-grade (no tensor core takes FP32 operands; tiles of 32 rows). The 16-bit builds run the block pairs
+// on tensor cores instead (attention_ring_mma_kernels.cuh); the init, finalise and row-dot kernels serve every build. Each block takes RING_ROWS rows
 // (queries, or keys in the backward's dk/dv) of one (b, h), one warp per row; the other side's rows come
 // through shared memory in tiles of 32 (FP32, zero past hs; the row stride HD+1 keeps lane j's reads of
 // row j on bank (j + c) % 32). In a tile, lane j takes the tile's row j: its score, then the warp walks
