@@ -2390,7 +2390,7 @@ TEST_BINARIES = {
     "fp8_emu_reverse": ["build/test_fp8_emu"],
     "fp8_emu_random": ["build/test_fp8_emu"],
     "fp8_train": ["train_gpt_cpu", "build/train_gpt_cpu_bf16", "build/train_gpt_cpu_fp16"],
-    "moe_fp8": ["train_gpt_cpu"],
+    "moe_fp8": ["train_gpt_cpu", "build/train_gpt_emu"],
     "fp8_gemm_cpu": ["build/test_fp8_gemm_cpu"],
     "fp8_gemm_emu_sm90": ["build/test_fp8_gemm_emu"],
     "fp8_gemm_emu_sm100": ["build/test_fp8_gemm_emu"],

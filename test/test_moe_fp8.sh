@@ -3,7 +3,7 @@
 # with its own entries, llm/precision/fp8_linear.h): the experts really are quantized, each in its own entries,
 # in one process and under --ep 2; ep 2 against one process; FP8 against FP32; the FP8 state resumes bit for bit.
 #
-#   bash test/test_moe_fp8.sh   (needs ./train_gpt_cpu, mpirun; about 15 s on 2 cores)
+#   bash test/test_moe_fp8.sh   (needs ./train_gpt_cpu, build/train_gpt_emu, mpirun; about 13 s on 2 cores)
 #
 # The model: d2, C = 64, 4 experts per layer (every layer), top-2, 2 micro-batches of 4 x 32 tokens per step (one
 # per rank under ep 2, which folds onto dp 2), from one seed checkpoint. The FP8 GEMMs are the CPU build's
@@ -30,6 +30,9 @@
 #     or from both ranks (measured 0 here). Per-tensor recipes scale an expert's rows by the amax of all the
 #     rows of its GEMM, which under ep 2 are both micro-batches' (as Transformer Engine's grouped GEMM does):
 #     their first step differs from one process by an FP8 rounding, hence only the 4-step bounds there.
+#  2b. The emulated CUDA build (the CUDA code path: amax and quantize kernels per expert, the emulated cuBLASLt's
+#     FP8 GEMMs), one step of --fp8 delayed: the same per-expert check as 1 against the seed model file, and the
+#     first step's loss against the CPU build's within FIRST_TOL (measured 9e-8: FP32 sums in other orders).
 #  3. FP8 against FP32 (the same model, seed and data): the final train and val losses of the 4 steps within
 #     BOUND = 0.03 nats, test_precision.sh's bound for the dense model's FP8 recipes against FP32.
 #  4. Resume: --fp8 delayed, 2 steps, the state file, 2 more steps, against 4 steps in one run: the same
@@ -39,6 +42,7 @@ set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
 CPU=${CPU:-./train_gpt_cpu}
+EMU=${EMU:-./build/train_gpt_emu}
 CHECK="python3 test/ddp_zero_check.py"
 LOG=build/moe_fp8
 mkdir -p "$LOG"
@@ -76,6 +80,12 @@ for r in delayed block; do
     fi
     check compare "--fp8 $r: ep 2 vs 1 process (2 micro-batches)" "$tmp/${r}_ep2" "$tmp/${r}_one" $LOSS_TOL $PARAM_TOL
 done
+
+# the emulated CUDA build (FP32: the kernels, the emulated cuBLASLt's FP8 GEMMs), one step of delayed scaling
+common=("${base[@]}" --model "$SEED" --steps 1 --val-every 0 --checkpoint-every 1)
+train delayed_emu 0 "$EMU" --fp8 delayed &&
+    check fp8moe "--fp8 delayed, emulated CUDA build: the experts' own entries" "$tmp/delayed_emu" "$SEED" &&
+    check first "--fp8 delayed: emulated CUDA build vs CPU build" "$tmp/delayed_emu" "$tmp/delayed_one" $FIRST_TOL
 
 # current scaling's state export under ep 2: each expert's last scales from the rank that runs it (max over GROUP_EP)
 common=("${base[@]}" --model "$SEED" --steps 1 --val-every 0 --checkpoint-every 1)
