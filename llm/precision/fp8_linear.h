@@ -9,8 +9,8 @@
 //   wgrad    dW += Q(dy^T) Q(x^T)^T   the inner dimension is now BT: dy and x quantized transposed
 // Only the four linears of a block run in FP8 (QKV, attention projection, fc, fcproj), and in a moe layer
 // (llm/model/moe.h) each expert's fc and fcproj, each expert its own linear with its own entries; the router
-// (FP32 logits, as Megatron-Core and DeepSeek-V3 keep it), the bias and its gradient, the embeddings, the LM head, the LayerNorms and the softmax stay in floatX, as in
-// DeepSeek-V3 (sec. 3.3) and Transformer Engine. The parameters, the activations the backward keeps and
+// (FP32 logits, as Megatron-Core and DeepSeek-V3 keep it), the bias and its gradient, the embeddings, the
+// LM head, the LayerNorms and the softmax stay in floatX, as in DeepSeek-V3 (sec. 3.3) and Transformer Engine. The parameters, the activations the backward keeps and
 // the gradients stay floatX too: an operand is quantized when a GEMM needs it.
 //
 // The recipes (how an operand gets its scale; q = encode(x * s), llm/precision/fp8.cuh):
@@ -46,8 +46,12 @@
 // so the same amaxes in the same order remain and the reduction (max, most recent) gives the same scale. (A 0
 // written there would stand for a tensor of zeros, and H steps without rows would empty the history.) An entry
 // whose history holds no amax yet (an expert first routed to after step 1) takes current scaling from its
-// own amax, as every entry does in step 1 (fp8_entry_cold), not the initial scale 1 (gradients would underflow). Block and MX scales are per tile: every layout has the
-// same tiles when a tp split falls on tile boundaries, which fp8_layout_error requires.
+// own amax, as every entry does in step 1 (fp8_entry_cold), not the initial scale 1 (gradients would underflow).
+//
+// Block and MX scales are per tile: every layout has the same tiles when a tp split falls on tile
+// boundaries, which fp8_layout_error requires. (An expert's GEMM under expert parallelism holds the rows of
+// every ep rank's micro-batch, so a per-tensor scale is their joint amax; its first step, or any step of
+// current scaling, rounds those rows other than one process running the micro-batches one at a time.)
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
