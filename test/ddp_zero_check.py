@@ -28,6 +28,17 @@
                                               (test/test_fp8_train.sh): every W entry's scale and amax
                                               history identical, the x and dy entries' within TOL relative;
                                               below1: and every layer of REF has a scale < 1
+  fp8moe NAME RUN MODEL [REF TOL]             the experts' FP8 entries of RUN's step-1 state file (delayed
+                                              or current scaling, test/test_moe_fp8.sh) against MODEL, the
+                                              llm.c-style model file of the step's weights: each expert's fc
+                                              and fcproj W amax (delayed) = max |W| of that expert's weights
+                                              there, or W scale (current) = 448 / that, exactly; each
+                                              expert's x amax (scale) > 0; delayed: the dense MLP's entries
+                                              of a moe layer empty. REF: a run of the same step in another layout, whose
+                                              experts' x entries of the first moe layer's fc RUN's match
+                                              within TOL relative (the others' inputs come through FP8
+                                              GEMMs whose step-1 current scales depend on the rows grouped
+                                              into each GEMM: an FP8 rounding apart, measured 1.7e-2)
 """
 import glob, json, os, struct, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -206,6 +217,76 @@ def fp8(name, run, ref, tol, below1=False):
         note = "; scales < 1 per layer in the reference %s (each layer needs one)" % low
     return good, ("%s: step 1 FP8 state (%s, %d entries): W's scales and amaxes %d differ (expected 0); x and dy max rel "
                   "diff %.2g%s (tol %g)%s" % (name, "delayed" if ra == 1 else "current", n, w_diff, worst, what, tol, note))
+
+
+def model_experts(path):  # {(layer, expert, 0 fc | 1 fcproj): max |W|} of a moe model file (docs/formats.md), L, E
+    raw = open(path, "rb").read()
+    h = struct.unpack("<256i", raw[:1024])
+    if h[1] not in (6,):
+        raise SystemExit("fp8moe: %s: expected an FP32 moe model file (version 6), found version %d" % (path, h[1]))
+    maxT, V, L, NH, C, Vp = h[2:8]
+    E, M = h[8], h[10]
+    moe = [l for l in range(L) if l % M == 0]
+    nd, nm = L - len(moe), len(moe)
+    # in file order: wte wpe ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb (dense layers),
+    # router efcw efcb efcprojw efcprojb (moe layers), lnfw lnfb
+    sizes = [Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C, L * C, L * C,
+             nd * 4 * C * C, nd * 4 * C, nd * C * 4 * C, nd * C, nm * E * C, nm * E * 4 * C * C, nm * E * 4 * C,
+             nm * E * C * 4 * C, nm * E * C, C, C]
+    if 1024 + 4 * sum(sizes) != len(raw):
+        raise SystemExit("fp8moe: %s: %d bytes, expected %d for this layout" % (path, len(raw), 1024 + 4 * sum(sizes)))
+    out = {}
+    for k, t in ((0, 15), (1, 17)):  # efcw, efcprojw: (E, 4C, C) and (E, C, 4C) per moe layer
+        off, per = 1024 + 4 * sum(sizes[:t]), 4 * C * C
+        for j, l in enumerate(moe):
+            for e in range(E):
+                w = struct.unpack_from("<%df" % per, raw, off + 4 * (j * E + e) * per)
+                out[(l, e, k)] = max(abs(v) for v in w)
+    return out, L, E, moe
+
+
+def fp8moe(name, run, model, ref=None, tol=0.0):
+    amax, L, E, moe = model_experts(model)
+    path = os.path.join(run, "state_00000001.bin")
+    if not os.path.exists(path):
+        return False, "%s: no %s" % (name, path)
+    r, _, a = fp8_state(path)
+    n = L * 12 + L * E * 6
+    if r not in (1, 2) or len(a) < 2 or (len(a) - 2) % n:
+        return False, "%s: FP8 state of recipe %d, %d floats; expected delayed (1) or current (2), 2 + %d x (1 + H)" % (
+            name, r, len(a), n)
+    per = (len(a) - 2) // n
+    if a[:2] != ((1.0, 1.0) if r == 1 else (0.0, 0.0)):
+        return False, "%s: FP8 pos, recorded %s after step 1" % (name, a[:2])
+    f32 = lambda v: struct.unpack("<f", struct.pack("<f", v))[0]
+    # delayed: the amax step 1 recorded (ring slot 0); current: the last scale, E4M3's fp8_max / amax rounded to FP32
+    entry = lambda slot, t: a[2 + (slot * 3 + t) * per + (1 if r == 1 else 0)]
+    if r == 2:
+        amax = {k: f32(448.0 / v) for k, v in amax.items()}
+    w_bad, x_zero, dense_bad, worst, where = [], [], 0, 0.0, None
+    b = fp8_state(os.path.join(ref, "state_00000001.bin"))[2] if ref else None
+    for l in moe:
+        dense_bad += sum(entry(l * 4 + k, t) != 0.0 for k in (2, 3) for t in range(3)) if r == 1 else 0
+        for e in range(E):
+            for k in (0, 1):
+                slot = L * 4 + (l * E + e) * 2 + k
+                if entry(slot, 1) != amax[(l, e, k)]:
+                    w_bad.append("layer %d expert %d %s: %.9g, expected %.9g" % (l, e, ("fc", "fcproj")[k], entry(slot, 1), amax[(l, e, k)]))
+                if not entry(slot, 0) > 0.0:
+                    x_zero.append((l, e, k))
+                if b is not None and l == moe[0] and k == 0:  # (see the top of this file)
+                    y = b[2 + (slot * 3) * per + 1]
+                    d = 0.0 if entry(slot, 0) == y else abs(entry(slot, 0) - y) / max(abs(y), 1e-30)
+                    if d > worst:
+                        worst, where = d, (l, e, k)
+    good = not w_bad and not x_zero and dense_bad == 0 and worst <= tol
+    cmp = "" if b is None else "; the first moe layer's experts' fc x amax vs %s max rel diff %.2g%s (tol %g)" % (
+        ref, worst, "" if where is None else " (layer %d expert %d %s)" % (where[0], where[1], ("fc", "fcproj")[where[2]]), tol)
+    return good, ("%s: step-1 FP8 state, %d moe layers x %d experts x (fc, fcproj): W amax (delayed) or scale (current) from max|W| of the model file for "
+                  "%d of %d%s; x amax or scale > 0 for %d of %d; dense MLP entries of moe layers non-zero: %d (expected 0)%s" % (
+                      name, len(moe), E, 2 * E * len(moe) - len(w_bad), 2 * E * len(moe),
+                      " (first wrong: %s)" % w_bad[0] if w_bad else "", 2 * E * len(moe) - len(x_zero), 2 * E * len(moe),
+                      dense_bad, cmp))
 
 
 def memory(name, report):
@@ -481,6 +562,8 @@ if __name__ == "__main__":
         good, msg = update(args[0], args[1], args[2], args[3], float(args[4]), float(args[5]))
     elif cmd == "fp8":
         good, msg = fp8(args[0], args[1], args[2], float(args[3]), len(args) > 4 and args[4] == "below1")
+    elif cmd == "fp8moe":
+        good, msg = fp8moe(args[0], args[1], args[2], args[3] if len(args) > 3 else None, float(args[4]) if len(args) > 4 else 0.0)
     elif cmd == "memory":
         good, msg = memory(*args)
     elif cmd == "ledger":

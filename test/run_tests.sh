@@ -271,6 +271,9 @@ run fp8_gemm_emu_sm80 env EMU_ORDER=forward CUBLASLT_EMU_ARCH=80 ./build/test_fp
 run fp8_linear_cpu ./build/test_fp8_linear_cpu
 run fp8_linear_emu env EMU_ORDER=random ./build/test_fp8_linear_emu
 run fp8_train bash test/test_fp8_train.sh
+# a GPT-2 with experts under --fp8 (each expert's fc and fcproj an FP8 linear with its own entries): the experts' W
+# amaxes against the model file, ep 2 against one process, FP8 against FP32, resume (test/test_moe_fp8.sh)
+run moe_fp8 bash test/test_moe_fp8.sh
 run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 # FP16 loss scaling (llm/precision/loss_scale.h): exact in FP32, a forced overflow skipped on every rank, the scale's
 # back-off and growth, a loss spike's skip (neither halves nor restarts the run), the FP8 histories, resume,

@@ -424,6 +424,72 @@ static void run_case(Comm* comm, const Case* c) {
     fp8_free(&st);
 }
 
+// Experts (llm/model/moe.h's FP8 experts): a state of 1 layer with 2 experts, delayed scaling (H = 3, max), each
+// expert's fc (slot fp8_expert_slot(0, e, 0)) run forward in the steps where it has rows: expert 0 in every
+// step, expert 1 in steps 2 and 4 only (no rows in steps 1 and 3). Against the definition (fp8_linear.h's
+// top): an expert without rows in a step leaves its amax history as it was (the ring rotated with the shared
+// position: the same amaxes in the same order from pos on), where writing the step's "amax" would put a 0
+// into it; an expert first routed to after step 1 (empty history) quantizes with its own amax's scale (current
+// scaling), not the initial scale 1; one that has a history, with the history's. Bit for bit (the amaxes are
+// exact maxima, the scales one FP32 division).
+static void run_experts_case(Comm* comm) {
+    TPGroup tp = tp_group(comm, 0);
+    const int H = 3, R = 40, IN = 64, OUT = 96;
+    Fp8Config cfg = {FP8_RECIPE_DELAYED, 0, H, FP8_AMAX_REDUCE_MAX, 0};
+    Fp8State st;
+    fp8_init(&st, cfg, comm, 1, fp8_max_operand(R, IN, OUT), 2);
+    st.held[0] = 1;
+    int bad = 0;
+    char msg[256] = "";
+    int slot[2] = {fp8_expert_slot(&st, 0, 0, 0), fp8_expert_slot(&st, 0, 1, 0)};
+    if (st.n != 24 || slot[0] != 4 || slot[1] != 6) {
+        bad = 1;
+        snprintf(msg, sizeof(msg), "%d entries, slots %d %d; expected 24 (12 block + 2 experts x 2 linears x 3), 4, 6", st.n, slot[0], slot[1]);
+    }
+    float ring_before[H], x_amax1[5] = {0, 0, 0, 0, 0};
+    for (int step = 1; step <= 4 && !bad; step++) {
+        int runs1 = step % 2 == 0;
+        float* h1 = st.history + (size_t)(slot[1] * 3 + T_X) * H;
+        memcpy(ring_before, h1, sizeof(ring_before));
+        int pos_before = st.pos;
+        fp8_step_begin(&st);
+        for (int e = 0; e < 2; e++) {
+            if (e == 1 && !runs1) continue;  // no rows: the layer skips the expert
+            std::vector<float> x = rand_floatx((size_t)R * IN, (float)(step + 3 * e)), w = rand_floatx((size_t)OUT * IN, 0.05f);
+            floatX *xd = to_device(x), *wd = to_device(w), *yd = to_device(std::vector<float>((size_t)R * OUT, NAN));
+            fp8_linear_forward(&st, slot[e], yd, NULL, xd, wd, NULL, R, IN, OUT, &tp, llm_ctx.stream);
+            device_synchronize();
+            if (e == 1) {  // the scale x was quantized with: its own (empty history) or the history's
+                float used;
+                copy_to_host(&used, st.scale + slot[1] * 3 + T_X, sizeof(float));
+                float hmax = 0.0f;
+                for (int k = 0; k < H; k++) hmax = ring_before[k] > hmax ? ring_before[k] : hmax;
+                float want = ref_scale_of(hmax > 0.0f ? hmax : ref_amax(x.data(), x.size()), FP8_E4M3);
+                if (memcmp(&used, &want, 4) != 0) {
+                    bad = 1;
+                    snprintf(msg, sizeof(msg), "step %d: expert 1's x scale %.9g, expected %.9g (%s)", step, used, want,
+                             hmax > 0.0f ? "from its history" : "its own amax: no history yet");
+                }
+                x_amax1[step] = ref_amax(x.data(), x.size());
+            }
+            device_free(xd); device_free(wd); device_free(yd);
+        }
+        fp8_step_end(&st, 0);
+        for (int k = 0; k < H && !bad; k++) {
+            float want = runs1 ? (k == pos_before ? x_amax1[step] : ring_before[k]) : ring_before[(k + H - 1) % H];
+            if (memcmp(&h1[k], &want, 4) != 0) {
+                bad = 1;
+                snprintf(msg, sizeof(msg), "step %d (expert 1 %s): its x amax ring [%d] %.9g, expected %.9g", step,
+                         runs1 ? "ran" : "had no rows", k, h1[k], want);
+            }
+        }
+    }
+    check(!bad, "experts (1 layer x 2, delayed H=%d max): expert 1 without rows in steps 1 and 3 keeps its amax ring (rotated "
+          "with the position), quantizes with its own amax's scale in step 2 (no history yet) and its history's in step 4%s%s",
+          H, bad ? ": " : "", msg);
+    fp8_free(&st);
+}
+
 static const char* USAGE =
     "(no arguments)\n"
     "Tests the FP8 linear layer (llm/precision/fp8_linear.h) against a reference of each recipe's operand\n"
@@ -445,6 +511,7 @@ int main(int argc, char** argv) {
         {"mx hybrid", FP8_RECIPE_MX, 0, 1, 0, 0, 1},
     };
     for (const Case& c : cases) run_case(&comm, &c);
+    run_experts_case(&comm);
     context_free();
     comm_free(&comm);
     return test_summary("test_fp8_linear");

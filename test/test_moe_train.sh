@@ -135,7 +135,6 @@ badflag "--top-k" --model d2,C=32,NH=4,maxT=64,V=257 --top-k 2
 badflag "--moe-every" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --moe-every 0
 badflag "--capacity-factor" --capacity-factor -1
 badflag "--aux-loss-coef" --aux-loss-coef -0.5
-badflag "--fp8" --fp8 current
 badlayout moe_sp 2 "--sequence-parallel" --tp 2 --sequence-parallel 1
 badlayout moe_cp 2 "--cp" --cp 2
 

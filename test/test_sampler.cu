@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
         stage_init(&st8, &dp.lay, &dp.hooks, tp_group(&comm, 0), stage_range_all(cfg), 1, N, RECOMPUTE_NONE, 1);
         Fp8State fp8;
         Fp8Config fc = {FP8_RECIPE_MX, 0, 1, FP8_AMAX_REDUCE_MAX, 0};
-        fp8_init(&fp8, fc, dp.comm, cfg.num_layers, stage_fp8_max_operand(&st8));
+        fp8_init(&fp8, fc, dp.comm, cfg.num_layers, stage_fp8_max_operand(&st8), cfg.num_experts);
         stage_enable_fp8(&st8, &fp8);
         Sampler sp8;
         sampler_init(&sp8, &st8, 1);

@@ -3,7 +3,8 @@
 // the group, and receives recv_count[i'] elements from each rank i' into recv + recv_off[i']. The counts
 // must agree (what i sends to j is what j expects from i): the caller exchanges them first (a fixed-size
 // all_to_all, llm/comm/comm.h). MPI_Alltoallv over MPI; over NCCL one group of a ncclSend and a ncclRecv
-// per other rank (NCCL has no all-to-all), the own block copied on the comm stream; blocking, like
+// per other rank (NCCL has no all-to-all), the own block copied on the comm stream: the loop the fixed-size
+// all_to_all runs too (llm/comm/comm_engine_nccl.h's comm_nccl_all_to_all_v); blocking, like
 // comm_all_to_all.
 //
 // The ledger counts it as an all_to_all of the group (llm/comm/comm_ledger.h): the payload is the whole
@@ -44,17 +45,10 @@ static void comm_all_to_all_v(Comm* c, CommGroup g, const T* send, const size_t*
         return;
     }
 #if COMM_NCCL
-    ncclDataType_t nt = comm_nccl_type(dt);
     comm_stream_begin(c, stream);
     int wi = wd_nccl_begin(c, name, g, seq, at);
-    if (send_count[me] > 0) copy_device_to_device(recv + recv_off[me], send + send_off[me], send_count[me] * esz, c->stream);
-    ncclCheck(ncclGroupStart());  // (calls inside a group are deferred: ncclGroupEnd settles them)
-    for (int k = 1; k < N; k++) {  // to the k-th next rank, from the k-th previous: each pair meets once
-        int to = (me + k) % N, from = (me + N - k) % N;
-        if (send_count[to] > 0) ncclCheck(ncclSend(send + send_off[to], send_count[to], nt, to, c->nccl[g], c->stream));
-        if (recv_count[from] > 0) ncclCheck(ncclRecv(recv + recv_off[from], recv_count[from], nt, from, c->nccl[g], c->stream));
-    }
-    nccl_settle(c->nccl[g], ncclGroupEnd(), __FILE__, __LINE__);
+    nccl_settle(c->nccl[g], comm_nccl_all_to_all_v(c, g, send, send_count, send_off, recv, recv_count, recv_off, 0, dt),
+                __FILE__, __LINE__);  // (the calls inside its group are deferred: ncclGroupEnd settles them)
     wd_nccl_end(c, wi);
     cudaCheck(cudaStreamWaitEvent(stream, c->done_events[comm_stream_end(c)], 0));
 #elif COMM_MPI

@@ -24,23 +24,30 @@ static inline void comm_stream_begin(Comm* c, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(c->begin_event, compute));
     cudaCheck(cudaStreamWaitEvent(c->stream, c->begin_event, 0));
 }
-// all_to_all over NCCL, which has no such call: block j of send to rank j of group g, block i of recv
-// from rank i, as one group of sends and receives (none waits for another), on the comm stream after
-// comm_stream_begin. The rank's own block is copied on the comm stream too, so that the completion
-// event the compute stream waits for (comm_stream_end) covers it like the blocks received. Returns
-// ncclGroupEnd's result for nccl_settle; the calls inside the group only queue (checked at once).
-static ncclResult_t comm_nccl_all_to_all(Comm* c, CommGroup g, const void* send, void* recv, size_t n, CommDtype dt) {
+// all_to_all over NCCL, which has no such call: one group of sends and receives (none waits for another),
+// on the comm stream after comm_stream_begin. Block j of send (send_count[j] elements at send_off[j]) goes
+// to rank j of group g, block i of recv (recv_count[i] at recv_off[i]) comes from rank i; NULL counts and
+// offsets: equal blocks of n elements, block j at j n (the fixed-size all_to_all is the variable one with
+// equal blocks). The rank's own block is copied on the comm stream too, so that the completion event the
+// compute stream waits for (comm_stream_end) covers it like the blocks received; empty blocks are not
+// sent. Returns ncclGroupEnd's result for nccl_settle; the calls inside the group only queue (checked at
+// once). (llm/comm/comm_all_to_all_v.h's variable sizes and comm_run_nccl's all_to_all both run it.)
+static ncclResult_t comm_nccl_all_to_all_v(Comm* c, CommGroup g, const void* send, const size_t* send_count,
+                                           const size_t* send_off, void* recv, const size_t* recv_count,
+                                           const size_t* recv_off, size_t n, CommDtype dt) {
     const int N = c->group_size[g], me = c->group_rank[g];
-    const size_t bytes = n * comm_dtype_size(dt);
+    const size_t esz = comm_dtype_size(dt);
     const char* s = (const char*)send;
     char* r = (char*)recv;
     ncclDataType_t nt = comm_nccl_type(dt);
-    if (bytes > 0) copy_device_to_device(r + me * bytes, s + me * bytes, bytes, c->stream);
+    auto count = [&](const size_t* cnt, int j) { return cnt != NULL ? cnt[j] : n; };               // block j's elements
+    auto at = [&](const size_t* off, int j) { return (off != NULL ? off[j] : (size_t)j * n) * esz; };  // its byte offset
+    if (count(send_count, me) > 0) copy_device_to_device(r + at(recv_off, me), s + at(send_off, me), count(send_count, me) * esz, c->stream);
     ncclCheck(ncclGroupStart());
     for (int k = 1; k < N; k++) {  // to the k-th next rank, from the k-th previous: each pair meets once
         int to = (me + k) % N, from = (me + N - k) % N;
-        ncclCheck(ncclSend(s + to * bytes, n, nt, to, c->nccl[g], c->stream));
-        ncclCheck(ncclRecv(r + from * bytes, n, nt, from, c->nccl[g], c->stream));
+        if (count(send_count, to) > 0) ncclCheck(ncclSend(s + at(send_off, to), count(send_count, to), nt, to, c->nccl[g], c->stream));
+        if (count(recv_count, from) > 0) ncclCheck(ncclRecv(r + at(recv_off, from), count(recv_count, from), nt, from, c->nccl[g], c->stream));
     }
     return ncclGroupEnd();
 }
@@ -96,7 +103,7 @@ static void comm_run_nccl(Comm* c, const CommCall* call, CommHandle* h) {
         case COMM_BROADCAST: r = ncclBroadcast(call->recv, call->recv, call->n, nt, call->peer, nc, c->stream); break;
         case COMM_SEND: r = ncclSend(call->send, call->n, nt, call->peer, nc, c->stream); break;
         case COMM_RECV: r = ncclRecv(call->recv, call->n, nt, call->peer, nc, c->stream); break;
-        case COMM_ALL_TO_ALL: r = comm_nccl_all_to_all(c, call->g, call->send, call->recv, call->n, call->dt); break;
+        case COMM_ALL_TO_ALL: r = comm_nccl_all_to_all_v(c, call->g, call->send, NULL, NULL, call->recv, NULL, NULL, call->n, call->dt); break;
         default: fatal("comm: unknown collective %d", (int)call->kind);
     }
     nccl_settle(nc, r, __FILE__, __LINE__);

@@ -21,6 +21,12 @@
 // them: the forward copies the routing's counts to the host (a device-to-host copy of 3E + 1 ints,
 // which waits for the router's kernels), and the backward reuses that copy.
 //
+// FP8 (MoESpec.fp8, set by llm/model/stage.h's stage_enable_fp8 under --fp8): each expert's fc and fcproj run
+// as FP8 linears (llm/precision/fp8_linear.h), each expert with its own entries (its own scales and, under
+// delayed scaling, amax histories: slot fp8_expert_slot(layer, global expert, linear)), exactly as the dense
+// MLP's fc and fcproj do; an expert skipped for having no row records nothing (fp8_step_end keeps its history).
+// The router's product stays in FP32 (llm/ops/moe_router.cuh), as Megatron-Core and DeepSeek-V3 keep it.
+//
 // Parameters (MoETensors, floatX, one contiguous block in this order; gradients the same layout):
 //   router (E, C), fcw (E, 4C, C), fcb (E, 4C), fcprojw (E, C, 4C), fcprojb (E, C)
 // Expert parallelism (MoESpec.ep, llm/sharded/expert_parallel.h): this rank holds E/ep of the experts (the
@@ -42,6 +48,8 @@ typedef struct {
     float aux_coef;         // the load-balancing loss's coefficient (Switch: 1e-2)
     float z_coef;           // the router z-loss's coefficient (ST-MoE: 1e-3)
     EPGroup* ep;            // expert parallelism: the group the experts are split over (size 1 or NULL: every expert here)
+    Fp8State* fp8;          // FP8 experts (llm/precision/fp8_linear.h): the recipes' state; NULL: floatX
+    int fp8_layer;          // FP8: this layer's index in the state's expert slots
 } MoESpec;
 
 // one layer's MoE parameters (or their gradients): pointers into one floatX block, in this order
@@ -221,11 +229,18 @@ static void moe_copy_to_host(void* dst, const void* src, size_t n, cudaStream_t 
 #endif
 }
 
-// an expert's two linears: replicated, fc with GELU
-static void moe_expert_specs(int C, LinearSpec* fc, LinearSpec* fcproj) {
+// the global index of local expert 0: every expert here, or this rank's first of E/ep
+static inline int moe_first_expert(const MoESpec* s) { return ep_local(s->ep) ? 0 : s->ep->rank * s->ep->El; }
+
+// local expert e's two linears: replicated, fc with GELU; FP8 ones with the expert's own entries under s->fp8
+static void moe_expert_specs(const MoESpec* s, int e, int C, LinearSpec* fc, LinearSpec* fcproj) {
     TPGroup one = tp_group(NULL, 0);
     *fc = linear_spec_tp("moe_fc", C, 4 * C, 1, LINEAR_REPLICATED, one);
     *fcproj = linear_spec_tp("moe_fcproj", 4 * C, C, 0, LINEAR_REPLICATED, one);
+    if (s->fp8 == NULL) return;
+    int g = moe_first_expert(s) + e;
+    linear_set_fp8(fc, s->fp8, fp8_expert_slot(s->fp8, s->fp8_layer, g, 0));
+    linear_set_fp8(fcproj, s->fp8, fp8_expert_slot(s->fp8, s->fp8_layer, g, 1));
 }
 
 // ----------------------------------------------------------------------------
@@ -256,11 +271,11 @@ static void moe_forward(const MoESpec* s, MoETensors w, const float* bias /*(E) 
     const int* lo;
     int El = ep_local_experts(s->ep, E, off, a->ep_loff, &lo);
     LinearSpec fc, fcproj;
-    moe_expert_specs(C, &fc, &fcproj);
     size_t c = (size_t)C;
     for (int e = 0; e < El; e++) {
         int rows = lo[e + 1] - lo[e];
         if (rows == 0) continue;
+        moe_expert_specs(s, e, C, &fc, &fcproj);
         size_t o = (size_t)lo[e];
         linear_forward(&fc, a->fch_gelu + o * 4 * c, a->fch + o * 4 * c, a->xl + o * c, w.fcw + (size_t)e * 4 * c * c,
                        w.fcb + (size_t)e * 4 * c, rows, st);
@@ -287,10 +302,10 @@ static void moe_backward(const MoESpec* s, MoETensors w, MoETensors gw, const Mo
     const int* lo;  // the local experts' rows, as in the forward
     int El = ep_local_experts(s->ep, E, off, a->ep_loff, &lo);
     LinearSpec fc, fcproj;
-    moe_expert_specs(C, &fc, &fcproj);
     for (int e = 0; e < El; e++) {
         int rows = lo[e + 1] - lo[e];
         if (rows == 0) continue;
+        moe_expert_specs(s, e, C, &fc, &fcproj);
         size_t o = (size_t)lo[e];
         // fcproj's backward fuses fc's dGELU: dfch = d fch
         linear_backward(&fcproj, buf->dfch + o * 4 * c, gw.fcprojw + (size_t)e * c * 4 * c, gw.fcprojb + (size_t)e * c,

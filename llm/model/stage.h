@@ -305,6 +305,9 @@ static void stage_enable_split_backward(Stage* st) {
 static void stage_enable_fp8(Stage* st, Fp8State* fp8) {
     if (fp8->cfg.recipe == FP8_RECIPE_NONE) return;
     int L = st->cfg.num_layers;
+    if (fp8->L != L || fp8->E != st->cfg.num_experts) {
+        fatal("stage_enable_fp8: an FP8 state of %d layers x %d experts for a model of %d x %d", fp8->L, fp8->E, L, st->cfg.num_experts);
+    }
     st->layer_lin = (BlockLinears*)mallocCheck((size_t)L * sizeof(BlockLinears));
     for (int l = 0; l < L; l++) {
         BlockLinears* b = &st->layer_lin[l];
@@ -313,6 +316,11 @@ static void stage_enable_fp8(Stage* st, Fp8State* fp8) {
         LinearSpec* specs[FP8_BLOCK_LINEARS] = {&b->qkv, &b->attproj, &b->fc, &b->fcproj};
         for (int k = 0; k < FP8_BLOCK_LINEARS; k++) linear_set_fp8(specs[k], fp8, l * FP8_BLOCK_LINEARS + k);
         fp8->held[l] = 1;
+        if (!layer_is_moe(st->cfg, l)) continue;
+        b->moe.fp8 = fp8;  // the experts' fc and fcproj: each expert's own entries (llm/model/moe.h)
+        b->moe.fp8_layer = l;
+        int e0 = moe_first_expert(&b->moe), El = ep_local(b->moe.ep) ? fp8->E : b->moe.ep->El;
+        for (int e = 0; e < El; e++) fp8->held_expert[(size_t)l * fp8->E + e0 + e] = 1;
     }
 }
 
@@ -322,6 +330,12 @@ static size_t stage_fp8_max_operand(const Stage* st) {
     size_t m = 0;
     for (int k = 0; k < 4; k++) {
         size_t e = fp8_max_operand(st->B * st->T, specs[k]->in_local, specs[k]->out_local);
+        if (e > m) m = e;
+    }
+    if (st->cfg.num_experts > 0) {  // an expert's fc and fcproj on at most all the local experts' rows (no drops)
+        MoESpec most = st->lin.moe;
+        most.capacity_factor = 0.0f;
+        size_t e = fp8_max_operand(moe_max_local_rows(&most, st->B * st->T), st->cfg.channels, 4 * st->cfg.channels);
         if (e > m) m = e;
     }
     return m;

@@ -27,6 +27,12 @@ static float global_norm_squared_cpu(const float* values, size_t n) {  // (n)
 #if LLM_HAS_KERNELS
 #include "../core/cuda_utils.cuh"
 
+// *acc += *x / d, one thread: correctly rounded (__fdiv_rn, __fadd_rn) under --use_fast_math, so the same bits as
+// the host's float arithmetic
+__global__ void global_norm_add_scaled_kernel(float* acc /*(1)*/, const float* x /*(1)*/, float d) {
+    *acc = __fadd_rn(*acc, __fdiv_rn(*x, d));
+}
+
 // Deterministic two-pass reduction: pass 1 runs a fixed grid (its size depends only on n and the
 // device) where each block writes one partial sum; pass 2, one block, adds the partials in a fixed
 // order into *out. No float atomics, so the result is the same bits on every run.
@@ -109,5 +115,16 @@ static void global_norm_squared(float* out, const floatX* values, size_t n, cuda
     int finish_block = grid >= 1024 ? 1024 : ((grid + 31) / 32) * 32;
     LAUNCH(global_norm_finish_kernel, dim3(1), dim3(finish_block), 0, stream, out,
            (const float*)llm_ctx.norm_partials, grid);
+#endif
+}
+
+// launcher: *acc += *x / d, both one float in device memory (another group's sum of squares, scaled by 1/d: the
+// experts' gradients under expert parallelism, llm/parallel/dp_step.h), on the device: no host round trip
+static void global_norm_add_scaled(float* acc, const float* x, float d, cudaStream_t stream) {
+#if LLM_BUILD_CPU
+    (void)stream;
+    *acc += *x / d;
+#else
+    LAUNCH(global_norm_add_scaled_kernel, dim3(1), dim3(1), 0, stream, acc, x, d);
 #endif
 }

@@ -135,6 +135,13 @@ __global__ void moe_unpermute_backward_kernel(floatX* dyp, float* dgates, const 
     d = warp_reduce_sum(d);
     if (lane == 0) dgates[a] = d;
 }
+
+// the one launch of this file's kernels: `threads` threads in blocks of MOE_BLOCK, none when there is no work
+template <typename... KArgs, typename... Args>
+static void moe_launch(void (*kernel)(KArgs...), size_t threads, cudaStream_t stream, Args... args) {
+    if (threads == 0) return;
+    LAUNCH(kernel, dim3(moe_grid(threads)), dim3(MOE_BLOCK), 0, stream, args...);
+}
 #endif
 
 // ----------------------------------------------------------------------------
@@ -148,8 +155,7 @@ static void moe_permute_forward(floatX* xp, const floatX* x, const int* row_assi
     (void)stream;
     moe_permute_forward_cpu(xp, x, row_assign, Np, K, C);
 #else
-    if (Np == 0) return;
-    LAUNCH(moe_permute_kernel, dim3(moe_grid((size_t)Np * C)), dim3(MOE_BLOCK), 0, stream, xp, x, row_assign, Np, K, C);
+    moe_launch(moe_permute_kernel, (size_t)Np * C, stream, xp, x, row_assign, Np, K, C);
 #endif
 }
 
@@ -161,9 +167,7 @@ static void moe_permute_backward(floatX* dx, const floatX* dxp, const int* assig
     (void)stream;
     moe_permute_backward_cpu(dx, dxp, assign_row, N, K, C);
 #else
-    if (N == 0) return;
-    LAUNCH(moe_permute_backward_kernel, dim3(moe_grid((size_t)N * C)), dim3(MOE_BLOCK), 0, stream, dx, dxp, assign_row, N,
-           K, C);
+    moe_launch(moe_permute_backward_kernel, (size_t)N * C, stream, dx, dxp, assign_row, N, K, C);
 #endif
 }
 
@@ -175,9 +179,7 @@ static void moe_unpermute_forward(floatX* y, const floatX* yp, const int* assign
     (void)stream;
     moe_unpermute_forward_cpu(y, yp, assign_row, gates, N, K, C);
 #else
-    if (N == 0) return;
-    LAUNCH(moe_unpermute_kernel, dim3(moe_grid((size_t)N * C)), dim3(MOE_BLOCK), 0, stream, y, yp, assign_row, gates, N, K,
-           C);
+    moe_launch(moe_unpermute_kernel, (size_t)N * C, stream, y, yp, assign_row, gates, N, K, C);
 #endif
 }
 
@@ -189,8 +191,6 @@ static void moe_unpermute_backward(floatX* dyp, float* dgates, const floatX* dy,
     (void)stream;
     moe_unpermute_backward_cpu(dyp, dgates, dy, yp, assign_row, gates, N, K, C);
 #else
-    if (N == 0) return;
-    LAUNCH(moe_unpermute_backward_kernel, dim3(moe_grid((size_t)N * K * 32)), dim3(MOE_BLOCK), 0, stream, dyp, dgates, dy,
-           yp, assign_row, gates, N, K, C);
+    moe_launch(moe_unpermute_backward_kernel, (size_t)N * K * 32, stream, dyp, dgates, dy, yp, assign_row, gates, N, K, C);
 #endif
 }

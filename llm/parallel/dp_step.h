@@ -148,14 +148,9 @@ static float dp_grad_norm(DataParallel* dp) {
         copy_to_host(&c2, dp->scalars, sizeof(float));
         if (!isfinite(c2)) { float nan = NAN; copy_to_device(st->norm, &nan, sizeof(float)); }
     }
-    if (ep > 1) {  // norm += the experts' squares, scaled (and with replicated gradients summed over the ep group)
+    if (ep > 1) {  // norm += the experts' squares / ep^2 (and with replicated gradients summed over the ep group), on the device
         if (!dp->zero.shard_optim) comm_all_reduce(dp->comm, GROUP_EP, dp->scalars + 2, dp->scalars + 2, 1, COMM_SUM, s);
-        float two[2];
-        device_synchronize();
-        copy_to_host(&two[0], st->norm, sizeof(float));
-        copy_to_host(&two[1], dp->scalars + 2, sizeof(float));
-        two[0] += two[1] / ((float)ep * (float)ep);
-        copy_to_device(st->norm, &two[0], sizeof(float));
+        global_norm_add_scaled(st->norm, dp->scalars + 2, (float)ep * (float)ep, s);
     }
     if (dp->zero.shard_optim) comm_all_reduce(dp->comm, GROUP_DP, st->norm, st->norm, 1, COMM_SUM, s);
     if (lay->tp_size > 1) comm_all_reduce(dp->comm, GROUP_TP, st->norm, st->norm, 1, COMM_SUM, s);

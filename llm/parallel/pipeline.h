@@ -149,7 +149,7 @@ static void pipeline_enable_fp8(Pipeline* pipe, Fp8State* fp8, Fp8Config cfg) {
         size_t e = stage_fp8_max_operand(&pipe->chunks[c]);
         if (e > max_elems) max_elems = e;
     }
-    fp8_init(fp8, cfg, pipe->comm, pipe->cfg.num_layers, max_elems);
+    fp8_init(fp8, cfg, pipe->comm, pipe->cfg.num_layers, max_elems, pipe->cfg.num_experts);
     for (int c = 0; c < pipe->vpp; c++) stage_enable_fp8(&pipe->chunks[c], fp8);
 }
 

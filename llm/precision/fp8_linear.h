@@ -7,9 +7,10 @@
 //   dgrad    dx  = Q(dy) Q(W^T)^T     dy (BT, out): E5M2 ("hybrid", the paper's choice: gradients
 //                                     need range more than precision) or E4M3 (--fp8-format e4m3)
 //   wgrad    dW += Q(dy^T) Q(x^T)^T   the inner dimension is now BT: dy and x quantized transposed
-// Only the four linears of a block run in FP8 (QKV, attention projection, fc, fcproj); the bias and its
-// gradient, the embeddings, the LM head, the LayerNorms and the softmax stay in floatX, as in
-// DeepSeek-V3 (sec. 3.3) and Transformer Engine. The parameters, the activations the backward keeps and
+// Only the four linears of a block run in FP8 (QKV, attention projection, fc, fcproj), and in a moe layer
+// (llm/model/moe.h) each expert's fc and fcproj, each expert its own linear with its own entries; the router
+// (FP32 logits, as Megatron-Core and DeepSeek-V3 keep it), the bias and its gradient, the embeddings, the
+// LM head, the LayerNorms and the softmax stay in floatX, as in DeepSeek-V3 (sec. 3.3) and Transformer Engine. The parameters, the activations the backward keeps and
 // the gradients stay floatX too: an operand is quantized when a GEMM needs it.
 //
 // The recipes (how an operand gets its scale; q = encode(x * s), llm/precision/fp8.cuh):
@@ -33,8 +34,24 @@
 // micro-batches of the step (the max is what one process running all of them records), the pp ranks
 // hold other layers (their entries are 0). So the state is the same on every rank and every layout
 // quantizes as one process does; the table and the histories are the resumable state
-// (fp8_state_export / fp8_state_import). Block and MX scales are per tile: every layout has the
-// same tiles when a tp split falls on tile boundaries, which fp8_layout_error requires.
+// (fp8_state_export / fp8_state_import).
+//
+// Experts (a model with E experts per moe layer): after the L * 4 block slots, one slot per (layer, expert,
+// linear): 4L + (l E + e) 2 + (0 fc, 1 fcproj), e the global expert index (under expert parallelism the rank
+// holding local expert j of E/ep runs slot e = ep_rank E/ep + j, so every layout records an expert in the same
+// entry and the world max of the table is what one process holding every expert records). An expert that
+// received no row in a whole step (on every rank, in every micro-batch) has no amax: its entries' step amaxes
+// stay at the "not seen" mark (-1; a seen tensor records >= 0, a zero tensor 0) through the world max, and
+// fp8_step_end leaves their history as it was: the ring rotated with the shared position instead of written,
+// so the same amaxes in the same order remain and the reduction (max, most recent) gives the same scale. (A 0
+// written there would stand for a tensor of zeros, and H steps without rows would empty the history.) An entry
+// whose history holds no amax yet (an expert first routed to after step 1) takes current scaling from its
+// own amax, as every entry does in step 1 (fp8_entry_cold), not the initial scale 1 (gradients would underflow).
+//
+// Block and MX scales are per tile: every layout has the same tiles when a tp split falls on tile
+// boundaries, which fp8_layout_error requires. (An expert's GEMM under expert parallelism holds the rows of
+// every ep rank's micro-batch, so a per-tensor scale is their joint amax; its first step, or any step of
+// current scaling, rounds those rows other than one process running the micro-batches one at a time.)
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
@@ -47,6 +64,8 @@
 typedef enum { FP8_RECIPE_NONE = 0, FP8_RECIPE_DELAYED, FP8_RECIPE_CURRENT, FP8_RECIPE_BLOCK, FP8_RECIPE_MX } Fp8Recipe;
 enum { FP8_X = 0, FP8_W = 1, FP8_DY = 2, FP8_TENSORS = 3 };  // the quantized tensors of a linear layer
 #define FP8_BLOCK_LINEARS 4                                   // qkv, attproj, fc, fcproj
+#define FP8_EXPERT_LINEARS 2                                  // an expert's fc, fcproj
+#define FP8_UNSEEN (-1.0f)                                    // delayed: a step amax no tensor reached
 
 static const char* fp8_recipe_name(Fp8Recipe r) {
     static const char* names[] = {"none", "delayed", "current", "block", "mx"};
@@ -63,8 +82,10 @@ typedef struct {
 
 typedef struct {
     Fp8Config cfg;
-    int n;              // entries: L layers * 4 linears * 3 tensors (entry = (l * 4 + linear) * 3 + tensor)
-    float* amax;        // (n) device: delayed: this step's amaxes so far (NaN as +inf)
+    int n;              // entries: L layers * 4 linears * 3 tensors (entry = (l * 4 + linear) * 3 + tensor), then
+                        // the experts': L * E * 2 linears * 3 tensors (slot 4L + (l E + e) 2 + linear)
+    int L, E;           // the model's layers and experts per moe layer (0: a dense model)
+    float* amax;        // (n) device: delayed: this step's amaxes so far (NaN as +inf; FP8_UNSEEN: no tensor yet)
     float* scale;       // (n) device: the scales in use (delayed: this step's; current: the last of each)
     float* amax_tmp;    // (2) device: one tensor's amax, raw and folded
     float* history;     // (n, H) host: delayed: the amax rings
@@ -72,6 +93,7 @@ typedef struct {
     int pos;            // delayed: where the next amax goes in every ring
     int recorded;       // delayed: steps recorded in the histories (0: scales from each tensor's own amax)
     unsigned char* held; // (L) 1 for the layers this rank's stages hold
+    unsigned char* held_expert; // (L E) 1 for the experts this rank runs in the layers it holds
     Comm* comm;
     Fp8Matrix a, b;     // the operands of the GEMM running now (workspace, grown to the largest shape used)
     size_t max_elems;
@@ -87,6 +109,37 @@ static Fp8Scaling fp8_tensor_scaling(Fp8Recipe r, int tensor) {
     if (r == FP8_RECIPE_BLOCK) return tensor == FP8_W ? FP8_SCALE_128x128 : FP8_SCALE_1x128;
     if (r == FP8_RECIPE_MX) return FP8_SCALE_MX32;
     return FP8_SCALE_TENSOR;
+}
+
+// the slot of expert e's (global index) linear k (0 fc, 1 fcproj) in layer l
+static inline int fp8_expert_slot(const Fp8State* st, int l, int e, int k) {
+    return st->L * FP8_BLOCK_LINEARS + (l * st->E + e) * FP8_EXPERT_LINEARS + k;
+}
+
+// the layer of entry i and, for an expert's entry, the expert (else -1)
+static inline int fp8_entry_layer(const Fp8State* st, int i, int* expert) {
+    int dense = st->L * FP8_BLOCK_LINEARS * FP8_TENSORS;
+    if (i < dense) { *expert = -1; return i / (FP8_BLOCK_LINEARS * FP8_TENSORS); }
+    int j = (i - dense) / (FP8_EXPERT_LINEARS * FP8_TENSORS);
+    *expert = j % st->E;
+    return j / st->E;
+}
+
+// delayed: entry i has no amax in its history yet (none recorded, or only unseen steps): its scale comes from
+// the tensor's own amax, as in step 1
+static int fp8_entry_cold(const Fp8State* st, int i) {
+    if (st->recorded == 0) return 1;
+    const float* h = st->history + (size_t)i * st->cfg.history;
+    for (int k = 0; k < st->cfg.history; k++) if (h[k] != 0.0f) return 0;
+    return 1;
+}
+
+// delayed: every entry's step amax to FP8_UNSEEN (nothing recorded this step yet)
+static void fp8_amax_reset(Fp8State* st) {
+    float* m = (float*)mallocCheck((size_t)st->n * sizeof(float));
+    for (int i = 0; i < st->n; i++) m[i] = FP8_UNSEEN;
+    copy_to_device(st->amax, m, (size_t)st->n * sizeof(float));
+    free(m);
 }
 
 // --- small device operations on the amax and scale tables (kernels, or plain code in the CPU build) ---
@@ -126,14 +179,18 @@ static void fp8_current_update(float* scale, const float* amax, int fmt, cudaStr
 // --- set-up ---
 
 // L: the model's layers (every rank keeps the table of all of them); max_elems: the largest operand
-// of any GEMM of this rank's linears (see fp8_max_operand)
-static void fp8_init(Fp8State* st, Fp8Config cfg, Comm* comm, int L, size_t max_elems) {
+// of any GEMM of this rank's linears (see fp8_max_operand); E: the experts per moe layer (0: dense)
+static void fp8_init(Fp8State* st, Fp8Config cfg, Comm* comm, int L, size_t max_elems, int E = 0) {
     memset(st, 0, sizeof(*st));
     st->cfg = cfg;
     st->comm = comm;
-    st->n = L * FP8_BLOCK_LINEARS * FP8_TENSORS;
+    st->L = L;
+    st->E = E;
+    st->n = L * FP8_BLOCK_LINEARS * FP8_TENSORS + L * E * FP8_EXPERT_LINEARS * FP8_TENSORS;
     st->held = (unsigned char*)mallocCheck(L);
     memset(st->held, 0, L);
+    st->held_expert = (unsigned char*)mallocCheck((size_t)L * E + 1);
+    memset(st->held_expert, 0, (size_t)L * E + 1);
     if (cfg.recipe == FP8_RECIPE_NONE) return;
     st->amax = (float*)device_malloc((st->n + 2) * sizeof(float), MEM_WORKSPACE);
     st->amax_tmp = st->amax + st->n;
@@ -144,6 +201,7 @@ static void fp8_init(Fp8State* st, Fp8Config cfg, Comm* comm, int L, size_t max_
     for (int i = 0; i < st->n; i++) st->scale_host[i] = 1.0f;
     copy_to_device(st->scale, st->scale_host, st->n * sizeof(float));
     device_memset_zero(st->amax, (st->n + 2) * sizeof(float), llm_ctx.stream);
+    fp8_amax_reset(st);
     st->max_elems = max_elems;
     fp8_matrix_alloc(&st->a, 0, 0, FP8_E4M3, FP8_SCALE_TENSOR, MEM_WORKSPACE);
     fp8_matrix_alloc(&st->b, 0, 0, FP8_E4M3, FP8_SCALE_TENSOR, MEM_WORKSPACE);
@@ -190,7 +248,7 @@ static const float* fp8_tensor_scale(Fp8State* st, int i, const floatX* x, size_
     device_memset_zero(amax, sizeof(float), s);
     fp8_fold_amax(amax, raw, s);
     if (st->cfg.recipe == FP8_RECIPE_DELAYED) fp8_fold_amax(st->amax + i, amax, s);
-    if (st->cfg.recipe == FP8_RECIPE_CURRENT || st->recorded == 0) {
+    if (st->cfg.recipe == FP8_RECIPE_CURRENT || fp8_entry_cold(st, i)) {
         if (tp->size > 1) comm_all_reduce(tp->comm, GROUP_TP, amax, amax, 1, COMM_MAX, s);
         // context parallelism: x holds the rank's tokens of the micro-batch; the scale is the whole one's
         if (tp->comm != NULL && tp->comm->mesh.cp.size > 1) comm_all_reduce(tp->comm, GROUP_CP, amax, amax, 1, COMM_MAX, s);
@@ -249,18 +307,26 @@ static void fp8_step_begin(Fp8State* st) {
         st->scale_host[i] = fp8_delayed_scale(&d, fp8_tensor_format(&st->cfg, i % FP8_TENSORS));
     }
     copy_to_device(st->scale, st->scale_host, st->n * sizeof(float));
-    device_memset_zero(st->amax, st->n * sizeof(float), llm_ctx.stream);  // forwards since (validation) don't count
+    fp8_amax_reset(st);  // forwards since (validation) don't count
 }
 
-// the step's amaxes, max over every rank (see the top), pushed into the histories. skipped: the loss
-// scaler skipped this step for an overflow (llm/precision/loss_scale.h, the same on every rank): its amaxes
-// (inf among them) are not recorded.
+// the step's amaxes, max over every rank (see the top), pushed into the histories; an entry no rank reached
+// this step (an expert without rows, an unused slot: FP8_UNSEEN) keeps its history, rotated with the
+// position (see the top). skipped: the loss scaler skipped this step for an overflow
+// (llm/precision/loss_scale.h, the same on every rank): its amaxes (inf among them) are not recorded.
 static void fp8_step_end(Fp8State* st, int skipped = 0) {
     if (st->cfg.recipe != FP8_RECIPE_DELAYED || skipped) return;
     comm_all_reduce(st->comm, GROUP_WORLD, st->amax, st->amax, st->n, COMM_MAX, llm_ctx.stream);
     float* amax = (float*)mallocCheck(st->n * sizeof(float));
     copy_to_host(amax, st->amax, st->n * sizeof(float));
-    for (int i = 0; i < st->n; i++) st->history[(size_t)i * st->cfg.history + st->pos] = amax[i];
+    int H = st->cfg.history;
+    for (int i = 0; i < st->n; i++) {
+        float* h = st->history + (size_t)i * H;
+        if (amax[i] >= 0.0f) { h[st->pos] = amax[i]; continue; }  // (NaN was folded to +inf)
+        float last = h[H - 1];  // unseen: the ring one slot on, so that pos + 1 finds the same oldest amax
+        memmove(h + 1, h, (size_t)(H - 1) * sizeof(float));
+        h[0] = last;
+    }
     st->pos = (st->pos + 1) % st->cfg.history;
     st->recorded++;
     free(amax);
@@ -270,7 +336,8 @@ static void fp8_step_end(Fp8State* st, int skipped = 0) {
 // Delayed scaling's table is the same on every rank (reduced over the world every step). Current
 // scaling's last scales (kept when an amax is inf or NaN) live on the ranks that hold the layer: the
 // export takes each layer's from its pipeline stage (a max over the pp group of the held entries, the
-// others exported as 0), from dp rank 0's view.
+// others exported as 0), from dp rank 0's view; an expert's from the rank of dp rank 0's ep group that
+// runs it (the experts' entries max-reduced over GROUP_EP too, the experts not run exported as 0).
 
 static size_t fp8_state_floats(const Fp8State* st) {
     return st->cfg.recipe == FP8_RECIPE_NONE ? 0 : 2 + (size_t)st->n * (1 + (st->cfg.recipe == FP8_RECIPE_DELAYED ? st->cfg.history : 0));
@@ -279,14 +346,16 @@ static size_t fp8_state_floats(const Fp8State* st) {
 // every rank calls it (a pp collective); out (fp8_state_floats) host
 static void fp8_state_export(const Fp8State* st, float* out) {
     if (st->cfg.recipe == FP8_RECIPE_NONE) return;
-    int H = st->cfg.recipe == FP8_RECIPE_DELAYED ? st->cfg.history : 0, per_layer = FP8_BLOCK_LINEARS * FP8_TENSORS;
+    int H = st->cfg.recipe == FP8_RECIPE_DELAYED ? st->cfg.history : 0;
     float* scale = (float*)mallocCheck(st->n * sizeof(float));
     copy_to_host(scale, st->scale, st->n * sizeof(float));
     out[0] = (float)st->pos;
     out[1] = (float)st->recorded;
     for (int i = 0; i < st->n; i++) {
         float* e = out + 2 + (size_t)i * (1 + H);
-        e[0] = H ? st->scale_host[i] : (st->held[i / per_layer] ? scale[i] : 0.0f);
+        int ex, l = fp8_entry_layer(st, i, &ex);
+        int held = st->held[l] && (ex < 0 || st->held_expert[(size_t)l * st->E + ex]);
+        e[0] = H ? st->scale_host[i] : (held ? scale[i] : 0.0f);
         if (H) memcpy(e + 1, st->history + (size_t)i * H, H * sizeof(float));
     }
     free(scale);
@@ -295,6 +364,10 @@ static void fp8_state_export(const Fp8State* st, float* out) {
         float* d = (float*)device_malloc(n * sizeof(float), MEM_WORKSPACE);
         copy_to_device(d, out, n * sizeof(float));
         comm_all_reduce(st->comm, GROUP_PP, d, d, n, COMM_MAX, llm_ctx.stream);
+        size_t dense = 2 + (size_t)st->L * FP8_BLOCK_LINEARS * FP8_TENSORS;  // (H = 0: one float per entry)
+        if (st->E > 0 && st->comm != NULL && st->comm->mesh.ep.size > 1) {
+            comm_all_reduce(st->comm, GROUP_EP, d + dense, d + dense, n - dense, COMM_MAX, llm_ctx.stream);
+        }
         copy_to_host(out, d, n * sizeof(float));
         device_free(d);
     }
@@ -336,8 +409,9 @@ static void fp8_print(const Fp8State* st) {
     if (c->recipe == FP8_RECIPE_DELAYED) {
         printf(" (amax history %d, %s, margin %d)", c->history, c->reduce == FP8_AMAX_REDUCE_MAX ? "max" : "most recent", c->margin);
     }
-    printf(" | x, W: E4M3, dy: %s | QKV, attproj, fc, fcproj in FP8; embeddings, LM head, LayerNorms, softmax in %s\n",
-           c->e4m3_grads ? "E4M3" : "E5M2", PRECISION_MODE);
+    printf(" | x, W: E4M3, dy: %s | QKV, attproj, fc, fcproj%s in FP8; embeddings, LM head, LayerNorms, softmax%s in %s\n",
+           c->e4m3_grads ? "E4M3" : "E5M2", st->E > 0 ? ", each expert's fc, fcproj" : "", st->E > 0 ? ", routers" : "",
+           PRECISION_MODE);
     // the path of each GEMM on this GPU, as cuBLASLt's heuristic answers for a 1024^3 product (a K that
     // is not a whole number of the recipe's blocks takes the fallback; see llm/precision/matmul_fp8.cuh)
     Fp8Recipe r = c->recipe;
@@ -354,6 +428,6 @@ static void fp8_free(Fp8State* st) {
         device_free(st->amax); device_free(st->scale);
         fp8_matrix_free(&st->a); fp8_matrix_free(&st->b);
     }
-    free(st->history); free(st->scale_host); free(st->held);
+    free(st->history); free(st->scale_host); free(st->held); free(st->held_expert);
     memset(st, 0, sizeof(*st));
 }

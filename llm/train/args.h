@@ -383,7 +383,7 @@ static void args_check_default_data(const Args* a) {
 
 // why the experts flags cannot run (E experts, K per token: the model's), or 0. Refused for now: sequence
 // parallelism (each tp rank would route only its tokens: the experts' gradients would need a sum over tp),
-// context parallelism and FP8 (the experts' linears are not FP8 ones yet).
+// context parallelism. (FP8 runs the experts' linears in FP8 too: llm/model/moe.h.)
 static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n, int model_known = 1) {
     if (E == 0) {
         if (a->top_k) snprintf(err, n, "--top-k %d: expected --experts > 0, found --experts 0", a->top_k);
@@ -394,7 +394,6 @@ static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, s
     else if (E % a->ep != 0) snprintf(err, n, "--ep %d: expected a divisor of the experts per layer %d (each ep rank holds E/ep of them)", a->ep, E);
     else if (a->sequence_parallel) snprintf(err, n, "--experts %d: not with --sequence-parallel 1 yet (expected 0, found 1)", E);
     else if (cp_size > 1) snprintf(err, n, "--experts %d: not with --cp > 1 yet (expected 1, found %d)", E, cp_size);
-    else if (a->fp8) snprintf(err, n, "--experts %d: not with --fp8 yet (expected none)", E);
     return err[0] != '\0';
 }
 
