@@ -170,10 +170,7 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
         ep_init(&st->ep, tp.comm, c.num_experts, lay->ep_size);
         st->lin.moe.ep = &st->ep;
         // a micro-batch's tokens split over cp or (sequence parallelism) tp: its routing is the whole micro-batch's
-        if (cp.size > 1 && tp.sequence_parallel) fatal("stage: experts with both context and sequence parallelism");
-        if (cp.size > 1) moe_seq_init_cp(&st->moe_seq, &st->cp, B);
-        else if (tp.sequence_parallel) moe_seq_init_sp(&st->moe_seq, tp.comm, tp.size, tp.rank, B * T);
-        else st->moe_seq = moe_seq_none();
+        moe_seq_init(&st->moe_seq, &st->cp, tp.comm, tp.size, tp.rank, tp.sequence_parallel, B);
         st->lin.moe.seq = &st->moe_seq;
     }
     cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);

@@ -100,6 +100,15 @@ static void moe_seq_init_sp(MoESeqGroup* g, Comm* comm, int tp_size, int tp_rank
     free(host);
 }
 
+// The group of a stage's micro-batches of B sequences: cp's (cp split), else tp's with sequence parallelism (sp: 1,
+// taken only with more than one tp rank), else none. Both: one line and the end of the program.
+static void moe_seq_init(MoESeqGroup* g, const CPGroup* cp, Comm* tp_comm, int tp_size, int tp_rank, int sp, int B) {
+    if (cp->size > 1 && sp) fatal("moe: experts with both context and sequence parallelism (the routing's group is one)");
+    if (cp->size > 1) moe_seq_init_cp(g, cp, B);
+    else if (sp) moe_seq_init_sp(g, tp_comm, tp_size, tp_rank, B * cp_local_T(cp));
+    else *g = moe_seq_none();
+}
+
 static void moe_seq_free(MoESeqGroup* g) {
     if (g->gmap != NULL) device_free(g->gmap);
     *g = moe_seq_none();
