@@ -124,10 +124,18 @@ def rank_ledger(a, coords, rm, sim):
                 led.add("all_to_all", "cp", cp * a["B"] * Tl * n3 * e, calls=nl * (att + 1))
         if any(head for _, _, _, head in rm["ranges"]):
             led.add("all_reduce", "cp", 8)
-    # a moe model's routed and dropped counts per layer and expert summed over dp and pp, its aux and z losses over pp
-    # (train_gpt.cu, once per step)
+    # a moe model's routed and dropped counts per layer and expert summed over dp and pp (and tp under sp), its aux and
+    # z losses over pp (train_gpt.cu, once per step); with a micro-batch's tokens split over cp (or tp under sp) each
+    # moe layer all-gathers the router logits of the whole micro-batch, (B T) x E FP32, once per micro-batch
+    # (llm/sharded/moe_sequence.h; a moe layer is never recomputed)
     if a["cfg"]["E"] > 0:
         n = a["cfg"]["L"] * 2 * a["cfg"]["E"] * 4
+        sq = "cp" if cp > 1 else ("tp" if a["sp"] and tp > 1 else None)
+        if sq is not None:
+            n_moe = sum(1 for l0, l1, _, _ in rm["ranges"] for l in range(l0, l1) if is_moe(a["cfg"], l))
+            led.add("all_gather", sq, a["B"] * a["T"] * a["cfg"]["E"] * 4, calls=n_moe * m)
+        if sq == "tp":
+            led.add("all_reduce", "tp", n)
         if N > 1:
             led.add("all_reduce", "dp", n)
             led.add("all_reduce", "dp", 4, calls=2)  # the aux and z losses' means (dp_mean)

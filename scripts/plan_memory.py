@@ -37,16 +37,30 @@ def moe_acts_bytes(cfg, N, e):
     (R = N K rows); each field rounded up to 64 bytes"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8,
+    return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8, E * 4,
                                 NK * C * e, NK * 4 * C * e, NK * 4 * C * e, NK * C * e))
 
 
-def moe_buffers_bytes(cfg, N, e):
-    """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers"""
+def moe_buffers_bytes(cfg, N, e, G=1):
+    """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers; G > 1: the N tokens
+    are one rank's of a micro-batch split over G ranks (cp, or tp with sp: llm/sharded/moe_sequence.h), and the
+    whole micro-batch's routing of A = G N tokens has its buffers too"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    return sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, NK * C * e, NK * 4 * C * e,
-                                NK * C * e, 32 * 4 * C * 4))  # MATMUL_DBIAS_MAX_SPLITS = 32
+    own = sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, NK * C * e, NK * 4 * C * e,
+                               NK * C * e, 32 * 4 * C * 4))  # MATMUL_DBIAS_MAX_SPLITS = 32
+    if G == 1:
+        return own
+    A = G * N
+    AK = A * K
+    whole = sum(r64(b) for b in (A * E * 4, A * E * 4, A * E * 4, A * 4, AK * 4, AK * 4, AK * 4, AK * 4,
+                                 (3 * E + 1) * 4, 8, AK * 4, AK * 4, E * 4))
+    return own + whole + A * 4  # (and the group's map of the A tokens, moe_seq_map: its own allocation)
+
+
+def moe_seq_size(a):
+    """the ranks a micro-batch's tokens are split over for the moe layers' routing: cp, else tp with sp, else 1"""
+    return a["cp"] if a["cp"] > 1 else (a["tp"] if a["sp"] and a["tp"] > 1 else 1)
 
 
 def fp8_align256(n):
@@ -187,8 +201,8 @@ def rank_memory(a, pp_rank, sim):
                 wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
             ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
         if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_init_cp)
-            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, BT, e)
-            ws += moe_buffers_bytes(cfg, BT, e)
+            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, R, e)
+            ws += moe_buffers_bytes(cfg, R, e, moe_seq_size(a))
         ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage
         scratch = max(BT * C, 1024 * 4 * C)
         vp = (tp + 1) * 3 * BT if tp > 1 else 0
