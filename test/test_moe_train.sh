@@ -37,9 +37,9 @@
 #     routing's (N-1)/N of that, printed (the real routing differs). Bad layouts: --ep not dividing E, nor dp; a
 #     dense model.
 #  7. A micro-batch's tokens split over ranks (llm/sharded/moe_sequence.h: the logits all-gathered, the whole
-#     micro-batch's routing on every rank): cp 2 ring (zigzag and contiguous chunks) and Ulysses, tp 2 with sequence
-#     parallelism, ep 2 x cp 2 and ep 2 x tp 2 + sp (-np 4, dp 2), K = 1 and 2, with drops (capacity factor 1) and
-#     without, against one process with the same micro-batches within the FP32 bounds above, and the emulated CUDA
+#     micro-batch's routing on every rank): cp 2 ring (zigzag: K = 2 with drops, K = 1 without; contiguous: K = 2
+#     without), Ulysses (K = 2 and K = 1, with drops), tp 2 with sequence parallelism (K = 2 with drops, K = 1
+#     without), ep 2 x cp 2 (-np 4, dp 2; K = 2 with drops), against one process with the same micro-batches within the FP32 bounds above, and the emulated CUDA
 #     build's cp 2 and sp (its kernels: 1e-5); the aux and z losses in log.jsonl one process's every step (4e-6
 #     relative), the routed and dropped counts (each rank's own tokens', summed over the ranks) one process's at step 1
 #     and summing to the step's tokens x K; the cp group's all-gathers in the ledger: one per moe layer and
@@ -244,11 +244,9 @@ seqruns=(
   "sp2 one_256 2 tp 2 + sp, K = 2, drops|--total-batch 256 --tp 2 --sequence-parallel 1"
   "cp2_ring_k1 one_k1 2 cp 2 ring, K = 1, no drops|${k1[*]} --cp 2"
   "cp2_uly_k1d one_k1d 2 cp 2 Ulysses, K = 1, drops|${k1d[*]} --cp 2 --cp-impl ulysses"
-  "sp2_k1d one_k1d 2 tp 2 + sp, K = 1, drops|${k1d[*]} --tp 2 --sequence-parallel 1"
   "sp2_k1 one_k1 2 tp 2 + sp, K = 1, no drops|${k1[*]} --tp 2 --sequence-parallel 1"
   "cp2_cont_k2n one_k2n 2 cp 2 ring contiguous, K = 2, no drops|--total-batch 256 --capacity-factor 0 --cp 2 --cp-balance contiguous"
   "ep2_cp2 one_256 4 ep 2 x cp 2 (dp 2), K = 2, drops|--total-batch 256 --cp 2 --ep 2"
-  "ep2_sp2 one_256 4 ep 2 x tp 2 + sp (dp 2), K = 2, drops|--total-batch 256 --tp 2 --sequence-parallel 1 --ep 2"
 )
 seqdone=()
 for r in "${seqruns[@]}"; do
@@ -274,7 +272,7 @@ def steps(run):
 for pair in sys.argv[2:]:
     run, ref = pair.split(":")
     a, b = steps(run), steps(ref)
-    K = sum(a[0]["moe_routed"][0]) // 256
+    K = sum(b[0]["moe_routed"][0]) // 256  # (one process's: every token routed to K experts)
     rel = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("aux_loss", "z_loss"))
     sums = all(sum(r) == 256 * K for o in a for r in o["moe_routed"])
     same = a[0]["moe_routed"] == b[0]["moe_routed"] and a[0]["moe_dropped"] == b[0]["moe_dropped"]
