@@ -13,9 +13,11 @@ second formula, the pipeline schedule's bubble, slots and messages, it takes fro
 Every memory formula (scripts/plan_memory.py) is the trainer's allocation, term by term, with the file that makes it:
   parameters, gradients  llm/parallel/dp.h dp_init: the packed units (llm/model/units.h: each unit padded to a
                          multiple of 8 x the gradient group's size values), or 1/N of them when ZeRO shards them
+                         (an experts unit under --ep: E/ep experts, sharded over edp = N/ep, llm/parallel/zero.h)
   moments, master        llm/ops/optimizer.h: AdamW m and v (FP32), FP32 master weights in 16-bit builds
   activations            llm/model/stage.h stage_init_cp: per slot (the schedule's live micro-batches) and layer,
-                         llm/model/block.h's fields the recompute policy keeps, each rounded up to 64 bytes
+                         llm/model/block.h's fields the recompute policy keeps, each rounded up to 64 bytes; a
+                         moe layer's (llm/model/moe.h), with --ep its received rows sized for the worst case
   comm buffers           llm/parallel/pipeline.h's receive/send buffers; ZeRO-2/3's unit pool (llm/parallel/bufpool.h)
   workspace              the stage's buffers and recompute buffer, sequence parallelism's gather buffers, the
                          sampler's decode state, the cuBLASLt workspace (CUDA builds)
@@ -52,6 +54,12 @@ def layout_error(a):
         return f"--sequence-parallel: expected the sequence -t {a['T']} to divide over --tp {a['tp']}"
     if a["cp"] > 1 and a["cp_impl"] == "ulysses" and cfg["NH"] // a["tp"] % a["cp"]:
         return f"--cp-impl ulysses: expected the rank's NH/tp = {cfg['NH'] // a['tp']} heads to divide over --cp {a['cp']}"
+    if a["ep"] > 1 and cfg["E"] == 0:
+        return f"--ep {a['ep']}: expected a model with experts (--experts > 0), found a dense one"
+    if a["ep"] > 1 and (cfg["E"] % a["ep"] or a["dp"] % a["ep"]):
+        return f"--ep {a['ep']}: expected a divisor of the experts per layer {cfg['E']} and of the dp size {a['dp']} (ep folds into dp)"
+    if cfg["E"] > 0 and a["cp"] > 1 and a["sp"] and a["tp"] > 1:
+        return f"--experts {cfg['E']}: the trainer's experts refuse both --cp {a['cp']} and --sequence-parallel 1 (docs/moe.md)"
     if a["total_batch"] % (a["B"] * a["T"] * a["dp"]):
         return f"--total-batch: expected a multiple of B*T*dp = {a['B'] * a['T'] * a['dp']}, found {a['total_batch']}"
     return None
@@ -77,14 +85,14 @@ def plan(a, cl):
         tp_rank = r % a["tp"]
         cp_rank = r // a["tp"] % a["cp"]
         pp_rank = r // (a["tp"] * a["cp"]) % a["pp"]
-        dp_rank = r // (a["tp"] * a["cp"] * a["pp"])
+        dp_rank = r // (a["tp"] * a["cp"] * a["pp"])  # = edp_rank x ep + ep_rank (llm/comm/mesh.h's fold)
         rm = dict(per_pp[pp_rank])
         led = rank_ledger(a, (dp_rank, pp_rank, cp_rank, tp_rank), rm, sim)
         if a["sp"] and a["tp"] > 1:  # dp_reduce_norm_grads_tp's buffer, for the call, freed after it
             rm["peak"] = dict(rm["peak"])
             nb = norm_owned(a, rm, dp_rank * a["cp"] + cp_rank) * a["e"]
             rm["peak"]["comm_buffers"] = max(rm["peak"]["comm_buffers"], rm["mem"]["comm_buffers"] + nb)
-        ranks.append({"rank": r, "dp_rank": dp_rank, "tp_rank": tp_rank, "pp_rank": pp_rank, "cp_rank": cp_rank,
+        ranks.append({"rank": r, "dp_rank": dp_rank, "tp_rank": tp_rank, "pp_rank": pp_rank, "cp_rank": cp_rank, "ep_rank": dp_rank % a["ep"],
                       "shard_parameters": rm["shard_parameters"], "packed_parameters": rm["packed"], "rm": rm, "led": led})
     # time: compute from FLOPs at a stated efficiency; communication by the ring model over each group's tier
     cfg = dict(a["cfg"], T=a["T"])
@@ -106,23 +114,25 @@ def plan(a, cl):
     # unit ahead during every micro-batch (hidden behind the compute but for the first unit of each pass); ZeRO-1/2's
     # gathers of the updated parameters and the tied embedding's sum follow the step, exposed; tp's and cp's
     # collectives sit between the ops that need them (the trainer does not overlap them), exposed; pp's P2P is in
-    # the simulator's plan (its latency here zero), counted in the bubble
+    # the simulator's plan (its latency here zero), counted in the bubble; ep's all-to-alls sit between the router
+    # and the experts (the trainer overlaps none of them: DualPipe's overlap is not built), exposed; the experts'
+    # gradient reductions over edp overlap like dp's
     for (kind, group), (calls, payload, sent) in worst["led"].rows.items():
         tier = group_tier(a, group, cl)
         t = comm_time(kind, worst["led"].sizes[group], sent, calls, tier, cl)
         key = (group, tier)
         comm[key] = comm.get(key, 0.0) + t
-        if group == "dp" and payload / max(calls, 1) > 64 and kind in ("all_reduce", "reduce_scatter"):
+        if group in ("dp", "edp") and payload / max(calls, 1) > 64 and kind in ("all_reduce", "reduce_scatter"):
             x = max(t - 2.0 / 3.0 * compute / m, t / nunits)
-        elif group == "dp" and kind == "all_gather" and a["zero"] == 3:
+        elif group in ("dp", "edp") and kind == "all_gather" and a["zero"] == 3:
             x = max(t - compute, t / (2 * m * nunits))
         elif group in ("pp",) and kind in ("send", "recv"):
             x = 0.0
         else:
             x = t
         exposed[key] = exposed.get(key, 0.0) + x
-    busy = compute + sum(v for (g, _), v in exposed.items() if g in ("tp", "cp"))
-    step = busy / (1 - bubble) + sum(v for (g, _), v in exposed.items() if g not in ("tp", "cp"))
+    busy = compute + sum(v for (g, _), v in exposed.items() if g in ("tp", "cp", "ep"))
+    step = busy / (1 - bubble) + sum(v for (g, _), v in exposed.items() if g not in ("tp", "cp", "ep"))
     mfu = flops / a["world"] / step / (cl["bf16_tflops"] * 1e12) if step > 0 else 0.0
     return {"a": a, "sim": sim, "ranks": ranks, "flops": flops, "compute_s": compute, "comm_s": comm, "exposed_s": exposed,
             "bubble": bubble, "bubble_s": busy / (1 - bubble) - busy, "step_s": step, "tokens_per_s": tokens / step if step else 0,
@@ -130,7 +140,7 @@ def plan(a, cl):
 
 
 def rank_json(r):
-    out = {k: r[k] for k in ("rank", "dp_rank", "tp_rank", "pp_rank", "cp_rank", "shard_parameters", "packed_parameters")}
+    out = {k: r[k] for k in ("rank", "dp_rank", "tp_rank", "pp_rank", "cp_rank", "ep_rank", "shard_parameters", "packed_parameters")}
     for k in KINDS:
         out[k + "_bytes"] = r["rm"]["mem"][k]
         out[k + "_peak_bytes"] = r["rm"]["peak"][k]
@@ -146,6 +156,7 @@ def print_plan(p, cl, name):
     a = p["a"]
     print(f"model {a['model']}: L={a['cfg']['L']} C={a['cfg']['C']} NH={a['cfg']['NH']} Vp={a['cfg']['Vp']} "
           f"{num_parameters(a['cfg']) / 1e9:.3f}B parameters | {a['world']} GPUs = dp {a['dp']} x tp {a['tp']} x pp {a['pp']} x cp {a['cp']}"
+          + (f" (ep {a['ep']} of dp: {a['cfg']['E'] // a['ep']} of {a['cfg']['E']} experts per rank)" if a["ep"] > 1 else "") +
           f" | ZeRO-{a['zero']} | {a['precision']} | B={a['B']} T={a['T']} m={a['m']} | recompute {a['recompute']} | cluster {name}")
     seen = set()
     for r in p["ranks"]:
@@ -174,7 +185,7 @@ def build_args(ns):
     tb = ns.total_batch or ns.batch * ns.seq_len * dp
     e = {"fp32": 4, "bf16": 2, "fp16": 2}[ns.precision]
     return {"model": ns.model, "cfg": cfg, "world": world, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": ns.sequence_parallel,
-            "cp_impl": ns.cp_impl, "schedule": ns.schedule, "V": ns.vpp, "zero": ns.zero, "recompute": ns.recompute,
+            "cp_impl": ns.cp_impl, "ep": ns.ep, "capf": ns.capacity_factor, "ep_buffers": ns.ep_buffers, "schedule": ns.schedule, "V": ns.vpp, "zero": ns.zero, "recompute": ns.recompute,
             "precision": ns.precision, "e": e, "fp8": ns.fp8, "B": ns.batch, "T": ns.seq_len, "total_batch": tb,
             "eff": ns.efficiency, "build": ns.build}
 
@@ -188,14 +199,17 @@ def search(ns, cl, name):
         for cp in [c for c in (1, 2, 4, 8, 16, 32) if world % (tp * c) == 0]:
             for pp in [p for p in (1, 2, 4, 8, 16, 32, 64, 128) if world % (tp * cp * p) == 0]:
                 dp = world // (tp * cp * pp)
-                for zero in (0, 1, 2, 3):
+                # expert parallelism (a moe model): every ep of the dp ranks that divides the experts
+                eps = [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if ns.experts and dp % e == 0 and ns.experts % e == 0] or [1]
+                for zero, ep in [(z, e) for z in (0, 1, 2, 3) for e in eps]:
                     if dp == 1 and zero:
                         continue
                     for rc in ("none", "selective", "full"):
                         for B in (1, 2, 4):
                             ns2 = argparse.Namespace(**vars(ns))
                             ns2.tp, ns2.pp, ns2.cp, ns2.dp, ns2.zero, ns2.recompute, ns2.batch = tp, pp, cp, dp, zero, rc, B
-                            ns2.sequence_parallel = 1 if tp > 1 else 0
+                            ns2.ep = ep
+                            ns2.sequence_parallel = 1 if tp > 1 and not (ns.experts and cp > 1) else 0  # (experts: not both)
                             ns2.schedule = ns.schedule if pp > 1 else "1f1b"
                             ns2.vpp = 1
                             a = build_args(ns2)
@@ -208,7 +222,7 @@ def search(ns, cl, name):
                             if "error" in p:
                                 continue
                             mem = max(sum(r["rm"]["peak"].values()) for r in p["ranks"])
-                            desc = f"dp {dp} tp {tp} pp {pp} cp {cp} zero {zero} recompute {rc} -b {B} (m {a['m']})"
+                            desc = f"dp {dp} tp {tp} pp {pp} cp {cp}" + (f" ep {ep}" if ep > 1 else "") + f" zero {zero} recompute {rc} -b {B} (m {a['m']})"
                             if pp > 1:
                                 desc += f" {a['schedule']}"
                             (fits if mem <= cap else rejected).append((p["step_s"], mem, desc, p))
@@ -251,10 +265,16 @@ def main(argv=None):
                     help="the build's storage (PRECISION=...; the CPU trainer train_gpt_cpu is fp32) (default bf16)")
     ap.add_argument("--fp8", choices=["none", "delayed", "current", "block", "mx"], default="none",
                     help="FP8 linears: the time model uses the FP8 peak (memory: their scales not modelled)")
-    ap.add_argument("--ep", type=int, default=1, help="expert parallelism: not modelled by the planner yet, so only 1")
+    ap.add_argument("--ep", type=int, default=1, help="expert-parallel ranks, a fold of dp: each moe layer's experts split over ep of the dp ranks (default 1)")
     ap.add_argument("--experts", type=int, default=0)
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--moe-every", type=int, default=1)
+    ap.add_argument("--ep-buffers", choices=["worst", "routed"], default="worst",
+                    help="a moe layer's received rows under --ep: worst, the trainer's allocation (every token of every ep rank could "
+                         "pick this rank's experts: ep x N min(K, E/ep) rows); routed, a what-if the trainer does not do: sized by the "
+                         "uniform routing's expected N K rows (capacity-bounded) (default worst)")
+    ap.add_argument("--capacity-factor", type=float, default=0.0,
+                    help="each expert keeps at most ceil(F K N / E) of a call's assignments, 0 = no drops (default 0): the planned all-to-all rows (the trainer sizes the moe buffers for no drops whatever F)")
     ap.add_argument("--build", choices=["cuda", "cpu"], default="cuda", help="cuda adds cuBLASLt's workspace (default cuda)")
     ap.add_argument("--cluster", choices=sorted(CLUSTERS), default="h100", help="node preset (default h100)")
     for k in ("gpus_per_node", "mem_gib", "bf16_tflops", "fp8_tflops", "nvlink_gbs", "nvlink_us", "net_gbs", "net_us"):
@@ -272,11 +292,11 @@ def main(argv=None):
             if v <= 0:
                 die(f"--{k.replace('_', '-')}: expected a positive number, found {v}")
             cl[k] = int(v) if k == "gpus_per_node" else v
-    for k in ("batch", "seq_len", "np", "tp", "pp", "cp", "vpp"):
+    for k in ("batch", "seq_len", "np", "tp", "pp", "cp", "vpp", "ep"):
         if getattr(ns, k) < 1:
             die(f"--{k.replace('_', '-')}: expected a positive integer, found {getattr(ns, k)}")
-    if ns.ep != 1:
-        die(f"--ep {ns.ep}: expected 1 (the planner does not model the trainer's expert parallelism yet: its experts units over the edp group and its all-to-alls, whose bytes depend on the routing)")
+    if ns.capacity_factor < 0:
+        die(f"--capacity-factor: expected a number >= 0, found {ns.capacity_factor}")
     if ns.search:
         if not ns.total_batch:
             die("--search: expected --total-batch (the global batch in tokens)")

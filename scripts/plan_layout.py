@@ -82,14 +82,15 @@ def unit_kinds(cfg):
     return u
 
 
-def unit_values(cfg, kind, tp):
-    """values of one unit of this kind on one tp rank (tensor_shard_size; the experts replicated over tp)"""
+def unit_values(cfg, kind, tp, ep=1):
+    """values of one unit of this kind on one tp rank (tensor_shard_size; the experts replicated over tp) and one ep
+    rank (layout_init_pp: an experts unit holds E/ep of the experts)"""
     holds = {"embed": ("embed",), "dense": ("layer", "dense"), "moe": ("layer", "moe"), "experts": ("experts",), "final": ("final",)}[kind]
     n = 0
     for name, r, c, split, hold, ex in TENSORS:
         if hold not in holds:
             continue
-        v = dim(cfg, r) * dim(cfg, c) * (cfg["E"] if ex else 1)
+        v = dim(cfg, r) * dim(cfg, c) * (cfg["E"] // ep if ex else 1)
         n += v // tp if split in ("split", "vocab") else v
     return n
 

@@ -2,6 +2,7 @@
 """plan_ledger.py: the collectives one rank runs per step, as the trainer's comm ledger (llm/comm/comm_ledger.h)
 counts them: per (kind, group) the calls, the payload bytes and the bytes sent under the ring model."""
 from plan_layout import TENSORS, dim, is_moe, unit_kinds
+from plan_memory import moe_rows
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -26,7 +27,7 @@ class Ledger:
 
     def json(self, rank):
         order = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send", "recv"]
-        gorder = ["world", "dp", "tp", "pp", "embed", "cp"]
+        gorder = ["world", "dp", "tp", "pp", "embed", "cp", "ep", "edp"]
         rows = [{"kind": k, "group": g, "size": self.sizes[g], "calls": v[0], "payload_bytes": round(v[1]), "sent_bytes": round(v[2], 1)}
                 for (k, g), v in sorted(self.rows.items(), key=lambda kv: (order.index(kv[0][0]), gorder.index(kv[0][1])))]
         return {"rank": rank, "rows": rows, "total_calls": sum(r["calls"] for r in rows),
@@ -61,20 +62,25 @@ def rank_ledger(a, coords, rm, sim):
     e, pp, tp, cp = a["e"], a["pp"], a["tp"], a["cp"]
     N = a["dp"] * cp
     ends = pp > 1 and pp_rank in (0, pp - 1)
-    sizes = {"world": a["world"], "dp": N, "tp": tp, "pp": pp, "embed": 2 if ends else 1, "cp": cp}
+    ep = a.get("ep", 1)
+    sizes = {"world": a["world"], "dp": N, "tp": tp, "pp": pp, "embed": 2 if ends else 1, "cp": cp, "ep": ep, "edp": N // ep}
     led = Ledger(sizes)
     m = a["m"]
-    held = [rm["sizes"][u][1] for u in sorted(rm["held"])]
+    # each held unit's padded values and its gradient group: an experts unit split by expert parallelism reduces
+    # over edp (the ranks holding the same experts, llm/parallel/dp.h dp_unit_group), every other unit over dp
+    held = [(rm["sizes"][u][1], "edp" if rm["groups"][u] != N else "dp") for u in sorted(rm["held"])]
     # data parallelism (llm/parallel/ddp.h, zero.h): per unit of this stage, in its last micro-batch
     if a["zero"] == 0:
-        for p in held:
-            led.add("all_reduce", "dp", p * e)
+        for p, g in held:
+            led.add("all_reduce", g, p * e)
         if N > 1:
             led.add("all_reduce", "dp", 4)  # the loss
+        if ep > 1:  # the experts' squared norm summed over the ep group (dp_grad_norm: replicated gradients)
+            led.add("all_reduce", "ep", 4)
     else:
-        for p in held:
-            led.add("reduce_scatter", "dp", p * e)
-            led.add("all_gather", "dp", p * e, calls=1 if a["zero"] < 3 else 2 * m)
+        for p, g in held:
+            led.add("reduce_scatter", g, p * e)
+            led.add("all_gather", g, p * e, calls=1 if a["zero"] < 3 else 2 * m)
         if a["zero"] == 3 and sim.get("vshape", 0) and pp_rank == 0:  # the V's rank 0 gathers the embedding for both ends
             led.add("all_gather", "dp", rm["sizes"][0][1] * e, calls=2 * m)
         led.add("all_reduce", "dp", 4, calls=2 if N > 1 else 1)  # the squared norm, and the loss over N > 1
@@ -124,6 +130,20 @@ def rank_ledger(a, coords, rm, sim):
                 led.add("all_to_all", "cp", cp * a["B"] * Tl * n3 * e, calls=nl * (att + 1))
         if any(head for _, _, _, head in rm["ranges"]):
             led.add("all_reduce", "cp", 8)
+    # expert parallelism (llm/sharded/expert_parallel.h): per moe layer of each chunk and micro-batch, 5 all-to-alls
+    # of the ep group: the per-expert row counts (E floats, FP32 whatever the build), the dispatch and the combine
+    # of the rows forward, and of their gradients backward (a moe layer is never recomputed). A dispatch's payload is
+    # this rank's kept copies (N_tok K without drops, at most E x capacity), a combine's the copies its experts
+    # received: planned as the uniform routing's expectation, the same count, (ep-1)/ep of it leaving the rank (the
+    # ledger records the real routing's bytes: equal summed over the ep group when nothing is dropped, test_plan).
+    # N_tok: the rank's tokens (1/tp of them under sp), the capacity the whole micro-batch's (llm/sharded/moe_sequence.h)
+    if ep > 1:
+        G = cp if cp > 1 else (tp if a["sp"] and tp > 1 else 1)
+        Ntok = a["B"] * (a["T"] // cp) // (tp if a["sp"] and tp > 1 else 1)
+        R = moe_rows(a["cfg"], Ntok, ep, a["capf"], G=G)[0]
+        nmoe = sum(1 for l0, l1, _, _ in rm["ranges"] for l in range(l0, l1) if is_moe(a["cfg"], l)) * m
+        led.add("all_to_all", "ep", a["cfg"]["E"] * 4, calls=nmoe)
+        led.add("all_to_all", "ep", R * a["cfg"]["C"] * e, calls=4 * nmoe)
     # a moe model's routed and dropped counts per layer and expert summed over dp and pp (and tp under sp), its aux and
     # z losses over pp (train_gpt.cu, once per step); with a micro-batch's tokens split over cp (or tp under sp) each
     # moe layer all-gathers the router logits of the whole micro-batch, (B T) x E FP32, once per micro-batch

@@ -2,6 +2,9 @@
 """plan_memory.py: the bytes each kind of the trainer's tagged allocator (llm/core/context.h) holds on one pp rank,
 allocation by allocation, with the file that makes each (scripts/plan.py's docstring lists them); live at the end
 of a run and peak, as --report-json writes them."""
+import math
+import struct
+
 from plan_layout import KINDS, is_moe, stage_layers, unit_kinds, unit_values
 
 ZERO_MAX_INFLIGHT = 2  # llm/parallel/zero.h
@@ -32,30 +35,58 @@ def block_fields(a, B, T):
             (R, 4, (1, 0, 0)), (R, 4, (1, 0, 0)), (BT * F, e, (1, 1, 0)), (BT * F, e, (1, 1, 0)), (heads, e, (1, 0, 0))]
 
 
-def moe_acts_bytes(cfg, N, e):
-    """moe_acts_alloc (llm/model/moe.h): what a moe layer keeps per micro-batch of N tokens, sized for no drops
-    (R = N K rows); each field rounded up to 64 bytes"""
+def moe_capacity(capf, N, E, K):
+    """moe_capacity (llm/ops/moe_router.cuh): each expert keeps at most ceil(F K N / E) of a call's assignments"""
+    if capf <= 0:
+        return N * K
+    f32 = struct.unpack("f", struct.pack("f", capf))[0]  # the flag is a C float, widened to double
+    return min(math.ceil(f32 * K * N / E), N * K)
+
+
+def moe_rows(cfg, N, ep, capf, routed=False, G=1):
+    """(R, Rl): the rows of this rank's permuted copies (moe_max_rows: N K, or E x capacity when smaller) and the
+    rows its local experts can receive (moe_max_local_rows, ep_local_rows: each of the ep ranks sends at most
+    N min(K, E/ep) copies, and at most capacity x E/ep; without expert parallelism R itself). routed: the what-if
+    of buffers sized by the uniform routing's expected rows, R received as R sent (not the trainer's allocation)"""
+    E, K = cfg["E"], cfg["K"]
+    cap = moe_capacity(capf, N * G, E, K)  # the whole micro-batch's (G ranks: moe_call_capacity)
+    R = min(E * cap, N * K)
+    if ep == 1 or routed:
+        return R, R
+    El = E // ep
+    return R, min(N * min(K, El), cap * El) * ep
+
+
+def moe_acts_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
+    """moe_acts_alloc (llm/model/moe.h): what a moe layer keeps per micro-batch of N tokens: the routing, the permuted
+    rows xp and yp (R rows), the local experts' fc outputs (Rl rows) and, with expert parallelism, their own input
+    and output rows xl, yl (Rl; without it they are xp and yp); each field rounded up to 64 bytes"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
+    R, Rl = moe_rows(cfg, N, ep, capf, routed, G)
+    own = Rl if ep > 1 else 0
     return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8, E * 4,
-                                NK * C * e, NK * 4 * C * e, NK * 4 * C * e, NK * C * e))
+                                R * C * e, Rl * 4 * C * e, Rl * 4 * C * e, R * C * e, own * C * e, own * C * e))
 
 
-def moe_buffers_bytes(cfg, N, e, G=1):
-    """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers; G > 1: the N tokens
-    are one rank's of a micro-batch split over G ranks (cp, or tp with sp: llm/sharded/moe_sequence.h), and the
-    whole micro-batch's routing of A = G N tokens has its buffers too"""
+def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
+    """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers; with expert
+    parallelism the local experts' dyl and dxl rows and the all-to-alls' rank-major scratch rm (Rl rows each);
+    G > 1: the N tokens are one rank's of a micro-batch split over G ranks (cp, or tp with sp:
+    llm/sharded/moe_sequence.h), and the whole micro-batch's routing of A = G N tokens has its buffers too"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    own = sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, NK * C * e, NK * 4 * C * e,
-                               NK * C * e, 32 * 4 * C * 4))  # MATMUL_DBIAS_MAX_SPLITS = 32
+    R, Rl = moe_rows(cfg, N, ep, capf, routed, G)
+    own = Rl if ep > 1 else 0
+    mine = sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, R * C * e, Rl * 4 * C * e,
+                                R * C * e, 32 * 4 * C * 4, own * C * e, own * C * e, own * C * e))  # MATMUL_DBIAS_MAX_SPLITS = 32
     if G == 1:
-        return own
+        return mine
     A = G * N
     AK = A * K
     whole = sum(r64(b) for b in (A * E * 4, A * E * 4, A * E * 4, A * 4, AK * 4, AK * 4, AK * 4, AK * 4,
                                  (3 * E + 1) * 4, 8, AK * 4, AK * 4, E * 4))
-    return own + whole + A * 4  # (and the group's map of the A tokens, moe_seq_map: its own allocation)
+    return mine + whole + A * 4  # (and the group's map of the A tokens, moe_seq_map: its own allocation)
 
 
 def moe_seq_size(a):
@@ -109,10 +140,12 @@ def zero2_pool(units, sizes, held, rng, keep, steps=4):
     encoder = emb and any(kind in ("dense", "moe") and l == l0 == 0 for kind, l in units)
     if head:
         order += [0, len(units) - 1]
-    for u in reversed(range(len(units))):
+    for u in reversed(range(len(units))):  # the layers from the last, a moe layer's unit before its experts unit
         kind, l = units[u]
-        if kind not in ("embed", "final") and u in held:
+        if kind in ("dense", "moe") and u in held:
             order.append(u)
+            if kind == "moe" and u + 1 in held:
+                order.append(u + 1)
     if encoder and not head:
         order.append(0)
     pool, peak = [], 0  # [cap, in_use]
@@ -138,7 +171,9 @@ def rank_memory(a, pp_rank, sim):
     """this pp rank's bytes per kind (every dp, tp and cp rank of it alike): live at the end of a run and peak"""
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
     N = a["dp"] * cp  # the gradient group: dp x cp
-    align = 8 * N
+    ep = a.get("ep", 1)
+    what_if = (a["capf"], True) if a.get("ep_buffers") == "routed" else (0.0, False)
+    align = 8 * N  # every unit, an experts unit too (dp_init: ZERO_ALIGN x the gradient group)
     S = pp * V
     stages = sim["ranks"][pp_rank]["stages"] if pp > 1 or V > 1 else [0]
     held = set()
@@ -153,14 +188,18 @@ def rank_memory(a, pp_rank, sim):
                 for l0, l1, emb, head in ranges)
         if h:
             held.add(i)
-        n = unit_values(cfg, kind, tp) if h else 0
+        n = unit_values(cfg, kind, tp, ep) if h else 0
         sizes.append((n, (n + align - 1) // align * align))
     packed = sum(p for _, p in sizes)
+    # ZeRO's shard (zero_init): each unit's block, padded / the unit's group: an experts unit split by expert
+    # parallelism over the ranks that hold the same experts (edp x cp: N / ep), every other unit over N
+    groups = [N // ep if ep > 1 and kind == "experts" else N for kind, _ in units]
+    shard = sum(p // g for (_, p), g in zip(sizes, groups))
     shard_params, shard_grads, shard_optim = a["zero"] >= 3, a["zero"] >= 2, a["zero"] >= 1
-    state = packed // N if shard_optim else packed
+    state = shard if shard_optim else packed
     mem = {k: 0 for k in KINDS}
-    mem["params"] = (packed // N if shard_params else packed) * e
-    mem["grads"] = (packed // N if shard_grads else packed) * e
+    mem["params"] = (shard if shard_params else packed) * e
+    mem["grads"] = (shard if shard_grads else packed) * e
     mem["moments"] = 2 * 4 * state
     mem["master"] = 4 * state if e < 4 else 0
     # the stages of the chunks (stage_init_cp with the chunk's slots)
@@ -201,8 +240,13 @@ def rank_memory(a, pp_rank, sim):
                 wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
             ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
         if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_init_cp)
-            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, R, e)
-            ws += moe_buffers_bytes(cfg, R, e, moe_seq_size(a))
+            # (sized for no drops whatever --capacity-factor: stage_set_moe; --ep-buffers routed: the what-if); on the
+            # rank's R tokens (sequence parallelism: BT / tp), the whole micro-batch's routing with cp or sp
+            G = moe_seq_size(a)
+            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, R, e, ep, *what_if, G)
+            ws += moe_buffers_bytes(cfg, R, e, ep, *what_if, G)
+            if ep > 1:  # ep_init (llm/sharded/expert_parallel.h): the counts sent and received, 2 E floats (its own
+                ws += 2 * cfg["E"] * 4  # device_malloc, not rounded)
         ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage
         scratch = max(BT * C, 1024 * 4 * C)
         vp = (tp + 1) * 3 * BT if tp > 1 else 0
@@ -215,8 +259,8 @@ def rank_memory(a, pp_rank, sim):
            (C, e), (1, 4), (1, 4), (3 * Ca, e), (Ca, e), (C, e), (C, e), (F, e), (F, e), (cfg["NH"] // tp * cfg["maxT"], 4)]
     ws += sum(r64(n * b) for n, b in dec)
     if cfg["E"] > 0:  # the sampler's one token through a moe layer (its acts tagged activations), the pipeline's counts
-        act += moe_acts_bytes(cfg, 1, e)
-        ws += moe_buffers_bytes(cfg, 1, e) + cfg["L"] * 2 * cfg["E"] * 4
+        act += moe_acts_bytes(cfg, 1, e, ep, *what_if)
+        ws += moe_buffers_bytes(cfg, 1, e, ep, *what_if) + cfg["L"] * 2 * cfg["E"] * 4
         ws += cfg["L"] * cfg["E"] * 4  # the selection bias (llm/train/moe_balance.h), on the device whatever --expert-bias-rate
     if a["fp8"] != "none":  # (the CPU build's FP8 GEMM; a CUDA build adds an FP32 scratch whose size depends on the
         ws += fp8_workspace(a, BT)  # cuBLASLt path taken at run time: not counted)
@@ -247,5 +291,5 @@ def rank_memory(a, pp_rank, sim):
     peak = dict(mem)
     for k in KINDS:
         peak[k] += peak_extra[k]
-    return {"mem": mem, "peak": peak, "packed": packed, "shard_parameters": sum(n for n, _ in sizes), "held": held,
+    return {"mem": mem, "peak": peak, "packed": packed, "shard_parameters": sum(n for n, _ in sizes), "held": held, "groups": groups,
             "sizes": sizes, "slots": slots_total, "ranges": ranges}

@@ -46,6 +46,10 @@ def group_tier(a, group, cl):
     strides = {"tp": 1, "cp": a["tp"], "pp": a["tp"] * a["cp"], "dp": a["tp"] * a["cp"] * a["pp"]}
     if group == "dp":  # dp x cp: its members span cp and dp
         span = (a["dp"] - 1) * strides["dp"] + (a["cp"] - 1) * strides["cp"] + 1
+    elif group == "ep":  # ep consecutive dp ranks (dp_rank = edp_rank x ep + ep_rank)
+        span = (a["ep"] - 1) * strides["dp"] + 1
+    elif group == "edp":  # the same ep_rank in every ep group, and every cp rank
+        span = (a["dp"] // a["ep"] - 1) * a["ep"] * strides["dp"] + (a["cp"] - 1) * strides["cp"] + 1
     elif group == "world":
         span = a["world"]
     elif group == "embed":

@@ -2,9 +2,10 @@
 # test_plan.sh: the scale planner (scripts/plan.py) against what the trainer measures, layout by layout: a
 # matrix of small runs (dp with ZeRO 0..3 and gradient accumulation, tp with and without sequence parallelism,
 # pp with every schedule, cp ring and Ulysses, recompute none/selective/full, MoE, FP32, BF16 and FP16 builds,
-# 4-rank mixes, FP8 in each recipe, the emulated CUDA build) writes --report-json, and test/plan_check.py requires the planner's --json, on every rank, equal to
+# 4-rank mixes, FP8 in each recipe, the emulated CUDA build, expert parallelism) writes --report-json, and test/plan_check.py requires the planner's --json, on every rank, equal to
 # it: each memory kind live and peak (the tagged allocator), each ledger row's calls, payload and sent bytes
-# (the comm ledger), to the byte. One kind is not always exact and is then printed with its error, not required:
+# (the comm ledger), to the byte; expert parallelism's all-to-alls depend on the routing: their calls are required
+# per rank, their payload summed over each ep group (exact when no copy is dropped), their bytes sent printed. One kind is not always exact and is then printed with its error, not required:
 # the communication buffers of ZeRO-3, and of ZeRO-2 without gradient accumulation (a pool whose peak depends on
 # when MPI finishes each reduction: docs/plan.md); ZeRO-2 with accumulation is exact. The
 # planner's bubble must equal the one the trainer's log prints from its simulator, and its step time for the
@@ -91,6 +92,17 @@ case_run moetp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --recompute selective
 # the logits' all-gather per moe layer and micro-batch (cp; tp under sp, with the counts' sum and the TP_NORM experts)
 case_run moecp    2 $F32 -- --experts 4 --top-k 2 --cp 2 --zero 1 --total-batch 256
 case_run moesp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --sequence-parallel 1 --moe-every 2
+# expert parallelism (ep folds into dp): the experts units split over ep and sharded over edp, the moe buffers of the
+# received rows, the edp group's gradient rows exact; the ep group's all-to-alls: calls per rank exact, payload
+# summed over each ep group exact without drops (plan_check.py), the bytes sent printed against the uniform routing
+E4=(--experts 4 --top-k 2)
+case_run ep2z0    2 $F32 -- "${E4[@]}" --ep 2 --zero 0 --total-batch 512
+case_run ep2z3    2 $F32 --approx comm_buffers -- "${E4[@]}" --ep 2 --zero 3 --total-batch 512
+case_run dp4ep2   4 $F32 -- "${E4[@]}" --ep 2 --zero 1 --total-batch 512
+case_run ep2zbv   4 $F32 -- "${E4[@]}" --ep 2 --pp 2 --schedule zbv --total-batch 1024
+case_run ep2tp2   4 $F32 -- "${E4[@]}" --ep 2 --tp 2 --total-batch 256
+case_run ep2cap   2 "$CPU16" bf16 -- "${E4[@]}" --ep 2 --zero 1 --capacity-factor 1 --moe-every 2 --recompute full --total-batch 512
+case_run ep2cp2   4 $F32 -- "${E4[@]}" --ep 2 --cp 2 --total-batch 256
 case_run bf16     2 "$CPU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run bf16pp   2 "$CPU16" bf16 -- --pp 2 --zero 1 --total-batch 512
 case_run fp16pp   2 "$CPU16F" fp16 -- --pp 2 --zero 1 --total-batch 512
@@ -122,6 +134,9 @@ if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && [[ "$out"
 else bad "bad --model: exit $rc: $out"; fi
 out=$(python3 scripts/plan.py --model d4 -np 3 --tp 2 2>&1); rc=$?
 if [ $rc -ne 0 ] && [[ "$out" == "error: -np 3"* ]]; then ok "bad layout: one line: $out"; else bad "bad layout: exit $rc: $out"; fi
+out=$(python3 scripts/plan.py --model d4 --experts 4 -np 2 --ep 4 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && [[ "$out" == "error: --ep 4"* ]]; then ok "bad --ep: one line: $out"
+else bad "bad --ep: exit $rc: $out"; fi
 # --search answers with ranked layouts that fit and the rejected best with a reason
 out=$(python3 scripts/plan.py --search --model d32,C=4096,NH=32,maxT=4096,V=32000 -t 4096 --total-batch 65536 -np 2 --cluster h100 --top 3 2>&1)
 if printf '%s\n' "$out" | grep -q '^  fits ' && printf '%s\n' "$out" | grep -q '^  no .*needs'; then ok "--search 7B on 2 H100: ranked fits and rejected layouts"

@@ -219,6 +219,10 @@ badlayout il_m3 2 "multiple of" --pp 2 --schedule interleaved --vpp 2 --total-ba
 badlayout vpp_1f1b 2 "--vpp 2 needs" --pp 2 --vpp 2
 badlayout vpp_pp1 1 "--vpp 2" --vpp 2 --schedule interleaved
 badlayout sched 2 "--schedule" --pp 2 --schedule 2f2b
+# the emulated build too: its NCCL watchdog thread calls MPI every 20 ms, and once ran on beside MPI_Finalize after
+# the line (a segfault, exit 139: llm/comm/comm_mesh.h's comm_exit stops it first now)
+if [ -x "$EMU" ]; then EMU_DEVICES=8 CPU=$EMU badlayout emu_vpp3 2 "--vpp 3" --pp 2 --schedule interleaved --vpp 3 --total-batch 768
+else bad "no $EMU (make build/train_gpt_emu)"; fi
 
 # 9. the V schedules (llm/parallel/schedule_v.h: zbv, dualpipev; two chunks per rank, m >= 2P): against one process,
 # the tied embedding's one copy on pp rank 0, the activation slots against the simulator's peak (zbv: at most

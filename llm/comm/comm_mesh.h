@@ -36,6 +36,18 @@ static inline int comm_launcher_size(int* rank) {
 // NCCL also pick the GPU and create the NCCL communicators and the communication stream. Without MPI: one
 // process. dp = 0: dp = world size / (tp * pp * cp). ep: the expert-parallel groups, folded into dp (ep divides
 // dp; llm/comm/mesh.h). Exits (rank 0 printing one line) on an invalid layout.
+#if COMM_MPI
+// the job's error_end (llm/core/common.h), run after an error line and before its exit: the others' lines
+// (wd_error_end), then, over NCCL, the watchdog thread stopped: it calls MPI every 20 ms, and the exit's
+// library destructors unload MPI's components under it (seen: a segfault after the error line of a bad layout)
+static void comm_error_end(void* ctx) {
+    wd_error_end(ctx);
+#if COMM_NCCL
+    wd_nccl_stop((Comm*)ctx);
+#endif
+}
+#endif
+
 static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, int cp = 1, int ep = 1) {
     memset(c, 0, sizeof(*c));
     char err[400] = "";
@@ -135,7 +147,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, 
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c->node));
     wd_init(c);  // the watchdog's side channel (off until wd_set_timeout)
     llm_job.error_begin = wd_error_begin;  // error lines every rank sees alike: printed once (llm/core/common.h)
-    llm_job.error_end = wd_error_end;
+    llm_job.error_end = comm_error_end;
     llm_job.ctx = c;
     mpiCheck(MPI_Comm_rank(c->node, &c->local_rank));
     mpiCheck(MPI_Comm_size(c->node, &c->local_size));
@@ -242,6 +254,9 @@ static void comm_free(Comm* c) {
     (void)c;
     fflush(stdout);
     fflush(stderr);
+#if COMM_NCCL
+    wd_nccl_stop(c);  // (its thread calls MPI: not beside MPI_Finalize)
+#endif
 #if COMM_MPI
     MPI_Finalize();
 #endif

@@ -165,7 +165,7 @@ static void wd_nccl_start(Comm* c) {
 }
 static void wd_nccl_stop(Comm* c) {
     WdNccl* w = c->wd.nccl;
-    if (w == NULL) return;
+    if (w == NULL || std::this_thread::get_id() == w->thread.get_id()) return;  // (not from the thread itself)
     w->stop.store(1);
     w->thread.join();
 #if LLM_BUILD_CUDA

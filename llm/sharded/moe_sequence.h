@@ -53,7 +53,8 @@ static inline int moe_seq_split(const MoESeqGroup* g) { return g != NULL && g->s
 // the tokens of the whole micro-batch of which this rank holds N
 static inline int moe_seq_all(const MoESeqGroup* g, int N) { return moe_seq_split(g) ? N * g->size : N; }
 
-static void moe_seq_map(MoESeqGroup* g, const int* host) {
+// the map (size N_l ints, host) onto the device
+static void moe_seq_map(MoESeqGroup* g, const int* host /*(size N_l)*/) {
     size_t n = (size_t)g->size * g->n_local;
     g->gmap = (int*)device_malloc(n * sizeof(int), MEM_WORKSPACE);
     copy_to_device(g->gmap, host, n * sizeof(int));
@@ -118,7 +119,8 @@ static void moe_seq_free(MoESeqGroup* g) {
 // the rank's part of the whole micro-batch's routing
 
 // local token i (mine[i]: its token in the micro-batch): probs, lse, experts and gates from the whole routing w
-LLM_HD static inline void moe_seq_token(MoERouting l, MoERouting w, const int* mine, int i, int E, int K) {
+LLM_HD static inline void moe_seq_token(MoERouting l /*N_l tokens*/, MoERouting w /*size N_l*/, const int* mine /*(N_l)*/,
+                                        int i, int E, int K) {
     size_t n = (size_t)mine[i];
     for (int e = 0; e < E; e++) l.probs[(size_t)i * E + e] = w.probs[n * E + e];
     l.lse[i] = w.lse[n];
@@ -131,7 +133,8 @@ LLM_HD static inline void moe_seq_token(MoERouting l, MoERouting w, const int* m
 // after moe_seq_token for every local token: the local counts (routed and dropped assignments of the rank's tokens),
 // offsets and index maps (an assignment is kept exactly when the whole routing kept it), the whole micro-batch's
 // routed counts and the losses. Serial (one thread in the kernel builds): O(E N_l K).
-LLM_HD static inline void moe_seq_layout(MoERouting l, MoERouting w, const int* mine, int N, int E, int K) {
+LLM_HD static inline void moe_seq_layout(MoERouting l /*N tokens*/, MoERouting w /*size N*/, const int* mine /*(N)*/, int N,
+                                         int E, int K) {
     int *routed = moe_routed(l.counts, E), *dropped = moe_dropped(l.counts, E), *off = moe_offsets(l.counts, E);
     for (int e = 0; e < E; e++) routed[e] = dropped[e] = 0;
     for (int a = 0; a < N * K; a++) {
@@ -157,24 +160,25 @@ LLM_HD static inline void moe_seq_layout(MoERouting l, MoERouting w, const int* 
 
 #if LLM_HAS_KERNELS
 // one thread per (gathered row, expert): logits[gmap[q], e] = gathered[q, e]
-__global__ void moe_seq_scatter_kernel(float* logits, const float* gathered, const int* gmap, int Nall, int E) {
+__global__ void moe_seq_scatter_kernel(float* logits /*(Nall,E)*/, const float* gathered /*(Nall,E)*/, const int* gmap /*(Nall)*/,
+                                       int Nall, int E) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)Nall * E) return;
     size_t q = i / E, e = i % E;
     logits[(size_t)gmap[q] * E + e] = gathered[i];
 }
-__global__ void moe_seq_token_kernel(MoERouting l, MoERouting w, const int* mine, int N, int E, int K) {
+__global__ void moe_seq_token_kernel(MoERouting l, MoERouting w, const int* mine /*(N)*/, int N, int E, int K) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) moe_seq_token(l, w, mine, i, E, K);
 }
-__global__ void moe_seq_layout_kernel(MoERouting l, MoERouting w, const int* mine, int N, int E, int K) {
+__global__ void moe_seq_layout_kernel(MoERouting l, MoERouting w, const int* mine /*(N)*/, int N, int E, int K) {
     if (blockIdx.x == 0 && threadIdx.x == 0) moe_seq_layout(l, w, mine, N, E, K);
 }
 #endif
 
 // logits (size N, E) FP32 in the micro-batch's token order from the rank's local (N, E); gathered: (size N, E) scratch
-static void moe_seq_gather_logits(const MoESeqGroup* g, float* logits, float* gathered, const float* local, int N, int E,
-                                  cudaStream_t st) {
+static void moe_seq_gather_logits(const MoESeqGroup* g, float* logits /*(size N, E)*/, float* gathered /*(size N, E)*/,
+                                  const float* local /*(N,E)*/, int N, int E, cudaStream_t st) {
     if (N != g->n_local) fatal("moe_seq_gather_logits: the group holds %d tokens a rank, called with %d", g->n_local, N);
     comm_all_gather(g->comm, g->group, local, gathered, (size_t)N * E, st);
     int Nall = N * g->size;
