@@ -68,8 +68,8 @@ why the step is bound by its products: docs/training.md.
 // A moe model's aux and z losses of this step (r->aux, r->z: the mean over the micro-batches of their sums over
 // the moe layers, summed over the pipeline's stages and averaged over the dp ranks, as the loss) added to r->loss;
 // NaN for a dense model. And r->moe_log: the step's routed and dropped assignments per moe layer and expert,
-// summed over the micro-batches, the pp stages and the dp ranks (not over tp: every tp rank routes the same
-// tokens), as log.jsonl keys: "moe_layers": [l, ...], "moe_routed" and "moe_dropped": one list of E per moe layer.
+// summed over the micro-batches, the pp stages and the dp (and cp) ranks, and over tp under sequence parallelism
+// (each tp rank routes its own tokens; without it every tp rank routes the same tokens), as log.jsonl keys: "moe_layers": [l, ...], "moe_routed" and "moe_dropped": one list of E per moe layer.
 // (FP32 sums: exact below 2^24 assignments per step and expert.) The counts stay in moe_step_f for the selection
 // bias's update (llm/train/moe_balance.h), whose result moe_log_bias adds to the text.
 static char* moe_log_buf = NULL;  // r->moe_log's text (one step at a time)
@@ -84,9 +84,10 @@ static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
     float* f = moe_step_f;
     for (size_t i = 0; i < n; i++) f[i] = (float)pipe->moe_counts[i];
     memset(pipe->moe_counts, 0, n * sizeof(long long));
-    if (dp->size > 1 || pipe->pp_size > 1) {
+    if (dp->size > 1 || pipe->pp_size > 1 || dp->sequence_parallel) {
         copy_to_device(pipe->moe_counts_dev, f, n * sizeof(float));
         if (dp->size > 1) comm_all_reduce(dp->comm, GROUP_DP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
+        if (dp->sequence_parallel) comm_all_reduce(dp->comm, GROUP_TP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
         if (pipe->pp_size > 1) comm_all_reduce(dp->comm, GROUP_PP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
         copy_to_host(f, pipe->moe_counts_dev, n * sizeof(float));
     }

@@ -58,8 +58,8 @@ def layout_error(a):
         return f"--ep {a['ep']}: expected a model with experts (--experts > 0), found a dense one"
     if a["ep"] > 1 and (cfg["E"] % a["ep"] or a["dp"] % a["ep"]):
         return f"--ep {a['ep']}: expected a divisor of the experts per layer {cfg['E']} and of the dp size {a['dp']} (ep folds into dp)"
-    if a["ep"] > 1 and (a["cp"] > 1 or (a["sp"] and a["tp"] > 1)):
-        return f"--ep {a['ep']}: the trainer's experts refuse --cp > 1 and --sequence-parallel 1 (docs/moe.md)"
+    if cfg["E"] > 0 and a["cp"] > 1 and a["sp"] and a["tp"] > 1:
+        return f"--experts {cfg['E']}: the trainer's experts refuse both --cp {a['cp']} and --sequence-parallel 1 (docs/moe.md)"
     if a["total_batch"] % (a["B"] * a["T"] * a["dp"]):
         return f"--total-batch: expected a multiple of B*T*dp = {a['B'] * a['T'] * a['dp']}, found {a['total_batch']}"
     return None
@@ -209,7 +209,7 @@ def search(ns, cl, name):
                             ns2 = argparse.Namespace(**vars(ns))
                             ns2.tp, ns2.pp, ns2.cp, ns2.dp, ns2.zero, ns2.recompute, ns2.batch = tp, pp, cp, dp, zero, rc, B
                             ns2.ep = ep
-                            ns2.sequence_parallel = 1 if tp > 1 and not ns.experts else 0  # (the experts refuse sp)
+                            ns2.sequence_parallel = 1 if tp > 1 and not (ns.experts and cp > 1) else 0  # (experts: not both)
                             ns2.schedule = ns.schedule if pp > 1 else "1f1b"
                             ns2.vpp = 1
                             a = build_args(ns2)

@@ -56,9 +56,9 @@ TENSORS = [
     ("ln2w", "C", "1", "norm", "layer", 0), ("ln2b", "C", "1", "norm", "layer", 0),
     ("fcw", "4C", "C", "split", "dense", 0), ("fcb", "4C", "1", "split", "dense", 0),
     ("fcprojw", "C", "4C", "split", "dense", 0), ("fcprojb", "C", "1", "rep", "dense", 0),
-    ("router", "E", "C", "rep", "moe", 0),
-    ("efcw", "4C", "C", "rep", "experts", 1), ("efcb", "4C", "1", "rep", "experts", 1),
-    ("efcprojw", "C", "4C", "rep", "experts", 1), ("efcprojb", "C", "1", "rep", "experts", 1),
+    ("router", "E", "C", "norm", "moe", 0),
+    ("efcw", "4C", "C", "norm", "experts", 1), ("efcb", "4C", "1", "norm", "experts", 1),
+    ("efcprojw", "C", "4C", "norm", "experts", 1), ("efcprojb", "C", "1", "norm", "experts", 1),
     ("lnfw", "C", "1", "norm", "final", 0), ("lnfb", "C", "1", "norm", "final", 0),
 ]
 

@@ -43,13 +43,13 @@ def moe_capacity(capf, N, E, K):
     return min(math.ceil(f32 * K * N / E), N * K)
 
 
-def moe_rows(cfg, N, ep, capf, routed=False):
+def moe_rows(cfg, N, ep, capf, routed=False, G=1):
     """(R, Rl): the rows of this rank's permuted copies (moe_max_rows: N K, or E x capacity when smaller) and the
     rows its local experts can receive (moe_max_local_rows, ep_local_rows: each of the ep ranks sends at most
     N min(K, E/ep) copies, and at most capacity x E/ep; without expert parallelism R itself). routed: the what-if
     of buffers sized by the uniform routing's expected rows, R received as R sent (not the trainer's allocation)"""
     E, K = cfg["E"], cfg["K"]
-    cap = moe_capacity(capf, N, E, K)
+    cap = moe_capacity(capf, N * G, E, K)  # the whole micro-batch's (G ranks: moe_call_capacity)
     R = min(E * cap, N * K)
     if ep == 1 or routed:
         return R, R
@@ -57,27 +57,41 @@ def moe_rows(cfg, N, ep, capf, routed=False):
     return R, min(N * min(K, El), cap * El) * ep
 
 
-def moe_acts_bytes(cfg, N, e, ep=1, capf=0.0, routed=False):
+def moe_acts_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
     """moe_acts_alloc (llm/model/moe.h): what a moe layer keeps per micro-batch of N tokens: the routing, the permuted
     rows xp and yp (R rows), the local experts' fc outputs (Rl rows) and, with expert parallelism, their own input
     and output rows xl, yl (Rl; without it they are xp and yp); each field rounded up to 64 bytes"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    R, Rl = moe_rows(cfg, N, ep, capf, routed)
+    R, Rl = moe_rows(cfg, N, ep, capf, routed, G)
     own = Rl if ep > 1 else 0
-    return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8,
+    return sum(r64(b) for b in (N * E * 4, N * 4, NK * 4, NK * 4, NK * 4, NK * 4, (3 * E + 1) * 4, 8, E * 4,
                                 R * C * e, Rl * 4 * C * e, Rl * 4 * C * e, R * C * e, own * C * e, own * C * e))
 
 
-def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0, routed=False):
+def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
     """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers; with expert
-    parallelism the local experts' dyl and dxl rows and the all-to-alls' rank-major scratch rm (Rl rows each)"""
+    parallelism the local experts' dyl and dxl rows and the all-to-alls' rank-major scratch rm (Rl rows each);
+    G > 1: the N tokens are one rank's of a micro-batch split over G ranks (cp, or tp with sp:
+    llm/sharded/moe_sequence.h), and the whole micro-batch's routing of A = G N tokens has its buffers too"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
-    R, Rl = moe_rows(cfg, N, ep, capf, routed)
+    R, Rl = moe_rows(cfg, N, ep, capf, routed, G)
     own = Rl if ep > 1 else 0
-    return sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, R * C * e, Rl * 4 * C * e,
+    mine = sum(r64(b) for b in (N * E * 4, N * E * 4, NK * 4, NK * 4, NK * 4, E * 4, R * C * e, Rl * 4 * C * e,
                                 R * C * e, 32 * 4 * C * 4, own * C * e, own * C * e, own * C * e))  # MATMUL_DBIAS_MAX_SPLITS = 32
+    if G == 1:
+        return mine
+    A = G * N
+    AK = A * K
+    whole = sum(r64(b) for b in (A * E * 4, A * E * 4, A * E * 4, A * 4, AK * 4, AK * 4, AK * 4, AK * 4,
+                                 (3 * E + 1) * 4, 8, AK * 4, AK * 4, E * 4))
+    return mine + whole + A * 4  # (and the group's map of the A tokens, moe_seq_map: its own allocation)
+
+
+def moe_seq_size(a):
+    """the ranks a micro-batch's tokens are split over for the moe layers' routing: cp, else tp with sp, else 1"""
+    return a["cp"] if a["cp"] > 1 else (a["tp"] if a["sp"] and a["tp"] > 1 else 1)
 
 
 def fp8_align256(n):
@@ -226,9 +240,11 @@ def rank_memory(a, pp_rank, sim):
                 wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
             ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
         if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_init_cp)
-            # (sized for no drops whatever --capacity-factor: stage_set_moe; --ep-buffers routed: the what-if)
-            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, BT, e, ep, *what_if)
-            ws += moe_buffers_bytes(cfg, BT, e, ep, *what_if)
+            # (sized for no drops whatever --capacity-factor: stage_set_moe; --ep-buffers routed: the what-if); on the
+            # rank's R tokens (sequence parallelism: BT / tp), the whole micro-batch's routing with cp or sp
+            G = moe_seq_size(a)
+            act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, R, e, ep, *what_if, G)
+            ws += moe_buffers_bytes(cfg, R, e, ep, *what_if, G)
             if ep > 1:  # ep_init (llm/sharded/expert_parallel.h): the counts sent and received, 2 E floats (its own
                 ws += 2 * cfg["E"] * 4  # device_malloc, not rounded)
         ws += fields_bytes(fields, a["recompute"], 0)  # the recompute buffer: the fields not kept, once per stage

@@ -189,7 +189,8 @@ run plan bash test/test_plan.sh
 # with and without sequence parallelism, CPU and emulated (test_gpt checks it in one process)
 run split_backward_tp bash test/test_split_backward.sh
 # a GPT-2 with experts through the trainer (--experts, docs/moe.md): one process trains, dp 2 with ZeRO-0..3, pp 2
-# (1f1b, zb-h1) and tp 2 against one process, resume, bad flags and refused combinations, the parameter count
+# (1f1b, zb-h1) and tp 2 against one process, resume, bad flags and refused combinations, the parameter count, expert
+# parallelism, and the tokens split over cp or sp ranks (the whole micro-batch's routing on every rank)
 run moe_train bash test/test_moe_train.sh
 # DeepSeek-V3's aux-loss-free balancing (--expert-bias-rate): the bias against its formula from log.jsonl's counts, dp 2,
 # pp 2, tp 2 and the emulated build against one process, resume (gathered and sharded) bit-identical, bad values

@@ -36,6 +36,14 @@
 #     payload bytes: each kept copy to its expert and back, forward and backward; the bytes sent against the uniform
 #     routing's (N-1)/N of that, printed (the real routing differs). Bad layouts: --ep not dividing E, nor dp; a
 #     dense model.
+#  7. A micro-batch's tokens split over ranks (llm/sharded/moe_sequence.h: the logits all-gathered, the whole
+#     micro-batch's routing on every rank): cp 2 ring (zigzag: K = 2 with drops, K = 1 without; contiguous: K = 2
+#     without), Ulysses (K = 2 and K = 1, with drops), tp 2 with sequence parallelism (K = 2 with drops, K = 1
+#     without), ep 2 x cp 2 (-np 4, dp 2; K = 2 with drops), against one process with the same micro-batches within the FP32 bounds above, and the emulated CUDA
+#     build's cp 2 and sp (its kernels: 1e-5); the aux and z losses in log.jsonl one process's every step (4e-6
+#     relative), the routed and dropped counts (each rank's own tokens', summed over the ranks) one process's at step 1
+#     and summing to the step's tokens x K; the cp group's all-gathers in the ledger: one per moe layer and
+#     micro-batch, N x E FP32 values (N the micro-batch's tokens). Refused: --cp with --sequence-parallel.
 # Logs: build/moe_train/. Ends with "test_moe_train: N passed, M failed"; exit 1 on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -135,8 +143,7 @@ badflag "--top-k" --model d2,C=32,NH=4,maxT=64,V=257 --top-k 2
 badflag "--moe-every" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --moe-every 0
 badflag "--capacity-factor" --capacity-factor -1
 badflag "--aux-loss-coef" --aux-loss-coef -0.5
-badlayout moe_sp 2 "--sequence-parallel" --tp 2 --sequence-parallel 1
-badlayout moe_cp 2 "--cp" --cp 2
+badlayout moe_cp_sp 4 "not with both --cp 2 and --sequence-parallel 1" --cp 2 --tp 2 --sequence-parallel 1
 
 # 6. expert parallelism (ep ranks fold into dp: -np = dp); the references are one_256 (2 micro-batches) and one_512 (4)
 train ep2_z0 2 "$CPU" --total-batch 256 --ep 2 --zero 0 &&
@@ -221,6 +228,71 @@ n = r["num_parameters"]
 print("%s parameters: report %d, the table's %d (E = %d experts a layer)" % ("ok  " if n == psi else "FAIL", n, psi, E))
 EOF
 while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/count.out"
+
+# 7. the tokens of a micro-batch split over ranks: context parallelism (--cp 2, ring and Ulysses, zigzag and contiguous
+#    chunks) and sequence parallelism (--tp 2 --sequence-parallel 1), whose routing is the whole micro-batch's on every
+#    rank (the logits all-gathered: llm/sharded/moe_sequence.h), so the capacity, the drops and both losses are one
+#    process's; K = 1 and 2, with drops (capacity factor 1) and without, aux and z losses on (their default
+#    coefficients), against one process with the same micro-batches, within the FP32 bounds above
+k1d=(--model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 1 --capacity-factor 1 --total-batch 256)
+train one_k1d 0 "$CPU" "${k1d[@]}"
+train one_k2n 0 "$CPU" --total-batch 256 --capacity-factor 0
+seqruns=(
+  "cp2_ring one_256 2 cp 2 ring, K = 2, drops|--total-batch 256 --cp 2"
+  "cp2_uly one_256 2 cp 2 Ulysses, K = 2, drops|--total-batch 256 --cp 2 --cp-impl ulysses"
+  "sp2 one_256 2 tp 2 + sp, K = 2, drops|--total-batch 256 --tp 2 --sequence-parallel 1"
+  "cp2_ring_k1 one_k1 2 cp 2 ring, K = 1, no drops|${k1[*]} --cp 2"
+  "cp2_uly_k1d one_k1d 2 cp 2 Ulysses, K = 1, drops|${k1d[*]} --cp 2 --cp-impl ulysses"
+  "sp2_k1 one_k1 2 tp 2 + sp, K = 1, no drops|${k1[*]} --tp 2 --sequence-parallel 1"
+  "cp2_cont_k2n one_k2n 2 cp 2 ring contiguous, K = 2, no drops|--total-batch 256 --capacity-factor 0 --cp 2 --cp-balance contiguous"
+  "ep2_cp2 one_256 4 ep 2 x cp 2 (dp 2), K = 2, drops|--total-batch 256 --cp 2 --ep 2"
+)
+seqdone=()
+for r in "${seqruns[@]}"; do
+    read -r name ref np what <<< "${r%%|*}"
+    read -r -a args <<< "${r#*|}"
+    train "$name" "$np" "$CPU" "${args[@]}" &&
+        check compare "$what vs 1 process, 2 micro-batches" "$tmp/$name" "$tmp/$ref" 4e-6 1e-5 && seqdone+=("$name:$ref")
+done
+if [ -x "$EMU" ]; then  # the kernels' side (the scatter of the gathered logits, the local routing's two kernels)
+    train emu_cp2 2 "$EMU" --total-batch 256 --cp 2 &&
+        check compare "emulated CUDA cp 2 ring vs CPU, 1 process" "$tmp/emu_cp2" "$tmp/one_256" 1e-5 1e-5 && seqdone+=("emu_cp2:one_256")
+    train emu_sp2 2 "$EMU" --total-batch 256 --tp 2 --sequence-parallel 1 &&
+        check compare "emulated CUDA tp 2 + sp vs CPU, 1 process" "$tmp/emu_sp2" "$tmp/one_256" 1e-5 1e-5 && seqdone+=("emu_sp2:one_256")
+fi
+# the printed aux and z losses one process's (4e-6 relative, every step); log.jsonl's routed and dropped counts (local
+# ones summed over the ranks) every step summing to the step's tokens x K, and at step 1 one process's; the cp group's
+# all-gathers in the ledger: one per moe layer and micro-batch, N x E FP32 values each (N = 128 tokens a micro-batch)
+python3 - "$tmp" "${seqdone[@]}" > "$tmp/seq.out" <<'PY'
+import json, os, sys
+tmp = sys.argv[1]
+def steps(run):
+    return [json.loads(l) for l in open(os.path.join(tmp, run, "log.jsonl")) if '"train_loss"' in l]
+for pair in sys.argv[2:]:
+    run, ref = pair.split(":")
+    a, b = steps(run), steps(ref)
+    K = sum(b[0]["moe_routed"][0]) // 256  # (one process's: every token routed to K experts)
+    rel = max(abs(x[k] - y[k]) / abs(y[k]) for x, y in zip(a, b) for k in ("aux_loss", "z_loss"))
+    sums = all(sum(r) == 256 * K for o in a for r in o["moe_routed"])
+    same = a[0]["moe_routed"] == b[0]["moe_routed"] and a[0]["moe_dropped"] == b[0]["moe_dropped"]
+    drops = sum(sum(d) for o in b for d in o["moe_dropped"])
+    good = len(a) == len(b) == 4 and rel <= 4e-6 and sums and same
+    msg = "%s %s: aux and z losses of %d steps max rel diff %.1e vs %s (tol 4e-6); routed counts sum to 256 x K = %d: %s; " \
+          "step 1's routed %s and dropped %s = one process's: %s (%d dropped over the run)" % (
+          "ok  " if good else "FAIL", run, len(a), rel, ref, 256 * K, sums, a[0]["moe_routed"], a[0]["moe_dropped"], same, drops)
+    r = json.load(open(os.path.join(tmp, run + ".json")))
+    if r.get("cp", 1) > 1:
+        E, L, micro, N = 4, len(a[0]["moe_layers"]), r["grad_accum"], 128
+        rows = [w for w in r["ranks"][0]["ledger_step"]["rows"] if w["kind"] == "all_gather" and w["group"] == "cp"]
+        calls, payload = sum(w["calls"] for w in rows), sum(w["payload_bytes"] for w in rows)
+        lgood = calls == L * micro and payload == L * micro * N * E * 4
+        print("%s %s: the cp group's all-gathers of the last step (rank 0): %d calls (want %d moe layers x %d micro-batches), "
+              "%d payload bytes (want %d x %d x %d tokens x E = %d x 4 B)" % ("ok  " if lgood else "FAIL", run, calls, L, micro,
+              payload, L, micro, N, E))
+    print(msg)
+PY
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/seq.out"
+[ "${#seqdone[@]}" -gt 0 ] || bad "no sequence-split run to check"
 
 echo "test_moe_train: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -88,6 +88,10 @@ case_run uly_tp   4 $F32 -- --cp 2 --cp-impl ulysses --tp 2 --recompute full
 case_run moedp    2 $F32 -- --experts 4 --top-k 2 --zero 1 --total-batch 512
 case_run moepp    2 $F32 -- --experts 4 --top-k 2 --moe-every 2 --pp 2 --total-batch 512
 case_run moetp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --recompute selective
+# experts with a micro-batch's tokens split over ranks: the whole micro-batch's routing buffers and the group's map,
+# the logits' all-gather per moe layer and micro-batch (cp; tp under sp, with the counts' sum and the TP_NORM experts)
+case_run moecp    2 $F32 -- --experts 4 --top-k 2 --cp 2 --zero 1 --total-batch 256
+case_run moesp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --sequence-parallel 1 --moe-every 2
 # expert parallelism (ep folds into dp): the experts units split over ep and sharded over edp, the moe buffers of the
 # received rows, the edp group's gradient rows exact; the ep group's all-to-alls: calls per rank exact, payload
 # summed over each ep group exact without drops (plan_check.py), the bytes sent printed against the uniform routing
@@ -98,6 +102,7 @@ case_run dp4ep2   4 $F32 -- "${E4[@]}" --ep 2 --zero 1 --total-batch 512
 case_run ep2zbv   4 $F32 -- "${E4[@]}" --ep 2 --pp 2 --schedule zbv --total-batch 1024
 case_run ep2tp2   4 $F32 -- "${E4[@]}" --ep 2 --tp 2 --total-batch 256
 case_run ep2cap   2 "$CPU16" bf16 -- "${E4[@]}" --ep 2 --zero 1 --capacity-factor 1 --moe-every 2 --recompute full --total-batch 512
+case_run ep2cp2   4 $F32 -- "${E4[@]}" --ep 2 --cp 2 --total-batch 256
 case_run bf16     2 "$CPU16" bf16 -- --tp 2 --sequence-parallel 1 --zero 1
 case_run bf16pp   2 "$CPU16" bf16 -- --pp 2 --zero 1 --total-batch 512
 case_run fp16pp   2 "$CPU16F" fp16 -- --pp 2 --zero 1 --total-batch 512

@@ -146,6 +146,7 @@ static BlockLinears block_linears_decode(const BlockLinears* lin) {
     l.attproj = linear_spec_decode(lin->attproj);
     l.fc = linear_spec_decode(lin->fc);
     l.fcproj = linear_spec_decode(lin->fcproj);
+    l.moe.seq = NULL;  // one token: its routing is its own
     return l;
 }
 
@@ -245,8 +246,8 @@ static void block_forward_part(const BlockLinears* lin, GPTConfig c, LayerTensor
     fused_residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, x_in, buf->proj, w.ln2w, w.ln2b,
                                      R, C, s);
     if (!mlp) return;
-    if (w.router != NULL) {  // (no sequence parallelism with experts: R = BT, refused in llm/train/args.h)
-        moe_forward(&lin->moe, block_moe_tensors(w), a->moe_bias, a->moe, buf->moe, a->ln2, buf->proj, BT, C, s);
+    if (w.router != NULL) {  // on the rank's R tokens (sequence parallelism: its part; the routing the whole's)
+        moe_forward(&lin->moe, block_moe_tensors(w), a->moe_bias, a->moe, buf->moe, a->ln2, buf->proj, R, C, s);
     } else {
         linear_forward(&lin->fc, a->fch_gelu, a->fch, a->ln2, w.fcw, w.fcb, BT, s);
         linear_forward(&lin->fcproj, buf->proj, NULL, a->fch_gelu, w.fcprojw, w.fcprojb, BT, s);
@@ -387,7 +388,7 @@ static void block_backward_impl(const BlockLinears* lin, GPTConfig c, LayerTenso
     if (moe) {
         // a moe layer: the experts' and the router's gradients all here, in B too (W has nothing of them)
         moe_backward(&lin->moe, block_moe_tensors(w), block_moe_tensors(gw), a->moe, buf->moe, a->ln2, dx, buf->dbuf_c,
-                     a->moe_scale, BT, C, s);
+                     a->moe_scale, R, C, s);
     } else {
         // x_out = residual2 + fcproj: dx flows to both. fcproj's backward fuses fc's dGELU: dfch = d fch
         linear_backward(&lin->fcproj, dfch, gl.fcprojw, gl.fcprojb, dx, a->fch_gelu, w.fcprojw, buf->scratch, a->fch, BT, s);

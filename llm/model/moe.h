@@ -33,6 +33,9 @@
 // parameters' experts units hold them: w.fcw.. are (E/ep, ...)); xp's expert-major rows go to their experts' ranks
 // (dispatch), the local experts run on the rows they received (xl, yl: Rl rows), and the outputs come back into yp
 // (combine); the backward sends dyp and dxl the same two ways. Without it xl and yl are xp and yp.
+// A micro-batch's tokens split over ranks (MoESpec.seq: context or sequence parallelism, llm/sharded/moe_sequence.h):
+// the N tokens of a call are the rank's part of the micro-batch's; their logits are all-gathered and the routing (the
+// capacity, the drops, both losses) is the whole micro-batch's, of which the rank keeps its tokens' part.
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
@@ -40,6 +43,7 @@
 #include "../ops/moe_router.cuh"
 #include "../ops/moe_permute.cuh"
 #include "../sharded/expert_parallel.h"
+#include "../sharded/moe_sequence.h"
 
 typedef struct {
     int num_experts;        // E
@@ -50,6 +54,7 @@ typedef struct {
     EPGroup* ep;            // expert parallelism: the group the experts are split over (size 1 or NULL: every expert here)
     Fp8State* fp8;          // FP8 experts (llm/precision/fp8_linear.h): the recipes' state; NULL: floatX
     int fp8_layer;          // FP8: this layer's index in the state's expert slots
+    MoESeqGroup* seq;       // the ranks a micro-batch's tokens are split over (cp, or tp with sp); NULL or size 1: none
 } MoESpec;
 
 // one layer's MoE parameters (or their gradients): pointers into one floatX block, in this order
@@ -90,23 +95,28 @@ static void moe_check(const MoESpec* s) {
     }
 }
 
+// the capacity of each expert in a call on N tokens: over the whole micro-batch's (its tokens split over s->seq)
+static inline int moe_call_capacity(const MoESpec* s, int N) {
+    return moe_capacity(s->capacity_factor, moe_seq_all(s->seq, N), s->num_experts, s->top_k);
+}
+
 // the rows the permuted layout can need: N K, or fewer when the capacity bounds them (E cap)
 static inline int moe_max_rows(const MoESpec* s, int N) {
-    int NK = N * s->top_k, cap = moe_capacity(s->capacity_factor, N, s->num_experts, s->top_k);
+    int NK = N * s->top_k, cap = moe_call_capacity(s, N);
     long ecap = (long)cap * s->num_experts;
     return ecap < NK ? (int)ecap : NK;
 }
 
 // the rows the local experts can receive: every row (no expert parallelism), or the ep group's bound
 static inline int moe_max_local_rows(const MoESpec* s, int N) {
-    return ep_local_rows(s->ep, N, s->top_k, moe_capacity(s->capacity_factor, N, s->num_experts, s->top_k), moe_max_rows(s, N));
+    return ep_local_rows(s->ep, N, s->top_k, moe_call_capacity(s, N), moe_max_rows(s, N));
 }
 
 // what the forward keeps for the backward, per (layer, micro-batch) of N tokens (MEM_ACTIVATIONS), and
 // the host copy of the counts and losses
 typedef struct {
     MoERouting route;   // probs (N,E), lse (N), expert (N,K), gates (N,K), assign_row (N K), row_assign (N K),
-                        // counts (3E+1), loss (2); its scratch fields point into MoEBuffers
+                        // counts (3E+1), loss (2), routed_all (E); its scratch fields point into MoEBuffers
     floatX* xp;         // (R, C)  the permuted input, R = moe_max_rows (rows [0, Np) used)
     floatX* fch;        // (Rl, 4C) the local experts' fc outputs before GELU (Rl = moe_max_local_rows)
     floatX* fch_gelu;   // (Rl, 4C)
@@ -136,6 +146,9 @@ typedef struct {
     floatX* dxl;        // (Rl, C) the local experts' input gradient (else dxp)
     floatX* rm;         // (Rl, C) expert parallelism: the all-to-alls' rank-major rows (else none)
     float* scratch;     // (MATMUL_DBIAS_MAX_SPLITS * 4C) FP32 scratch of the bias gradients
+    float* gathered;    // (Nall, E) tokens split over s->seq: the all-gathered logits, rank-major (else none)
+    float* glogits;     // (Nall, E) them in the micro-batch's token order (else none)
+    MoERouting whole;   // the whole micro-batch's routing, Nall tokens (else its fields NULL)
     void* mem;
 } MoEBuffers;
 
@@ -168,6 +181,7 @@ static void moe_acts_alloc(MoEActs* a, const MoESpec* s, int N, int C) {
         {(void**)&r->expert, NK * sizeof(int)},             {(void**)&r->gates, NK * sizeof(float)},
         {(void**)&r->assign_row, NK * sizeof(int)},         {(void**)&r->row_assign, NK * sizeof(int)},
         {(void**)&r->counts, (3 * E + 1) * sizeof(int)},    {(void**)&r->loss, 2 * sizeof(float)},
+        {(void**)&r->routed_all, E * sizeof(int)},
         {(void**)&a->xp, R * c * sizeof(floatX)},           {(void**)&a->fch, Rl * 4 * c * sizeof(floatX)},
         {(void**)&a->fch_gelu, Rl * 4 * c * sizeof(floatX)}, {(void**)&a->yp, R * c * sizeof(floatX)},
         {(void**)&a->xl, ep * c * sizeof(floatX)},          {(void**)&a->yl, ep * c * sizeof(floatX)},
@@ -203,7 +217,23 @@ static void moe_buffers_alloc(MoEBuffers* b, const MoESpec* s, int N, int C) {
         {(void**)&b->dyl, ep * c * sizeof(floatX)},          {(void**)&b->dxl, ep * c * sizeof(floatX)},
         {(void**)&b->rm, ep * c * sizeof(floatX)},
     };
-    b->mem = moe_carve(f, (int)(sizeof(f) / sizeof(f[0])), MEM_WORKSPACE);
+    // the whole micro-batch's routing (tokens split over s->seq): its Nall tokens' arrays; else none (count 0)
+    size_t A = moe_seq_split(s->seq) ? (size_t)moe_seq_all(s->seq, N) : 0, AK = A * s->top_k, Es = A ? E : 0;
+    MoERouting* w = &b->whole;
+    MoEField g[] = {
+        {(void**)&b->gathered, A * E * sizeof(float)},      {(void**)&b->glogits, A * E * sizeof(float)},
+        {(void**)&w->probs, A * E * sizeof(float)},         {(void**)&w->lse, A * sizeof(float)},
+        {(void**)&w->expert, AK * sizeof(int)},             {(void**)&w->gates, AK * sizeof(float)},
+        {(void**)&w->assign_row, AK * sizeof(int)},         {(void**)&w->row_assign, AK * sizeof(int)},
+        {(void**)&w->counts, A ? (3 * E + 1) * sizeof(int) : 0}, {(void**)&w->loss, A ? 2 * sizeof(float) : 0},
+        {(void**)&w->cand, AK * sizeof(int)},               {(void**)&w->cand_row, AK * sizeof(int)},
+        {(void**)&w->psum, Es * sizeof(float)},
+    };
+    MoEField all[sizeof(f) / sizeof(f[0]) + sizeof(g) / sizeof(g[0])];
+    memcpy(all, f, sizeof(f));
+    memcpy(all + sizeof(f) / sizeof(f[0]), g, sizeof(g));
+    b->mem = moe_carve(all, (int)(sizeof(all) / sizeof(all[0])), MEM_WORKSPACE);
+    if (A == 0) { b->gathered = b->glogits = NULL; memset(w, 0, sizeof(*w)); }
     ep_alias(s->ep, &b->dyl, b->dyp);
     ep_alias(s->ep, &b->dxl, b->dxp);
 }
@@ -251,14 +281,21 @@ static void moe_expert_specs(const MoESpec* s, int e, int C, LinearSpec* fc, Lin
 static void moe_forward(const MoESpec* s, MoETensors w, const float* bias /*(E) or NULL*/, MoEActs* a,
                         const MoEBuffers* buf, const floatX* x /*(N,C)*/, floatX* y /*(N,C)*/, int N, int C,
                         cudaStream_t st) {
-    int E = s->num_experts, K = s->top_k, cap = moe_capacity(s->capacity_factor, N, E, K);
+    int E = s->num_experts, K = s->top_k, cap = moe_call_capacity(s, N);
     if (N != a->N) fatal("moe_forward: activations for %d tokens, called with %d", a->N, N);
     MoERouting r = a->route;
     r.cand = buf->cand;
     r.cand_row = buf->cand_row;
     r.psum = buf->psum;
     moe_router_logits_forward(buf->logits, x, w.router, N, C, E, st);
-    moe_route_forward(&r, buf->logits, bias, N, E, K, cap, s->aux_coef, s->z_coef, st);
+    if (moe_seq_split(s->seq)) {  // the whole micro-batch's routing, and this rank's part of it
+        int Nall = moe_seq_all(s->seq, N);
+        moe_seq_gather_logits(s->seq, buf->glogits, buf->gathered, buf->logits, N, E, st);
+        moe_route_forward(&buf->whole, buf->glogits, bias, Nall, E, K, cap, s->aux_coef, s->z_coef, st);
+        moe_seq_local_routing(s->seq, &r, &buf->whole, N, E, K, st);
+    } else {
+        moe_route_forward(&r, buf->logits, bias, N, E, K, cap, s->aux_coef, s->z_coef, st);
+    }
     // the host launches each expert's GEMMs on its rows: the counts and offsets come back first
     moe_copy_to_host(a->counts_host, r.counts, (3 * (size_t)E + 1) * sizeof(int), st);
     moe_copy_to_host(a->loss_host, r.loss, 2 * sizeof(float), st);
@@ -316,6 +353,11 @@ static void moe_backward(const MoESpec* s, MoETensors w, MoETensors gw, const Mo
     }
     ep_combine(s->ep, buf->dxl, off, a->ep_recv, a->ep_loff, buf->rm, buf->dxp, C, st);
     moe_permute_backward(dx, buf->dxp, r->assign_row, N, K, C, st);
-    moe_route_backward(buf->dlogits, r, buf->dgates, N, E, K, s->aux_coef, s->z_coef, loss_scale, st);
+    if (moe_seq_split(s->seq)) {  // the losses are the whole micro-batch's (llm/sharded/moe_sequence.h)
+        moe_route_backward(buf->dlogits, r, buf->dgates, N, E, K, s->aux_coef, s->z_coef, loss_scale * s->seq->grad_factor,
+                           st, r->routed_all, moe_seq_all(s->seq, N));
+    } else {
+        moe_route_backward(buf->dlogits, r, buf->dgates, N, E, K, s->aux_coef, s->z_coef, loss_scale, st);
+    }
     moe_router_logits_backward(dx, gw.router, buf->dlogits, x, w.router, N, C, E, st);
 }

@@ -105,6 +105,8 @@ typedef struct {
     int B, T;               // the micro-batch shape (T: the rank's tokens of each sequence, cp_local_T)
     EPGroup ep;             // expert parallelism (llm/sharded/expert_parallel.h; a group of one without it): a moe
                             // model's MoESpec points to it
+    MoESeqGroup moe_seq;    // a moe model's tokens split over cp or sp ranks (llm/sharded/moe_sequence.h; size 1: none):
+                            // its MoESpec points to it
     CPGroup cp;             // context parallelism (llm/sharded/context_parallel.h): the sequence split, the attention's
                             // workspaces; size 1: none
     int num_slots;
@@ -167,6 +169,9 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     if (c.num_experts > 0) {  // the experts units hold E/ep experts: the moe layers send tokens to the others' (with ep)
         ep_init(&st->ep, tp.comm, c.num_experts, lay->ep_size);
         st->lin.moe.ep = &st->ep;
+        // a micro-batch's tokens split over cp or (sequence parallelism) tp: its routing is the whole micro-batch's
+        moe_seq_init(&st->moe_seq, &st->cp, tp.comm, tp.size, tp.rank, tp.sequence_parallel, B);
+        st->lin.moe.seq = &st->moe_seq;
     }
     cp_alloc(&st->cp, B, c.channels, st->lin.att_c, st->lin.heads);
     st->lm_head = linear_spec_of("lm_head", c, T_WTE, -1, 0, st->tp);  // tied to wte: split as the table splits wte
@@ -222,14 +227,14 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     if (c.num_experts > 0) {  // the moe layers' activations (sized for no drops: the most rows) and workspace
         MoESpec most = st->lin.moe;
         most.capacity_factor = 0.0f;
-        moe_buffers_alloc(&st->moe_buf, &most, (int)BT, (int)C);
+        moe_buffers_alloc(&st->moe_buf, &most, (int)R, (int)C);  // (the rank's tokens: R = BT but with sp)
         st->bufs.moe = &st->moe_buf;
         size_t E = (size_t)c.num_experts;
         st->moe_counts = (long long*)mallocCheck((size_t)L * 2 * E * sizeof(long long));
         memset(st->moe_counts, 0, (size_t)L * 2 * E * sizeof(long long));
         for (int s = 0; s < num_slots; s++) {
             MicroBatch* mb = &st->slots[s];
-            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) moe_acts_alloc(&mb->moe[l], &most, (int)BT, (int)C);
+            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) moe_acts_alloc(&mb->moe[l], &most, (int)R, (int)C);
         }
     }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
@@ -361,6 +366,7 @@ static void stage_free(Stage* st) {
     }
     if (st->moe_buf.mem != NULL) moe_buffers_free(&st->moe_buf);
     ep_free(&st->ep);
+    moe_seq_free(&st->moe_seq);
     free(st->moe_counts);
     free(st->slots);
     device_free(st->shared_mem);

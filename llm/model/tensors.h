@@ -92,8 +92,8 @@ typedef enum {
 // how Megatron tensor parallelism splits a tensor over the tp ranks (Shoeybi et al. 2019, sec. 3)
 typedef enum {
     TP_REPLICATED,  // every tp rank holds all of it (wpe, biases of row-parallel layers)
-    TP_NORM,        // replicated too (the LayerNorms), but with sequence parallelism each tp rank normalises
-                    // its own tokens, so its gradient is a partial sum, all-reduced over tp (llm/parallel/dp.h)
+    TP_NORM,        // replicated too (the LayerNorms; the router and experts), but with sequence parallelism each
+                    // tp rank runs its own tokens, so its gradient is a partial sum, all-reduced over tp (llm/parallel/dp.h)
     TP_QKV_HEADS,   // output rows in head groups: rank r holds heads [r NH/tp, (r+1) NH/tp) of q, k and v
     TP_ROWS,        // output rows (column-parallel linear: fc)
     TP_COLS,        // input columns (row-parallel linear: attproj, fcproj)
@@ -127,9 +127,10 @@ enum {
     T_LNFW, T_LNFB, NUM_TENSORS
 };
 
-// in checkpoint order (llm.c's for the rows of a dense model). The experts are replicated over tp
-// (TP_REPLICATED): without sequence parallelism every tp rank runs the whole MoE layer on the same
-// tokens (redundant work, correct; expert parallelism will split them instead).
+// in checkpoint order (llm.c's for the rows of a dense model). The router and the experts are replicated over
+// tp (TP_NORM): without sequence parallelism every tp rank runs the whole MoE layer on the same tokens (redundant
+// work, correct; expert parallelism splits them instead); with it each tp rank runs its own tokens, so their
+// gradients are partial sums, all-reduced over tp as the LayerNorms' are (llm/sharded/moe_sequence.h).
 static const TensorInfo TENSORS[NUM_TENSORS] = {
     //  name      per_layer rows     cols    decay init                  tp split       hold         experts
     {"wte",      0, DIM_VP,   DIM_C,  1, INIT_NORMAL,          TP_VOCAB,      HOLD_EMBED,   0},
@@ -146,11 +147,11 @@ static const TensorInfo TENSORS[NUM_TENSORS] = {
     {"fcb",      1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_ROWS,       HOLD_DENSE,   0},
     {"fcprojw",  1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_COLS,       HOLD_DENSE,   0},
     {"fcprojb",  1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_DENSE,   0},
-    {"router",   1, DIM_E,    DIM_C,  1, INIT_NORMAL,          TP_REPLICATED, HOLD_MOE,     0},
-    {"efcw",     1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_REPLICATED, HOLD_EXPERTS, 1},
-    {"efcb",     1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_EXPERTS, 1},
-    {"efcprojw", 1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_REPLICATED, HOLD_EXPERTS, 1},
-    {"efcprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_REPLICATED, HOLD_EXPERTS, 1},
+    {"router",   1, DIM_E,    DIM_C,  1, INIT_NORMAL,          TP_NORM,       HOLD_MOE,     0},
+    {"efcw",     1, DIM_4C,   DIM_C,  1, INIT_NORMAL,          TP_NORM,       HOLD_EXPERTS, 1},
+    {"efcb",     1, DIM_4C,   DIM_1,  0, INIT_ZEROS,           TP_NORM,       HOLD_EXPERTS, 1},
+    {"efcprojw", 1, DIM_C,    DIM_4C, 1, INIT_NORMAL_RESIDUAL, TP_NORM,       HOLD_EXPERTS, 1},
+    {"efcprojb", 1, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM,       HOLD_EXPERTS, 1},
     {"lnfw",     0, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM,       HOLD_FINAL,   0},
     {"lnfb",     0, DIM_C,    DIM_1,  0, INIT_ZEROS,           TP_NORM,       HOLD_FINAL,   0},
 };

@@ -52,6 +52,8 @@ typedef struct {
     int* cand;          // (N*K)  scratch: each expert's assignments, expert after expert, in token order
     int* cand_row;      // (N*K)  scratch: a candidate's row within its expert (-1: dropped)
     float* psum;        // (E)    scratch: sum over tokens of probs[:, e]
+    int* routed_all;    // (E)    the routed counts of the whole micro-batch when its tokens are split over ranks
+                        //        (llm/sharded/moe_sequence.h; the aux loss's f); unused otherwise
 } MoERouting;
 
 // the counts inside MoERouting.counts (host or device array of 3E + 1 ints)
@@ -211,13 +213,16 @@ LLM_HD static inline void moe_route_backward_token(float* dlogits /*(E)*/, const
     for (int e = 0; e < E; e++) dlogits[e] = probs[e] * (dlogits[e] - dot) + zc * probs[e];
 }
 
+// (routed, Nall: the counts and tokens the losses are over, moe_route_backward's)
 static void moe_route_backward_cpu(float* dlogits /*(N,E)*/, const MoERouting* r, const float* dgates /*(N,K)*/, int N,
-                                   int E, int K, float aux_coef, float z_coef, float scale) {
+                                   int E, int K, float aux_coef, float z_coef, float scale, const int* routed = NULL,
+                                   int Nall = 0) {
+    if (routed == NULL) { routed = moe_routed(r->counts, E); Nall = N; }
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         moe_route_backward_token(dlogits + (size_t)n * E, r->probs + (size_t)n * E, r->lse[n], r->expert + (size_t)n * K,
-                                 r->gates + (size_t)n * K, dgates + (size_t)n * K, moe_routed(r->counts, E), N, E, K,
-                                 aux_coef, z_coef, scale);
+                                 r->gates + (size_t)n * K, dgates + (size_t)n * K, routed, Nall, E, K, aux_coef, z_coef,
+                                 scale);
     }
 }
 
@@ -401,12 +406,12 @@ __global__ void moe_route_aux_kernel(MoERouting r, int N, int E, int K, float au
 
 // one thread per token: moe_route_backward_token
 __global__ void moe_route_backward_kernel(float* dlogits /*(N,E)*/, MoERouting r, const float* dgates /*(N,K)*/, int N,
-                                          int E, int K, float aux_coef, float z_coef, float scale) {
+                                          int E, int K, float aux_coef, float z_coef, float scale, const int* routed,
+                                          int Nall) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     moe_route_backward_token(dlogits + (size_t)n * E, r.probs + (size_t)n * E, r.lse[n], r.expert + (size_t)n * K,
-                             r.gates + (size_t)n * K, dgates + (size_t)n * K, moe_routed(r.counts, E), N, E, K, aux_coef,
-                             z_coef, scale);
+                             r.gates + (size_t)n * K, dgates + (size_t)n * K, routed, Nall, E, K, aux_coef, z_coef, scale);
 }
 
 static inline unsigned moe_grid(size_t threads) { return (unsigned)ceil_div_sz(threads, MOE_BLOCK); }
@@ -463,16 +468,21 @@ static void moe_route_forward(const MoERouting* r, const float* logits, const fl
 #endif
 }
 
-// dlogits (N,E), overwritten, from dgates (N,K) and scale x the two losses' gradients (moe_route_backward_token)
+// dlogits (N,E), overwritten, from dgates (N,K) and scale x the two losses' gradients (moe_route_backward_token).
+// The losses are over these N tokens and their routed counts (r->counts), or, when the N are a rank's part of a
+// micro-batch of Nall tokens (llm/sharded/moe_sequence.h), over those: routed (E, device) the whole micro-batch's
+// counts (NULL: r's own, Nall = N)
 static void moe_route_backward(float* dlogits, const MoERouting* r, const float* dgates, int N, int E, int K,
-                               float aux_coef, float z_coef, float scale, cudaStream_t stream) {
+                               float aux_coef, float z_coef, float scale, cudaStream_t stream, const int* routed = NULL,
+                               int Nall = 0) {
     OP_PROFILE(OP_MOE);
+    if (routed == NULL) { routed = moe_routed(r->counts, E); Nall = N; }
 #if LLM_BUILD_CPU
     (void)stream;
-    moe_route_backward_cpu(dlogits, r, dgates, N, E, K, aux_coef, z_coef, scale);
+    moe_route_backward_cpu(dlogits, r, dgates, N, E, K, aux_coef, z_coef, scale, routed, Nall);
 #else
     if (N == 0) return;
     LAUNCH(moe_route_backward_kernel, dim3(moe_grid(N)), dim3(MOE_BLOCK), 0, stream, dlogits, *r, dgates, N, E, K, aux_coef,
-           z_coef, scale);
+           z_coef, scale, routed, Nall);
 #endif
 }

@@ -381,9 +381,9 @@ static void args_check_default_data(const Args* a) {
     }
 }
 
-// why the experts flags cannot run (E experts, K per token: the model's), or 0. Refused for now: sequence
-// parallelism (each tp rank would route only its tokens: the experts' gradients would need a sum over tp),
-// context parallelism. (FP8 runs the experts' linears in FP8 too: llm/model/moe.h.)
+// why the experts flags cannot run (E experts, K per token: the model's), or 0. Refused for now: context and
+// sequence parallelism together (the routing's sequence group is one of them, llm/sharded/moe_sequence.h).
+// (FP8 runs the experts' linears in FP8 too: llm/model/moe.h.)
 static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n, int model_known = 1) {
     if (E == 0) {
         if (a->top_k) snprintf(err, n, "--top-k %d: expected --experts > 0, found --experts 0", a->top_k);
@@ -392,8 +392,8 @@ static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, s
     }
     if (K > E) snprintf(err, n, "--top-k: expected at most --experts %d, found %d", E, K);
     else if (E % a->ep != 0) snprintf(err, n, "--ep %d: expected a divisor of the experts per layer %d (each ep rank holds E/ep of them)", a->ep, E);
-    else if (a->sequence_parallel) snprintf(err, n, "--experts %d: not with --sequence-parallel 1 yet (expected 0, found 1)", E);
-    else if (cp_size > 1) snprintf(err, n, "--experts %d: not with --cp > 1 yet (expected 1, found %d)", E, cp_size);
+    else if (a->sequence_parallel && a->tp > 1 && cp_size > 1)
+        snprintf(err, n, "--experts %d: not with both --cp %d and --sequence-parallel 1 (expected one of them)", E, cp_size);
     return err[0] != '\0';
 }
 

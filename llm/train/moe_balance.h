@@ -5,7 +5,7 @@
 //     b_e += R * sign(mean_e(load) - load_e),
 // load_e the step's routed assignments to expert e (chosen by the top-K, before capacity drops, as DeepSeek-V3
 // counts selections), summed over the micro-batches and over every rank that routes (train_gpt.cu's
-// moe_step_counts: the dp and pp groups; every tp rank routes the same tokens), so every rank holds the same
+// moe_step_counts: the dp (dp x cp) and pp groups, and tp under sequence parallelism), so every rank holds the same
 // bias. The sign is taken on integers (E * load_e against the layer's total): no rounding decides it. The bias
 // is training state: checkpoints save it (llm/ckpt/checkpoint.h, header[41]) and a resume or a rollback puts it
 // back (moe_balance_set). Gradients never reach it: it is no tensor of the table.
