@@ -149,6 +149,7 @@ def launch_rules():
     # llm/ops/global_norm.cuh: the finish block covers the partials' grid, up to 1024 (the largest it can be)
     rule("global_norm_partials_kernel", "llm/ops/global_norm.cuh", fixed(gnorm))
     rule("global_norm_finish_kernel", "llm/ops/global_norm.cuh", fixed(1024, "grid >= 1024"))
+    rule("global_norm_add_scaled_kernel", "llm/ops/global_norm.cuh (--ep: the experts' squares)", fixed(1))
     # llm/ops/layernorm.cuh: LAYERNORM_FWD_BLOCK threads, K chosen by C; the backward: a thread per 16-byte chunk
     rule("layernorm_forward_kernel<A>", "llm/ops/layernorm.cuh layernorm_forward", fixed(ln_fwd), lambda a: int(a) in ln_k)
     rule("fused_residual_layernorm_forward_kernel<A>", "llm/ops/layernorm.cuh fused_residual_layernorm_forward",
@@ -168,6 +169,10 @@ def launch_rules():
               "moe_route_backward_kernel"):
         rule(k, "llm/ops/moe_*.cuh (--experts)", fixed(moe))
     rule("moe_route_aux_kernel", "llm/ops/moe_router.cuh (--experts)", fixed(32))
+    # llm/sharded/moe_sequence.h: the whole micro-batch's routing under cp or sp (the layout of the rank's part: one warp)
+    for k in ("moe_seq_scatter_kernel", "moe_seq_token_kernel"):
+        rule(k, "llm/sharded/moe_sequence.h (--experts with --cp or sp)", fixed(moe))
+    rule("moe_seq_layout_kernel", "llm/sharded/moe_sequence.h (--experts with --cp or sp)", fixed(32))
     for k in ("rows_copy_kernel", "rows_store_f32_kernel", "rows_zero_f32_kernel"):
         rule(k, "llm/ops/rows.cuh (--cp)", fixed(256))
     # llm/precision/: FP8 (--fp8); dim3(32, 8) blocks are 256 threads

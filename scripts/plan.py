@@ -60,6 +60,9 @@ def layout_error(a):
         return f"--ep {a['ep']}: expected a divisor of the experts per layer {cfg['E']} and of the dp size {a['dp']} (ep folds into dp)"
     if cfg["E"] > 0 and a["cp"] > 1 and a["sp"] and a["tp"] > 1:
         return f"--experts {cfg['E']}: the trainer's experts refuse both --cp {a['cp']} and --sequence-parallel 1 (docs/moe.md)"
+    if cfg["E"] > 0 and a["fp8"] != "none":
+        return (f"--fp8 {a['fp8']} with --experts {cfg['E']}: not modelled (the trainer runs the experts in FP8, but an "
+                "expert's quantized operands grow to the most rows routed to it, which the routing decides)")
     if a["total_batch"] % (a["B"] * a["T"] * a["dp"]):
         return f"--total-batch: expected a multiple of B*T*dp = {a['B'] * a['T'] * a['dp']}, found {a['total_batch']}"
     return None
@@ -270,11 +273,11 @@ def main(argv=None):
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--moe-every", type=int, default=1)
     ap.add_argument("--ep-buffers", choices=["worst", "routed"], default="worst",
-                    help="a moe layer's received rows under --ep: worst, the trainer's allocation (every token of every ep rank could "
-                         "pick this rank's experts: ep x N min(K, E/ep) rows); routed, a what-if the trainer does not do: sized by the "
-                         "uniform routing's expected N K rows (capacity-bounded) (default worst)")
+                    help="a moe layer's received rows under --ep: worst, the trainer's allocation (ep x min(N min(K, E/ep), cap E/ep) "
+                         "rows: without a capacity every token of every ep rank could pick this rank's experts); routed, a what-if the "
+                         "trainer does not do: sized by the uniform routing's expected N K rows (capacity-bounded) (default worst)")
     ap.add_argument("--capacity-factor", type=float, default=0.0,
-                    help="each expert keeps at most ceil(F K N / E) of a call's assignments, 0 = no drops (default 0): the planned all-to-all rows (the trainer sizes the moe buffers for no drops whatever F)")
+                    help="each expert keeps at most ceil(F K N / E) of a call's assignments, 0 = no drops (default 0): the planned all-to-all rows and the moe buffers (the trainer sizes them by the capacity)")
     ap.add_argument("--build", choices=["cuda", "cpu"], default="cuda", help="cuda adds cuBLASLt's workspace (default cuda)")
     ap.add_argument("--cluster", choices=sorted(CLUSTERS), default="h100", help="node preset (default h100)")
     for k in ("gpus_per_node", "mem_gib", "bf16_tflops", "fp8_tflops", "nvlink_gbs", "nvlink_us", "net_gbs", "net_us"):

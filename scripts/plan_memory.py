@@ -172,7 +172,7 @@ def rank_memory(a, pp_rank, sim):
     cfg, e, tp, cp, pp, V = a["cfg"], a["e"], a["tp"], a["cp"], a["pp"], a["V"]
     N = a["dp"] * cp  # the gradient group: dp x cp
     ep = a.get("ep", 1)
-    what_if = (a["capf"], True) if a.get("ep_buffers") == "routed" else (0.0, False)
+    what_if = (a["capf"], True) if a.get("ep_buffers") == "routed" else (a["capf"], False)  # (the trainer: by the capacity, stage_set_moe)
     align = 8 * N  # every unit, an experts unit too (dp_init: ZERO_ALIGN x the gradient group)
     S = pp * V
     stages = sim["ranks"][pp_rank]["stages"] if pp > 1 or V > 1 else [0]
@@ -239,8 +239,8 @@ def rank_memory(a, pp_rank, sim):
             else:
                 wb = 2 * 3 * B * Tl * Ca * e + B * Tf * 4 * (Ca // cp) * e + B * (H // cp) * Tf * 4
             ws += wb + 2 * Tl * C * e + 2 * 4 + 16 * 64
-        if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_init_cp)
-            # (sized for no drops whatever --capacity-factor: stage_set_moe; --ep-buffers routed: the what-if); on the
+        if cfg["E"] > 0:  # the moe layers' activations per slot and the stage's moe workspace (stage_set_moe)
+            # (sized by --capacity-factor's bound, no drops without one; --ep-buffers routed: the what-if); on the
             # rank's R tokens (sequence parallelism: BT / tp), the whole micro-batch's routing with cp or sp
             G = moe_seq_size(a)
             act += slots * sum(1 for l in range(l0, l1) if is_moe(cfg, l)) * moe_acts_bytes(cfg, R, e, ep, *what_if, G)

@@ -137,6 +137,10 @@ if [ $rc -ne 0 ] && [[ "$out" == "error: -np 3"* ]]; then ok "bad layout: one li
 out=$(python3 scripts/plan.py --model d4 --experts 4 -np 2 --ep 4 2>&1); rc=$?
 if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && [[ "$out" == "error: --ep 4"* ]]; then ok "bad --ep: one line: $out"
 else bad "bad --ep: exit $rc: $out"; fi
+out=$(python3 scripts/plan.py --model d4 --experts 4 -np 2 --fp8 delayed 2>&1); rc=$?  # (what it does not model: said)
+if [ $rc -ne 0 ] && [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && [[ "$out" == "error: --fp8 delayed with --experts 4: not modelled"* ]]; then
+    ok "--fp8 with experts refused as not modelled: $out"
+else bad "--fp8 with experts: exit $rc: $out"; fi
 # --search answers with ranked layouts that fit and the rejected best with a reason
 out=$(python3 scripts/plan.py --search --model d32,C=4096,NH=32,maxT=4096,V=32000 -t 4096 --total-batch 65536 -np 2 --cluster h100 --top 3 2>&1)
 if printf '%s\n' "$out" | grep -q '^  fits ' && printf '%s\n' "$out" | grep -q '^  no .*needs'; then ok "--search 7B on 2 H100: ranked fits and rejected layouts"

@@ -224,18 +224,10 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     for (int s = 0; s < num_slots; s++) {
         for (int l = l0; l < l1; l++) block_acts_share(&st->slots[s].blocks[l], &st->shared, &st->lin, B, T, recompute);
     }
-    if (c.num_experts > 0) {  // the moe layers' activations (sized for no drops: the most rows) and workspace
-        MoESpec most = st->lin.moe;
-        most.capacity_factor = 0.0f;
-        moe_buffers_alloc(&st->moe_buf, &most, (int)R, (int)C);  // (the rank's tokens: R = BT but with sp)
-        st->bufs.moe = &st->moe_buf;
+    if (c.num_experts > 0) {  // the moe layers' counts (their activations and workspace: stage_set_moe, which knows the capacity)
         size_t E = (size_t)c.num_experts;
         st->moe_counts = (long long*)mallocCheck((size_t)L * 2 * E * sizeof(long long));
         memset(st->moe_counts, 0, (size_t)L * 2 * E * sizeof(long long));
-        for (int s = 0; s < num_slots; s++) {
-            MicroBatch* mb = &st->slots[s];
-            for (int l = l0; l < l1; l++) if (layer_is_moe(c, l)) moe_acts_alloc(&mb->moe[l], &most, (int)R, (int)C);
-        }
     }
     size_t scratch_n = BT * C > 1024 * 4 * C ? BT * C : 1024 * 4 * C;
     BlockBuffers* b = &st->bufs;  // (b->moe: set above)
@@ -257,13 +249,28 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     stage_init_cp(st, lay, hooks, tp, cp_none(T), range, B, T, recompute, num_slots);
 }
 
-// The moe layers' training flags (--capacity-factor, --aux-loss-coef, --z-loss-coef); before the first forward.
-// (Their activations were sized for no drops, the most rows any capacity gives.)
+// The moe layers' training flags (--capacity-factor, --aux-loss-coef, --z-loss-coef), once, before the first forward;
+// then the moe layers' activations (every slot) and workspace, sized for the rows the capacity lets through
+// (moe_max_rows, moe_max_local_rows: with expert parallelism and a capacity factor F the local experts receive at
+// most E x ceil(F K N / E) rows, about F K N, where without one the bound is ep N min(K, E/ep): ep times more)
 static void stage_set_moe(Stage* st, float capacity_factor, float aux_coef, float z_coef) {
+    if (st->moe_buf.mem != NULL && capacity_factor != st->lin.moe.capacity_factor) {
+        fatal("stage_set_moe: the moe buffers were sized for capacity factor %g, found %g", st->lin.moe.capacity_factor,
+              capacity_factor);
+    }
     st->lin.moe.capacity_factor = capacity_factor;
     st->lin.moe.aux_coef = aux_coef;
     st->lin.moe.z_coef = z_coef;
-    if (st->cfg.num_experts > 0) moe_check(&st->lin.moe);
+    if (st->cfg.num_experts == 0 || st->moe_buf.mem != NULL) return;
+    moe_check(&st->lin.moe);
+    int R = tp_rows(&st->tp, st->B * st->T), C = st->cfg.channels;  // the rank's tokens: B T, but with sp
+    moe_buffers_alloc(&st->moe_buf, &st->lin.moe, R, C);
+    st->bufs.moe = &st->moe_buf;
+    for (int s = 0; s < st->num_slots; s++) {
+        for (int l = st->range.first_layer; l < st->range.last_layer; l++) {
+            if (layer_is_moe(st->cfg, l)) moe_acts_alloc(&st->slots[s].moe[l], &st->lin.moe, R, C);
+        }
+    }
 }
 
 // the selection bias (E) FP32 of moe layer l (the aux-loss-free balancing; NULL: none), for every slot
@@ -337,10 +344,8 @@ static size_t stage_fp8_max_operand(const Stage* st) {
         size_t e = fp8_max_operand(st->B * st->T, specs[k]->in_local, specs[k]->out_local);
         if (e > m) m = e;
     }
-    if (st->cfg.num_experts > 0) {  // an expert's fc and fcproj on at most all the local experts' rows (no drops)
-        MoESpec most = st->lin.moe;
-        most.capacity_factor = 0.0f;
-        size_t e = fp8_max_operand(moe_max_local_rows(&most, st->B * st->T), st->cfg.channels, 4 * st->cfg.channels);
+    if (st->cfg.num_experts > 0) {  // an expert's fc and fcproj on at most all the local experts' rows (the capacity's bound)
+        size_t e = fp8_max_operand(moe_max_local_rows(&st->lin.moe, st->B * st->T), st->cfg.channels, 4 * st->cfg.channels);
         if (e > m) m = e;
     }
     return m;
@@ -403,6 +408,7 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     GPTConfig c = st->cfg;
     StageRange r = st->range;
     int L = c.num_layers, C = c.channels, V = c.vocab_size, B = st->B, T = st->T, BT = B * T, R = tp_rows(&st->tp, BT);
+    if (c.num_experts > 0 && st->moe_buf.mem == NULL) fatal("stage_forward: a moe model's stage_set_moe comes first (it sizes the moe buffers)");
     MicroBatch* mb = &st->slots[slot];
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = st->hooks;
