@@ -249,18 +249,11 @@ static void stage_init(Stage* st, const ParamLayout* lay, ParamHooks* hooks, TPG
     stage_init_cp(st, lay, hooks, tp, cp_none(T), range, B, T, recompute, num_slots);
 }
 
-// The moe layers' training flags (--capacity-factor, --aux-loss-coef, --z-loss-coef), once, before the first forward;
-// then the moe layers' activations (every slot) and workspace, sized for the rows the capacity lets through
+// A moe model's layers' activations (every slot) and workspace, sized for the rows the capacity lets through
 // (moe_max_rows, moe_max_local_rows: with expert parallelism and a capacity factor F the local experts receive at
-// most E x ceil(F K N / E) rows, about F K N, where without one the bound is ep N min(K, E/ep): ep times more)
-static void stage_set_moe(Stage* st, float capacity_factor, float aux_coef, float z_coef) {
-    if (st->moe_buf.mem != NULL && capacity_factor != st->lin.moe.capacity_factor) {
-        fatal("stage_set_moe: the moe buffers were sized for capacity factor %g, found %g", st->lin.moe.capacity_factor,
-              capacity_factor);
-    }
-    st->lin.moe.capacity_factor = capacity_factor;
-    st->lin.moe.aux_coef = aux_coef;
-    st->lin.moe.z_coef = z_coef;
+// most E x ceil(F K N / E) rows, about F K N, where without one the bound is ep N min(K, E/ep): ep times more).
+// Once: by stage_set_moe, or by the first forward with the default flags (no drops).
+static void stage_moe_alloc(Stage* st) {
     if (st->cfg.num_experts == 0 || st->moe_buf.mem != NULL) return;
     moe_check(&st->lin.moe);
     int R = tp_rows(&st->tp, st->B * st->T), C = st->cfg.channels;  // the rank's tokens: B T, but with sp
@@ -271,6 +264,19 @@ static void stage_set_moe(Stage* st, float capacity_factor, float aux_coef, floa
             if (layer_is_moe(st->cfg, l)) moe_acts_alloc(&st->slots[s].moe[l], &st->lin.moe, R, C);
         }
     }
+}
+
+// The moe layers' training flags (--capacity-factor, --aux-loss-coef, --z-loss-coef), before the first forward
+// (whose buffers the capacity sizes: stage_moe_alloc)
+static void stage_set_moe(Stage* st, float capacity_factor, float aux_coef, float z_coef) {
+    if (st->moe_buf.mem != NULL && capacity_factor != st->lin.moe.capacity_factor) {
+        fatal("stage_set_moe: the moe buffers were sized for capacity factor %g, found %g", st->lin.moe.capacity_factor,
+              capacity_factor);
+    }
+    st->lin.moe.capacity_factor = capacity_factor;
+    st->lin.moe.aux_coef = aux_coef;
+    st->lin.moe.z_coef = z_coef;
+    stage_moe_alloc(st);
 }
 
 // the selection bias (E) FP32 of moe layer l (the aux-loss-free balancing; NULL: none), for every slot
@@ -408,7 +414,7 @@ static void stage_forward(Stage* st, int slot, const int* inputs, const floatX* 
     GPTConfig c = st->cfg;
     StageRange r = st->range;
     int L = c.num_layers, C = c.channels, V = c.vocab_size, B = st->B, T = st->T, BT = B * T, R = tp_rows(&st->tp, BT);
-    if (c.num_experts > 0 && st->moe_buf.mem == NULL) fatal("stage_forward: a moe model's stage_set_moe comes first (it sizes the moe buffers)");
+    stage_moe_alloc(st);  // (a moe model's buffers, once: stage_set_moe's flags or the defaults)
     MicroBatch* mb = &st->slots[slot];
     cudaStream_t s = llm_ctx.stream;
     ParamHooks* h = st->hooks;
