@@ -32,10 +32,6 @@ static inline int comm_launcher_size(int* rank) {
 }
 #endif
 
-// Start MPI (unless the caller did), check the layout, make the mesh (c->mesh) and build its groups; over
-// NCCL also pick the GPU and create the NCCL communicators and the communication stream. Without MPI: one
-// process. dp = 0: dp = world size / (tp * pp * cp). ep: the expert-parallel groups, folded into dp (ep divides
-// dp; llm/comm/mesh.h). Exits (rank 0 printing one line) on an invalid layout.
 #if COMM_MPI
 // the job's error_end (llm/core/common.h), run after an error line and before its exit: the others' lines
 // (wd_error_end), then, over NCCL, the watchdog thread stopped: it calls MPI every 20 ms, and the exit's
@@ -48,6 +44,10 @@ static void comm_error_end(void* ctx) {
 }
 #endif
 
+// Start MPI (unless the caller did), check the layout, make the mesh (c->mesh) and build its groups; over
+// NCCL also pick the GPU and create the NCCL communicators and the communication stream. Without MPI: one
+// process. dp = 0: dp = world size / (tp * pp * cp). ep: the expert-parallel groups, folded into dp (ep divides
+// dp; llm/comm/mesh.h). Exits (rank 0 printing one line) on an invalid layout.
 static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, int cp = 1, int ep = 1) {
     memset(c, 0, sizeof(*c));
     char err[400] = "";
