@@ -9,7 +9,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/context.h"  // OP_PROFILE
-#include "moe_router.cuh"     // MOE_BLOCK, moe_grid (kernel builds)
+#include "moe_router.cuh"     // MOE_BLOCK, moe_launch (kernel builds)
 
 // ----------------------------------------------------------------------------
 // CPU reference
@@ -136,12 +136,6 @@ __global__ void moe_unpermute_backward_kernel(floatX* dyp, float* dgates, const 
     if (lane == 0) dgates[a] = d;
 }
 
-// the one launch of this file's kernels: `threads` threads in blocks of MOE_BLOCK, none when there is no work
-template <typename... KArgs, typename... Args>
-static void moe_launch(void (*kernel)(KArgs...), size_t threads, cudaStream_t stream, Args... args) {
-    if (threads == 0) return;
-    LAUNCH(kernel, dim3(moe_grid(threads)), dim3(MOE_BLOCK), 0, stream, args...);
-}
 #endif
 
 // ----------------------------------------------------------------------------

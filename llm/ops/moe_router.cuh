@@ -415,6 +415,14 @@ __global__ void moe_route_backward_kernel(float* dlogits /*(N,E)*/, MoERouting r
 }
 
 static inline unsigned moe_grid(size_t threads) { return (unsigned)ceil_div_sz(threads, MOE_BLOCK); }
+
+// one thread per element of `threads` in blocks of MOE_BLOCK, none when there is no work: the launch of the moe kernels
+// (this file's, llm/ops/moe_permute.cuh's, llm/sharded/moe_sequence.h's) that take one thread per element
+template <typename... KArgs, typename... Args>
+static void moe_launch(void (*kernel)(KArgs...), size_t threads, cudaStream_t stream, Args... args) {
+    if (threads == 0) return;
+    LAUNCH(kernel, dim3(moe_grid(threads)), dim3(MOE_BLOCK), 0, stream, args...);
+}
 #endif
 
 // ----------------------------------------------------------------------------
@@ -429,7 +437,7 @@ static void moe_router_logits_forward(float* logits, const floatX* x, const floa
     moe_router_logits_forward_cpu(logits, x, wr, N, C, E);
 #else
     if (N == 0) return;
-    LAUNCH(moe_router_logits_kernel, dim3(moe_grid((size_t)N * 32)), dim3(MOE_BLOCK), 0, stream, logits, x, wr, N, C, E);
+    moe_launch(moe_router_logits_kernel, (size_t)N * 32, stream, logits, x, wr, N, C, E);
 #endif
 }
 
@@ -442,8 +450,8 @@ static void moe_router_logits_backward(floatX* dx, floatX* dwr, const float* dlo
     moe_router_logits_backward_cpu(dx, dwr, dlogits, x, wr, N, C, E);
 #else
     if (N == 0) return;
-    LAUNCH(moe_router_dx_kernel, dim3(moe_grid((size_t)N * C)), dim3(MOE_BLOCK), 0, stream, dx, dlogits, wr, N, C, E);
-    LAUNCH(moe_router_dw_kernel, dim3(moe_grid((size_t)E * C)), dim3(MOE_BLOCK), 0, stream, dwr, dlogits, x, N, C, E);
+    moe_launch(moe_router_dx_kernel, (size_t)N * C, stream, dx, dlogits, wr, N, C, E);
+    moe_launch(moe_router_dw_kernel, (size_t)E * C, stream, dwr, dlogits, x, N, C, E);
 #endif
 }
 
@@ -459,7 +467,7 @@ static void moe_route_forward(const MoERouting* r, const float* logits, const fl
     moe_route_forward_cpu(r, logits, bias, N, E, K, cap, aux_coef, z_coef);
 #else
     int NK = N * K;
-    if (N > 0) LAUNCH(moe_route_topk_kernel, dim3(moe_grid(N)), dim3(MOE_BLOCK), 0, stream, *r, logits, bias, N, E, K);
+    moe_launch(moe_route_topk_kernel, (size_t)N, stream, *r, logits, bias, N, E, K);
     LAUNCH(moe_route_count_kernel, dim3(E), dim3(MOE_BLOCK), 0, stream, *r, NK, E);
     LAUNCH(moe_route_capacity_kernel, dim3(E), dim3(MOE_BLOCK), 0, stream, *r, NK, E, K, cap);
     LAUNCH(moe_route_rows_kernel, dim3(moe_grid(NK > 0 ? NK : 1)), dim3(MOE_BLOCK), 0, stream, *r, NK, E);
@@ -481,8 +489,7 @@ static void moe_route_backward(float* dlogits, const MoERouting* r, const float*
     (void)stream;
     moe_route_backward_cpu(dlogits, r, dgates, N, E, K, aux_coef, z_coef, scale, routed, Nall);
 #else
-    if (N == 0) return;
-    LAUNCH(moe_route_backward_kernel, dim3(moe_grid(N)), dim3(MOE_BLOCK), 0, stream, dlogits, *r, dgates, N, E, K, aux_coef,
-           z_coef, scale, routed, Nall);
+    moe_launch(moe_route_backward_kernel, (size_t)N, stream, dlogits, *r, dgates, N, E, K, aux_coef, z_coef, scale, routed,
+               Nall);
 #endif
 }

@@ -186,7 +186,7 @@ static void moe_seq_gather_logits(const MoESeqGroup* g, float* logits /*(size N,
     (void)st;
     for (int q = 0; q < Nall; q++) memcpy(logits + (size_t)g->gmap[q] * E, gathered + (size_t)q * E, (size_t)E * sizeof(float));
 #else
-    LAUNCH(moe_seq_scatter_kernel, dim3(moe_grid((size_t)Nall * E)), dim3(MOE_BLOCK), 0, st, logits, gathered, g->gmap, Nall, E);
+    moe_launch(moe_seq_scatter_kernel, (size_t)Nall * E, st, logits, gathered, g->gmap, Nall, E);
 #endif
 }
 
@@ -199,7 +199,7 @@ static void moe_seq_local_routing(const MoESeqGroup* g, const MoERouting* l, con
     for (int i = 0; i < N; i++) moe_seq_token(*l, *w, mine, i, E, K);
     moe_seq_layout(*l, *w, mine, N, E, K);
 #else
-    if (N > 0) LAUNCH(moe_seq_token_kernel, dim3(moe_grid((size_t)N)), dim3(MOE_BLOCK), 0, st, *l, *w, mine, N, E, K);
+    moe_launch(moe_seq_token_kernel, (size_t)N, st, *l, *w, mine, N, E, K);
     LAUNCH(moe_seq_layout_kernel, dim3(1), dim3(32), 0, st, *l, *w, mine, N, E, K);
 #endif
 }
