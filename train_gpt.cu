@@ -70,18 +70,20 @@ why the step is bound by its products: docs/training.md.
 // NaN for a dense model. And r->moe_log: the step's routed and dropped assignments per moe layer and expert,
 // summed over the micro-batches, the pp stages and the dp (and cp) ranks, and over tp under sequence parallelism
 // (each tp rank routes its own tokens; without it every tp rank routes the same tokens), as log.jsonl keys: "moe_layers": [l, ...], "moe_routed" and "moe_dropped": one list of E per moe layer.
-// (FP32 sums: exact below 2^24 assignments per step and expert.) The counts stay in moe_step_f for the selection
+// (FP32 sums: exact below 2^24 assignments per step and expert.) The counts stay in ml->counts for the selection
 // bias's update (llm/train/moe_balance.h), whose result moe_log_bias adds to the text.
-static char* moe_log_buf = NULL;  // r->moe_log's text (one step at a time)
-static size_t moe_log_cap = 0;
-static float* moe_step_f = NULL;  // (L, 2, E) the step's routed and dropped counts, summed over every rank that routes
+typedef struct {
+    float* counts;  // (L, 2, E) the step's routed and dropped counts, summed over every rank that routes
+    char* text;     // (cap) r->moe_log's text (one step at a time)
+    size_t cap;
+} MoeStepLog;
 
-static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
+static void moe_step_counts(Pipeline* pipe, DataParallel* dp, MoeStepLog* ml, StepResult* r) {
     GPTConfig c = pipe->cfg;
     int L = c.num_layers, E = c.num_experts;
     size_t n = (size_t)L * 2 * E;
-    if (moe_step_f == NULL) moe_step_f = (float*)mallocCheck(n * sizeof(float));
-    float* f = moe_step_f;
+    if (ml->counts == NULL) ml->counts = (float*)mallocCheck(n * sizeof(float));
+    float* f = ml->counts;
     for (size_t i = 0; i < n; i++) f[i] = (float)pipe->moe_counts[i];
     memset(pipe->moe_counts, 0, n * sizeof(long long));
     if (dp->size > 1 || pipe->pp_size > 1 || dp->sequence_parallel) {
@@ -91,10 +93,12 @@ static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
         if (pipe->pp_size > 1) comm_all_reduce(dp->comm, GROUP_PP, pipe->moe_counts_dev, pipe->moe_counts_dev, n, COMM_SUM, llm_ctx.stream);
         copy_to_host(f, pipe->moe_counts_dev, n * sizeof(float));
     }
-    size_t cap = 96 + (size_t)L * 8 + n * 14 + (size_t)L * E * 18;  // (and the bias's %.9g values)
-    if (moe_log_buf == NULL) moe_log_buf = (char*)mallocCheck(cap);
-    moe_log_cap = cap;
-    char* b = moe_log_buf;
+    if (ml->text == NULL) {
+        ml->cap = 96 + (size_t)L * 8 + n * 14 + (size_t)L * E * 18;  // (and the bias's %.9g values)
+        ml->text = (char*)mallocCheck(ml->cap);
+    }
+    size_t cap = ml->cap;
+    char* b = ml->text;
     size_t k = (size_t)snprintf(b, cap, ", \"moe_layers\": [");
     for (int l = 0, first = 1; l < L; l++) {
         if (layer_is_moe(c, l)) { k += (size_t)snprintf(b + k, cap - k, "%s%d", first ? "" : ", ", l); first = 0; }
@@ -117,24 +121,25 @@ static void moe_step_counts(Pipeline* pipe, DataParallel* dp, StepResult* r) {
 
 // the selection bias after the step's update (while the routers read one), as the log.jsonl key "moe_bias": one
 // list of E per moe layer, each value printed to round-trip FP32 (%.9g)
-static void moe_log_bias(const MoeBalance* bal, StepResult* r) {
+static void moe_log_bias(const MoeBalance* bal, MoeStepLog* ml, StepResult* r) {
     if (r->moe_log == NULL || !bal->active) return;
     GPTConfig c = bal->cfg;
-    size_t k = strlen(moe_log_buf), cap = moe_log_cap;
-    k += (size_t)snprintf(moe_log_buf + k, cap - k, ", \"moe_bias\": [");
+    char* b = ml->text;
+    size_t k = strlen(b), cap = ml->cap;
+    k += (size_t)snprintf(b + k, cap - k, ", \"moe_bias\": [");
     for (int l = 0, first = 1; l < c.num_layers; l++) {
         if (!layer_is_moe(c, l)) continue;
-        k += (size_t)snprintf(moe_log_buf + k, cap - k, "%s[", first ? "" : ", ");
+        k += (size_t)snprintf(b + k, cap - k, "%s[", first ? "" : ", ");
         first = 0;
         for (int e = 0; e < c.num_experts; e++) {
-            k += (size_t)snprintf(moe_log_buf + k, cap - k, "%s%.9g", e ? ", " : "", bal->host[(size_t)l * c.num_experts + e]);
+            k += (size_t)snprintf(b + k, cap - k, "%s%.9g", e ? ", " : "", bal->host[(size_t)l * c.num_experts + e]);
         }
-        k += (size_t)snprintf(moe_log_buf + k, cap - k, "]");
+        k += (size_t)snprintf(b + k, cap - k, "]");
     }
-    snprintf(moe_log_buf + k, cap - k, "]");
+    snprintf(b + k, cap - k, "]");
 }
 
-static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
+static void moe_step_losses(Pipeline* pipe, DataParallel* dp, MoeStepLog* ml, StepResult* r) {
     r->aux = r->z = NAN;
     r->moe_log = NULL;
     if (pipe->cfg.num_experts == 0) return;
@@ -153,11 +158,11 @@ static void moe_step_losses(Pipeline* pipe, DataParallel* dp, StepResult* r) {
     r->aux = dp_mean(dp, v[0]);
     r->z = dp_mean(dp, v[1]);
     r->loss += r->aux + r->z;
-    moe_step_counts(pipe, dp, r);
+    moe_step_counts(pipe, dp, ml, r);
 }
 
 static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scaler, Fp8State* fp8, Health* health,
-                             MoeBalance* bal, const OptimConfig* oc, const InjectPlan* faults, const int* inputs,
+                             MoeBalance* bal, MoeStepLog* ml, const OptimConfig* oc, const InjectPlan* faults, const int* inputs,
                              const int* targets, int step, unsigned int seed) {
     StepResult r;
     dp_step_begin(dp);
@@ -170,7 +175,7 @@ static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scale
     pipe_event(pipe, "gradient reductions", "collective", t);  // (the last ones, waited)
     t = wall_ms();
     r.loss = dp_mean(dp, loss);
-    moe_step_losses(pipe, dp, &r);  // a moe model: its aux and z losses join the loss
+    moe_step_losses(pipe, dp, ml, &r);  // a moe model: its aux and z losses join the loss
     r.norm = dp_grad_norm(dp);
     float unscale;
     loss_scaler_unscale(scaler, &r.norm, &unscale);
@@ -180,8 +185,8 @@ static StepResult train_step(Pipeline* pipe, DataParallel* dp, LossScaler* scale
     r.lr = lr_schedule(oc, step - 1);
     if (r.skipped == NULL) dp_update(dp, oc, r.lr, r.norm, seed, unscale);  // clip, AdamW
     // --expert-bias-rate: each moe layer's selection bias moved by the step's routed counts (a skipped step, none)
-    if (r.skipped == NULL && r.moe_log != NULL) moe_balance_step(bal, moe_step_f);
-    moe_log_bias(bal, &r);
+    if (r.skipped == NULL && r.moe_log != NULL) moe_balance_step(bal, ml->counts);
+    moe_log_bias(bal, ml, &r);
     device_synchronize();
     pipe_event(pipe, "optimizer", "optimizer", t);
     return r;
@@ -208,6 +213,7 @@ typedef struct {
     Fp8State fp8;
     Sampler sampler;
     MoeBalance moe_bias;       // --expert-bias-rate: the moe layers' selection bias (llm/train/moe_balance.h)
+    MoeStepLog moe_log;        // a moe model's step: its routed and dropped counts and their log.jsonl text
     OptimConfig oc;
     LossScaler scaler;
     Rng sample_rng;            // the samples' draws
@@ -416,7 +422,7 @@ static void train_loop(Trainer* tr, LoopStats* ls) {
         double t0 = wall_ms();
         straggler_step_begin(&straggler, comm);
         inject_before_step(&tr->faults, comm, step, step_targets, (size_t)m * B * T, tr->cfg.vocab_size);
-        StepResult r = train_step(&tr->pipe, &tr->dp, &tr->scaler, &tr->fp8, &tr->health, &tr->moe_bias, &tr->oc, &tr->faults, step_inputs,
+        StepResult r = train_step(&tr->pipe, &tr->dp, &tr->scaler, &tr->fp8, &tr->health, &tr->moe_bias, &tr->moe_log, &tr->oc, &tr->faults, step_inputs,
                                   step_targets, step, (unsigned int)(a->seed + 7919u * (unsigned)step));
         inject_after_update(&tr->faults, &tr->dp, step);
         double ms = wall_ms() - t0;
