@@ -943,6 +943,11 @@ MUTATIONS = [
       "fp8_train"),
 
     # --- FP8 experts (moe.h's per-expert FP8 linears; fp8_linear.h's expert entries; test_moe_fp8.sh, test_fp8_linear.cu) ---
+    M("f-moe-fp8-seq-skipped", "fp8", "llm/model/moe.h",
+      "    if (s->fp8 == NULL) return;",
+      "    if (s->fp8 == NULL || moe_seq_split(s->seq)) return;",
+      "the experts stay in floatX when a micro-batch's tokens are split over cp or sp ranks (the comparison with one FP8 process alone passes it)",
+      "moe_fp8"),
     M("f-moe-fp8-local-slot", "fp8", "llm/model/moe.h",
       "    int g = moe_first_expert(s) + e;",
       "    int g = e;",
