@@ -54,15 +54,18 @@ run_one() {
     echo "   $name: $p passed, $f failed, $k skipped ($((SECONDS-t0)) s)"
 }
 
-# the tests of one single-threaded process (the emulated kernels: the emulator runs a grid's blocks on one OS thread)
-# run two at a time, each on a core of its own; every other test runs alone, once those before it have ended
-PAIRED=" moe_emu moe_emu_bf16 attention_ring_emu attention_ring_emu_bf16 attention_ring_emu_fp16 cublaslt matmul_emu_bf16_forward matmul_emu_bf16_reverse
-matmul_emu_bf16_random matmul_emu_fp32 kernels_bf16_forward kernels_bf16_reverse kernels_bf16_random kernels_fp32_random
-kernels_fp16_random kernels_racecheck matmul_racecheck model_vs_pytorch_emu model_vs_pytorch_emu_bf16
-model_vs_pytorch_emu_fp16 sampler_emu_bf16 fp8_emu_forward fp8_emu_reverse fp8_emu_random fp8_gemm_emu_sm90
-fp8_gemm_emu_sm100 fp8_gemm_emu_sm80 fp8_linear_emu "
-PAIRED=${PAIRED//$'\n'/ }
-paired=()  # the paired tests started and not yet counted, in order
+# Two tests at a time (TEST_JOBS, default 2; 1: one after the other). Most tests leave a core idle for much of their
+# time: tiny models on one thread, process start-ups, the watchdog's waits (on this project's 2-core Xeon, 2026-11-29,
+# alone: test_faults.sh used 27 CPU-seconds in 72 s, test_comm.sh 31 in 56, test_ckpt_trust.sh 10 in 28, the
+# emulated kernels' programs one core each), so a second test fills it. Tests start in this file's order, each with
+# OMP_NUM_THREADS=1 (the scripts that train set it themselves) and MPI's waiting ranks yielding their core; a test in
+# ALONE starts once every test before it has ended and runs with no other, on both cores: its checks time something
+# (blas_cpu: the kernels' GFLOP/s; mfu: the measured peak against the step; pp: the measured bubble against the
+# simulator's). Each test's lines print in this file's order, as soon as it and every test before it have ended.
+ALONE=" blas_cpu mfu pp "
+TEST_JOBS=${TEST_JOBS:-2}
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+started=()  # the tests started and not yet printed, in order
 
 count() {  # count NAME: adds the test's counts to the totals
     local p f k
@@ -70,31 +73,44 @@ count() {  # count NAME: adds the test's counts to the totals
     total_pass=$((total_pass+p)); total_fail=$((total_fail+f)); total_skip=$((total_skip+k))
     [ "$f" -ne 0 ] && failed_tests+=("$1")
 }
-drain() {  # the paired tests started: wait for them, print their lines in order, count them
-    wait
-    local n
-    for n in "${paired[@]}"; do cat "build/test_logs/$n.lines"; count "$n"; done
-    paired=()
+flush() {  # prints and counts the ended tests at the head of the queue (all of them with "all")
+    while [ ${#started[@]} -gt 0 ] && { [ "${1:-}" = all ] || [ -e "build/test_logs/${started[0]}.done" ]; }; do
+        cat "build/test_logs/${started[0]}.lines" 2>/dev/null
+        count "${started[0]}"
+        started=("${started[@]:1}")
+    done
+}
+running_below() {  # running_below N: waits until fewer than N tests run, printing those that end
+    while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do wait -n; flush; done
+    flush
 }
 
 run() {  # run NAME CMD...
     local name=$1; shift
     if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
-    rm -f "build/test_logs/$name.counts"
-    if [[ "$PAIRED" == *" $name "* ]] && [ "${TEST_PAIRS:-1}" = 1 ]; then
-        while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
-        OMP_NUM_THREADS=1 run_one "$name" "$@" > "build/test_logs/$name.lines" &
-        paired+=("$name")
-        return 0
-    fi
-    drain
-    run_one "$name" "$@"
-    count "$name"
+    rm -f "build/test_logs/$name.counts" "build/test_logs/$name.done"
+    local alone=0 threads=1
+    if [[ "$ALONE" == *" $name "* ]] || [ "$TEST_JOBS" -le 1 ]; then alone=1; fi
+    [[ "$ALONE" == *" $name "* ]] && threads=${OMP_NUM_THREADS:-2}
+    if [ $alone = 1 ]; then running_below 1; else running_below "$TEST_JOBS"; fi
+    { OMP_NUM_THREADS=$threads run_one "$name" "$@" > "build/test_logs/$name.lines"; touch "build/test_logs/$name.done"; } &
+    started+=("$name")
+    [ $alone = 1 ] && running_below 1
+    return 0
 }
 
 # scripts/deps.sh and the Makefile's use of it, with stub dpkg-query / apt-get / sudo / id / python3: what is
 # installed as root, with sudo -n, or the one line saying what to run; .venv for PyPI packages; before any compiler
 run deps bash test/test_deps.sh
+# the three that run ALONE (they time something) first: nothing runs before them to wait for
+# the OpenBLAS kernels (llm/ops/blas_cpu.h): the choice for CPUs of many kinds and the library's names as inputs; this
+# machine's features against /proc/cpuinfo, and the kernels in use its best
+run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
+# MFU on the step line and in log.jsonl (llm/train/mfu.h) against the PaLM formula: --peak-tflops on 1 and 2
+# processes, the measured peak, the emulated build
+run mfu env -u OPENBLAS_CORETYPE bash test/test_mfu.sh
+# pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
+run pp bash test/test_pp.sh
 run ops_grad ./build/test_ops_grad_cpu
 # the mixture-of-experts MLP (llm/ops/moe_router.cuh, llm/model/moe.h): the router's contract, the layer's gradients
 # against finite differences, the layer against the float64 PyTorch fixture; CPU BF16; the kernels emulated in FP32 and BF16
@@ -142,9 +158,6 @@ run resume bash test/test_resume.sh
 run resume_emu_bf16 env BIN=./build/train_gpt_emu_bf16 bash test/test_resume.sh
 # the CPU build with 16-bit storage (llm/core/half_cpu.h): conversions vs the CUDA toolkit, the model vs PyTorch, resume
 run half_cpu ./build/test_half_cpu
-# the OpenBLAS kernels (llm/ops/blas_cpu.h): the choice for CPUs of many kinds and the library's names as inputs; this
-# machine's features against /proc/cpuinfo, and the kernels in use its best
-run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
 # the ops' own timers (llm/core/op_profile.h, dev/bench_train.cu's breakdown): nested scopes told apart, every product
 # of a step with its shape (their FLOPs = the model's), the calls of each kind the model's
 run op_profile ./build/test_op_profile_cpu
@@ -181,8 +194,6 @@ run tp bash test/test_tp.sh
 # context parallelism: ring attention (zigzag, contiguous) and Ulysses at cp 2 and 4, with tp, sp, pp, ZeRO, FP8 and
 # recompute, against one process; the cp traffic against the papers, activations 1/N, the balance, resume, bad layouts
 run cp bash test/test_cp.sh
-# pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
-run pp bash test/test_pp.sh
 # the scale planner (scripts/plan.py) against the allocator, the ledger and the simulator, byte for byte, on a matrix of layouts
 run plan bash test/test_plan.sh
 # the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
@@ -212,9 +223,6 @@ run bad_input bash test/test_bad_input.sh
 # the training recipes (scripts/gpt2_124m.sh, gpt2_350m.sh, scripts/launch.sh): llm.c's values in every launch mode's
 # dry run, bad layouts refused with one line, real CPU runs through the launcher (one process, resume, mpirun -np 2)
 run recipes bash test/test_recipes.sh
-# MFU on the step line and in log.jsonl (llm/train/mfu.h) against the PaLM formula: --peak-tflops on 1 and 2
-# processes, the measured peak, the emulated build
-run mfu env -u OPENBLAS_CORETYPE bash test/test_mfu.sh
 # dev/bench_pytorch.py (the same-GPU anchor): its configs and FLOP count against the paper's; a smoke run where torch imports
 run bench_pytorch bash test/test_bench_pytorch.sh
 # the emulated CUDA build (dev/emu/): the emulator's own planted-bug tests, the emulated cuBLASLt,
@@ -292,7 +300,8 @@ run health bash test/test_health.sh
 # where the docs quote it, every llm/ file named in the reading guide, no path the docs name missing, no ../shared/
 run docs bash test/test_docs.sh
 
-drain
+running_below 1
+flush all
 [ ${#failed_tests[@]} -gt 0 ] && echo "failed: ${failed_tests[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

@@ -36,6 +36,8 @@
 #include <stdarg.h>
 #include <signal.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <errno.h>
 
 static Comm C;
 static int g_pass = 0, g_fail = 0;
@@ -974,6 +976,29 @@ static const char* USAGE =
     "  --a2a-overlap         an all_to_all with recv == send (refused: it has no in-place form)\n"
     "  --a2a-hang            the last rank hangs before an all_to_all (the variable one); the others' watchdog (2 s) ends the job\n";
 
+#if COMM_MPI
+// the processes whose parent is this one and whose name (/proc/PID/stat's second field) is `name`
+static int child_processes_named(const char* name) {
+    int n = 0;
+    DIR* d = opendir("/proc");
+    if (d == NULL) fatal("test_comm: cannot open /proc: %s", strerror(errno));
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        FILE* f = fopen(path, "r");
+        if (f == NULL) continue;  // (ended meanwhile)
+        int pid = 0, ppid = 0;
+        char state = 0;
+        if (fscanf(f, "%d (%63[^)]) %c %d", &pid, comm, &state, &ppid) == 4 && ppid == (int)getpid() && !strcmp(comm, name)) n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+#endif
+
 int main(int argc, char** argv) {
     usage_if_help(argc, argv, USAGE);
     int dp = 0, tp = 1, pp = 1, cp = 1, ep = 1, die_rank = -1, die_signal = 0, bench = 0, host_ptr = 0, a2a_overlap = 0, a2a_hang = 0;
@@ -995,6 +1020,9 @@ int main(int argc, char** argv) {
         else fatal("test_comm: unknown argument %s (expected --dp --tp --pp --cp --ep --seed --die-rank --die-signal --bench --host-ptr "
                    "--a2a-overlap --a2a-hang)", a);
     }
+#if COMM_MPI
+    int lone = !comm_launched();  // (read before MPI_Init, which may set the launcher's variables itself)
+#endif
     comm_init(&C, &argc, &argv, dp, tp, pp, cp, ep);
     g_want_dp = dp; g_want_tp = tp; g_want_pp = pp; g_want_cp = cp; g_want_ep = ep; g_ep = ep;
     if (C.world_size > 64) fatal("test_comm: at most 64 processes (found %d)", C.world_size);
@@ -1055,6 +1083,16 @@ int main(int argc, char** argv) {
         fflush(stdout);
     }
 
+#if COMM_MPI
+    // a process no launcher started is an MPI singleton, started without Open MPI's daemon (llm/comm/comm_mesh.h,
+    // comm_lone_process_start): otherwise MPI_Init forks an orted, which lives as long as this process
+    if (lone && C.owns_mpi) {
+        int orted = child_processes_named("orted");
+        char detail[80];
+        snprintf(detail, sizeof(detail), "%d orted child process%s", orted, orted == 1 ? "" : "es");
+        mcheck(orted == 0, detail, "a lone process starts MPI without a daemon (no orted child; MPI_Init %.0f ms)", C.init_ms);
+    }
+#endif
     test_mesh();
     test_all_collectives<float>();
 #if LLM_HAS_KERNELS && !defined(ENABLE_FP32) && !defined(ENABLE_FP16)

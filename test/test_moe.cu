@@ -428,8 +428,9 @@ static double layer_loss(Layer& L, const std::vector<float>& R, float scale, dou
 //   covers the O(h^4) truncation of the curved parts (GELU, the softmax), as in test_ops_grad.
 // An entry whose perturbed forwards route differently from the unperturbed one (a top-k or capacity
 // decision flipped: L is not differentiable there) is not compared; another is drawn instead (the count
-// is printed; at most 3 x samples draws: a router weight moves every token's logits, so near the capacity
-// boundary a third of its draws can flip). A gradient that is all near zero fails.
+// is printed; at most 8 x samples draws: a router weight moves every token's logits, so near the capacity
+// boundary most of its draws can flip: 49 of 64 at K = 2, F = 0.5 with seed 7573602519, where 4 x samples ran
+// out one entry short). A gradient that is all near zero fails.
 static void fd_check(const char* what, Layer& L, float* v, size_t n, const std::vector<float>& g /*analytic*/,
                      const std::vector<float>& R, float scale, int samples) {
     const float h = 1e-2f;
@@ -438,7 +439,7 @@ static void fd_check(const char* what, Layer& L, float* v, size_t n, const std::
     layer_loss(L, R, scale, &S, &sig0);
     double worst = 0.0, maxg = 0.0;
     int bad = 0, flips = 0, done = 0;
-    for (int tries = 0; done < samples && tries < 4 * samples; tries++) {
+    for (int tries = 0; done < samples && tries < 8 * samples; tries++) {
         size_t i = (size_t)(rng_u64(&g_rng) % n);
         float x0 = v[i];
         double d[2];

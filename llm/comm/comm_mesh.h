@@ -14,7 +14,27 @@
 static inline int comm_group_size(const Comm* c, CommGroup g) { return c->group_size[g]; }
 static inline int comm_group_rank(const Comm* c, CommGroup g) { return c->group_rank[g]; }
 
-#if !COMM_MPI
+#if COMM_MPI
+// A process no launcher started (`./train_gpt_cpu` alone: none of the variables Open MPI, Hydra/PMI, PMIx or
+// MVAPICH give their processes) is an MPI "singleton". Open MPI 4.1 starts one by forking a daemon (orted) and
+// its default messaging layer (UCX): MPI_Init 400-630 ms (193-310 over ob1) for a process that talks to no
+// other, against 25-43 ms "isolated" (no daemon; such a process could not MPI_Comm_spawn, which nothing here
+// does) over ob1 (Open MPI 4.1.4 on this project's 2-core Xeon, 2026-11-29, a loaded machine). Unless the user chose otherwise (an OMPI_MCA_ variable
+// already set wins), a lone process starts that way. Other MPIs ignore these variables.
+static int comm_launched(void) {
+    const char* launched[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"};
+    for (int i = 0; i < 4; i++) {
+        if (getenv(launched[i]) != NULL) return 1;
+    }
+    return 0;
+}
+static void comm_lone_process_start(void) {
+    if (comm_launched()) return;
+    setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+    setenv("OMPI_MCA_pml", "ob1", 0);
+    setenv("OMPI_MCA_osc", "^ucx", 0);
+}
+#else
 // the launcher's process count when one started this process (Open MPI, MPICH/Hydra, ...), else 1
 static inline int comm_launcher_size(int* rank) {
     const char* size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
@@ -57,6 +77,7 @@ static void comm_init(Comm* c, int* argc, char*** argv, int dp, int tp, int pp, 
     if (!inited) {
         double t0 = wall_ms();
         int provided = 0;
+        comm_lone_process_start();
         // funneled: only the main thread calls MPI (OpenMP threads never do); NCCL builds ask for
         // multiple, so that the watchdog thread can use its side channel (llm/comm/watchdog.h)
         mpiCheck(MPI_Init_thread(argc, argv, COMM_NCCL ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided));
