@@ -40,7 +40,7 @@
 #     micro-batch's routing on every rank): cp 2 ring (zigzag: K = 2 with drops, K = 1 without; contiguous: K = 2
 #     without), Ulysses (K = 2 and K = 1, with drops), tp 2 with sequence parallelism (K = 2 with drops, K = 1
 #     without), ep 2 x cp 2 (-np 4, dp 2; K = 2 with drops), cp 2 x tp 2 + sp (-np 4, the logits gathered over tp
-#     then cp: ring zigzag K = 2 with drops, ring contiguous K = 1 with drops, Ulysses K = 1 and K = 2 without),
+#     then cp: ring zigzag K = 2 with drops, ring contiguous K = 1 with drops, Ulysses K = 1 without),
 #     ep 2 x cp 2 x tp 2 + sp (-np 8, dp 2; K = 2 with drops), against one process with the same micro-batches within
 #     the FP32 bounds above, and the emulated CUDA build's cp 2, sp and cp 2 x sp (its kernels: 1e-5); the aux and z
 #     losses in log.jsonl one process's every step (4e-6 relative), the routed and dropped counts (each rank's own
@@ -251,7 +251,6 @@ seqruns=(
   "cpsp_ring one_256 4 cp 2 ring x tp 2 + sp, K = 2, drops|--total-batch 256 --cp 2 --tp 2 --sequence-parallel 1"
   "cpsp_uly_k1 one_k1 4 cp 2 Ulysses x tp 2 + sp, K = 1, no drops|${k1[*]} --cp 2 --cp-impl ulysses --tp 2 --sequence-parallel 1"
   "cpsp_cont_k1d one_k1d 4 cp 2 ring contiguous x tp 2 + sp, K = 1, drops|${k1d[*]} --cp 2 --cp-balance contiguous --tp 2 --sequence-parallel 1"
-  "cpsp_uly_k2n one_k2n 4 cp 2 Ulysses x tp 2 + sp, K = 2, no drops|--total-batch 256 --capacity-factor 0 --cp 2 --cp-impl ulysses --tp 2 --sequence-parallel 1"
   "ep2_cpsp one_256 8 ep 2 x cp 2 x tp 2 + sp (dp 2), K = 2, drops|--total-batch 256 --cp 2 --tp 2 --sequence-parallel 1 --ep 2"
 )
 seqdone=()
