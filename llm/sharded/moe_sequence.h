@@ -15,7 +15,10 @@
 //   2. moves each gathered row to its token's place in the micro-batch (one process's order, n = b T + t) by the
 //      map gmap, which the group's layout gives: row (i tp + j) N_l + k of the two-level gather is cp rank i's local
 //      token j N_l + k (tp rank j's k-th: sp's split of the cp rank's tokens), which cp's chunks (zigzag or
-//      contiguous) place in the micro-batch; cp alone or sp alone are the cases tp = 1 or cp = 1
+//      contiguous) place in the micro-batch; cp alone or sp alone are the cases tp = 1 or cp = 1. (The routing is
+//      the same under any relabelling of the micro-batch's tokens but for exact ties of probability at the capacity,
+//      which go to the lower token index: the map must agree with the gather's order and the rank's place in it,
+//      rank, and gives one process's order for those ties.)
 //   3. runs one process's routing (llm/ops/moe_router.cuh) on all N tokens: the same drops and the same losses on
 //      every rank, one process's
 //   4. keeps its own tokens' part: their probs, lse, experts and gates, the layout of their kept assignments
