@@ -256,7 +256,7 @@ static void setup_model(Trainer* tr) {
     if (a->T > cfg->max_seq_len) fatal("--seq-len: expected T <= the model's context length maxT = %d, found %d", cfg->max_seq_len, a->T);
     tr->grad_accum = (int)(a->total_batch / ((long)a->B * a->T * mesh->dp.size));
     char err[256] = "";
-    if (args_moe_error(a, cfg->num_experts, cfg->top_k, mesh->cp.size, err, sizeof(err)) || args_bias_error(a, cfg->num_experts, err, sizeof(err)) ||
+    if (args_moe_error(a, cfg->num_experts, cfg->top_k, err, sizeof(err)) || args_bias_error(a, cfg->num_experts, err, sizeof(err)) ||
         tp_layout_error(cfg->num_heads, cfg->padded_vocab_size, cfg->channels, mesh->tp.size, err, sizeof(err)) ||
         cp_layout_error(a->T, cfg->num_heads / mesh->tp.size, mesh->tp.size, mesh->cp.size, a->cp_impl, err, sizeof(err)) ||
         pipe_layout_error(*cfg, mesh->pp.size, a->vpp, tr->grad_accum, a->schedule, err, sizeof(err)) ||

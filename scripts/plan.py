@@ -58,8 +58,6 @@ def layout_error(a):
         return f"--ep {a['ep']}: expected a model with experts (--experts > 0), found a dense one"
     if a["ep"] > 1 and (cfg["E"] % a["ep"] or a["dp"] % a["ep"]):
         return f"--ep {a['ep']}: expected a divisor of the experts per layer {cfg['E']} and of the dp size {a['dp']} (ep folds into dp)"
-    if cfg["E"] > 0 and a["cp"] > 1 and a["sp"] and a["tp"] > 1:
-        return f"--experts {cfg['E']}: the trainer's experts refuse both --cp {a['cp']} and --sequence-parallel 1 (docs/moe.md)"
     if cfg["E"] > 0 and a["fp8"] != "none":
         return (f"--fp8 {a['fp8']} with --experts {cfg['E']}: not modelled (the trainer runs the experts in FP8, but an "
                 "expert's quantized operands grow to the most rows routed to it, which the routing decides)")
@@ -212,7 +210,7 @@ def search(ns, cl, name):
                             ns2 = argparse.Namespace(**vars(ns))
                             ns2.tp, ns2.pp, ns2.cp, ns2.dp, ns2.zero, ns2.recompute, ns2.batch = tp, pp, cp, dp, zero, rc, B
                             ns2.ep = ep
-                            ns2.sequence_parallel = 1 if tp > 1 and not (ns.experts and cp > 1) else 0  # (experts: not both)
+                            ns2.sequence_parallel = 1 if tp > 1 else 0
                             ns2.schedule = ns.schedule if pp > 1 else "1f1b"
                             ns2.vpp = 1
                             a = build_args(ns2)

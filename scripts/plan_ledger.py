@@ -138,23 +138,26 @@ def rank_ledger(a, coords, rm, sim):
     # ledger records the real routing's bytes: equal summed over the ep group when nothing is dropped, test_plan).
     # N_tok: the rank's tokens (1/tp of them under sp), the capacity the whole micro-batch's (llm/sharded/moe_sequence.h)
     if ep > 1:
-        G = cp if cp > 1 else (tp if a["sp"] and tp > 1 else 1)
+        G = cp * (tp if a["sp"] and tp > 1 else 1)
         Ntok = a["B"] * (a["T"] // cp) // (tp if a["sp"] and tp > 1 else 1)
         R = moe_rows(a["cfg"], Ntok, ep, a["capf"], G=G)[0]
         nmoe = sum(1 for l0, l1, _, _ in rm["ranges"] for l in range(l0, l1) if is_moe(a["cfg"], l)) * m
         led.add("all_to_all", "ep", a["cfg"]["E"] * 4, calls=nmoe)
         led.add("all_to_all", "ep", R * a["cfg"]["C"] * e, calls=4 * nmoe)
     # a moe model's routed and dropped counts per layer and expert summed over dp and pp (and tp under sp), its aux and
-    # z losses over pp (train_gpt.cu, once per step); with a micro-batch's tokens split over cp (or tp under sp) each
-    # moe layer all-gathers the router logits of the whole micro-batch, (B T) x E FP32, once per micro-batch
-    # (llm/sharded/moe_sequence.h; a moe layer is never recomputed)
+    # z losses over pp (train_gpt.cu, once per step); with a micro-batch's tokens split over cp, tp under sp, or both,
+    # each moe layer all-gathers the router logits of the whole micro-batch, (B T) x E FP32, once per micro-batch
+    # (llm/sharded/moe_sequence.h; a moe layer is never recomputed): over cp or tp, or over tp (the cp rank's B T / cp
+    # tokens) then cp (the whole micro-batch's)
     if a["cfg"]["E"] > 0:
         n = a["cfg"]["L"] * 2 * a["cfg"]["E"] * 4
-        sq = "cp" if cp > 1 else ("tp" if a["sp"] and tp > 1 else None)
-        if sq is not None:
-            n_moe = sum(1 for l0, l1, _, _ in rm["ranges"] for l in range(l0, l1) if is_moe(a["cfg"], l))
-            led.add("all_gather", sq, a["B"] * a["T"] * a["cfg"]["E"] * 4, calls=n_moe * m)
-        if sq == "tp":
+        spt = a["sp"] and tp > 1
+        n_moe = sum(1 for l0, l1, _, _ in rm["ranges"] for l in range(l0, l1) if is_moe(a["cfg"], l))
+        if spt:
+            led.add("all_gather", "tp", a["B"] * (a["T"] // cp) * a["cfg"]["E"] * 4, calls=n_moe * m)
+        if cp > 1:
+            led.add("all_gather", "cp", a["B"] * a["T"] * a["cfg"]["E"] * 4, calls=n_moe * m)
+        if spt:
             led.add("all_reduce", "tp", n)
         if N > 1:
             led.add("all_reduce", "dp", n)

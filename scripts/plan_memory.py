@@ -72,7 +72,7 @@ def moe_acts_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
 def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
     """moe_buffers_alloc: what one moe call borrows (workspace), shared by the stage's layers; with expert
     parallelism the local experts' dyl and dxl rows and the all-to-alls' rank-major scratch rm (Rl rows each);
-    G > 1: the N tokens are one rank's of a micro-batch split over G ranks (cp, or tp with sp:
+    G > 1: the N tokens are one rank's of a micro-batch split over G ranks (cp, tp with sp, or both:
     llm/sharded/moe_sequence.h), and the whole micro-batch's routing of A = G N tokens has its buffers too"""
     E, K, C = cfg["E"], cfg["K"], cfg["C"]
     NK = N * K
@@ -86,12 +86,12 @@ def moe_buffers_bytes(cfg, N, e, ep=1, capf=0.0, routed=False, G=1):
     AK = A * K
     whole = sum(r64(b) for b in (A * E * 4, A * E * 4, A * E * 4, A * 4, AK * 4, AK * 4, AK * 4, AK * 4,
                                  (3 * E + 1) * 4, 8, AK * 4, AK * 4, E * 4))
-    return mine + whole + A * 4  # (and the group's map of the A tokens, moe_seq_map: its own allocation)
+    return mine + whole + A * 4  # (and the group's map of the A tokens, moe_seq_init: its own allocation)
 
 
 def moe_seq_size(a):
-    """the ranks a micro-batch's tokens are split over for the moe layers' routing: cp, else tp with sp, else 1"""
-    return a["cp"] if a["cp"] > 1 else (a["tp"] if a["sp"] and a["tp"] > 1 else 1)
+    """the ranks a micro-batch's tokens are split over for the moe layers' routing: cp x (tp with sp), 1 for none"""
+    return a["cp"] * (a["tp"] if a["sp"] and a["tp"] > 1 else 1)
 
 
 def fp8_align256(n):

@@ -33,9 +33,9 @@
 #  2b. The emulated CUDA build (the CUDA code path: amax and quantize kernels per expert, the emulated cuBLASLt's
 #     FP8 GEMMs), one step of --fp8 delayed: the same per-expert check as 1 against the seed model file, and the
 #     first step's loss against the CPU build's within FIRST_TOL (measured 9e-8: FP32 sums in other orders).
-#  2c. The experts under cp 2 and under tp 2 + sp (their routing the whole micro-batch's), --fp8 delayed: the per-expert
-#     entries as in 1 (each expert ran in FP8: the bounds below alone would pass experts left in floatX), and against
-#     one process within the 4-step bounds of 2.
+#  2c. The experts under cp 2, under tp 2 + sp and under cp 2 x tp 2 + sp (-np 4; their routing the whole micro-batch's),
+#     --fp8 delayed: the per-expert entries as in 1 (each expert ran in FP8: the bounds below alone would pass experts
+#     left in floatX), and against one process within the 4-step bounds of 2.
 #  3. FP8 against FP32 (the same model, seed and data): the final train and val losses of the 4 steps within
 #     BOUND = 0.03 nats, test_precision.sh's bound for the dense model's FP8 recipes against FP32.
 #  4. Resume: --fp8 delayed, 2 steps, the state file, 2 more steps, against 4 steps in one run: the same
@@ -84,13 +84,14 @@ for r in delayed block; do
     check compare "--fp8 $r: ep 2 vs 1 process (2 micro-batches)" "$tmp/${r}_ep2" "$tmp/${r}_one" $LOSS_TOL $PARAM_TOL
 done
 
-# 2c. The experts under cp 2 and under tp 2 + sp (llm/sharded/moe_sequence.h: every rank routes the whole micro-batch
-# and runs its own tokens' rows through the FP8 experts; the amaxes are max-reduced as under dp): --fp8 delayed against
-# one process within the 4-step bounds of 2 (a rank's per-tensor step-1 scales see half the rows, an FP8 rounding apart)
-for lay in "cp2:--cp 2" "sp2:--tp 2 --sequence-parallel 1"; do
-    n=${lay%%:*}; f=${lay#*:}
+# 2c. The experts under cp 2, under tp 2 + sp and under both (llm/sharded/moe_sequence.h: every rank routes the whole
+# micro-batch and runs its own tokens' rows through the FP8 experts; the amaxes are max-reduced as under dp): --fp8
+# delayed against one process within the 4-step bounds of 2 (a rank's per-tensor step-1 scales see part of the rows,
+# an FP8 rounding apart)
+for lay in "cp2:2:--cp 2" "sp2:2:--tp 2 --sequence-parallel 1" "cpsp:4:--cp 2 --tp 2 --sequence-parallel 1"; do
+    n=${lay%%:*}; f=${lay#*:}; np=${f%%:*}; f=${f#*:}
     # shellcheck disable=SC2086
-    train delayed_$n 2 "$CPU" --fp8 delayed $f --checkpoint-every 1 || continue
+    train delayed_$n "$np" "$CPU" --fp8 delayed $f --checkpoint-every 1 || continue
     # (the entries first: the comparison's bounds alone would pass experts left in floatX, FP8 against FP32 being
     # about 1e-3 apart)
     check fp8moe "--fp8 delayed, experts under $f: the experts' own entries" "$tmp/delayed_$n" "$SEED"

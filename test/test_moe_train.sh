@@ -39,11 +39,14 @@
 #  7. A micro-batch's tokens split over ranks (llm/sharded/moe_sequence.h: the logits all-gathered, the whole
 #     micro-batch's routing on every rank): cp 2 ring (zigzag: K = 2 with drops, K = 1 without; contiguous: K = 2
 #     without), Ulysses (K = 2 and K = 1, with drops), tp 2 with sequence parallelism (K = 2 with drops, K = 1
-#     without), ep 2 x cp 2 (-np 4, dp 2; K = 2 with drops), against one process with the same micro-batches within the FP32 bounds above, and the emulated CUDA
-#     build's cp 2 and sp (its kernels: 1e-5); the aux and z losses in log.jsonl one process's every step (4e-6
-#     relative), the routed and dropped counts (each rank's own tokens', summed over the ranks) one process's at step 1
-#     and summing to the step's tokens x K; the cp group's all-gathers in the ledger: one per moe layer and
-#     micro-batch, N x E FP32 values (N the micro-batch's tokens). Refused: --cp with --sequence-parallel.
+#     without), ep 2 x cp 2 (-np 4, dp 2; K = 2 with drops), cp 2 x tp 2 + sp (-np 4, the logits gathered over tp
+#     then cp: ring zigzag K = 2 with drops, ring contiguous K = 1 with drops, Ulysses K = 1 without),
+#     ep 2 x cp 2 x tp 2 + sp (-np 8, dp 2; K = 2 with drops), against one process with the same micro-batches within
+#     the FP32 bounds above, and the emulated CUDA build's cp 2, sp and cp 2 x sp (its kernels: 1e-5); the aux and z
+#     losses in log.jsonl one process's every step (4e-6 relative), the routed and dropped counts (each rank's own
+#     tokens', summed over the ranks) one process's at step 1 and summing to the step's tokens x K; the cp group's
+#     all-gathers in the ledger: one per moe layer and micro-batch, N x E FP32 values (N the micro-batch's tokens;
+#     under cp x sp the tp level's gathers are test_plan.sh's moecpsp, to the byte).
 # Logs: build/moe_train/. Ends with "test_moe_train: N passed, M failed"; exit 1 on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -143,7 +146,6 @@ badflag "--top-k" --model d2,C=32,NH=4,maxT=64,V=257 --top-k 2
 badflag "--moe-every" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --moe-every 0
 badflag "--capacity-factor" --capacity-factor -1
 badflag "--aux-loss-coef" --aux-loss-coef -0.5
-badlayout moe_cp_sp 4 "not with both --cp 2 and --sequence-parallel 1" --cp 2 --tp 2 --sequence-parallel 1
 
 # 6. expert parallelism (ep ranks fold into dp: -np = dp); the references are one_256 (2 micro-batches) and one_512 (4)
 train ep2_z0 2 "$CPU" --total-batch 256 --ep 2 --zero 0 &&
@@ -230,9 +232,9 @@ EOF
 while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/count.out"
 
 # 7. the tokens of a micro-batch split over ranks: context parallelism (--cp 2, ring and Ulysses, zigzag and contiguous
-#    chunks) and sequence parallelism (--tp 2 --sequence-parallel 1), whose routing is the whole micro-batch's on every
-#    rank (the logits all-gathered: llm/sharded/moe_sequence.h), so the capacity, the drops and both losses are one
-#    process's; K = 1 and 2, with drops (capacity factor 1) and without, aux and z losses on (their default
+#    chunks), sequence parallelism (--tp 2 --sequence-parallel 1) and both (-np 4), whose routing is the whole
+#    micro-batch's on every rank (the logits all-gathered: llm/sharded/moe_sequence.h), so the capacity, the drops and
+#    both losses are one process's; K = 1 and 2, with drops (capacity factor 1) and without, aux and z losses on (their default
 #    coefficients), against one process with the same micro-batches, within the FP32 bounds above
 k1d=(--model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 1 --capacity-factor 1 --total-batch 256)
 train one_k1d 0 "$CPU" "${k1d[@]}"
@@ -246,6 +248,10 @@ seqruns=(
   "sp2_k1 one_k1 2 tp 2 + sp, K = 1, no drops|${k1[*]} --tp 2 --sequence-parallel 1"
   "cp2_cont_k2n one_k2n 2 cp 2 ring contiguous, K = 2, no drops|--total-batch 256 --capacity-factor 0 --cp 2 --cp-balance contiguous"
   "ep2_cp2 one_256 4 ep 2 x cp 2 (dp 2), K = 2, drops|--total-batch 256 --cp 2 --ep 2"
+  "cpsp_ring one_256 4 cp 2 ring x tp 2 + sp, K = 2, drops|--total-batch 256 --cp 2 --tp 2 --sequence-parallel 1"
+  "cpsp_uly_k1 one_k1 4 cp 2 Ulysses x tp 2 + sp, K = 1, no drops|${k1[*]} --cp 2 --cp-impl ulysses --tp 2 --sequence-parallel 1"
+  "cpsp_cont_k1d one_k1d 4 cp 2 ring contiguous x tp 2 + sp, K = 1, drops|${k1d[*]} --cp 2 --cp-balance contiguous --tp 2 --sequence-parallel 1"
+  "ep2_cpsp one_256 8 ep 2 x cp 2 x tp 2 + sp (dp 2), K = 2, drops|--total-batch 256 --cp 2 --tp 2 --sequence-parallel 1 --ep 2"
 )
 seqdone=()
 for r in "${seqruns[@]}"; do
@@ -259,6 +265,9 @@ if [ -x "$EMU" ]; then  # the kernels' side (the scatter of the gathered logits,
         check compare "emulated CUDA cp 2 ring vs CPU, 1 process" "$tmp/emu_cp2" "$tmp/one_256" 1e-5 1e-5 && seqdone+=("emu_cp2:one_256")
     train emu_sp2 2 "$EMU" --total-batch 256 --tp 2 --sequence-parallel 1 &&
         check compare "emulated CUDA tp 2 + sp vs CPU, 1 process" "$tmp/emu_sp2" "$tmp/one_256" 1e-5 1e-5 && seqdone+=("emu_sp2:one_256")
+    train emu_cpsp 4 "$EMU" --total-batch 256 --cp 2 --tp 2 --sequence-parallel 1 &&
+        check compare "emulated CUDA cp 2 x tp 2 + sp vs CPU, 1 process" "$tmp/emu_cpsp" "$tmp/one_256" 1e-5 1e-5 &&
+        seqdone+=("emu_cpsp:one_256")
 fi
 # the printed aux and z losses one process's (4e-6 relative, every step); log.jsonl's routed and dropped counts (local
 # ones summed over the ranks) every step summing to the step's tokens x K, and at step 1 one process's; the cp group's

@@ -89,9 +89,12 @@ case_run moedp    2 $F32 -- --experts 4 --top-k 2 --zero 1 --total-batch 512
 case_run moepp    2 $F32 -- --experts 4 --top-k 2 --moe-every 2 --pp 2 --total-batch 512
 case_run moetp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --recompute selective
 # experts with a micro-batch's tokens split over ranks: the whole micro-batch's routing buffers and the group's map,
-# the logits' all-gather per moe layer and micro-batch (cp; tp under sp, with the counts' sum and the TP_NORM experts)
+# the logits' all-gather per moe layer and micro-batch (cp; tp under sp, with the counts' sum and the TP_NORM experts;
+# both: over tp, B T / cp tokens, then over cp, B T)
 case_run moecp    2 $F32 -- --experts 4 --top-k 2 --cp 2 --zero 1 --total-batch 256
 case_run moesp    2 $F32 -- --experts 4 --top-k 2 --tp 2 --sequence-parallel 1 --moe-every 2
+case_run moecpsp  4 $F32 -- --experts 4 --top-k 2 --cp 2 --tp 2 --sequence-parallel 1
+case_run moecpspu 4 $F32 -- --experts 4 --top-k 2 --cp 2 --tp 2 --sequence-parallel 1 --cp-impl ulysses --moe-every 2 --zero 1 --total-batch 256
 # expert parallelism (ep folds into dp): the experts units split over ep and sharded over edp, the moe buffers of the
 # received rows, the edp group's gradient rows exact; the ep group's all-to-alls: calls per rank exact, payload
 # summed over each ep group exact without drops (plan_check.py), the bytes sent printed against the uniform routing

@@ -54,7 +54,7 @@ typedef struct {
     EPGroup* ep;            // expert parallelism: the group the experts are split over (size 1 or NULL: every expert here)
     Fp8State* fp8;          // FP8 experts (llm/precision/fp8_linear.h): the recipes' state; NULL: floatX
     int fp8_layer;          // FP8: this layer's index in the state's expert slots
-    MoESeqGroup* seq;       // the ranks a micro-batch's tokens are split over (cp, or tp with sp); NULL or size 1: none
+    MoESeqGroup* seq;       // the ranks a micro-batch's tokens are split over (cp, tp with sp, or both); NULL or size 1: none
 } MoESpec;
 
 // one layer's MoE parameters (or their gradients): pointers into one floatX block, in this order

@@ -105,7 +105,7 @@ typedef struct {
     int B, T;               // the micro-batch shape (T: the rank's tokens of each sequence, cp_local_T)
     EPGroup ep;             // expert parallelism (llm/sharded/expert_parallel.h; a group of one without it): a moe
                             // model's MoESpec points to it
-    MoESeqGroup moe_seq;    // a moe model's tokens split over cp or sp ranks (llm/sharded/moe_sequence.h; size 1: none):
+    MoESeqGroup moe_seq;    // a moe model's tokens split over cp, sp or cp x sp ranks (llm/sharded/moe_sequence.h; 1: none):
                             // its MoESpec points to it
     CPGroup cp;             // context parallelism (llm/sharded/context_parallel.h): the sequence split, the attention's
                             // workspaces; size 1: none
@@ -169,7 +169,7 @@ static void stage_init_cp(Stage* st, const ParamLayout* lay, ParamHooks* hooks, 
     if (c.num_experts > 0) {  // the experts units hold E/ep experts: the moe layers send tokens to the others' (with ep)
         ep_init(&st->ep, tp.comm, c.num_experts, lay->ep_size);
         st->lin.moe.ep = &st->ep;
-        // a micro-batch's tokens split over cp or (sequence parallelism) tp: its routing is the whole micro-batch's
+        // a micro-batch's tokens split over cp, (sequence parallelism) tp, or both: its routing is the whole micro-batch's
         moe_seq_init(&st->moe_seq, &st->cp, tp.comm, tp.size, tp.rank, tp.sequence_parallel, B);
         st->lin.moe.seq = &st->moe_seq;
     }

@@ -1,15 +1,24 @@
 // moe_sequence.h: a mixture-of-experts layer's routing when the tokens of a micro-batch are split over ranks:
-// context parallelism (--cp: each cp rank holds two chunks of every sequence, llm/sharded/cp_group.h) or sequence
+// context parallelism (--cp: each cp rank holds two chunks of every sequence, llm/sharded/cp_group.h), sequence
 // parallelism (--tp with --sequence-parallel 1: each tp rank holds a contiguous block of the B*T tokens,
-// llm/sharded/tensor_parallel.h). The capacity (ceil(F K N / E) per micro-batch), the load-balancing loss (f_i and
-// P_i over the micro-batch's N tokens) and the z-loss's mean are defined over the whole micro-batch, so that a rank
-// routing only its N_l = N / size tokens would drop and balance differently from one process. Here each rank
-// (llm/model/moe.h's moe_forward calls these between the router's logits and the permutation):
+// llm/sharded/tensor_parallel.h), or both (each tp rank a contiguous block of its cp rank's B*Tl tokens). The capacity
+// (ceil(F K N / E) per micro-batch), the load-balancing loss (f_i and P_i over the micro-batch's N tokens) and the
+// z-loss's mean are defined over the whole micro-batch, so that a rank routing only its N_l = N / size tokens would
+// drop and balance differently from one process. Here each rank (llm/model/moe.h's moe_forward calls these between
+// the router's logits and the permutation):
 //
-//   1. all-gathers the router logits of its N_l tokens over the group (N_l x E FP32 a rank: the ledger's all_gather
-//      of GROUP_CP or GROUP_TP), rank-major
+//   1. all-gathers the router logits of its N_l tokens over the sequence group (N_l x E FP32 a rank), rank-major:
+//      cp alone over GROUP_CP, sp alone over GROUP_TP; cp x sp in two levels, first over GROUP_TP (the cp rank's B Tl
+//      tokens in its order: sp's blocks are contiguous), then those over GROUP_CP. The mesh has no cp x tp group, and
+//      two gathers send what one over cp x tp ranks would (ring model: (tp - 1) N_l + (cp - 1) tp N_l = (cp tp - 1)
+//      N_l rows a rank), so the ledger's all_gather rows of GROUP_TP and GROUP_CP show both levels
 //   2. moves each gathered row to its token's place in the micro-batch (one process's order, n = b T + t) by the
-//      map gmap, which the group's layout gives: cp's chunks (zigzag or contiguous) or sp's contiguous blocks
+//      map gmap, which the group's layout gives: row (i tp + j) N_l + k of the two-level gather is cp rank i's local
+//      token j N_l + k (tp rank j's k-th: sp's split of the cp rank's tokens), which cp's chunks (zigzag or
+//      contiguous) place in the micro-batch; cp alone or sp alone are the cases tp = 1 or cp = 1. (The routing is
+//      the same under any relabelling of the micro-batch's tokens but for exact ties of probability at the capacity,
+//      which go to the lower token index: the map must agree with the gather's order and the rank's place in it,
+//      rank, and gives one process's order for those ties.)
 //   3. runs one process's routing (llm/ops/moe_router.cuh) on all N tokens: the same drops and the same losses on
 //      every rank, one process's
 //   4. keeps its own tokens' part: their probs, lse, experts and gates, the layout of their kept assignments
@@ -22,7 +31,7 @@
 // with cp the gradient group (dp x cp) averages them, as it does every dense gradient (each rank's share of the
 // cross-entropy is the mean over its own tokens, cp times its share of the whole mean), so the aux and z gradients
 // are scaled by cp (grad_factor) to match; with sp the router and the experts are TP_NORM tensors
-// (llm/model/tensors.h), summed over tp as the LayerNorms are (llm/parallel/dp_step.h), grad_factor 1.
+// (llm/model/tensors.h), summed over tp as the LayerNorms are (llm/parallel/dp_step.h), no factor; cp x sp: cp.
 // Megatron-Core instead computes the capacity and the aux loss per rank's shard; here the routing is one process's.
 #pragma once
 #include "../core/common.h"
@@ -33,10 +42,12 @@
 
 typedef struct MoESeqGroup {
     Comm* comm;
-    CommGroup group;    // GROUP_CP or GROUP_TP
-    int size, rank;     // size 1: the whole micro-batch here, and every function below the identity
+    int size, rank;     // cp x tp ranks (tp 1 without sp), rank cp_rank tp + tp_rank; size 1: the whole micro-batch
+                        // here, and every function below the identity
+    int cp_size;        // the outer level: gathered over GROUP_CP (1: none)
+    int tp_size;        // the inner level: gathered over GROUP_TP first (1: none; sequence parallelism only)
     int n_local;        // N_l: the tokens of a micro-batch on each rank
-    float grad_factor;  // the aux and z gradients' factor: cp (the gradient group averages over it), or 1 (sp: summed)
+    float grad_factor;  // the aux and z gradients' factor: cp (the gradient group averages over it; tp sums under sp)
     int* gmap;          // (size N_l) device: row q of the rank-major gathered logits -> its token in the micro-batch
 } MoESeqGroup;
 
@@ -44,7 +55,7 @@ typedef struct MoESeqGroup {
 static MoESeqGroup moe_seq_none(void) {
     MoESeqGroup g;
     memset(&g, 0, sizeof(g));
-    g.size = 1;
+    g.size = g.cp_size = g.tp_size = 1;
     g.grad_factor = 1.0f;
     return g;
 }
@@ -53,61 +64,37 @@ static inline int moe_seq_split(const MoESeqGroup* g) { return g != NULL && g->s
 // the tokens of the whole micro-batch of which this rank holds N
 static inline int moe_seq_all(const MoESeqGroup* g, int N) { return moe_seq_split(g) ? N * g->size : N; }
 
-// the map (size N_l ints, host) onto the device
-static void moe_seq_map(MoESeqGroup* g, const int* host /*(size N_l)*/) {
+// The group of a stage's micro-batches of B sequences split over cp (cp->size ranks, their chunks: cp rank i's local
+// token b Tl + k c + o is position ids_i[k] c + o of sequence b, llm/sharded/context_parallel.h's cp_local_tokens)
+// and, under sequence parallelism (sp 1, tp_size > 1), each cp rank's B Tl tokens over tp in contiguous blocks of
+// N_l = B Tl / tp (llm/sharded/tensor_parallel.h's tp_rows). Neither: none.
+static void moe_seq_init(MoESeqGroup* g, const CPGroup* cp, Comm* tp_comm, int tp_size, int tp_rank, int sp, int B) {
+    *g = moe_seq_none();
+    int tp = sp && tp_size > 1 ? tp_size : 1, Tl = cp_local_T(cp), BTl = B * Tl;
+    if (cp->size <= 1 && tp <= 1) return;
+    if (BTl % tp != 0) fatal("moe: the %d tokens of a cp rank's micro-batch do not split over --tp %d", BTl, tp);
+    g->comm = cp->size > 1 ? cp->comm : tp_comm;
+    g->cp_size = cp->size;
+    g->tp_size = tp;
+    g->size = cp->size * tp;
+    g->rank = (cp->size > 1 ? cp->rank : 0) * tp + (tp > 1 ? tp_rank : 0);
+    g->n_local = BTl / tp;
+    g->grad_factor = (float)cp->size;
     size_t n = (size_t)g->size * g->n_local;
+    int* host = (int*)mallocCheck(n * sizeof(int));
+    for (int i = 0; i < cp->size; i++) {
+        int ids[2];
+        cp_chunks(cp, i, ids);
+        for (int j = 0; j < tp; j++)
+            for (int k = 0; k < g->n_local; k++) {
+                int m = j * g->n_local + k, b = m / Tl, t = m % Tl;  // cp rank i's local token m: tp rank j's k-th
+                int pos = cp->size > 1 ? ids[t / cp->c] * cp->c + t % cp->c : t;  // (no cp: the sequence in order)
+                host[((size_t)i * tp + j) * g->n_local + k] = b * cp->T + pos;
+            }
+    }
     g->gmap = (int*)device_malloc(n * sizeof(int), MEM_WORKSPACE);
     copy_to_device(g->gmap, host, n * sizeof(int));
-}
-
-// Context parallelism: micro-batches of B sequences; cp rank j holds, per sequence b, the chunks cp_chunks(j) of c
-// tokens, in that order (llm/sharded/context_parallel.h's cp_local_tokens): its token b Tl + k c + o is position
-// ids[k] c + o of sequence b
-static void moe_seq_init_cp(MoESeqGroup* g, const CPGroup* cp, int B) {
-    *g = moe_seq_none();
-    if (cp->size <= 1) return;
-    g->comm = cp->comm;
-    g->group = GROUP_CP;
-    g->size = cp->size;
-    g->rank = cp->rank;
-    int Tl = cp_local_T(cp);
-    g->n_local = B * Tl;
-    g->grad_factor = (float)cp->size;
-    int* host = (int*)mallocCheck((size_t)g->size * g->n_local * sizeof(int));
-    for (int j = 0; j < g->size; j++) {
-        int ids[2];
-        cp_chunks(cp, j, ids);
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < Tl; t++)
-                host[(size_t)j * g->n_local + (size_t)b * Tl + t] = b * cp->T + ids[t / cp->c] * cp->c + t % cp->c;
-    }
-    moe_seq_map(g, host);
     free(host);
-}
-
-// Sequence parallelism: tp rank j holds tokens [j R, (j+1) R) of the micro-batch's BT (R = BT / tp): the rank-major
-// gather is the micro-batch's order
-static void moe_seq_init_sp(MoESeqGroup* g, Comm* comm, int tp_size, int tp_rank, int BT) {
-    *g = moe_seq_none();
-    if (tp_size <= 1) return;
-    g->comm = comm;
-    g->group = GROUP_TP;
-    g->size = tp_size;
-    g->rank = tp_rank;
-    g->n_local = BT / tp_size;
-    int* host = (int*)mallocCheck((size_t)BT * sizeof(int));
-    for (int q = 0; q < BT; q++) host[q] = q;
-    moe_seq_map(g, host);
-    free(host);
-}
-
-// The group of a stage's micro-batches of B sequences: cp's (cp split), else tp's with sequence parallelism (sp: 1,
-// taken only with more than one tp rank), else none. Both: one line and the end of the program.
-static void moe_seq_init(MoESeqGroup* g, const CPGroup* cp, Comm* tp_comm, int tp_size, int tp_rank, int sp, int B) {
-    if (cp->size > 1 && sp) fatal("moe: experts with both context and sequence parallelism (the routing's group is one)");
-    if (cp->size > 1) moe_seq_init_cp(g, cp, B);
-    else if (sp) moe_seq_init_sp(g, tp_comm, tp_size, tp_rank, B * cp_local_T(cp));
-    else *g = moe_seq_none();
 }
 
 static void moe_seq_free(MoESeqGroup* g) {
@@ -176,11 +163,18 @@ __global__ void moe_seq_layout_kernel(MoERouting l, MoERouting w, const int* min
 }
 #endif
 
-// logits (size N, E) FP32 in the micro-batch's token order from the rank's local (N, E); gathered: (size N, E) scratch
+// logits (size N, E) FP32 in the micro-batch's token order from the rank's local (N, E); gathered: (size N, E) scratch.
+// cp x sp: the tp level lands in logits' first tp N rows (its scratch until the scatter), the cp level in gathered.
 static void moe_seq_gather_logits(const MoESeqGroup* g, float* logits /*(size N, E)*/, float* gathered /*(size N, E)*/,
                                   const float* local /*(N,E)*/, int N, int E, cudaStream_t st) {
     if (N != g->n_local) fatal("moe_seq_gather_logits: the group holds %d tokens a rank, called with %d", g->n_local, N);
-    comm_all_gather(g->comm, g->group, local, gathered, (size_t)N * E, st);
+    size_t n = (size_t)N * E;
+    if (g->cp_size == 1) comm_all_gather(g->comm, GROUP_TP, local, gathered, n, st);
+    else if (g->tp_size == 1) comm_all_gather(g->comm, GROUP_CP, local, gathered, n, st);
+    else {
+        comm_all_gather(g->comm, GROUP_TP, local, logits, n, st);                     // the cp rank's tokens (tp N, E)
+        comm_all_gather(g->comm, GROUP_CP, logits, gathered, n * g->tp_size, st);  // every rank's, cp-major
+    }
     int Nall = N * g->size;
 #if LLM_BUILD_CPU
     (void)st;

@@ -381,10 +381,10 @@ static void args_check_default_data(const Args* a) {
     }
 }
 
-// why the experts flags cannot run (E experts, K per token: the model's), or 0. Refused for now: context and
-// sequence parallelism together (the routing's sequence group is one of them, llm/sharded/moe_sequence.h).
-// (FP8 runs the experts' linears in FP8 too: llm/model/moe.h.)
-static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, size_t n, int model_known = 1) {
+// why the experts flags cannot run (E experts, K per token: the model's), or 0. (Context and sequence parallelism,
+// apart or together, route the whole micro-batch on every rank: llm/sharded/moe_sequence.h. FP8 runs the experts'
+// linears in FP8 too: llm/model/moe.h.)
+static int args_moe_error(const Args* a, int E, int K, char* err, size_t n, int model_known = 1) {
     if (E == 0) {
         if (a->top_k) snprintf(err, n, "--top-k %d: expected --experts > 0, found --experts 0", a->top_k);
         else if (a->ep > 1 && model_known) snprintf(err, n, "--ep %d: expected a model with experts (--experts > 0), found a dense one", a->ep);
@@ -392,8 +392,6 @@ static int args_moe_error(const Args* a, int E, int K, int cp_size, char* err, s
     }
     if (K > E) snprintf(err, n, "--top-k: expected at most --experts %d, found %d", E, K);
     else if (E % a->ep != 0) snprintf(err, n, "--ep %d: expected a divisor of the experts per layer %d (each ep rank holds E/ep of them)", a->ep, E);
-    else if (a->sequence_parallel && a->tp > 1 && cp_size > 1)
-        snprintf(err, n, "--experts %d: not with both --cp %d and --sequence-parallel 1 (expected one of them)", E, cp_size);
     return err[0] != '\0';
 }
 
@@ -415,7 +413,7 @@ static void args_check_layout(Args* a, Comm* c) {
     long bt = (long)a->B * a->T, btdp = bt * c->mesh.dp.size;
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
     if (a->vpp == 0) a->vpp = schedule_is_v(a->schedule) ? 2 : 1;  // --vpp not given: the V has two chunks, others one
-    if (args_moe_error(a, a->experts, a->top_k, c->mesh.cp.size, err, sizeof(err), 0)) {  // (the model: setup_model)
+    if (args_moe_error(a, a->experts, a->top_k, err, sizeof(err), 0)) {  // (the model: setup_model)
     } else if (a->sequence_parallel && c->mesh.tp.size > 1 && a->T % c->mesh.tp.size != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
                  a->T, c->mesh.tp.size);
