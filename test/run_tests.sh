@@ -111,6 +111,19 @@ run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
 run mfu env -u OPENBLAS_CORETYPE bash test/test_mfu.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
 run pp bash test/test_pp.sh
+# then three of the longest, so that none is left to run alone at the end (the headers' compiles, the
+# precisions' runs: two at a time themselves)
+# the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
+# the includes run downhill (the order of the folders of llm/, docs/architecture.md)
+run headers bash test/test_headers.sh
+# training numerics of every precision on one run (FP32, BF16, FP16, the four FP8 recipes): the final losses'
+# gaps to FP32 bounded, memory per precision against the ZeRO paper's bytes per parameter
+run precision bash test/test_precision.sh
+# training health (llm/faults/health.h) with injected faults (llm/faults/inject.h), 1, 2 and 4 processes: NaN and spike steps
+# skipped on every rank, rollback to the last-known-good checkpoint bit-identical to a resumed run, exit 3
+# without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, a spike of the
+# gradient norm alone (--inject gradspike) skipped by the grad-norm rule, the lr after skipped steps, bad flags
+run health bash test/test_health.sh
 run ops_grad ./build/test_ops_grad_cpu
 # the mixture-of-experts MLP (llm/ops/moe_router.cuh, llm/model/moe.h): the router's contract, the layer's gradients
 # against finite differences, the layer against the float64 PyTorch fixture; CPU BF16; the kernels emulated in FP32 and BF16
@@ -208,9 +221,6 @@ run moe_train bash test/test_moe_train.sh
 run moe_bias bash test/test_moe_bias.sh
 # the trainer built without MPI: one process, and more refused with one line
 run nompi bash test/test_nompi.sh
-# the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
-# the includes run downhill (the order of the folders of llm/, docs/architecture.md)
-run headers bash test/test_headers.sh
 # the CUDA trainer's machine code on every target (scripts/kernel_report.py, no GPU): every launch fits, occupancy,
 # local memory only where docs/kernels.md says why, tensor-core MMA in the fused attention, docs/kernels.md current
 run kernel_report bash test/test_kernel_report.sh
@@ -288,14 +298,6 @@ run emu_vs_cpu bash test/test_emu_vs_cpu.sh
 # back-off and growth, a loss spike's skip (neither halves nor restarts the run), the FP8 histories, resume,
 # bad flags; CPU build (FP32 and FP16) and emulated FP16
 run loss_scale bash test/test_loss_scale.sh
-# training numerics of every precision on one run (FP32, BF16, FP16, the four FP8 recipes): the final losses'
-# gaps to FP32 bounded, memory per precision against the ZeRO paper's bytes per parameter
-run precision bash test/test_precision.sh
-# training health (llm/faults/health.h) with injected faults (llm/faults/inject.h), 1, 2 and 4 processes: NaN and spike steps
-# skipped on every rank, rollback to the last-known-good checkpoint bit-identical to a resumed run, exit 3
-# without one, SDC (a flipped bit) naming the unit and the rank, no false positive on a clean run, a spike of the
-# gradient norm alone (--inject gradspike) skipped by the grad-norm rule, the lr after skipped steps, bad flags
-run health bash test/test_health.sh
 # the docs against the tree and the programs (dev/doc_figures.py): every deterministic figure of the fast groups
 # where the docs quote it, every llm/ file named in the reading guide, no path the docs name missing, no ../shared/
 run docs bash test/test_docs.sh
