@@ -119,7 +119,8 @@ LLM_HD static inline void moe_seq_token(MoERouting l /*N_l tokens*/, MoERouting 
 
 // after moe_seq_token for every local token: the local counts (routed and dropped assignments of the rank's tokens),
 // offsets and index maps (an assignment is kept exactly when the whole routing kept it), the whole micro-batch's
-// routed counts and the losses. Serial (one thread in the kernel builds): O(E N_l K).
+// routed counts and the losses. Serial (one thread in the kernel builds): O(N_l K + E), a counting sort whose cursors
+// are the offsets themselves (each expert's rows in the order of its assignments, as one process's permutation).
 LLM_HD static inline void moe_seq_layout(MoERouting l /*N tokens*/, MoERouting w /*size N*/, const int* mine /*(N)*/, int N,
                                          int E, int K) {
     int *routed = moe_routed(l.counts, E), *dropped = moe_dropped(l.counts, E), *off = moe_offsets(l.counts, E);
@@ -131,15 +132,14 @@ LLM_HD static inline void moe_seq_layout(MoERouting l /*N tokens*/, MoERouting w
     }
     off[0] = 0;
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + routed[e] - dropped[e];
-    for (int e = 0; e < E; e++) {
-        int row = off[e];
-        for (int a = 0; a < N * K; a++) {
-            if (l.expert[a] != e) continue;
-            if (w.assign_row[(size_t)mine[a / K] * K + a % K] < 0) { l.assign_row[a] = -1; continue; }
-            l.assign_row[a] = row;
-            l.row_assign[row++] = a;
-        }
+    for (int a = 0; a < N * K; a++) {  // off[e] is expert e's cursor here, and ends at its end, off[e + 1]
+        if (w.assign_row[(size_t)mine[a / K] * K + a % K] < 0) { l.assign_row[a] = -1; continue; }
+        int row = off[l.expert[a]]++;
+        l.assign_row[a] = row;
+        l.row_assign[row] = a;
     }
+    for (int e = E; e > 0; e--) off[e] = off[e - 1];  // the cursors back to the starts
+    off[0] = 0;
     for (int e = 0; e < E; e++) l.routed_all[e] = moe_routed(w.counts, E)[e];
     l.loss[0] = w.loss[0];
     l.loss[1] = w.loss[1];
