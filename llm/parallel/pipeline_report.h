@@ -90,7 +90,9 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
         for (int q = 0; q < pipe->pp_size; q++) {
             for (int i = 0; i < ppn[q]; i++) {
                 const PipeEvent* e = &ppev[(size_t)q * PIPE_MAX_EVENTS + i];
-                for (int k = 0; k < 3; k++) if (e->cat[0] == PIPE_OP_NAMES[k] && e->cat[1] == 0) { sum[k] += e->dur; cnt[k]++; }
+                for (int k = 0; k < 3; k++) {  // (an overlapped pair's later pieces add to their op's time, not the count)
+                    if (e->cat[0] == PIPE_OP_NAMES[k] && e->cat[1] == 0) { sum[k] += e->dur; cnt[k] += e->piece == 0; }
+                }
             }
         }
         PipeCosts mc = {cnt[0] ? sum[0] / cnt[0] : 0, cnt[1] ? sum[1] / cnt[1] : 0, cnt[2] ? sum[2] / cnt[2] : 0, 0.0};
@@ -108,10 +110,13 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
             mesh_coords_label(&c->mesh, w, coords, sizeof(coords));
             fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (%s)\"}}",
                     w ? "," : "", w, w, coords);
+            int a2a = 0;  // an overlapped pair's all-to-alls: a row of their own under the rank's (tid 1)
             for (int i = 0; i < all_n[w]; i++) {
                 const PipeEvent* e = &all[(size_t)w * PIPE_MAX_EVENTS + i];
-                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}", e->name,
-                        e->cat, w, (e->ts - t0) * 1e3, e->dur * 1e3);
+                int tid = strcmp(e->cat, "a2a") == 0;
+                if (tid && !a2a++) fprintf(f, ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"all-to-all\"}}", w);
+                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%d}}",
+                        e->name, e->cat, w, tid, (e->ts - t0) * 1e3, e->dur * 1e3, e->piece);
             }
         }
         fprintf(f, "],\"otherData\":{\"schedule\":\"%s\",\"P\":%d,\"m\":%d,\"V\":%d,\"step\":%d,\"measured_bubble\":%.6f,\"simulated_bubble\":%.6f}}\n",
