@@ -44,6 +44,7 @@ typedef struct {
     char cat[12];   // F, B, W, p2p, optimizer, a2a (an overlapped pair's all-to-all, from its start to its wait's end)
     double ts, dur; // ms, wall clock
     int piece;      // an overlapped pair's op runs in pieces: 0 its first (or the whole op), k its (k+1)-th
+    double exposed; // a2a: the ms the host spent in its start and its wait (the rest of dur the other direction ran)
 } PipeEvent;
 
 #define PIPE_MAX_EVENTS 4096
@@ -179,6 +180,7 @@ static void pipe_event_piece(Pipeline* pipe, const char* name, const char* cat, 
     e->ts = t0;
     e->dur = wall_ms() - t0;
     e->piece = piece;
+    e->exposed = 0.0;
 }
 static void pipe_event(Pipeline* pipe, const char* name, const char* cat, double t0) { pipe_event_piece(pipe, name, cat, t0, 0); }
 
@@ -363,12 +365,15 @@ static void pipe_dir_pass(void* ctx, const char* what) {
 }
 
 // EPTurn.done: its wait returned; the trace's a2a event from its start, named by direction, layer and micro-batch
-static void pipe_dir_done(void* ctx, const char* what, double t0) {
+static void pipe_dir_done(void* ctx, const char* what, double t0, double exposed) {
     PipeDir* d = (PipeDir*)ctx;
+    Pipeline* pipe = d->pair->pipe;
     int k = d->a2a++ / 2, layer = k < d->num_moe ? d->moe_layers[k] : -1;
     char name[40];
     snprintf(name, sizeof(name), "%s L%d %s", d->name, layer, what);
-    pipe_event_piece(d->pair->pipe, name, "a2a", t0, 0);
+    int n = pipe->num_events;
+    pipe_event_piece(pipe, name, "a2a", t0, 0);
+    if (pipe->num_events > n) pipe->events[n].exposed = exposed;
 }
 
 // 1 if the pair at op i of this rank's list (an F with pair = 1, then a B of the other chunk) can run overlapped:

@@ -115,8 +115,8 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
                 const PipeEvent* e = &all[(size_t)w * PIPE_MAX_EVENTS + i];
                 int tid = strcmp(e->cat, "a2a") == 0;
                 if (tid && !a2a++) fprintf(f, ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"all-to-all\"}}", w);
-                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%d}}",
-                        e->name, e->cat, w, tid, (e->ts - t0) * 1e3, e->dur * 1e3, e->piece);
+                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%d,\"exposed\":%.3f}}",
+                        e->name, e->cat, w, tid, (e->ts - t0) * 1e3, e->dur * 1e3, e->piece, e->exposed * 1e3);
             }
         }
         fprintf(f, "],\"otherData\":{\"schedule\":\"%s\",\"P\":%d,\"m\":%d,\"V\":%d,\"step\":%d,\"measured_bubble\":%.6f,\"simulated_bubble\":%.6f}}\n",

@@ -48,7 +48,8 @@
 // return). NULL: started and waited at once, as the blocking form.
 typedef struct EPTurn {
     void (*pass)(void* ctx, const char* what);           // what: "dispatch" or "combine"
-    void (*done)(void* ctx, const char* what, double t0);  // t0: wall_ms() at the start
+    void (*done)(void* ctx, const char* what, double t0, double exposed);  // t0: wall_ms() at the start; exposed:
+                                                                           // the ms spent in the start and the wait
     void* ctx;
 } EPTurn;
 
@@ -188,9 +189,11 @@ static void ep_exchange_rows(EPGroup* g, const floatX* send, floatX* recv, const
     }
     double t0 = wall_ms();
     CommHandle h = comm_all_to_all_v_start(g->comm, GROUP_EP, send, p, p + N, recv, p + 2 * N, p + 3 * N, st);
+    double t1 = wall_ms();
     g->turn->pass(g->turn->ctx, what);
+    double t2 = wall_ms();
     comm_wait(g->comm, &h);
-    g->turn->done(g->turn->ctx, what, t0);
+    g->turn->done(g->turn->ctx, what, t0, (t1 - t0) + (wall_ms() - t2));
 }
 
 // xp (off[E] rows, C; this rank's rows) -> xl (loff[El] rows, C; the local experts', expert-major); rm: (loff[El], C)
