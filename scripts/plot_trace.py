@@ -185,7 +185,9 @@ def main():
     top = 18 + 20 * (len(head) + len(sub_lines))
     row_px = 30 if nrows <= 16 else max(12, 480 // nrows)
     ncat = len({(b["category"], b["chunk"]) for b in boxes})
-    legend_cols = min(ncat, max(1, args.width // 170))
+    # as many legend columns as the longest entry's text leaves room for
+    longest = max(len(COMPUTE[c][1]) + 10 if c in COMPUTE else 30 for c, _ in {(b["category"], b["chunk"]) for b in boxes})
+    legend_cols = min(ncat, max(1, int((args.width - 40) // (longest * char_px + 40))))
     bottom = 62 + 18 * -(-ncat // legend_cols)
     height = top + row_px * nrows + bottom
     fig = plt.figure(figsize=(args.width / DPI, height / DPI), dpi=DPI)

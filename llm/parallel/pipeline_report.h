@@ -42,7 +42,9 @@ static void pipeline_report_json(const Pipeline* pipe, char* buf, size_t cap) {
 }
 
 // ----------------------------------------------------------------------------
-// the trace
+// the trace (Chrome's format: pid the rank, tid 0 its ops and messages, tids 1 and 2 an overlapped pair's all-to-alls
+// of the forward and the backward, from the start to the wait's end, with args.exposed the microseconds the host spent
+// in the start and the wait)
 
 // the measured bubble of the events of every rank (each rank's, all_n[r] of them): the idle time of
 // the ranks between the first op's start and the last op's end, over P times that span (F, B, W only)
@@ -110,11 +112,17 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
             mesh_coords_label(&c->mesh, w, coords, sizeof(coords));
             fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (%s)\"}}",
                     w ? "," : "", w, w, coords);
-            int a2a = 0;  // an overlapped pair's all-to-alls: a row of their own under the rank's (tid 1)
+            // an overlapped pair's all-to-alls: two rows of their own under the rank's ops, the forward's (tid 1) and
+            // the backward's (tid 2), so that the two directions' exchanges in flight at once do not hide each other
+            int a2a = 0;
+            for (int i = 0; i < all_n[w]; i++) a2a += strcmp(all[(size_t)w * PIPE_MAX_EVENTS + i].cat, "a2a") == 0;
+            for (int tid = 0; a2a > 0 && tid < 3; tid++) {
+                const char* rows[3] = {"ops", "all-to-all F", "all-to-all B"};
+                fprintf(f, ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", w, tid, rows[tid]);
+            }
             for (int i = 0; i < all_n[w]; i++) {
                 const PipeEvent* e = &all[(size_t)w * PIPE_MAX_EVENTS + i];
-                int tid = strcmp(e->cat, "a2a") == 0;
-                if (tid && !a2a++) fprintf(f, ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"all-to-all\"}}", w);
+                int tid = strcmp(e->cat, "a2a") == 0 ? 1 + (e->name[0] == 'B') : 0;
                 fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%d,\"exposed\":%.3f}}",
                         e->name, e->cat, w, tid, (e->ts - t0) * 1e3, e->dur * 1e3, e->piece, e->exposed * 1e3);
             }
