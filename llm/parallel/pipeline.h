@@ -23,7 +23,10 @@
 //
 // The trace. With tracing on (--trace), each rank records its ops, its message batches and the
 // optimizer step with wall-clock times (the device synchronized after each, so the times are the
-// work's own); llm/parallel/pipeline_report.h writes them out.
+// work's own); an overlapped pair's ops in their pieces and its all-to-alls from start to wait (below);
+// llm/parallel/pipeline_report.h writes them out.
+//
+// DualPipeV's F&B pairs run in turns, cut at the moe all-to-alls (the section "DualPipeV's overlapped pairs").
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
