@@ -30,7 +30,8 @@
 #     CUDA build's ep 2 (the all-to-alls over its NCCL), DualPipeV's overlapped pairs (llm/parallel/pipeline.h): the
 #     dualpipev run's pairs overlapped (the default) vs --overlap-pairs 0: the same final model and state bytes and loss
 #     numbers; its --trace: on some rank an all-to-all of one direction (start to wait's end) holds a piece of the other
-#     direction's op, never with --overlap-pairs 0 (the same all-to-alls otherwise); the emulated build's dualpipev
+#     direction's op, never with --overlap-pairs 0 (the same all-to-alls otherwise), each rank's 4 x the pairs the
+#     report says it ran in turns; the emulated build's dualpipev
 #     (started all-to-alls over NCCL) vs the CPU run (1e-5) and its trace likewise; --overlap-pairs without dualpipev refused; the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
 #     the experts sharded over their own group (dp_layout_paper_bytes); samples (decoding through the dispatch) the
 #     same text as one process's; checkpoints across layouts: an ep 4 state resumed at ep 2 and in one process, an
@@ -218,6 +219,14 @@ print("%s dualpipev traces: %d all-to-alls (the same per rank, direction, layer,
       "overlapped: %d hold a piece of the other direction's op, %.1f of %.1f ms in flight exposed (start + wait); "
       "--overlap-pairs 0: %d hold one, %.1f of %.1f ms exposed" % ("ok  " if good else "FAIL", len(on[0]),
       names(on) == names(off), len(on[1]), on[3], on[2], len(off[1]), off[3], off[2]))
+# the report's pairs run by the pair runner (pairs_overlapped, per rank) against the trace: 4 all-to-alls per pair here
+# (each chunk one moe layer: the F's dispatch and combine, the B's), in both runs
+for run, tr in (("dualpipev_ep2", on), ("dualpipev_ep2_off", off)):
+    ranks = json.load(open(os.path.join(tmp, run + ".json")))["ranks"]
+    per = [sum(1 for a in tr[0] if a["pid"] == r["rank"]) for r in ranks]
+    pairs = [r.get("pairs_overlapped", -1) for r in ranks]
+    print("%s %s: the report's pairs run in turns per rank %s (--overlap-pairs %s), the trace's all-to-alls per rank %s = 4 x them" % (
+        "ok  " if per == [4 * p for p in pairs] and min(pairs) > 0 else "FAIL", run, pairs, ranks[0].get("overlap_pairs"), per))
 a, b = losses("dualpipev_ep2"), losses("dualpipev_ep2_off")
 print("%s dualpipev losses, pairs overlapped vs not: %d steps, the same numbers: %s" % (
     "ok  " if a == b and len(a) == 4 else "FAIL", len(a), a == b))

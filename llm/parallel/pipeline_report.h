@@ -27,15 +27,17 @@ static void pipeline_print(const Pipeline* pipe) {
 // this rank's pipeline figures for the report (llm/train/report.h), as "key":value pairs: the slots its
 // chunks hold (the most micro-batches its list has alive), the simulator's peak of live micro-batches
 // for this rank (llm/parallel/schedule.h), the activation bytes the slots took (the tagged allocator), the virtual
-// stages of its chunks and the pp rank of the head (the placement)
+// stages of its chunks and the pp rank of the head (the placement); dualpipev: whether its pairs overlap
+// (--overlap-pairs) and how many of the last step's ran through the pair runner (llm/parallel/pipeline.h)
 static void pipeline_report_json(const Pipeline* pipe, char* buf, size_t cap) {
     int slots = 0;
     for (int c = 0; c < pipe->vpp; c++) slots += pipe->chunks[c].num_slots;
     PipeSim sim = pipe_simulate(&pipe->sched, pipe_plan_costs(&pipe->sched));
     int n = snprintf(buf, cap, "\"schedule\":\"%s\",\"m\":%d,\"V\":%d,\"activation_slots\":%d,\"sim_peak_live\":%d,"
-                     "\"pipeline_activation_bytes\":%zu,\"layers\":%d,\"head_pp_rank\":%d,\"stages\":[", pipe->sched.name, pipe->m, pipe->vpp, slots,
+                     "\"pipeline_activation_bytes\":%zu,\"layers\":%d,\"head_pp_rank\":%d,\"overlap_pairs\":%d,\"pairs_overlapped\":%d,"
+                     "\"stages\":[", pipe->sched.name, pipe->m, pipe->vpp, slots,
                      sim.peak_live[pipe->pp_rank], pipe->act_bytes, pipe->chunks[0].range.last_layer - pipe->chunks[0].range.first_layer,
-                     pipe->head_rank);
+                     pipe->head_rank, pipe->overlap_pairs, pipe->pairs_overlapped);
     for (int c = 0; c < pipe->vpp && n > 0 && (size_t)n < cap; c++) n += snprintf(buf + n, cap - n, "%s%d", c ? "," : "", pipe_stage(pipe, c));
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - n, "]");
     pipe_sim_free(&sim);
