@@ -31,7 +31,8 @@
 #     dualpipev run's pairs overlapped (the default) vs --overlap-pairs 0: the same final model and state bytes and loss
 #     numbers; its --trace: on some rank an all-to-all of one direction (start to wait's end) holds a piece of the other
 #     direction's op, never with --overlap-pairs 0 (the same all-to-alls otherwise), each rank's 4 x the pairs the
-#     report says it ran in turns; the emulated build's dualpipev
+#     report says it ran in turns; ep 2 x pp 4 dualpipev (-np 8, the pairs whose messages split around them) against
+#     one process and its pairs run in turns per rank = DualPipeV's phases' count; the emulated build's dualpipev
 #     (started all-to-alls over NCCL) vs the CPU run (1e-5) and its trace likewise; --overlap-pairs without dualpipev refused; the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
 #     the experts sharded over their own group (dp_layout_paper_bytes); samples (decoding through the dispatch) the
 #     same text as one process's; checkpoints across layouts: an ep 4 state resumed at ep 2 and in one process, an
@@ -236,6 +237,24 @@ for path in sys.argv[2:]:  # the emulated build: the same interleave (its stream
         "ok  " if len(emu[1]) > 0 and names(emu) == names(on) else "FAIL", len(emu[0]), len(emu[1])))
 EOF
 while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/dpv_overlap.out"
+# pp 4 x ep 2 (-np 8, an 8-layer model, 8 micro-batches a dp rank): here 6 of the 25 pairs have their F's output due
+# to the next rank before the list's B; their messages are split around the pair, and every pair runs in turns: each
+# pp rank's pairs_overlapped in the report = its pairs in DualPipeV's phases 4 and 5, 2 (m - 2P + r + 1) + (P - r - 1),
+# less rank P - 1's first F0 (not paired)
+d8=(--model d8,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 2 --total-batch 2048)
+train one_d8 0 "$CPU" "${d8[@]}"
+train dualpipev_pp4_ep2 8 "$CPU" "${d8[@]}" --ep 2 --pp 4 --schedule dualpipev &&
+    check compare "ep 2 x pp 4 dualpipev (-np 8, pairs overlapped) vs 1 process, 16 micro-batches" "$tmp/dualpipev_pp4_ep2" "$tmp/one_d8" 4e-6 1e-5 &&
+    python3 - "$tmp/dualpipev_pp4_ep2.json" > "$tmp/dpv_pp4.out" <<'EOF'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+P, m = 4, 8
+got = [(r["pp_rank"], r.get("pairs_overlapped")) for r in ranks]
+want = [(r["pp_rank"], 2 * (m - 2 * P + r["pp_rank"] + 1) + (P - r["pp_rank"] - 1) - (r["pp_rank"] == P - 1)) for r in ranks]
+print("%s ep 2 x pp 4 dualpipev: pairs run in turns per rank (pp rank, pairs) %s, DualPipeV's phases give %s" % (
+    "ok  " if got == want else "FAIL", got, want))
+EOF
+[ -s "$tmp/dpv_pp4.out" ] && while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/dpv_pp4.out"
 train tp2_ep2 4 "$CPU" --total-batch 256 --ep 2 --tp 2 &&
     check compare "ep 2 x tp 2 vs 1 process, 2 micro-batches" "$tmp/tp2_ep2" "$tmp/one_256" 4e-6 1e-5
 if [ -x "$EMU" ]; then

@@ -96,6 +96,36 @@ static inline int pipe_local(const Pipeline* pipe, int s, int* chunk) {
     return r == pipe->pp_rank;
 }
 
+// 1 if plan entry x is the send of F(mb)'s output from virtual stage vs
+static inline int pipe_is_send_of(const PipeXfer* x, int mb, int vs) { return x->send && x->kind == PIPE_F && x->mb == mb && x->stage == vs; }
+
+// Once, at init: in the batches due between each pair's F and B, the sends of the F's own output moved to the end
+// of their batch (its messages are posted together: their order within it is free), so that pipeline_step can run
+// the rest before the pair and those after it as two contiguous ranges
+static void pipe_plan_pairs(Pipeline* pipe) {
+    const Schedule* s = &pipe->sched;
+    int r = pipe->pp_rank, n = pipe->plan.n[r];
+    PipeXfer* x = pipe->plan.x[r];
+    for (int i = 0; i + 1 < s->n[r]; i++) {
+        PipeOp f = s->ops[r][i];
+        if (!f.pair) continue;
+        int vs = pipe_stage(pipe, f.chunk);
+        for (int k = 0; k < n;) {
+            int e = k + 1;
+            while (e < n && x[e].before == x[k].before && x[e].t == x[k].t) e++;
+            if (x[k].before == i + 1) {  // a stable partition of [k, e): the others, then the F's sends
+                PipeXfer tmp[64];
+                int m = 0;
+                if (e - k > 64) fatal("pipeline: more than 64 messages in one batch");
+                for (int j = k; j < e; j++) if (!pipe_is_send_of(&x[j], f.mb, vs)) tmp[m++] = x[j];
+                for (int j = k; j < e; j++) if (pipe_is_send_of(&x[j], f.mb, vs)) tmp[m++] = x[j];
+                memcpy(x + k, tmp, (size_t)(e - k) * sizeof(PipeXfer));
+            }
+            k = e;
+        }
+    }
+}
+
 // The stages of this pp rank (the mesh's pp axis: comm->mesh.pp) for `schedule` with vpp chunks per rank, m
 // micro-batches of B x T, their parameters and gradients from dp (made with pipe_held_units' units), their
 // linear layers split over tp and their sequences over cp. The layout was checked with pipe_layout_error.
@@ -119,6 +149,7 @@ static void pipeline_init(Pipeline* pipe, Comm* comm, DataParallel* dp, TPGroup 
     pipe->vshape = pipe->sched.vshape;
     pipe->head_rank = pipe_rank_of(pipe->vshape, pipe->pp_size, pipe->pp_size * vpp - 1);
     pipe->plan = pipe_plan(&pipe->sched);
+    pipe_plan_pairs(pipe);  // (DualPipeV's pairs: the pair runner, below)
     int* peak = (int*)mallocCheck((size_t)vpp * sizeof(int));
     pipe_peak_slots(&pipe->sched, pipe->pp_rank, peak);
     size_t before = mem_live(MEM_ACTIVATIONS);
@@ -328,9 +359,9 @@ static void pipe_run_op(Pipeline* pipe, PipeOp op, const int* inputs, const int*
 // entries are per layer and expert) sees calls one at a time; the collectives' order on every communicator is
 // the interleaving's, which depends on the schedule alone (the same list on every rank of an ep, dp or tp group),
 // so every rank issues the same sequence. The counts exchange stays blocking (the host needs the counts to plan
-// the rows). The B's messages in are received before the pair starts: pipe_pair_ok runs the pair only when the
-// messages due between its F and its B can move before the F (no send of the F's own output, no receive into the
-// F's input buffer); any other pair runs one op after the other.
+// the rows). The B's messages in are received before the pair starts, the F's output sent after it: the messages the
+// list has between the F and the B are split around the pair (pipe_pair_ok: none may receive into the F's input
+// buffer; a pair with one would run one op after the other: the lists have none).
 // --overlap-pairs 0 runs every pair through the same runner without giving the turn away (each all-to-all waited
 // at once): the same arithmetic in the same order, the baseline the trace and the tests compare with.
 
@@ -380,8 +411,9 @@ static void pipe_dir_done(void* ctx, const char* what, double t0, double exposed
 }
 
 // 1 if the pair at op i of this rank's list (an F with pair = 1, then a B of the other chunk) can run overlapped:
-// every message due between the two (plan entries from k on with before == i + 1) may be received or completed
-// before the F: none sends the F's own output, none receives an F's input (act_recv, which the F reads)
+// the messages due between the two (plan entries from k on with before == i + 1) can be split around the pair, the
+// receives (the B's input gradient) and the sends of earlier outputs before the F, the sends of the F's own output
+// after the B (pipeline_step): none receives an F's input (act_recv, which the F reads; the lists have none there)
 static int pipe_pair_ok(const Pipeline* pipe, int i, int k) {
     const Schedule* s = &pipe->sched;
     int r = pipe->pp_rank;
@@ -390,7 +422,7 @@ static int pipe_pair_ok(const Pipeline* pipe, int i, int k) {
     if (!f.pair || f.kind != PIPE_F || b.kind != PIPE_B || b.chunk == f.chunk) return 0;
     for (int e = k; e < pipe->plan.n[r] && pipe->plan.x[r][e].before == i + 1; e++) {
         const PipeXfer* x = &pipe->plan.x[r][e];
-        if (x->kind == PIPE_F && (!x->send || (x->mb == f.mb && x->stage == pipe_stage(pipe, f.chunk)))) return 0;
+        if (x->kind == PIPE_F && !x->send) return 0;
     }
     return 1;
 }
@@ -460,14 +492,22 @@ static float pipeline_step(Pipeline* pipe, const int* inputs, const int* targets
         }
         if (i == s->n[r]) break;
         PipeOp op = s->ops[r][i];
-        if (op.pair && pipe_pair_ok(pipe, i, k)) {  // DualPipeV's F&B: the B's messages first, then both in turns
-            while (k < plan->n[r] && plan->x[r][k].before == i + 1) {
-                int e = k + 1;
-                while (e < plan->n[r] && plan->x[r][e].before == i + 1 && plan->x[r][e].t == plan->x[r][k].t) e++;
-                pipe_run_batch(pipe, k, e);
-                k = e;
+        if (op.pair && pipe_pair_ok(pipe, i, k)) {
+            // DualPipeV's F&B: the messages due before the B first (but the sends of the F's own output, which the
+            // pair makes), then both ops in turns, then those sends, each part in the batches' order
+            // (pipe_plan_pairs put those sends last in their batches: [k, mid) before, [mid, e) after)
+            int vs = pipe_stage(pipe, op.chunk), k0 = k;
+            for (int part = 0; part < 2; part++) {
+                for (k = k0; k < plan->n[r] && plan->x[r][k].before == i + 1;) {
+                    int e = k + 1, mid;
+                    while (e < plan->n[r] && plan->x[r][e].before == i + 1 && plan->x[r][e].t == plan->x[r][k].t) e++;
+                    for (mid = k; mid < e && !pipe_is_send_of(&plan->x[r][mid], op.mb, vs); mid++) {}
+                    if (part == 0 && mid > k) pipe_run_batch(pipe, k, mid);
+                    if (part == 1 && e > mid) pipe_run_batch(pipe, mid, e);
+                    k = e;
+                }
+                if (part == 0) pipe_run_pair(pipe, op, s->ops[r][i + 1], inputs, targets, dloss);
             }
-            pipe_run_pair(pipe, op, s->ops[r][i + 1], inputs, targets, dloss);
             i++;
             continue;
         }
