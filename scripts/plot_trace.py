@@ -6,7 +6,8 @@
 # tids, times in microseconds, otherData e.g. {measured_bubble}); the plain list of events is accepted too.
 # One row per (pid, tid), named by the thread_name / process_name metadata; one box per complete ("X")
 # event: F, B and W in their own colours (a lighter shade per model chunk, from names like "F3.1"), the
-# micro-batch number inside when it fits; any other category (send, recv, allreduce, optimizer, ...) as a
+# micro-batch number inside when it fits; an overlapped pair's all-to-alls (category a2a, named like
+# "B1.1 L3 dispatch": from the start to the wait's end; a row of their own, tid 1) in theirs; any other category (send, recv, allreduce, optimizer, ...) as a
 # thin grey bar under the row's compute boxes. The title shows otherData's fields. --dump-boxes writes
 # the drawn rectangles as JSON (for test/test_plot_trace.sh).
 import argparse
@@ -16,10 +17,12 @@ import re
 import sys
 import textwrap
 
-COMPUTE = {"F": ("#4c78a8", "F forward"), "B": ("#e4572e", "B backward"), "W": ("#54a24b", "W weight grad")}
+COMPUTE = {"F": ("#4c78a8", "F forward"), "B": ("#e4572e", "B backward"), "W": ("#54a24b", "W weight grad"),
+           "a2a": ("#b279a2", "all-to-all in flight (start to wait)")}
+ORDER = ["F", "B", "W", "a2a", "other"]
 OTHER_COLOR = "#8c8c8c"
 DPI = 100
-NAME_RE = re.compile(r"^([A-Za-z]+)(\d+)(?:\.(\d+))?$")  # "F3" or "F3.1": micro-batch 3 (chunk 1)
+NAME_RE = re.compile(r"^([A-Za-z]+)(\d+)(?:\.(\d+))?(?: .*)?$")  # "F3", "F3.1" (chunk 1), "F3.1 L2 dispatch"
 
 
 def die(msg):
@@ -182,7 +185,9 @@ def main():
     top = 18 + 20 * (len(head) + len(sub_lines))
     row_px = 30 if nrows <= 16 else max(12, 480 // nrows)
     ncat = len({(b["category"], b["chunk"]) for b in boxes})
-    legend_cols = min(ncat, max(1, args.width // 170))
+    # as many legend columns as the longest entry's text leaves room for
+    longest = max(len(COMPUTE[c][1]) + 10 if c in COMPUTE else 30 for c, _ in {(b["category"], b["chunk"]) for b in boxes})
+    legend_cols = min(ncat, max(1, int((args.width - 40) // (longest * char_px + 40))))
     bottom = 62 + 18 * -(-ncat // legend_cols)
     height = top + row_px * nrows + bottom
     fig = plt.figure(figsize=(args.width / DPI, height / DPI), dpi=DPI)
@@ -218,6 +223,8 @@ def main():
         label = ""
         if b["category"] != "other":
             label = str(b["mb"]) if b["mb"] is not None else b["name"]
+            if b["category"] == "a2a" and b["mb"] is not None:  # the direction too: "F3" or "B1"
+                label = b["name"][0] + label
             if (b["x1"] - b["x0"]) * px_per_x < len(label) * char_px + 4 or ch * row_px < fontsize * DPI / 72 + 2:
                 label = ""
             if label:
@@ -241,7 +248,7 @@ def main():
                  fontsize=fontsize + 0.5, linespacing=1.4)
 
     handles = []
-    for (cat, chunk), (color, desc) in sorted(legend.items(), key=lambda kv: ("FBWother".index(kv[0][0]), kv[0][1])):
+    for (cat, chunk), (color, desc) in sorted(legend.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
         if cat == "other":
             others = sorted({b["cat"] or "?" for b in boxes if b["category"] == "other"})
             text = "other: " + ", ".join(others[:6]) + (", ..." if len(others) > 6 else "")

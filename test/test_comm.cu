@@ -474,9 +474,11 @@ static void test_all_to_all(CommGroup g, size_t block) {
 // the block's place in j's send buffer, so every rank knows what to expect from every member. The blocks lie in
 // the send buffer in reverse member order and in the receive buffer in member order (offsets are the caller's).
 // The ledger grows by one all_to_all call, the whole send buffer as payload, and sent = every block but the own.
+// started 1: the non-blocking form (comm_all_to_all_v_start, then comm_wait: DualPipeV's overlapped pairs), with
+// the receive buffer read only after the wait.
 static size_t a2av_count(uint64_t tid, int from, int to, size_t unit) { return (size_t)((mix64(tid * 131 + from * 17 + to) >> 7) % 4) * unit; }
 template <typename T>
-static void test_all_to_all_v(CommGroup g, size_t unit) {
+static void test_all_to_all_v(CommGroup g, size_t unit, int started = 0) {
     const uint64_t tid = ++g_test_id;
     const int N = C.group_size[g], me = C.group_rank[g];
     int members[64];
@@ -491,7 +493,12 @@ static void test_all_to_all_v(CommGroup g, size_t unit) {
     dev_poison(recv, (nr + 1) * sizeof(T));
     const long long calls_before = ledger_calls(&C, COMM_ALL_TO_ALL, g);
     const double payload_before = ledger_payload_bytes(&C, COMM_ALL_TO_ALL, g), sent_before = ledger_sent_bytes(&C, COMM_ALL_TO_ALL, g);
-    comm_all_to_all_v(&C, g, send, scount, soff, recv, rcount, roff, (cudaStream_t)0);
+    if (started) {
+        CommHandle hd = comm_all_to_all_v_start(&C, g, send, scount, soff, recv, rcount, roff, (cudaStream_t)0);
+        comm_wait(&C, &hd);
+    } else {
+        comm_all_to_all_v(&C, g, send, scount, soff, recv, rcount, roff, (cudaStream_t)0);
+    }
     device_synchronize();
     copy_to_host(h, recv, nr * sizeof(T));
     char detail[200] = "";
@@ -516,8 +523,9 @@ static void test_all_to_all_v(CommGroup g, size_t unit) {
         snprintf(detail, sizeof(detail), "ledger: +%lld calls, +%.0f payload, +%.1f sent bytes; expected +1, +%.0f, +%.0f", dc, dpay, ds,
                  want_pay, want_sent);
     }
-    mcheck(ok, detail, "all_to_all_v   %-5s %-5s N=%d unit=%-3zu: %zu elements out, %zu in (uneven, some blocks empty), exact; "
-           "ledger +%.0f payload, +%.0f sent (the blocks that left)", TT<T>::name(), comm_group_name(g), N, unit, ns, nr, want_pay, want_sent);
+    mcheck(ok, detail, "all_to_all_v%s %-5s %-5s N=%d unit=%-3zu: %zu elements out, %zu in (uneven, some blocks empty), exact; "
+           "ledger +%.0f payload, +%.0f sent (the blocks that left)", started ? " (started, waited)" : "", TT<T>::name(),
+           comm_group_name(g), N, unit, ns, nr, want_pay, want_sent);
     free(h);
     device_free(send);
     device_free(recv);
@@ -903,6 +911,7 @@ static void test_all_collectives(void) {
         test_broadcast<T>(gg, 1000);
         for (int bi = 0; bi < 3; bi++) test_all_to_all<T>(gg, blocks[bi]);
         for (int bi = 0; bi < 3; bi++) test_all_to_all_v<T>(gg, blocks[bi]);
+        test_all_to_all_v<T>(gg, blocks[2], 1);
         test_p2p<T>(gg, 1000);
     }
     g_test_id = (uint64_t)(++g_group_calls) << 32;

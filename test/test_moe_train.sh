@@ -27,7 +27,13 @@
 #     over dp 2 with ZeRO 0 and 3 (K = 2, drops) and with K = 1 without drops, ep 4 over dp 4 (ZeRO-2), ep 2 over dp 4
 #     (two ep groups, the experts averaged over edp = 2; ZeRO-1), ep 2 with pp 2 (1f1b; and dualpipev with ZeRO-3 and
 #     full recompute on a 4-layer model) and with tp 2, the emulated
-#     CUDA build's ep 2 (the all-to-alls over its NCCL), the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
+#     CUDA build's ep 2 (the all-to-alls over its NCCL), DualPipeV's overlapped pairs (llm/parallel/pipeline.h): the
+#     dualpipev run's pairs overlapped (the default) vs --overlap-pairs 0: the same final model and state bytes and loss
+#     numbers; its --trace: on some rank an all-to-all of one direction (start to wait's end) holds a piece of the other
+#     direction's op, never with --overlap-pairs 0 (the same all-to-alls otherwise), each rank's 4 x the pairs the
+#     report says it ran in turns; ep 2 x pp 4 dualpipev (-np 8, the pairs whose messages split around them) against
+#     one process and its pairs run in turns per rank = DualPipeV's phases' count; the emulated build's dualpipev
+#     (started all-to-alls over NCCL) vs the CPU run (1e-5) and its trace likewise; --overlap-pairs without dualpipev refused; the BF16 CPU build's ep 2 (BF16 bounds); the allocator's model-state bytes against ZeRO's formula with
 #     the experts sharded over their own group (dp_layout_paper_bytes); samples (decoding through the dispatch) the
 #     same text as one process's; checkpoints across layouts: an ep 4 state resumed at ep 2 and in one process, an
 #     ep 2 sharded checkpoint in one process. The ledger's all-to-alls of the ep group in the last step, summed over
@@ -146,6 +152,7 @@ badflag "--top-k" --model d2,C=32,NH=4,maxT=64,V=257 --top-k 2
 badflag "--moe-every" --model d2,C=32,NH=4,maxT=64,V=257 --experts 4 --moe-every 0
 badflag "--capacity-factor" --capacity-factor -1
 badflag "--aux-loss-coef" --aux-loss-coef -0.5
+badflag "--overlap-pairs" --overlap-pairs 1
 
 # 6. expert parallelism (ep ranks fold into dp: -np = dp); the references are one_256 (2 micro-batches) and one_512 (4)
 train ep2_z0 2 "$CPU" --total-batch 256 --ep 2 --zero 0 &&
@@ -172,8 +179,84 @@ train ep2_k1 2 "$CPU" "${k1[@]}" --ep 2 &&
 # and full recompute, on a 4-layer model from its descriptor (DualPipeV: 2 P = 4 micro-batches a step)
 d4=(--model d4,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 2)
 train one_d4 0 "$CPU" "${d4[@]}" --total-batch 1024
-train dualpipev_ep2 4 "$CPU" "${d4[@]}" --total-batch 1024 --ep 2 --pp 2 --schedule dualpipev --zero 3 --recompute full &&
-    check compare "ep 2 x pp 2 dualpipev, ZeRO-3, full recompute vs 1 process, 8 micro-batches" "$tmp/dualpipev_ep2" "$tmp/one_d4" 4e-6 1e-5
+dpv=("${d4[@]}" --total-batch 1024 --ep 2 --pp 2 --schedule dualpipev --zero 3 --recompute full)
+train dualpipev_ep2 4 "$CPU" "${dpv[@]}" --trace "$tmp/dpv_on.trace.json" &&
+    check compare "ep 2 x pp 2 dualpipev (pairs overlapped), ZeRO-3, full recompute vs 1 process, 8 micro-batches" \
+        "$tmp/dualpipev_ep2" "$tmp/one_d4" 4e-6 1e-5
+# DualPipeV's overlapped pairs (llm/parallel/pipeline.h): --overlap-pairs 0 runs each pair's F and B one after the other;
+# interleaving them changes no arithmetic, so the final model and state are the same bytes and the losses the same
+# numbers. The traces: the overlapped run has, on some rank, an all-to-all of one direction (from its start to its wait's
+# end) containing a piece of the other direction's op; the other run has the same all-to-alls, and none contains one.
+train dualpipev_ep2_off 4 "$CPU" "${dpv[@]}" --overlap-pairs 0 --trace "$tmp/dpv_off.trace.json" &&
+    check same "dualpipev ep 2 x pp 2: pairs overlapped (--overlap-pairs 1) vs one op after the other (0)" \
+        "$tmp/dualpipev_ep2_off" "$tmp/dualpipev_ep2"
+dpv_emu=()
+if [ -x "$EMU" ]; then  # the emulated CUDA build: the started all-to-alls over its NCCL (the comm stream's events)
+    train dualpipev_ep2_emu 4 "$EMU" "${dpv[@]}" --trace "$tmp/dpv_emu.trace.json" &&
+        check compare "emulated CUDA ep 2 x pp 2 dualpipev (pairs overlapped, all-to-alls over NCCL) vs CPU" \
+            "$tmp/dualpipev_ep2_emu" "$tmp/dualpipev_ep2" 1e-5 1e-5 && dpv_emu=("$tmp/dpv_emu.trace.json")
+fi
+python3 - "$tmp" "${dpv_emu[@]}" > "$tmp/dpv_overlap.out" <<'EOF'
+import json, os, sys
+tmp = sys.argv[1]
+def events(path):
+    try:
+        return [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    except (OSError, ValueError, KeyError) as e:
+        print("FAIL %s: no trace (%s)" % (path, e)); sys.exit(0)
+def chunk(name):  # "F3.1" or "F3.1 L3 dispatch": chunk 1
+    return name.split()[0].split(".")[1]
+def overlap(xs):  # the all-to-alls, those holding a piece of the other direction's op, their ms in flight and exposed
+    a2a = [e for e in xs if e["cat"] == "a2a"]
+    comp = [e for e in xs if e["cat"] in ("F", "B")]
+    holding = [a for a in a2a if any(c["pid"] == a["pid"] and c["cat"] != a["name"][0] and chunk(c["name"]) != chunk(a["name"])
+                                     and a["ts"] <= c["ts"] and c["ts"] + c["dur"] <= a["ts"] + a["dur"] for c in comp)]
+    return a2a, holding, sum(a["dur"] for a in a2a) / 1e3, sum(a["args"]["exposed"] for a in a2a) / 1e3
+def names(r):
+    return sorted((a["pid"], a["name"]) for a in r[0])
+def losses(run):
+    return [l.split('"train_loss":')[1].split(",")[0] for l in open(os.path.join(tmp, run, "log.jsonl")) if '"train_loss"' in l]
+on, off = overlap(events(os.path.join(tmp, "dpv_on.trace.json"))), overlap(events(os.path.join(tmp, "dpv_off.trace.json")))
+good = len(on[1]) > 0 and len(off[0]) > 0 and len(off[1]) == 0 and names(on) == names(off)
+print("%s dualpipev traces: %d all-to-alls (the same per rank, direction, layer, micro-batch in both runs: %s); pairs "
+      "overlapped: %d hold a piece of the other direction's op, %.1f of %.1f ms in flight exposed (start + wait); "
+      "--overlap-pairs 0: %d hold one, %.1f of %.1f ms exposed" % ("ok  " if good else "FAIL", len(on[0]),
+      names(on) == names(off), len(on[1]), on[3], on[2], len(off[1]), off[3], off[2]))
+# the report's pairs run by the pair runner (pairs_overlapped, per rank) against the trace: 4 all-to-alls per pair here
+# (each chunk one moe layer: the F's dispatch and combine, the B's), in both runs
+for run, tr in (("dualpipev_ep2", on), ("dualpipev_ep2_off", off)):
+    ranks = json.load(open(os.path.join(tmp, run + ".json")))["ranks"]
+    per = [sum(1 for a in tr[0] if a["pid"] == r["rank"]) for r in ranks]
+    pairs = [r.get("pairs_overlapped", -1) for r in ranks]
+    print("%s %s: the report's pairs run in turns per rank %s (--overlap-pairs %s), the trace's all-to-alls per rank %s = 4 x them" % (
+        "ok  " if per == [4 * p for p in pairs] and min(pairs) > 0 else "FAIL", run, pairs, ranks[0].get("overlap_pairs"), per))
+a, b = losses("dualpipev_ep2"), losses("dualpipev_ep2_off")
+print("%s dualpipev losses, pairs overlapped vs not: %d steps, the same numbers: %s" % (
+    "ok  " if a == b and len(a) == 4 else "FAIL", len(a), a == b))
+for path in sys.argv[2:]:  # the emulated build: the same interleave (its streams are synchronous)
+    emu = overlap(events(path))
+    print("%s emulated CUDA dualpipev trace: %d all-to-alls, %d hold a piece of the other direction's op" % (
+        "ok  " if len(emu[1]) > 0 and names(emu) == names(on) else "FAIL", len(emu[0]), len(emu[1])))
+EOF
+while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/dpv_overlap.out"
+# pp 4 x ep 2 (-np 8, an 8-layer model, 8 micro-batches a dp rank): here 6 of the 25 pairs have their F's output due
+# to the next rank before the list's B; their messages are split around the pair, and every pair runs in turns: each
+# pp rank's pairs_overlapped in the report = its pairs in DualPipeV's phases 4 and 5, 2 (m - 2P + r + 1) + (P - r - 1),
+# less rank P - 1's first F0 (not paired)
+d8=(--model d8,C=32,NH=4,maxT=64,V=257 --experts 4 --top-k 2 --total-batch 2048)
+train one_d8 0 "$CPU" "${d8[@]}"
+train dualpipev_pp4_ep2 8 "$CPU" "${d8[@]}" --ep 2 --pp 4 --schedule dualpipev &&
+    check compare "ep 2 x pp 4 dualpipev (-np 8, pairs overlapped) vs 1 process, 16 micro-batches" "$tmp/dualpipev_pp4_ep2" "$tmp/one_d8" 4e-6 1e-5 &&
+    python3 - "$tmp/dualpipev_pp4_ep2.json" > "$tmp/dpv_pp4.out" <<'EOF'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+P, m = 4, 8
+got = [(r["pp_rank"], r.get("pairs_overlapped")) for r in ranks]
+want = [(r["pp_rank"], 2 * (m - 2 * P + r["pp_rank"] + 1) + (P - r["pp_rank"] - 1) - (r["pp_rank"] == P - 1)) for r in ranks]
+print("%s ep 2 x pp 4 dualpipev: pairs run in turns per rank (pp rank, pairs) %s, DualPipeV's phases give %s" % (
+    "ok  " if got == want else "FAIL", got, want))
+EOF
+[ -s "$tmp/dpv_pp4.out" ] && while IFS= read -r l; do case $l in "ok   "*) ok "${l#ok   }" ;; *) bad "${l#FAIL }" ;; esac; done < "$tmp/dpv_pp4.out"
 train tp2_ep2 4 "$CPU" --total-batch 256 --ep 2 --tp 2 &&
     check compare "ep 2 x tp 2 vs 1 process, 2 micro-batches" "$tmp/tp2_ep2" "$tmp/one_256" 4e-6 1e-5
 if [ -x "$EMU" ]; then

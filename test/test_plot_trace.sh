@@ -2,7 +2,8 @@
 # test_plot_trace.sh: scripts/plot_trace.py draws what the trace holds. Plots the simulator's traces of
 # 1f1b pp4 m8, interleaved pp2 m4 vpp2 and zb-h1 pp4 m8 (build/pipeline_sim, built by `make test`) and a
 # real run's shape (pid = rank, two tids, send/recv/allreduce events, times in microseconds, as an object
-# and as a plain list), and checks the PNG (magic bytes, the requested width) and the rectangles it
+# and as a plain list) and an overlapped DualPipeV pair's (the ops in pieces, the all-to-alls of each direction on
+# a row of their own, category a2a, in their own colour), and checks the PNG (magic bytes, the requested width) and the rectangles it
 # drew (--dump-boxes) against the trace: one row per (pid, tid), one box per X event at its ts and dur,
 # no overlap of F/B/W in a row, the colour category of each, micro-batch labels, the title and the axis.
 # Then the bad inputs: one line naming the file and a non-zero exit.
@@ -63,25 +64,26 @@ want = sorted((i, e["name"], e["cat"], round((e["ts"] - t0) * scale, 6), round((
 got = sorted((b["row"], b["name"], b["cat"], round(b["x0"], 6), round(b["x1"], 6)) for b in boxes)
 check(want == got, f"every box at its event's row, name, cat, start and end ({len(got)} boxes)")
 cats = Counter(b["category"] for b in boxes)
-check(all(b["category"] == (b["cat"] if b["cat"] in "FBW" and b["cat"] else "other") for b in boxes),
-      f"colour categories F/B/W by cat, the rest 'other': {dict(sorted(cats.items()))}")
+check(all(b["category"] == (b["cat"] if b["cat"] in ("F", "B", "W", "a2a") else "other") for b in boxes),
+      f"colour categories F/B/W/a2a by cat, the rest 'other': {dict(sorted(cats.items()))}")
 check(all((b["color"] == "#8c8c8c") == (b["category"] == "other") for b in boxes), "grey exactly for the other categories")
 overlaps = 0
 by_row = defaultdict(list)
 for b in boxes:
-    if b["category"] != "other": by_row[b["row"]].append((b["x0"], b["x1"]))
+    if b["category"] in ("F", "B", "W"): by_row[b["row"]].append((b["x0"], b["x1"]))
 for r, spans in by_row.items():
     spans.sort()
     overlaps += sum(1 for a, c in zip(spans, spans[1:]) if c[0] < a[1] - 1e-9)
 check(overlaps == 0, f"no F/B/W boxes overlap in a row ({overlaps} overlaps)")
 labelled = [b for b in boxes if b["label"]]
-check(all(b["label"] == b["name"].split(".")[0][1:] for b in labelled if b["category"] != "other")
+check(all(b["label"] == b["name"].split(".")[0][1:] for b in labelled if b["category"] in ("F", "B", "W"))
+      and all(b["label"] == b["name"].split(".")[0] for b in labelled if b["category"] == "a2a")
       and not any(b["label"] for b in boxes if b["category"] == "other"),
-      f"labels are micro-batch numbers ({len(labelled)} of {len(boxes)} labelled)")
+      f"labels are micro-batch numbers (an all-to-all's with its direction) ({len(labelled)} of {len(boxes)} labelled)")
 for word in expect:
     kind, _, arg = word.partition("=")
     if kind == "labels_all":
-        check(len(labelled) == sum(1 for b in boxes if b["category"] != "other"), "every F/B/W box labelled at this width")
+        check(len(labelled) == sum(1 for b in boxes if b["category"] != "other"), "every F/B/W/a2a box labelled at this width")
     elif kind == "labels_none":
         check(not labelled, f"no label where the boxes are too narrow ({len(labelled)} labelled)")
     elif kind == "title":
@@ -138,6 +140,28 @@ EOF
 PLOT_ARGS=()
 check_plot real "$tmp/real.json" 1000 4 "xlabel=ms" "title=measured_bubble 31.4%" "title=dp=2" "rowname=rank 1 / comm" has=other
 check_plot real_list "$tmp/real_list.json" 1000 4 "xlabel=ms" "rowname=rank 0 / tid 0" has=other
+
+# an overlapped DualPipeV pair's trace (llm/parallel/pipeline_report.h's shape): each rank's ops in pieces on tid 0, the
+# pair's all-to-alls of the forward on tid 1 and of the backward on tid 2 (cat a2a, from start to wait), in their colour
+python3 - "$tmp" <<'EOF'
+import json, sys
+ev = []
+for r in range(2):
+    ev.append({"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}})
+    for tid, row in enumerate(("ops", "all-to-all F", "all-to-all B")):
+        ev.append({"name": "thread_name", "ph": "M", "pid": r, "tid": tid, "args": {"name": row}})
+    t = 1000.0 * r
+    for k in range(2):  # F3.0 and B1.1 in turns, each piece ending where its all-to-all starts
+        ev.append({"name": "F3.0", "cat": "F", "ph": "X", "pid": r, "tid": 0, "ts": t, "dur": 4000, "args": {"piece": k}})
+        ev.append({"name": "F3.0 L0 %s" % ("dispatch", "combine")[k], "cat": "a2a", "ph": "X", "pid": r, "tid": 1, "ts": t + 3900,
+                   "dur": 4300, "args": {"piece": 0, "exposed": 300}})
+        ev.append({"name": "B1.1", "cat": "B", "ph": "X", "pid": r, "tid": 0, "ts": t + 4000, "dur": 4000, "args": {"piece": k}})
+        ev.append({"name": "B1.1 L3 %s" % ("dispatch", "combine")[k], "cat": "a2a", "ph": "X", "pid": r, "tid": 2, "ts": t + 7900,
+                   "dur": 4300, "args": {"piece": 0, "exposed": 300}})
+        t += 8000
+json.dump({"traceEvents": ev, "otherData": {"schedule": "dualpipev", "measured_bubble": 0.1}}, open(sys.argv[1] + "/pair.json", "w"))
+EOF
+check_plot pair "$tmp/pair.json" 1200 6 labels_all "rowname=rank 0 / all-to-all F" "rowname=rank 1 / all-to-all B" has=a2a has=F has=B
 
 # bad inputs: one line, "error: " and the file's name, a non-zero exit, no traceback, no PNG
 bad_input() {  # NAME FILE

@@ -51,6 +51,8 @@ static inline void comm_finish_host(CommHandle* h) {
     }
     h->move_bytes = 0;
     h->scale_n = 0;
+    free(h->counts);
+    h->counts = NULL;
     h->pending = 0;
 }
 // the MPI type that carries a buffer of dt: 16-bit values travel as 16-bit words

@@ -152,6 +152,8 @@ typedef struct {
     size_t scale_n;
     float scale;
     CommDtype scale_dt;  // scale_buf's type
+    int* counts;         // a started all_to_all_v: its count and displacement arrays, which MPI reads until the
+                         // request completes (freed then)
 #endif
 } CommHandle;
 

@@ -27,22 +27,26 @@ static void pipeline_print(const Pipeline* pipe) {
 // this rank's pipeline figures for the report (llm/train/report.h), as "key":value pairs: the slots its
 // chunks hold (the most micro-batches its list has alive), the simulator's peak of live micro-batches
 // for this rank (llm/parallel/schedule.h), the activation bytes the slots took (the tagged allocator), the virtual
-// stages of its chunks and the pp rank of the head (the placement)
+// stages of its chunks and the pp rank of the head (the placement); dualpipev: whether its pairs overlap
+// (--overlap-pairs) and how many of the last step's ran through the pair runner (llm/parallel/pipeline.h)
 static void pipeline_report_json(const Pipeline* pipe, char* buf, size_t cap) {
     int slots = 0;
     for (int c = 0; c < pipe->vpp; c++) slots += pipe->chunks[c].num_slots;
     PipeSim sim = pipe_simulate(&pipe->sched, pipe_plan_costs(&pipe->sched));
     int n = snprintf(buf, cap, "\"schedule\":\"%s\",\"m\":%d,\"V\":%d,\"activation_slots\":%d,\"sim_peak_live\":%d,"
-                     "\"pipeline_activation_bytes\":%zu,\"layers\":%d,\"head_pp_rank\":%d,\"stages\":[", pipe->sched.name, pipe->m, pipe->vpp, slots,
+                     "\"pipeline_activation_bytes\":%zu,\"layers\":%d,\"head_pp_rank\":%d,\"overlap_pairs\":%d,\"pairs_overlapped\":%d,"
+                     "\"stages\":[", pipe->sched.name, pipe->m, pipe->vpp, slots,
                      sim.peak_live[pipe->pp_rank], pipe->act_bytes, pipe->chunks[0].range.last_layer - pipe->chunks[0].range.first_layer,
-                     pipe->head_rank);
+                     pipe->head_rank, pipe->overlap_pairs, pipe->pairs_overlapped);
     for (int c = 0; c < pipe->vpp && n > 0 && (size_t)n < cap; c++) n += snprintf(buf + n, cap - n, "%s%d", c ? "," : "", pipe_stage(pipe, c));
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - n, "]");
     pipe_sim_free(&sim);
 }
 
 // ----------------------------------------------------------------------------
-// the trace
+// the trace (Chrome's format: pid the rank, tid 0 its ops and messages, tids 1 and 2 an overlapped pair's all-to-alls
+// of the forward and the backward, from the start to the wait's end, with args.exposed the microseconds the host spent
+// in the start and the wait)
 
 // the measured bubble of the events of every rank (each rank's, all_n[r] of them): the idle time of
 // the ranks between the first op's start and the last op's end, over P times that span (F, B, W only)
@@ -90,7 +94,9 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
         for (int q = 0; q < pipe->pp_size; q++) {
             for (int i = 0; i < ppn[q]; i++) {
                 const PipeEvent* e = &ppev[(size_t)q * PIPE_MAX_EVENTS + i];
-                for (int k = 0; k < 3; k++) if (e->cat[0] == PIPE_OP_NAMES[k] && e->cat[1] == 0) { sum[k] += e->dur; cnt[k]++; }
+                for (int k = 0; k < 3; k++) {  // (an overlapped pair's later pieces add to their op's time, not the count)
+                    if (e->cat[0] == PIPE_OP_NAMES[k] && e->cat[1] == 0) { sum[k] += e->dur; cnt[k] += e->piece == 0; }
+                }
             }
         }
         PipeCosts mc = {cnt[0] ? sum[0] / cnt[0] : 0, cnt[1] ? sum[1] / cnt[1] : 0, cnt[2] ? sum[2] / cnt[2] : 0, 0.0};
@@ -108,10 +114,19 @@ static double pipeline_write_trace(Pipeline* pipe, const char* path, int step, d
             mesh_coords_label(&c->mesh, w, coords, sizeof(coords));
             fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (%s)\"}}",
                     w ? "," : "", w, w, coords);
+            // an overlapped pair's all-to-alls: two rows of their own under the rank's ops, the forward's (tid 1) and
+            // the backward's (tid 2), so that the two directions' exchanges in flight at once do not hide each other
+            int a2a = 0;
+            for (int i = 0; i < all_n[w]; i++) a2a += strcmp(all[(size_t)w * PIPE_MAX_EVENTS + i].cat, "a2a") == 0;
+            for (int tid = 0; a2a > 0 && tid < 3; tid++) {
+                const char* rows[3] = {"ops", "all-to-all F", "all-to-all B"};
+                fprintf(f, ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", w, tid, rows[tid]);
+            }
             for (int i = 0; i < all_n[w]; i++) {
                 const PipeEvent* e = &all[(size_t)w * PIPE_MAX_EVENTS + i];
-                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}", e->name,
-                        e->cat, w, (e->ts - t0) * 1e3, e->dur * 1e3);
+                int tid = strcmp(e->cat, "a2a") == 0 ? 1 + (e->name[0] == 'B') : 0;
+                fprintf(f, ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"piece\":%d,\"exposed\":%.3f}}",
+                        e->name, e->cat, w, tid, (e->ts - t0) * 1e3, e->dur * 1e3, e->piece, e->exposed * 1e3);
             }
         }
         fprintf(f, "],\"otherData\":{\"schedule\":\"%s\",\"P\":%d,\"m\":%d,\"V\":%d,\"step\":%d,\"measured_bubble\":%.6f,\"simulated_bubble\":%.6f}}\n",

@@ -19,6 +19,9 @@
 //   ep_combine            the reverse: yl reordered rank-major, the all_to_all_v back with the counts swapped;
 //                         the rows land where this rank's xp rows were: yp (R, C), which unpermute weights by the gates
 //
+// Each row exchange is blocking, or, in DualPipeV's overlapped pairs (EPTurn, llm/parallel/pipeline.h), started
+// non-blocking and waited after the other direction of the pair ran its next piece (ep_exchange_rows). The counts exchange stays blocking: the host needs the counts before it can plan the rows.
+//
 // The backward moves gradients the same two ways, in reverse: dyp (the gradient of yp, this rank's rows)
 // dispatched like xp (to the experts' ranks), the local experts' backward, dxl combined back like yl.
 // The counts of the forward serve the backward (kept per layer and micro-batch in MoEActs), so the
@@ -39,7 +42,19 @@
 #include "../core/device.h"
 #include "../comm/comm.h"
 
+// DualPipeV's overlapped pairs (llm/parallel/pipeline.h): while set on a group, each dispatch and combine is
+// started non-blocking, then pass() lets the other direction of the pair run its next piece, and only then is the
+// exchange waited (and done() told, for the trace, when it was started: the interval from start to the wait's
+// return). NULL: started and waited at once, as the blocking form.
+typedef struct EPTurn {
+    void (*pass)(void* ctx, const char* what);           // what: "dispatch" or "combine"
+    void (*done)(void* ctx, const char* what, double t0, double exposed);  // t0: wall_ms() at the start; exposed:
+                                                                           // the ms spent in the start and the wait
+    void* ctx;
+} EPTurn;
+
 typedef struct EPGroup {
+    EPTurn* turn;    // an overlapped pair's (above), or NULL
     Comm* comm;
     int size, rank;  // the ep group (GROUP_EP); size 1: every expert here, and every function below the identity
     int E, El;       // experts, and experts per rank E / size
@@ -163,14 +178,31 @@ static void ep_plan(EPGroup* g, const int* off, const int* recv, int C, int disp
     }
 }
 
+// One row exchange of the group (the all_to_all_v of ep_plan's plan): blocking without a turn; in a pair (g->turn)
+// started, the other direction's next piece run (pass), then waited. The send buffer stays untouched and the
+// receive buffer unread until the wait returns.
+static void ep_exchange_rows(EPGroup* g, const floatX* send, floatX* recv, const char* what, cudaStream_t st) {
+    size_t N = (size_t)g->size, *p = g->plan;
+    if (g->turn == NULL) {
+        comm_all_to_all_v(g->comm, GROUP_EP, send, p, p + N, recv, p + 2 * N, p + 3 * N, st);
+        return;
+    }
+    double t0 = wall_ms();
+    CommHandle h = comm_all_to_all_v_start(g->comm, GROUP_EP, send, p, p + N, recv, p + 2 * N, p + 3 * N, st);
+    double t1 = wall_ms();
+    g->turn->pass(g->turn->ctx, what);
+    double t2 = wall_ms();
+    comm_wait(g->comm, &h);
+    g->turn->done(g->turn->ctx, what, t0, (t1 - t0) + (wall_ms() - t2));
+}
+
 // xp (off[E] rows, C; this rank's rows) -> xl (loff[El] rows, C; the local experts', expert-major); rm: (loff[El], C)
 // scratch for the rank-major arrivals
 static void ep_dispatch(EPGroup* g, const floatX* xp, const int* off, const int* recv, const int* loff, floatX* rm,
                         floatX* xl, int C, cudaStream_t st) {
     if (ep_local(g)) return;  // (xl is xp: ep_alias)
     ep_plan(g, off, recv, C, 1);
-    size_t N = (size_t)g->size;
-    comm_all_to_all_v(g->comm, GROUP_EP, xp, g->plan, g->plan + N, rm, g->plan + 2 * N, g->plan + 3 * N, st);
+    ep_exchange_rows(g, xp, rm, "dispatch", st);
     ep_reorder(g, recv, loff, rm, xl, C, 1, st);
 }
 
@@ -181,6 +213,5 @@ static void ep_combine(EPGroup* g, const floatX* yl, const int* off, const int* 
     if (ep_local(g)) return;  // (yl is yp)
     ep_reorder(g, recv, loff, rm, (floatX*)yl, C, 0, st);
     ep_plan(g, off, recv, C, 0);
-    size_t N = (size_t)g->size;
-    comm_all_to_all_v(g->comm, GROUP_EP, rm, g->plan, g->plan + N, yp, g->plan + 2 * N, g->plan + 3 * N, st);
+    ep_exchange_rows(g, rm, yp, "combine", st);
 }

@@ -47,6 +47,8 @@ typedef struct {
     const char* schedule;       // the pipeline schedule (llm/parallel/schedule.h): gpipe, 1f1b, interleaved, zb-h1
     int vpp;                    // chunks of layers per pipeline rank (interleaved; 2 for the V schedules)
     const char* trace;          // Chrome/Perfetto trace of the last training step, or NULL
+    int overlap_pairs;          // dualpipev: 1 a pair's F and B interleaved at the moe all-to-alls, 0 one after the other;
+                                // -1 not given (1)
     int fp8;                    // FP8 linear layers (llm/precision/fp8_linear.h): 0 none, 1 delayed, 2 current, 3 block, 4 mx
     int fp8_e4m3;               // 1: E4M3 gradients too (--fp8-format e4m3); 0: hybrid (E5M2 gradients)
     int fp8_history, fp8_reduce, fp8_margin;  // delayed scaling: amax history length, reduction (0 max, 1 most recent), margin
@@ -162,6 +164,7 @@ static const FlagDoc FLAGS[] = {
     {"--pp", 0, FLAG_INT, A_(pp), 1, 1 << 16, NULL, "pipeline-parallel stages (default 1): the layers split over pp ranks (llm/parallel/pipeline.h)"},
     {"--schedule", 0, FLAG_STRING, A_(schedule), 0, 0, NULL, "pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), zb-h1, zbv or dualpipev (default 1f1b)"},
     {"--vpp", 0, FLAG_INT, A_(vpp), 1, 1 << 16, NULL, "chunks of layers per pipeline rank, with --schedule interleaved (default 1; zbv and dualpipev: 2, the V)"},
+    {"--overlap-pairs", 0, FLAG_INT, A_(overlap_pairs), 0, 1, NULL, "with --schedule dualpipev: 1 each F&B pair's two directions interleaved at the moe all-to-alls, each all-to-all in flight while the other direction computes; 0 one after the other (default 1)"},
     {"--trace", 0, FLAG_STRING, A_(trace), 0, 0, NULL, "write a Chrome/Perfetto trace of the last training step here (scripts/plot_trace.py draws it)"},
     {"--zero", 0, FLAG_INT, A_(zero), 0, 3, NULL, "ZeRO over the dp ranks: 0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters (default 0)"},
     {"--report-json", 0, FLAG_STRING, A_(report_json), 0, 0, NULL, "write each rank's memory (bytes per kind vs the ZeRO paper) and per-step comm ledger here"},
@@ -303,6 +306,7 @@ static void parse_args(Args* a, int argc, char** argv) {
     a->dp = 0; a->tp = 1; a->pp = 1; a->cp = 1; a->ep = 1; a->cp_impl = 0; a->cp_balance = 0; a->zero = 0; a->report_json = NULL; a->recompute = 0;
     a->sequence_parallel = 0;
     a->schedule = "1f1b"; a->vpp = 0; a->trace = NULL;  // vpp 0: the schedule's (args_check_layout)
+    a->overlap_pairs = -1;
     a->fp8 = 0; a->fp8_e4m3 = 0; a->fp8_history = 16; a->fp8_reduce = 0; a->fp8_margin = 0;
     a->inject = NULL;
     a->experts = 0; a->top_k = 0; a->moe_every = 1;
@@ -414,6 +418,8 @@ static void args_check_layout(Args* a, Comm* c) {
     if (a->total_batch == -1) a->total_batch = btdp;  // one micro-step per rank
     if (a->vpp == 0) a->vpp = schedule_is_v(a->schedule) ? 2 : 1;  // --vpp not given: the V has two chunks, others one
     if (args_moe_error(a, a->experts, a->top_k, err, sizeof(err), 0)) {  // (the model: setup_model)
+    } else if (a->overlap_pairs >= 0 && strcmp(a->schedule, "dualpipev") != 0) {
+        snprintf(err, sizeof(err), "--overlap-pairs: expected --schedule dualpipev (the only schedule with F&B pairs), found %s", a->schedule);
     } else if (a->sequence_parallel && c->mesh.tp.size > 1 && a->T % c->mesh.tp.size != 0) {
         snprintf(err, sizeof(err), "--sequence-parallel 1: expected the sequence length -t %d to divide evenly over --tp %d",
                  a->T, c->mesh.tp.size);
