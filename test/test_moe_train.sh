@@ -27,7 +27,7 @@
 #     over dp 2 with ZeRO 0 and 3 (K = 2, drops) and with K = 1 without drops, ep 4 over dp 4 (ZeRO-2), ep 2 over dp 4
 #     (two ep groups, the experts averaged over edp = 2; ZeRO-1), ep 2 with pp 2 (1f1b; and dualpipev with ZeRO-3 and
 #     full recompute on a 4-layer model) and with tp 2, the emulated
-#     CUDA build's ep 2 (the all-to-alls over its NCCL), DualPipeV's overlapped pairs (llm/parallel/pipeline.h): the
+#     CUDA build's ep 2 (the all-to-alls over its NCCL), DualPipeV's overlapped pairs (llm/parallel/pipeline_pair.h): the
 #     dualpipev run's pairs overlapped (the default) vs --overlap-pairs 0: the same final model and state bytes and loss
 #     numbers; its --trace: on some rank an all-to-all of one direction (start to wait's end) holds a piece of the other
 #     direction's op, never with --overlap-pairs 0 (the same all-to-alls otherwise), each rank's 4 x the pairs the
@@ -183,7 +183,7 @@ dpv=("${d4[@]}" --total-batch 1024 --ep 2 --pp 2 --schedule dualpipev --zero 3 -
 train dualpipev_ep2 4 "$CPU" "${dpv[@]}" --trace "$tmp/dpv_on.trace.json" &&
     check compare "ep 2 x pp 2 dualpipev (pairs overlapped), ZeRO-3, full recompute vs 1 process, 8 micro-batches" \
         "$tmp/dualpipev_ep2" "$tmp/one_d4" 4e-6 1e-5
-# DualPipeV's overlapped pairs (llm/parallel/pipeline.h): --overlap-pairs 0 runs each pair's F and B one after the other;
+# DualPipeV's overlapped pairs (llm/parallel/pipeline_pair.h): --overlap-pairs 0 runs each pair's F and B one after the other;
 # interleaving them changes no arithmetic, so the final model and state are the same bytes and the losses the same
 # numbers. The traces: the overlapped run has, on some rank, an all-to-all of one direction (from its start to its wait's
 # end) containing a piece of the other direction's op; the other run has the same all-to-alls, and none contains one.

@@ -253,7 +253,7 @@ good, rows = True, []
 for name, P, want in (("zbv_pp2", 2, 4), ("dpv_pp2", 2, 5), ("zbv_pp4", 4, 8), ("dpv_pp4", 4, 9)):
     ranks = sorted(json.load(open("%s/%s.json" % (sys.argv[1], name)))["ranks"], key=lambda r: r["pp_rank"])
     # the simulator's peak per rank (both chunks together) is the schedule's; the executor keeps slots per chunk
-    # (each chunk's own peak: llm/parallel/pipeline.h pipe_peak_slots), at least that many and at most one more per chunk
+    # (each chunk's own peak: llm/parallel/schedule.h pipe_peak_slots), at least that many and at most one more per chunk
     good &= max(r["sim_peak_live"] for r in ranks) == want
     good &= all(r["sim_peak_live"] <= r["activation_slots"] <= r["sim_peak_live"] + 2 for r in ranks)
     good &= all(r["stages"] == [r["pp_rank"], 2 * P - 1 - r["pp_rank"]] and r["head_pp_rank"] == 0 for r in ranks)

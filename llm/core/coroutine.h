@@ -3,7 +3,7 @@
 // coroutine and its caller never run at the same time, so nothing they share needs a lock, and every MPI and CUDA
 // call stays on the thread that initialised them.
 //
-// What uses it: DualPipeV's overlapped pairs (llm/parallel/pipeline.h). A pair's forward and backward each run
+// What uses it: DualPipeV's overlapped pairs (llm/parallel/pipeline_pair.h). A pair's forward and backward each run
 // as a coroutine of the ordinary stage_forward / stage_backward code; at each moe all-to-all the running direction
 // starts the exchange, yields, and waits for it only when it is resumed after the other direction's next piece. The
 // alternative, a stage forward and backward rewritten as resumable state machines (a cursor of slot, layer and

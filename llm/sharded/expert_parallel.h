@@ -19,7 +19,7 @@
 //   ep_combine            the reverse: yl reordered rank-major, the all_to_all_v back with the counts swapped;
 //                         the rows land where this rank's xp rows were: yp (R, C), which unpermute weights by the gates
 //
-// Each row exchange is blocking, or, in DualPipeV's overlapped pairs (EPTurn, llm/parallel/pipeline.h), started
+// Each row exchange is blocking, or, in DualPipeV's overlapped pairs (EPTurn, llm/parallel/pipeline_pair.h), started
 // non-blocking and waited after the other direction of the pair ran its next piece (ep_exchange_rows). The counts exchange stays blocking: the host needs the counts before it can plan the rows.
 //
 // The backward moves gradients the same two ways, in reverse: dyp (the gradient of yp, this rank's rows)
@@ -42,7 +42,7 @@
 #include "../core/device.h"
 #include "../comm/comm.h"
 
-// DualPipeV's overlapped pairs (llm/parallel/pipeline.h): while set on a group, each dispatch and combine is
+// DualPipeV's overlapped pairs (llm/parallel/pipeline_pair.h): while set on a group, each dispatch and combine is
 // started non-blocking, then pass() lets the other direction of the pair run its next piece, and only then is the
 // exchange waited (and done() told, for the trace, when it was started: the interval from start to the wait's
 // return). NULL: started and waited at once, as the blocking form.
