@@ -61,11 +61,15 @@ run_one() {
 # OMP_NUM_THREADS=1 (the scripts that train set it themselves) and MPI's waiting ranks yielding their core; a test in
 # ALONE starts once every test before it has ended and runs with no other, on both cores: its checks time something
 # (blas_cpu: the kernels' GFLOP/s; mfu: the measured peak against the step; pp: the measured bubble against the
-# simulator's). Each test's lines print in this file's order, as soon as it and every test before it have ended.
+# simulator's). A test in LIGHT, mostly waiting (the watchdog's time-outs, signals and kills at moments, a fraction
+# of a core in all), runs beside the two, one LIGHT test at a time. Each test's lines print in this file's order, as
+# soon as it and every test before it have ended.
 ALONE=" blas_cpu mfu pp "
+LIGHT=" faults faults_precision ckpt_trust preempt "
 TEST_JOBS=${TEST_JOBS:-2}
 export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 started=()  # the tests started and not yet printed, in order
+light_pid=  # the LIGHT test's job, while one runs
 
 count() {  # count NAME: adds the test's counts to the totals
     local p f k
@@ -80,8 +84,14 @@ flush() {  # prints and counts the ended tests at the head of the queue (all of 
         started=("${started[@]:1}")
     done
 }
-running_below() {  # running_below N: waits until fewer than N tests run, printing those that end
-    while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do wait -n; flush; done
+light_running() { [ -n "$light_pid" ] && jobs -rp | grep -qx "$light_pid"; }
+running() {  # the tests running: all of them, or (with "shared") those but the LIGHT one
+    local n; n=$(jobs -rp | wc -l)
+    if [ "${1:-}" = shared ] && light_running; then n=$((n - 1)); fi
+    echo "$n"
+}
+running_below() {  # running_below N [shared]: waits until fewer than N tests run, printing those that end
+    while [ "$(running "${2:-}")" -ge "$1" ]; do wait -n; flush; done
     flush
 }
 
@@ -89,13 +99,19 @@ run() {  # run NAME CMD...
     local name=$1; shift
     if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
     rm -f "build/test_logs/$name.counts" "build/test_logs/$name.done"
-    local alone=0 threads=1
-    if [[ "$ALONE" == *" $name "* ]] || [ "$TEST_JOBS" -le 1 ]; then alone=1; fi
+    local kind=shared threads=1
+    if [[ "$ALONE" == *" $name "* ]] || [ "$TEST_JOBS" -le 1 ]; then kind=alone
+    elif [[ "$LIGHT" == *" $name "* ]]; then kind=light; fi
     [[ "$ALONE" == *" $name "* ]] && threads=${OMP_NUM_THREADS:-2}
-    if [ $alone = 1 ]; then running_below 1; else running_below "$TEST_JOBS"; fi
+    case $kind in
+        alone) running_below 1 ;;
+        light) while light_running; do wait -n; flush; done ;;
+        shared) running_below "$TEST_JOBS" shared ;;
+    esac
     { OMP_NUM_THREADS=$threads run_one "$name" "$@" > "build/test_logs/$name.lines"; touch "build/test_logs/$name.done"; } &
+    [ $kind = light ] && light_pid=$!
     started+=("$name")
-    [ $alone = 1 ] && running_below 1
+    [ $kind = alone ] && running_below 1
     return 0
 }
 
@@ -111,8 +127,10 @@ run blas_cpu env -u OPENBLAS_CORETYPE ./build/test_blas_cpu
 run mfu env -u OPENBLAS_CORETYPE bash test/test_mfu.sh
 # pipeline parallelism: every schedule, with dp, ZeRO, tp and sp, against one process; memory and bubble vs the simulator
 run pp bash test/test_pp.sh
-# then three of the longest, so that none is left to run alone at the end (the headers' compiles, the
-# precisions' runs: two at a time themselves)
+# then the longest LIGHT one, and three of the longest, so that none is left to run alone at the end (the headers'
+# compiles, the precisions' runs: two at a time themselves)
+# dead and hung ranks end the job within --comm-timeout with a line naming the missing rank; stragglers named
+run faults bash test/test_faults.sh
 # the library's headers: each compiles alone in the CPU, no-MPI and emulated builds; no include cycle; no dev/ include;
 # the includes run downhill (the order of the folders of llm/, docs/architecture.md)
 run headers bash test/test_headers.sh
@@ -191,17 +209,12 @@ run checkpoint bash test/test_checkpoint.sh
 # directory finds its own checkpoints, damaged or out-of-range state files are skipped with one line (or stop an
 # explicit --resume), a failed save leaves nothing, the log and its plot after a resume, one error line per job
 run ckpt_trust bash test/test_ckpt_trust.sh
-# SIGTERM / SIGINT to the trainer, to one rank, to mpirun: the step saved, one line, exit 128 + signal, the resume
-# bit-identical to the uninterrupted run; a second signal at once; --save-on-signal 0
-run preempt bash test/test_preempt.sh
 run comm bash test/test_comm.sh
 # data parallelism and ZeRO-1/2/3 under mpirun: every layout against one process, memory and ledger vs the paper
 run ddp_zero bash test/test_ddp_zero.sh
-# dead and hung ranks end the job within --comm-timeout with a line naming the missing rank; stragglers named
-run faults bash test/test_faults.sh
-# every --inject fault in the three CPU precisions (FP32, BF16, FP16): NaN and spike skips, streak rollbacks (FP16's
-# dynamic scaler: overflows do not count), SDC, die/hang, a failing disk; the run after a rollback or resume bit for bit
-run faults_precision bash test/test_faults_precision.sh
+# SIGTERM / SIGINT to the trainer, to one rank, to mpirun: the step saved, one line, exit 128 + signal, the resume
+# bit-identical to the uninterrupted run; a second signal at once; --save-on-signal 0
+run preempt bash test/test_preempt.sh
 # Megatron tensor parallelism: tp 2, tp 4, dp 2 x tp 2 with ZeRO-0..3 against one process; memory, traffic, resume
 run tp bash test/test_tp.sh
 # context parallelism: ring attention (zigzag, contiguous) and Ulysses at cp 2 and 4, with tp, sp, pp, ZeRO, FP8 and
@@ -209,6 +222,9 @@ run tp bash test/test_tp.sh
 run cp bash test/test_cp.sh
 # the scale planner (scripts/plan.py) against the allocator, the ledger and the simulator, byte for byte, on a matrix of layouts
 run plan bash test/test_plan.sh
+# every --inject fault in the three CPU precisions (FP32, BF16, FP16): NaN and spike skips, streak rollbacks (FP16's
+# dynamic scaler: overflows do not count), SDC, die/hang, a failing disk; the run after a rollback or resume bit for bit
+run faults_precision bash test/test_faults_precision.sh
 # the split backward of zero-bubble schedules (B then W = the unsplit backward, bit for bit) under tp 2 and 4,
 # with and without sequence parallelism, CPU and emulated (test_gpt checks it in one process)
 run split_backward_tp bash test/test_split_backward.sh
