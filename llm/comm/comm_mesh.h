@@ -14,20 +14,26 @@
 static inline int comm_group_size(const Comm* c, CommGroup g) { return c->group_size[g]; }
 static inline int comm_group_rank(const Comm* c, CommGroup g) { return c->group_rank[g]; }
 
+// the variables a launcher gives each process it starts: the process count (NULL: none given) and the rank (Open MPI's
+// mpirun, MPICH's Hydra and PMI, MVAPICH, PMIx launchers such as srun --mpi=pmix)
+static const char* const COMM_LAUNCHER_VARS[4][2] = {
+    {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"},
+    {NULL, "PMIX_RANK"}};
+
 #if COMM_MPI
-// A process no launcher started (`./train_gpt_cpu` alone: none of the variables Open MPI, Hydra/PMI, PMIx or
-// MVAPICH give their processes) is an MPI "singleton". Open MPI 4.1 starts one by forking a daemon (orted) and
-// its default messaging layer (UCX): MPI_Init 400-630 ms (193-310 over ob1) for a process that talks to no
-// other, against 25-43 ms "isolated" (no daemon; such a process could not MPI_Comm_spawn, which nothing here
-// does) over ob1 (Open MPI 4.1.4 on this project's 2-core Xeon, 2026-11-29, a loaded machine). Unless the user chose otherwise (an OMPI_MCA_ variable
-// already set wins), a lone process starts that way. Other MPIs ignore these variables.
+// 1 if a launcher started this process
 static int comm_launched(void) {
-    const char* launched[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"};
     for (int i = 0; i < 4; i++) {
-        if (getenv(launched[i]) != NULL) return 1;
+        if (getenv(COMM_LAUNCHER_VARS[i][1]) != NULL) return 1;
     }
     return 0;
 }
+// A process no launcher started (`./train_gpt_cpu` alone) is an MPI "singleton". Open MPI 4.1 starts one by forking
+// a daemon (orted) and its default messaging layer (UCX): MPI_Init 400-630 ms (193-310 over ob1) for a process that
+// talks to no other, against 25-43 ms "isolated" (no daemon; such a process could not MPI_Comm_spawn, which nothing
+// here does) over ob1 (Open MPI 4.1.4 on this project's 2-core Xeon, 2026-11-29, a loaded machine). Unless the user
+// chose otherwise (an OMPI_MCA_ variable already set wins), a lone process starts that way. Other MPIs ignore these
+// variables.
 static void comm_lone_process_start(void) {
     if (comm_launched()) return;
     setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
@@ -37,12 +43,10 @@ static void comm_lone_process_start(void) {
 #else
 // the launcher's process count when one started this process (Open MPI, MPICH/Hydra, ...), else 1
 static inline int comm_launcher_size(int* rank) {
-    const char* size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"};
-    const char* rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"};
-    for (int i = 0; i < 3; i++) {
-        const char* s = getenv(size_vars[i]);
+    for (int i = 0; i < 4; i++) {
+        const char* s = COMM_LAUNCHER_VARS[i][0] ? getenv(COMM_LAUNCHER_VARS[i][0]) : NULL;
         if (s != NULL && atoi(s) > 1) {
-            const char* r = getenv(rank_vars[i]);
+            const char* r = getenv(COMM_LAUNCHER_VARS[i][1]);
             *rank = r ? atoi(r) : 0;
             return atoi(s);
         }
