@@ -320,7 +320,7 @@ static void setup_parts(Trainer* tr) {
     free(held);
     pipeline_init(&tr->pipe, comm, &tr->dp, tp_group(comm, a->sequence_parallel), cp_group(comm, a->T, a->cp_impl, a->cp_balance),
                   a->schedule, a->vpp, tr->grad_accum, a->B, a->T, (Recompute)a->recompute);
-    tr->pipe.overlap_pairs = a->overlap_pairs != 0;  // (dualpipev's pairs: llm/parallel/pipeline.h)
+    tr->pipe.overlap_pairs = a->overlap_pairs != 0;  // (dualpipev's pairs: llm/parallel/pipeline_pair.h)
     for (int c = 0; c < tr->pipe.vpp; c++) stage_set_moe(&tr->pipe.chunks[c], a->capacity_factor, a->aux_loss_coef, a->z_loss_coef);
     moe_balance_init(&tr->moe_bias, tr->cfg, a->expert_bias_rate);
     // FP8 linear layers: the recipe's scales and amax histories (llm/precision/fp8_linear.h)

@@ -13,7 +13,9 @@
 //
 // The stack: CORO_STACK_BYTES of mmap'd memory (pages are touched only as the call chain grows: OpenBLAS's and
 // OpenMP's frames, the emulated build's kernel launches, whose own fibers have their own stacks), a PROT_NONE
-// guard page below it, so an overflow faults instead of writing over other memory.
+// guard page below it, so an overflow faults instead of writing over other memory. A stack is made once
+// (coro_stack_alloc) and serves one coroutine after another: the pair runner keeps two for the whole run, not two
+// maps and their page faults per pair.
 #pragma once
 #include "common.h"
 #include <sys/mman.h>
@@ -25,7 +27,6 @@
 typedef struct Coro {
     ucontext_t self;    // where the coroutine stopped (its own stack)
     ucontext_t caller;  // where coro_resume was called
-    char* mem;          // the guard and the stack (mmap)
     void (*fn)(void*);
     void* arg;
     int started, done;  // done: fn returned
@@ -38,16 +39,26 @@ static void coro_entry(unsigned lo, unsigned hi) {  // (makecontext passes ints:
     if (swapcontext(&co->self, &co->caller) != 0) fatal("coroutine: swapcontext failed: %s", strerror(errno));
 }
 
-// a coroutine that will run fn(arg) when first resumed
-static void coro_init(Coro* co, void (*fn)(void*), void* arg) {
+// a stack for coroutines, one at a time: the guard, then CORO_STACK_BYTES (mmap)
+static char* coro_stack_alloc(void) {
+    char* mem = (char*)mmap(NULL, CORO_GUARD_BYTES + CORO_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == (char*)MAP_FAILED) fatal("coroutine: cannot map a %zu-byte stack: %s", CORO_STACK_BYTES, strerror(errno));
+    if (mprotect(mem, CORO_GUARD_BYTES, PROT_NONE) != 0) fatal("coroutine: mprotect of the guard: %s", strerror(errno));
+    return mem;
+}
+
+static void coro_stack_free(char* mem) {
+    if (mem != NULL && munmap(mem, CORO_GUARD_BYTES + CORO_STACK_BYTES) != 0) fatal("coroutine: munmap: %s", strerror(errno));
+}
+
+// a coroutine on `stack` (coro_stack_alloc's; no other coroutine on it may be suspended) that will run fn(arg)
+// when first resumed
+static void coro_init(Coro* co, char* stack, void (*fn)(void*), void* arg) {
     memset(co, 0, sizeof(*co));
     co->fn = fn;
     co->arg = arg;
-    co->mem = (char*)mmap(NULL, CORO_GUARD_BYTES + CORO_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (co->mem == (char*)MAP_FAILED) fatal("coroutine: cannot map a %zu-byte stack: %s", CORO_STACK_BYTES, strerror(errno));
-    if (mprotect(co->mem, CORO_GUARD_BYTES, PROT_NONE) != 0) fatal("coroutine: mprotect of the guard: %s", strerror(errno));
     if (getcontext(&co->self) != 0) fatal("coroutine: getcontext failed: %s", strerror(errno));
-    co->self.uc_stack.ss_sp = co->mem + CORO_GUARD_BYTES;
+    co->self.uc_stack.ss_sp = stack + CORO_GUARD_BYTES;
     co->self.uc_stack.ss_size = CORO_STACK_BYTES;
     co->self.uc_link = NULL;
     uintptr_t p = (uintptr_t)co;
@@ -67,8 +78,8 @@ static void coro_yield(Coro* co) {
     if (swapcontext(&co->self, &co->caller) != 0) fatal("coroutine: swapcontext failed: %s", strerror(errno));
 }
 
+// the end of a coroutine (its stack free for the next)
 static void coro_free(Coro* co) {
     if (co->started && !co->done) fatal("coroutine: freed while suspended");
-    if (co->mem != NULL && munmap(co->mem, CORO_GUARD_BYTES + CORO_STACK_BYTES) != 0) fatal("coroutine: munmap: %s", strerror(errno));
     memset(co, 0, sizeof(*co));
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include "../core/common.h"
 #include "../core/device.h"
+#include "../core/coroutine.h"
 #include "../comm/comm.h"
 #include "../model/stage.h"
 #include "dp.h"
@@ -53,6 +54,7 @@ typedef struct {
     CommHandle* posted;   // (this rank's plan entries) the sends started as soon as their data was ready
     int overlap_pairs;    // DualPipeV's pairs (PipeOp.pair): 1 their F and B interleaved at the moe all-to-alls (llm/parallel/pipeline_pair.h)
     int pairs_overlapped; // this step's pairs run by the pair runner (pipe_pair_ok), the others one op after the other
+    char* pair_stacks[2]; // the pair runner's coroutine stacks, F's and B's (llm/core/coroutine.h; made at the first pair)
     int trace_on;
     PipeEvent* events;    // (PIPE_MAX_EVENTS) this step's
     int num_events;
@@ -175,6 +177,7 @@ static void pipeline_free(Pipeline* pipe) {
     device_free(pipe->act_recv); device_free(pipe->grad_recv); device_free(pipe->grad_send); device_free(pipe->scalar);
     schedule_free(&pipe->sched);
     pipe_plan_free(&pipe->plan);
+    for (int k = 0; k < 2; k++) coro_stack_free(pipe->pair_stacks[k]);
     memset(pipe, 0, sizeof(*pipe));
 }
 
@@ -258,7 +261,7 @@ static void pipe_op_name(const Pipeline* pipe, PipeOp op, char* name, size_t n) 
     else snprintf(name, n, "%c%d", PIPE_OP_NAMES[op.kind], op.mb);
 }
 
-// One op of the list: F(mb, c), B(mb, c) or W(mb, c) on chunk c's stage (the top of this file), with its sends
+// One op of the list: F(mb, c), B(mb, c) or W(mb, c) on chunk c's stage (llm/parallel/pipeline.h's top), with its sends
 // started as soon as its output is ready. Its messages in were received by the batches before it.
 static void pipe_run_op(Pipeline* pipe, PipeOp op, const int* inputs, const int* targets, float dloss) {
     const Schedule* s = &pipe->sched;

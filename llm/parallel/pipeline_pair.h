@@ -128,7 +128,8 @@ static void pipe_run_pair(Pipeline* pipe, PipeOp f, PipeOp b, const int* inputs,
         d->turn.done = pipe_dir_done;
         d->turn.ctx = d;
         pipe->chunks[ops[k].chunk].ep.turn = &d->turn;
-        coro_init(&d->co, pipe_dir_main, d);
+        if (pipe->pair_stacks[k] == NULL) pipe->pair_stacks[k] = coro_stack_alloc();
+        coro_init(&d->co, pipe->pair_stacks[k], pipe_dir_main, d);
     }
     int pieces[2] = {0, 0};
     for (int k = 0; !pair.dir[0].co.done || !pair.dir[1].co.done; k ^= 1) {
