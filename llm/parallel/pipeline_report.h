@@ -28,7 +28,7 @@ static void pipeline_print(const Pipeline* pipe) {
 // chunks hold (the most micro-batches its list has alive), the simulator's peak of live micro-batches
 // for this rank (llm/parallel/schedule.h), the activation bytes the slots took (the tagged allocator), the virtual
 // stages of its chunks and the pp rank of the head (the placement); dualpipev: whether its pairs overlap
-// (--overlap-pairs) and how many of the last step's ran through the pair runner (llm/parallel/pipeline.h)
+// (--overlap-pairs) and how many of the last step's ran through the pair runner (llm/parallel/pipeline_pair.h)
 static void pipeline_report_json(const Pipeline* pipe, char* buf, size_t cap) {
     int slots = 0;
     for (int c = 0; c < pipe->vpp; c++) slots += pipe->chunks[c].num_slots;
