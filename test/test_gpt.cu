@@ -441,6 +441,57 @@ int main(int argc, char** argv) {
         dp_free(&d);
     }
 
+    // The gradient's zeroing fused into AdamW (llm/parallel/dp.h, update_clears_grads): 4 steps of 2 micro-batches
+    // each (the first micro-batch accumulates onto what the last update left) give the same parameter bits as the
+    // same steps with the fusion off (dp_step_begin zeroing); after every fused update the gradient is all zero,
+    // without the fusion it is not. A value the fusion left stale would add the last step's gradient to this one's.
+    {
+        float* pk[2];
+        size_t left[2] = {0, 0};
+        int fused[2];
+        float* g = (float*)mallocCheck(n * sizeof(float));
+        OptimConfig oc2 = {1e-3f, 1.0f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f};
+        for (int k = 0; k < 2; k++) {
+            DataParallel d;
+            dp_init(&d, &comm, cfg, NULL);
+            dp_import_params(&d, params, 0);
+            if (k == 1) d.update_clears_grads = 0;
+            fused[k] = d.update_clears_grads;
+            Stage sc;
+            stage_init(&sc, &d.lay, &d.hooks, tp_group(d.comm, 0), stage_range_all(cfg), B, T, RECOMPUTE_NONE, 1);
+            for (int step = 0; step < 4; step++) {
+                dp_step_begin(&d);
+                for (int mi = 0; mi < 2; mi++) {
+                    dp_micro_begin(&d, mi, 2);
+                    stage_forward(&sc, 0, x, NULL, y, 0.5f / (B * T));
+                    stage_backward(&sc, 0, NULL);
+                }
+                dp_finish_grads(&d);
+                stage_take_loss(&sc);
+                dp_update(&d, &oc2, lr_schedule(&oc2, step), dp_grad_norm(&d), 99u + step);
+                grads_to_host(&d, g);
+                for (size_t i = 0; i < n; i++) left[k] += g[i] != 0.0f;
+            }
+            pk[k] = (float*)mallocCheck(n * sizeof(float));
+            dp_export(&d, pk[k], NULL, NULL);
+            stage_free(&sc);
+            dp_free(&d);
+        }
+        size_t differ = 0, moved = 0;
+        for (size_t i = 0; i < n; i++) {
+            differ += memcmp(&pk[0][i], &pk[1][i], sizeof(float)) != 0;
+            moved += pk[0][i] != params0[i];
+        }
+        check(fused[0] == 1 && left[0] == 0 && left[1] > n / 2, "AdamW zeroes the gradient it reads (DDP, one rank: "
+              "update_clears_grads %d): nonzero gradient values after 4 updates, summed: %zu with it, %zu without", fused[0],
+              left[0], left[1]);
+        check(differ == 0 && moved > n / 2, "4 steps of 2 micro-batches with the zeroing fused into AdamW and without: the "
+              "parameters bit-identical (%zu of %zu differ; %zu moved)", differ, n, moved);
+        free(pk[0]);
+        free(pk[1]);
+        free(g);
+    }
+
     // Weight decay by tensor, against the reference's set (the "# decayed=" line of the fixture): one
     // AdamW step with zero gradients (m = v = 0, so only the decay moves anything) from parameters
     // that are all nonzero moves each decayed tensor by -lr wd p and leaves the others exactly alone.

@@ -37,7 +37,7 @@ __global__ void adamw_kernel1(floatX* params, float* master, const floatX* grads
     params[i] = adamw_round<floatX>(p, adamw_random_bits(seed, i));
 }
 
-static void run_version(int version, floatX* params, float* master, const floatX* grads, float* m, float* v,
+static void run_version(int version, floatX* params, float* master, floatX* grads, float* m, float* v,
                         size_t n, float lr, float beta1, float beta2, int t, float eps, float wd, float gs,
                         unsigned int seed) {
     if (version == 1) {

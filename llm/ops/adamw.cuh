@@ -3,7 +3,9 @@
 //   m = beta1 m + (1 - beta1) g ;  v = beta2 v + (1 - beta2) g^2
 //   p -= lr * ( (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * p )
 // Weight decay is decoupled from the gradient. When the parameters are BF16 or FP16, an FP32 master
-// copy is updated and rounded (stochastically, from seed) into the 16-bit parameters.
+// copy is updated and rounded (stochastically, from seed) into the 16-bit parameters. With clear_grads
+// each gradient value is set to 0 once read: the next step's accumulation then needs no zeroing pass of
+// its own (llm/parallel/dp.h, update_clears_grads).
 #pragma once
 #include "../core/common.h"
 #include "../core/context.h"  // OP_PROFILE
@@ -32,14 +34,15 @@ LLM_HD static inline unsigned int adamw_random_bits(unsigned int seed, size_t i)
 // ----------------------------------------------------------------------------
 // CPU reference
 
-static void adamw_update_cpu(float* params, const float* grads, float* m, float* v, size_t n,  // all (n)
+static void adamw_update_cpu(float* params, float* grads, float* m, float* v, size_t n,  // all (n)
                              float lr, float beta1, float beta2, int t, float eps,
-                             float weight_decay, float grad_scale) {
+                             float weight_decay, float grad_scale, int clear_grads = 0) {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float g = grads[i] * grad_scale;
+        if (clear_grads) grads[i] = 0.0f;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
@@ -54,14 +57,15 @@ static void adamw_update_cpu(float* params, const float* grads, float* m, float*
 // into the parameters with the kernel's random bits of (seed, index0 + i) (llm/core/half_cpu.h's
 // round_stochastic: bit for bit the kernels' adamw_round).
 template <class T>
-static void adamw_update_master_cpu(T* params, float* master, const T* grads, float* m, float* v, size_t n,  // all (n)
+static void adamw_update_master_cpu(T* params, float* master, T* grads, float* m, float* v, size_t n,  // all (n)
                                     float lr, float beta1, float beta2, int t, float eps, float weight_decay,
-                                    float grad_scale, unsigned int seed, size_t index0) {
+                                    float grad_scale, unsigned int seed, size_t index0, int clear_grads) {
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float g = (float)grads[i] * grad_scale;
+        if (clear_grads) grads[i] = (T)0.0f;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
@@ -131,19 +135,21 @@ __device__ __forceinline__ float adamw_step(float p, float g, float* m, float* v
 // vec == 0, goes element by element. The source of the parameter is master when it is given
 // (params are then only written), else params itself.
 // Bytes per element: BF16 with master: read 2 (grad) + 12 (m, v, master), write 12 + 2 (params).
-// FP32 without master: read 4 (param) + 4 (grad) + 8 (m, v), write 4 + 8.
+// FP32 without master: read 4 (param) + 4 (grad) + 8 (m, v), write 4 + 8. clear: 2 or 4 more written (the
+// zeroed gradient; the separate cudaMemset it replaces writes as much).
 __global__ void adamw_kernel(floatX* params,         // (n) out (in too when master == NULL)
                              float* master,          // (n) FP32 master weights, in/out, or NULL
-                             const floatX* grads,    // (n)
+                             floatX* grads,          // (n) in; zeroed when clear
                              float* m, float* v,     // (n) moments, in/out
                              size_t n, float lr, float beta1, float beta2, float bc1, float bc2,
                              float eps, float weight_decay, float grad_scale, unsigned int seed, size_t index0,
-                             int vec) {
+                             int vec, int clear) {
     const int S = x128::size;
     size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * S;
     if (i0 >= n) return;
     if (vec && i0 + S <= n) {
         x128 g = load128cs(grads + i0);
+        if (clear) store128(grads + i0, x128::constant((floatX)0.0f));
         float mm[S], vv[S], pp[S];
         #pragma unroll
         for (int j = 0; j < S; j += f128::size) {
@@ -187,6 +193,7 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
             float mi = m[i], vi = v[i];
             p = adamw_step(p, (float)grads[i], &mi, &vi, lr, beta1, beta2, bc1, bc2, eps, weight_decay,
                            grad_scale);
+            if (clear) grads[i] = (floatX)0.0f;
             m[i] = mi;
             v[i] = vi;
             if (master != NULL) master[i] = p;
@@ -203,17 +210,18 @@ __global__ void adamw_kernel(floatX* params,         // (n) out (in too when mas
 // rank's block of it under ZeRO) rounds exactly as when it is updated whole, if each piece passes its
 // offset in the tensor as index0.
 
-static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
+static void adamw_update(floatX* params, float* master, floatX* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, int t, float eps, float weight_decay,
-                         float grad_scale, unsigned int seed, cudaStream_t stream, size_t index0 = 0) {
+                         float grad_scale, unsigned int seed, cudaStream_t stream, size_t index0 = 0,
+                         int clear_grads = 0) {
     OP_PROFILE(OP_ADAMW);
 #if LLM_BUILD_CPU && defined(LLM_FLOATX_IS_FLOAT)
     (void)master; (void)seed; (void)stream; (void)index0;
-    adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale);
+    adamw_update_cpu(params, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale, clear_grads);
 #elif LLM_BUILD_CPU
     (void)stream;
     adamw_update_master_cpu(params, master, grads, m, v, n, lr, beta1, beta2, t, eps, weight_decay, grad_scale,
-                            seed, index0);
+                            seed, index0, clear_grads);
 #else
     if (n == 0) return;
     // bias corrections once, on the host, exactly as the CPU reference computes them
@@ -224,6 +232,6 @@ static void adamw_update(floatX* params, float* master, const floatX* grads, flo
     const int block = 512;
     size_t chunks = ceil_div_sz(n, (size_t)x128::size);
     LAUNCH(adamw_kernel, dim3((unsigned int)ceil_div_sz(chunks, block)), dim3(block), 0, stream, params,
-           master, grads, m, v, n, lr, beta1, beta2, bc1, bc2, eps, weight_decay, grad_scale, seed, index0, vec);
+           master, grads, m, v, n, lr, beta1, beta2, bc1, bc2, eps, weight_decay, grad_scale, seed, index0, vec, clear_grads);
 #endif
 }

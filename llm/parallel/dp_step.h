@@ -17,7 +17,9 @@
 
 static void dp_step_begin(DataParallel* dp) {
     dp->trace.n = dp->trace.dropped = 0;
-    if (!dp->zero.shard_grads) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
+    // the last update left the gradient zero (update_clears_grads): nothing to do
+    if (!dp->zero.shard_grads && !dp->grads_clear) device_memset_zero(dp->grads, dp->lay.packed_size * sizeof(floatX), llm_ctx.stream);
+    dp->grads_clear = 0;  // the backward writes it from here on
     // shard_grads: each unit's working buffer is zeroed when the first micro-batch asks for it
 }
 
@@ -164,7 +166,8 @@ static float dp_grad_norm(DataParallel* dp) {
 // and gradients scaled by min(1, clip / norm); then, with partitioned optimizer states but replicated
 // parameters, the updated parameters all-gathered (each rank updated only its blocks of them). seed
 // drives the BF16 stochastic rounding. unscale: a loss scaler's 1 / S (llm/precision/loss_scale.h),
-// folded into the gradient factor; grad_norm is then the norm already unscaled.
+// folded into the gradient factor; grad_norm is then the norm already unscaled. With update_clears_grads each
+// gradient value is zeroed as AdamW reads it: the gradient is all zero afterwards (not to be read after this call).
 static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float grad_norm, unsigned int seed,
                       float unscale = 1.0f) {
     AdamWState* st = &dp->opt;
@@ -181,8 +184,9 @@ static void dp_update(DataParallel* dp, const OptimConfig* oc, float lr, float g
         // slice), not on how the ranks' blocks cut the slice: every layout rounds alike
         adamw_update(param, st->master ? st->master + i : NULL, dp_grad_at(dp, u, a), st->m + i, st->v + i, e - a, lr,
                      oc->beta1, oc->beta2, st->t, oc->eps, wd, gs, seed + (unsigned)t + 16u * (unsigned)u, s,
-                     a - lay->unit_offset[t]);
+                     a - lay->unit_offset[t], dp->update_clears_grads);
     }
+    dp->grads_clear = dp->update_clears_grads;
     if (dp->zero.shard_optim && !dp->zero.shard_params) zero_gather_updated(&dp->z, dp->comm, lay, dp->params, s);
     if (dp->zero.shard_params) zero_check_released(&dp->z);
     if (dp->zero.shard_grads) pool_trim(&dp->z.pool, dp->z.pool_keep_bytes);  // beyond the working set: freed

@@ -71,7 +71,7 @@ static AdamwData adamw_random_data(size_t n, float scale = 1.0f) {
 // (offset 1 makes every pointer miss 16-byte alignment: the element-by-element path). Returns the
 // outputs; params are poisoned first when the master is given (they are then write-only).
 static AdamwData adamw_run(const AdamwData& d, size_t n, int use_master, size_t offset,
-                           const AdamwHyper& h, unsigned int seed) {
+                           const AdamwHyper& h, unsigned int seed, int clear_grads = 0) {
     auto with_offset = [&](const std::vector<float>& x) {
         std::vector<float> y(offset, 0.0f);
         y.insert(y.end(), x.begin(), x.end());
@@ -84,9 +84,10 @@ static AdamwData adamw_run(const AdamwData& d, size_t n, int use_master, size_t 
     float* v = kc_upload_raw(with_offset(d.v));
     float* master = use_master ? kc_upload_raw(with_offset(d.master)) : NULL;
     adamw_update(params + offset, master ? master + offset : NULL, grads + offset, m + offset, v + offset, n,
-                 h.lr, h.beta1, h.beta2, h.t, h.eps, h.weight_decay, h.grad_scale, seed, 0);
+                 h.lr, h.beta1, h.beta2, h.t, h.eps, h.weight_decay, h.grad_scale, seed, 0, 0, clear_grads);
     cudaCheck(cudaDeviceSynchronize());
     AdamwData out;
+    out.grads = kc_download(grads + offset, n);
     out.params = kc_download(params + offset, n);
     out.m = kc_download_f32(m + offset, n);
     out.v = kc_download_f32(v + offset, n);
@@ -173,8 +174,8 @@ static AdamwF64 adamw_f64(const AdamwData& d, size_t n, int use_master, const Ad
 
 static void adamw_check_against_reference(const char* label, const AdamwData& d, const AdamwData& got,
                                           size_t n, int use_master, const AdamwHyper& h) {
-    std::vector<float> p_ref = use_master ? d.master : d.params, m_ref = d.m, v_ref = d.v;
-    adamw_update_cpu(p_ref.data(), d.grads.data(), m_ref.data(), v_ref.data(), n, h.lr, h.beta1, h.beta2,
+    std::vector<float> p_ref = use_master ? d.master : d.params, m_ref = d.m, v_ref = d.v, g_ref = d.grads;
+    adamw_update_cpu(p_ref.data(), g_ref.data(), m_ref.data(), v_ref.data(), n, h.lr, h.beta1, h.beta2,
                      h.t, h.eps, h.weight_decay, h.grad_scale);
     AdamwF64 f = adamw_f64(d, n, use_master, h);
     std::vector<double> bm2(n), bv2(n), bp2(n), bsr(n), bsr2(n);
@@ -300,6 +301,22 @@ static void test_adamw(void) {
         if (n >= 1000) {  // misaligned pointers: the element-by-element path
             snprintf(label, sizeof(label), "n=%zu master=%d misaligned", n, KC_BF16);
             adamw_check_against_reference(label, d, adamw_run(d, n, KC_BF16, 1, h, seed), n, KC_BF16, h);
+        }
+        // clear_grads (llm/parallel/dp.h's update_clears_grads): the same update bit for bit, and every gradient
+        // value 0 afterwards (the inputs are N(0, 1): none is 0 before), on both paths
+        for (size_t offset = 0; offset < 2; offset++) {
+            AdamwData keep = adamw_run(d, n, KC_BF16, offset, h, seed), cl = adamw_run(d, n, KC_BF16, offset, h, seed, 1);
+            size_t zeros_before = 0, zeros_after = 0, kept = 0;
+            for (size_t i = 0; i < n; i++) {
+                zeros_before += keep.grads[i] == 0.0f;
+                zeros_after += cl.grads[i] == 0.0f && !signbit(cl.grads[i]);
+                kept += adamw_bits(keep.grads[i]) == adamw_bits(d.grads[i]);
+            }
+            int same = keep.params == cl.params && keep.m == cl.m && keep.v == cl.v;
+            check(same && zeros_after == n && zeros_before == 0 && kept == n,
+                  "adamw n=%zu%s clear_grads: update bit-identical to without (%d), gradients zeroed %zu of %zu "
+                  "(without: %zu zero, %zu of %zu untouched)", n, offset ? " misaligned" : "", same, zeros_after, n,
+                  zeros_before, kept, n);
         }
     }
 
