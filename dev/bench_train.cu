@@ -91,8 +91,14 @@ int main(int argc, char** argv) {
         stage_init(&st, &dp.lay, &dp.hooks, tp_group(dp.comm, 0), stage_range_all(cfg), B, T, r, 1);
         std::vector<double> tf, tb, to, tt, ttp;
         llm_ctx.prof.on = LLM_BUILD_CPU;  // the ops time themselves (the CPU build; a branch per op when off)
+#if LLM_BUILD_CPU
+        BenchBare bare;  // the step's GEMMs replayed bare after each step (dev/bench_breakdown.h)
+#endif
         for (int s = 0; s <= steps; s++) {
-            if (s == 1) op_profile_reset(&llm_ctx.prof);  // the warm-up step not counted
+#if LLM_BUILD_CPU
+            if (s == 1) bench_bare_init(&bare, &llm_ctx.prof);  // the warm-up's shapes: one step's
+#endif
+            if (s <= 1) op_profile_reset(&llm_ctx.prof);  // the profile holds the warm-up alone, then the timed steps
             bench_random_tokens(&rng, cfg.vocab_size, x, y);
             double t0 = wall_ms(), tp0 = comm.blocking_ms[GROUP_TP];
             dp_step_begin(&dp);
@@ -113,6 +119,9 @@ int main(int argc, char** argv) {
             tf.push_back(t1 - t0); tb.push_back(t2 - t1); to.push_back(t3 - t2); tt.push_back(t3 - t0);
             ttp.push_back(comm.blocking_ms[GROUP_TP] - tp0);
             if (rank0) printf("  [%s] step %d: %.1f ms (loss %.4f)\n", recompute_name(r), s, t3 - t0, loss);
+#if LLM_BUILD_CPU
+            bench_bare_round(&bare);
+#endif
         }
         llm_ctx.prof.on = 0;
         double ms = bench_median(tt), tok_s = B * T / (ms / 1e3);
@@ -130,7 +139,7 @@ int main(int argc, char** argv) {
 #if LLM_BUILD_CPU
             double sum = 0.0;
             for (double t : tt) sum += t;
-            bench_print_breakdown(&llm_ctx.prof, steps, sum / steps, flops_per_token * B * T);
+            bench_print_breakdown(&llm_ctx.prof, steps, sum / steps, flops_per_token * B * T, tt, &bare);
 #endif
         }
         stage_free(&st);
