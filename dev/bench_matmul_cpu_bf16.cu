@@ -11,7 +11,9 @@
 //   own     dev/sbgemm_cpu.h on the BF16 operands, FP32 output, then rounded to BF16 (its AVX512-BF16
 //           kernel where the compiler targets it, else its portable one)
 // and the ratios conv / fp32, conv / sbgemm, fp32 / own; first, the rate of dev/sbgemm_cpu.h's
-// micro-kernel alone on one thread with its panels in L1 (its ceiling).
+// micro-kernel alone on one thread with its panels in L1 (its ceiling), and one core's peak FLOP rates of the two
+// instructions themselves (vfmadd231ps and vdpbf16ps on 512-bit registers, 24 independent accumulators: no
+// latency in the way), the ceiling of any BF16 GEMM on AVX512-BF16 against FP32's.
 //   ./build/bench_matmul_cpu_bf16 [BT] [repeats]     (defaults 1024, 5)
 #include "../llm/core/common.h"
 #include "../llm/ops/matmul.cuh"
@@ -29,6 +31,48 @@ static const char* USAGE =
 #include <vector>
 
 static double median_ms(std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
+
+#if SBGEMM_AVX512BF16
+// One core's FLOP rate of vfmadd231ps (dp 0) or vdpbf16ps (dp 1) on 512-bit registers: 12 independent accumulators
+// in registers (more than either instruction's latency times its issue rate), nothing else in the loop.
+static double instruction_peak_gflops(int dp) {
+    const long iters = 20000000;
+    // different starting values: twelve chains the compiler cannot merge into one
+    __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1.0f), a2 = _mm512_set1_ps(2.0f), a3 = _mm512_set1_ps(3.0f),
+           a4 = _mm512_set1_ps(4.0f), a5 = _mm512_set1_ps(5.0f), a6 = _mm512_set1_ps(6.0f), a7 = _mm512_set1_ps(7.0f),
+           a8 = _mm512_set1_ps(8.0f), a9 = _mm512_set1_ps(9.0f), a10 = _mm512_set1_ps(10.0f), a11 = _mm512_set1_ps(11.0f);
+    __m512 x = _mm512_set1_ps(1e-9f), y = _mm512_set1_ps(1.0f);
+    __m512i ones = _mm512_set1_epi16(0x3f80);  // BF16 1.0 in every half
+    __m512bh xb, yb;
+    memcpy(&xb, &ones, sizeof(xb));
+    memcpy(&yb, &ones, sizeof(yb));
+    double t0 = wall_ms();
+    if (dp) {
+        for (long i = 0; i < iters; i++) {
+#define DP(a) a = _mm512_dpbf16_ps(a, xb, yb);
+            DP(a0) DP(a1) DP(a2) DP(a3) DP(a4) DP(a5) DP(a6) DP(a7) DP(a8) DP(a9) DP(a10) DP(a11)
+#undef DP
+            __asm__ volatile("" : "+v"(xb), "+v"(yb));  // the operands are not constants to the compiler
+        }
+    } else {
+        for (long i = 0; i < iters; i++) {
+#define FMA(a) a = _mm512_fmadd_ps(x, y, a);
+            FMA(a0) FMA(a1) FMA(a2) FMA(a3) FMA(a4) FMA(a5) FMA(a6) FMA(a7) FMA(a8) FMA(a9) FMA(a10) FMA(a11)
+#undef FMA
+            __asm__ volatile("" : "+v"(x), "+v"(y));
+        }
+    }
+    double ms = wall_ms() - t0;
+    __m512 all = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                               _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)),
+                                             _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11))));
+    float lanes[16];
+    _mm512_storeu_ps(lanes, all);
+    volatile float keep = lanes[0];  // the sums are used
+    (void)keep;
+    return (dp ? 64.0 : 32.0) * 12.0 * iters / ms / 1e6;
+}
+#endif
 
 int main(int argc, char** argv) {
     usage_args(argc, argv, USAGE);
@@ -58,6 +102,13 @@ int main(int argc, char** argv) {
         printf("dev/sbgemm_cpu.h micro-kernel (%s), one thread, in L1: %.1f GFLOP/s\n",
                SBGEMM_AVX512BF16 ? "AVX512-BF16" : "portable", 4.0 * SBGEMM_MR * SBGEMM_NR * kp * iters / ms / 1e6);
     }
+#if SBGEMM_AVX512BF16
+    {   // the instructions' own rates
+        double fma = instruction_peak_gflops(0), dp = instruction_peak_gflops(1);
+        printf("one core's instruction peaks: vfmadd231ps %.1f GFLOP/s (32 FLOP each), vdpbf16ps %.1f GFLOP/s (64 FLOP "
+               "each): a BF16 GEMM on AVX512-BF16 can reach %.2fx FP32's peak here\n", fma, dp, dp / fma);
+    }
+#endif
     double tot32 = 0, totc = 0, totsb = 0, toto = 0;
     for (int s = 0; s < 4; s++) {
         int C = shapes[s][0], OC = shapes[s][1];

@@ -6,9 +6,10 @@
 // FP32 for sgemm; this was to replace that. It does not pay on the CPU it was written on (an Intel Xeon,
 // family 6 model 207, 2 cores, 2026-11-28): the micro-kernel's inner loop is what it should be (2 loads,
 // 12 broadcasts, 24 vdpbf16ps per k pair) yet peaks at 80-86 GFLOP/s on one core with its data in L1, where
-// OpenBLAS's FP32 sgemm reaches ~105 a core on the linear layers: vdpbf16ps issues at half FMA's rate there, so its twice the FLOPs
-// per instruction buy nothing, and the whole GEMM ran at 0.6x sgemm on GPT-2's linear layers
-// (dev/bench_matmul_cpu_bf16.cu prints both). A CPU whose BF16 unit is faster than its FP32 FMA (AMX
+// OpenBLAS's FP32 sgemm reaches ~105 a core on the linear layers. That is the instruction's own ceiling: one vdpbf16ps
+// every 2 cycles against two vfmadd231ps a cycle, so its twice the FLOPs per instruction leave it at half FP32's
+// peak (85 against 175 GFLOP/s on one core, 2026-11-29), and the whole GEMM ran at 0.6x sgemm on GPT-2's linear
+// layers (dev/bench_matmul_cpu_bf16.cu prints the instructions' peaks, the micro-kernel's and both GEMMs). A CPU whose BF16 unit is faster than its FP32 FMA (AMX
 // tiles) is where a BF16 GEMM wins; this one exposes none.
 //
 // The blocking of Goto & van de Geijn 2008 ("Anatomy of high-performance matrix multiplication"), with
