@@ -655,6 +655,11 @@ MUTATIONS = [
       "model_vs_pytorch kernels_fp32_random"),
 
     # --- the model parts (tensors.h, block.h, gpt.h) and the trainer ---
+    M("m-descriptor-experts-unset", "model", "llm/model/tensors.h",
+      "    cfg->num_experts = cfg->top_k = cfg->moe_every = 0;  // dense, as a dense checkpoint reads (the trainer's --experts sets them)",
+      "    cfg->top_k = cfg->moe_every = 0;  // dense, as a dense checkpoint reads (the trainer's --experts sets them)",
+      "a descriptor's config leaves the expert count as the caller's struct held it (a garbage count makes a dense model a moe one)",
+      "model_vs_pytorch"),
     M("m-decay-ln1w", "model", "llm/model/tensors.h",
       '    {"ln1w",     1, DIM_C,    DIM_1,  0, INIT_ONES,            TP_NORM,       HOLD_LAYER,   0},',
       '    {"ln1w",     1, DIM_C,    DIM_1,  1, INIT_ONES,            TP_NORM,       HOLD_LAYER,   0},',

@@ -539,7 +539,13 @@ int main(int argc, char** argv) {
     // of another L, or 0.02 for them, is off by 29% or more) and its mean within 5 sigma / sqrt(n).
     {
         GPTConfig ci;
+        memset(&ci, 0x5a, sizeof(ci));  // whatever the caller's struct held: the descriptor sets every field
         gpt_config_from_descriptor("d4,C=128,NH=4,maxT=64,V=1000", &ci);
+        check(ci.num_layers == 4 && ci.channels == 128 && ci.num_heads == 4 && ci.max_seq_len == 64 && ci.vocab_size == 1000 &&
+              ci.padded_vocab_size == 1024 && ci.num_experts == 0 && ci.top_k == 0 && ci.moe_every == 0,
+              "descriptor d4,C=128,NH=4,maxT=64,V=1000 over a struct of 0x5a bytes: L %d C %d NH %d maxT %d V %d Vp %d, "
+              "dense (experts %d, top-k %d, every %d)", ci.num_layers, ci.channels, ci.num_heads, ci.max_seq_len,
+              ci.vocab_size, ci.padded_vocab_size, ci.num_experts, ci.top_k, ci.moe_every);
         size_t ni = num_parameters(ci);
         float* pi = (float*)mallocCheck(ni * sizeof(float));
         init_parameters(ci, 4321, pi);

@@ -57,6 +57,7 @@ static int gpt_config_from_descriptor(const char* s, GPTConfig* cfg) {
     else { cfg->channels = 64 * (int)L; cfg->num_heads = (int)L; }
     cfg->max_seq_len = 1024;
     cfg->vocab_size = 50257;
+    cfg->num_experts = cfg->top_k = cfg->moe_every = 0;  // dense, as a dense checkpoint reads (the trainer's --experts sets them)
     while (*end == ',') {
         const char* key = end + 1;
         const char* eq = strchr(key, '=');
