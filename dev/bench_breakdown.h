@@ -84,7 +84,8 @@ static double bench_gemm_bare_ms(BenchGemm* x) {
 // same GEMM took 29 to 52 ms minutes apart, this project's 2-core Xeon, 2026-11-29), so a peak measured once
 // after the steps may come from a faster or a slower moment than theirs. After each timed step one round: every
 // shape of one step called once to warm its operands and once timed; the round's time is one step's GEMMs run
-// bare (each shape's time times its calls per step). The median round is the peak beside the median step.
+// bare (each shape's time times its calls per step). Each step is put beside the round right after it, and the
+// median over the steps of that ratio is printed.
 typedef struct {
     std::vector<BenchGemm> gemms;  // one step's shapes (g.calls: its calls per step)
     std::vector<double> round_ms;  // (rounds)
