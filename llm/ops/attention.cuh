@@ -40,25 +40,65 @@ static inline float dot_cpu(const float* a, const float* b, int n) {
     return s;
 }
 
-// Row t of head h, sequence b: a[0..t] = softmax_{t2 <= t}(q_t . k_t2 * scale) (max, exponentials, sum,
+// One head's keys (j = 1) or values (j = 2) of sequence b, transposed: xt[i * Tp + t2] = x_t2[i] (hs, Tp), Tp = T
+// rounded up to 16, the columns from T on zero. Dot products of one vector with positions 0..t are then hs vector
+// FMAs over the positions (attention_dots_cpu), where one dot product per position would end each in a sum across
+// the SIMD lanes.
+static inline int attention_tp(int T) { return (T + 15) / 16 * 16; }
+static void attention_pack_cpu(float* xt /*(hs,Tp)*/, const float* inp /*(B,T,3C)*/, int b, int h, int j, int T, int C, int hs) {
+    int Tp = attention_tp(T);
+    for (int t2 = 0; t2 < Tp; t2++) {
+        const float* x = inp + ((size_t)b * T + (t2 < T ? t2 : 0)) * 3 * C + j * C + h * hs;
+        for (int i = 0; i < hs; i++) xt[(size_t)i * Tp + t2] = t2 < T ? x[i] : 0.0f;
+    }
+}
+
+// s[t2] = x . (column t2 of xt) for t2 < n, each summed over i in order in its own SIMD lane, 64 positions at a
+// time: four independent chains of 16 lanes (a whole pass of 64 when there are that many, else the 16-position
+// blocks needed; positions past n in the last block are computed and dropped)
+static void attention_dots_cpu(float* s /*(n)*/, const float* x /*(hs)*/, const float* xt /*(hs,Tp)*/, int n, int Tp, int hs) {
+    for (int t0 = 0; t0 < n; t0 += 64) {
+        float acc[64];
+        int nb = n - t0 >= 64 ? 64 : (n - t0 + 15) / 16 * 16;  // positions computed, a multiple of 16 (<= Tp - t0)
+        for (int l = 0; l < 64; l++) acc[l] = 0.0f;
+        if (nb == 64) {
+            for (int i = 0; i < hs; i++) {
+                float xi = x[i];
+                const float* r = xt + (size_t)i * Tp + t0;
+                #pragma omp simd
+                for (int l = 0; l < 64; l++) acc[l] += xi * r[l];
+            }
+        } else {
+            for (int i = 0; i < hs; i++) {
+                float xi = x[i];
+                const float* r = xt + (size_t)i * Tp + t0;
+                #pragma omp simd
+                for (int l = 0; l < nb; l++) acc[l] += xi * r[l];
+            }
+        }
+        int m = n - t0 < 64 ? n - t0 : 64;
+        for (int l = 0; l < m; l++) s[t0 + l] = acc[l];
+    }
+}
+
+// Row t: a[0..t] = softmax_{t2 <= t}(q_t . k_t2 * scale) from the packed keys (max, exponentials, sum,
 // normalisation, in that order: the forward and the backward's recomputation round alike); returns the
 // row's log-sum-exp max + log(sum)
-static float attention_row_cpu(float* a /*(T)*/, const float* inp /*(B,T,3C)*/, int b, int t, int h, int T, int C, int hs,
+static float attention_row_cpu(float* a /*(Tp)*/, const float* q /*(hs)*/, const float* kt /*(hs,Tp)*/, int t, int T, int hs,
                                float scale) {
-    const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+    int n = t + 1;
+    attention_dots_cpu(a, q, kt, n, attention_tp(T), hs);
     float maxv = -INFINITY;
-    for (int t2 = 0; t2 <= t; t2++) {
-        const float* k = inp + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-        float s = dot_cpu(q, k, hs) * scale;
-        a[t2] = s;
-        if (s > maxv) maxv = s;
+    for (int t2 = 0; t2 < n; t2++) {
+        a[t2] *= scale;
+        maxv = a[t2] > maxv ? a[t2] : maxv;
     }
     float sum = 0.0f;
     #pragma omp simd reduction(+:sum)
-    for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_fast(a[t2] - maxv); sum += a[t2]; }
+    for (int t2 = 0; t2 < n; t2++) { a[t2] = exp_fast(a[t2] - maxv); sum += a[t2]; }
     float inv = 1.0f / sum;
     #pragma omp simd
-    for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+    for (int t2 = 0; t2 < n; t2++) a[t2] *= inv;
     return maxv + logf(sum);
 }
 
@@ -69,26 +109,33 @@ static void attention_forward_cpu(float* out,        // (B,T,C)
                                   int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    int Tp = attention_tp(T);
     #pragma omp parallel
     {
-        float* a = (float*)mallocCheck((size_t)(T > 0 ? T : 1) * sizeof(float));  // (T) one row of probabilities
+        float* a = (float*)mallocCheck((size_t)(Tp > 0 ? Tp : 1) * sizeof(float));   // (Tp) one row of probabilities
+        float* kt = (float*)mallocCheck((size_t)(Tp > 0 ? hs * Tp : 1) * sizeof(float));  // (hs,Tp) the head's keys
+        float* acc = (float*)mallocCheck((size_t)hs * sizeof(float));                // (hs) the row's output
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
+                attention_pack_cpu(kt, inp, b, h, 1, T, C, hs);
                 for (int t = 0; t < T; t++) {
-                    lse[((size_t)b * NH + h) * T + t] = attention_row_cpu(a, inp, b, t, h, T, C, hs, scale);
-                    float* o = out + ((size_t)b * T + t) * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                    const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                    lse[((size_t)b * NH + h) * T + t] = attention_row_cpu(a, q, kt, t, T, hs, scale);
+                    for (int i = 0; i < hs; i++) acc[i] = 0.0f;  // (summed apart from out: no aliasing with inp)
                     for (int t2 = 0; t2 <= t; t2++) {
                         const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                         float w = a[t2];
                         #pragma omp simd
-                        for (int i = 0; i < hs; i++) o[i] += w * v[i];
+                        for (int i = 0; i < hs; i++) acc[i] += w * v[i];
                     }
+                    memcpy(out + ((size_t)b * T + t) * C + h * hs, acc, (size_t)hs * sizeof(float));
                 }
             }
         }
         free(a);
+        free(kt);
+        free(acc);
     }
 }
 
@@ -104,13 +151,18 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     // each (b,h) owns a disjoint slice of dinp: no races
+    int Tp = attention_tp(T);
     #pragma omp parallel
     {
-        float* a = (float*)mallocCheck((size_t)(T > 0 ? 2 * T : 1) * sizeof(float));  // (2,T) p and d p of one row
-        float* datt = a + T;
+        float* a = (float*)mallocCheck((size_t)(Tp > 0 ? 2 * Tp : 1) * sizeof(float));  // (2,Tp) p and d p of one row
+        float* datt = a + Tp;
+        float* kt = (float*)mallocCheck((size_t)(Tp > 0 ? 2 * hs * Tp : 1) * sizeof(float));  // (2,hs,Tp) keys, values
+        float* vt = kt + (size_t)hs * Tp;
         #pragma omp for collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
+                attention_pack_cpu(kt, inp, b, h, 1, T, C, hs);
+                attention_pack_cpu(vt, inp, b, h, 2, T, C, hs);
                 for (int t = 0; t < T; t++) {
                     for (int j = 0; j < 3; j++) {
                         float* d = dinp + ((size_t)b * T + t) * 3 * C + j * C + h * hs;
@@ -119,16 +171,15 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
                 }
                 for (int t = 0; t < T; t++) {
                     const float* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
-                    attention_row_cpu(a, inp, b, t, h, T, C, hs, scale);  // the forward's row of probabilities, recomputed
+                    attention_row_cpu(a, q, kt, t, T, hs, scale);  // the forward's row of probabilities, recomputed
                     const float* dy = dout + ((size_t)b * T + t) * C + h * hs;
                     // out = p @ v:  dp = dy . v,  dv += p * dy
+                    attention_dots_cpu(datt, dy, vt, t + 1, Tp, hs);
                     for (int t2 = 0; t2 <= t; t2++) {
-                        const float* v = inp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                         float* dv = dinp + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                        float s = 0.0f, p = a[t2];
-                        #pragma omp simd reduction(+:s)
-                        for (int i = 0; i < hs; i++) { s += dy[i] * v[i]; dv[i] += p * dy[i]; }
-                        datt[t2] = s;
+                        float p = a[t2];
+                        #pragma omp simd
+                        for (int i = 0; i < hs; i++) dv[i] += p * dy[i];
                     }
                     // softmax backward: dpre = p * (dp - sum_j p_j dp_j)
                     float dot = dot_cpu(a, datt, t + 1);
@@ -144,6 +195,7 @@ static void attention_backward_cpu(float* dinp,        // (B,T,3C)
             }
         }
         free(a);
+        free(kt);
     }
 }
 
