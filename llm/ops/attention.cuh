@@ -32,7 +32,7 @@
 // CPU reference
 
 // a . b over n floats, in SIMD lanes (their partial sums added at the end: an order of its own, fixed for
-// a given build, so that the forward and the backward's recomputation round alike)
+// a given build): the backward's sum of p dp over a row, and the decode step's scores
 static inline float dot_cpu(const float* a, const float* b, int n) {
     float s = 0.0f;
     #pragma omp simd reduction(+:s)
