@@ -47,15 +47,19 @@ static inline float dot_cpu(const float* a, const float* b, int n) {
 static inline int attention_tp(int T) { return (T + 15) / 16 * 16; }
 static void attention_pack_cpu(float* xt /*(hs,Tp)*/, const float* inp /*(B,T,3C)*/, int b, int h, int j, int T, int C, int hs) {
     int Tp = attention_tp(T);
-    for (int t2 = 0; t2 < Tp; t2++) {
-        const float* x = inp + ((size_t)b * T + (t2 < T ? t2 : 0)) * 3 * C + j * C + h * hs;
-        for (int i = 0; i < hs; i++) xt[(size_t)i * Tp + t2] = t2 < T ? x[i] : 0.0f;
+    for (int t2 = 0; t2 < T; t2++) {
+        const float* x = inp + ((size_t)b * T + t2) * 3 * C + j * C + h * hs;
+        for (int i = 0; i < hs; i++) xt[(size_t)i * Tp + t2] = x[i];
+    }
+    for (int i = 0; i < hs; i++) {
+        for (int t2 = T; t2 < Tp; t2++) xt[(size_t)i * Tp + t2] = 0.0f;
     }
 }
 
 // s[t2] = x . (column t2 of xt) for t2 < n, each summed over i in order in its own SIMD lane, 64 positions at a
-// time: four independent chains of 16 lanes (a whole pass of 64 when there are that many, else the 16-position
-// blocks needed; positions past n in the last block are computed and dropped)
+// time: four independent chains of 16 lanes (a whole pass of 64 when there are that many, its fixed trip count
+// keeping the four in registers; else the 16-position blocks needed; positions past n in the last block are
+// computed and dropped)
 static void attention_dots_cpu(float* s /*(n)*/, const float* x /*(hs)*/, const float* xt /*(hs,Tp)*/, int n, int Tp, int hs) {
     for (int t0 = 0; t0 < n; t0 += 64) {
         float acc[64];
