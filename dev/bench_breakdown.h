@@ -107,9 +107,9 @@ static void bench_bare_round(BenchBare* bb) {
 }
 
 // PROF: the ops' times summed over STEPS steps whose mean time was STEP_MS, of MODEL_FLOPS model FLOPs each;
-// STEP_TIMES: each step's time, BB: the round of replays after each
+// STEP_TIMES: each step's time, BB: the round of replays after each (its operands serve the best-of-5 runs too)
 static void bench_print_breakdown(const OpProfile* prof, int steps, double step_ms, double model_flops,
-                                  const std::vector<double>& step_times, const BenchBare* bb) {
+                                  const std::vector<double>& step_times, BenchBare* bb) {
     printf("where the step goes (mean of %d steps, %.1f ms; the ops time themselves, llm/core/op_profile.h):\n", steps,
            step_ms);
     double in_ops = op_profile_total_ms(prof) / steps;
@@ -127,9 +127,12 @@ static void bench_print_breakdown(const OpProfile* prof, int steps, double step_
     double flops = 0.0, ms_step = 0.0, ms_bare = 0.0;
     for (int i = 0; i < prof->n_shapes; i++) {
         const GemmShape* g = &prof->shapes[i];
-        BenchGemm x;
-        bench_gemm_init(&x, g);
-        double f = bench_gemm_flops(g), calls = (double)g->calls / steps, ms = g->ms / steps, bare = bench_gemm_bare_ms(&x);
+        BenchGemm own, *x = &own;  // the replays' operands (own ones for a shape the warm-up step did not run)
+        size_t k = 0;
+        while (k < bb->gemms.size() && !gemm_shape_same(&bb->gemms[k].g, g)) k++;
+        if (k < bb->gemms.size()) x = &bb->gemms[k];
+        else bench_gemm_init(&own, g);
+        double f = bench_gemm_flops(g), calls = (double)g->calls / steps, ms = g->ms / steps, bare = bench_gemm_bare_ms(x);
         flops += f * calls, ms_step += ms, ms_bare += bare * calls;
         printf("  %s%s%s %6d %6d %6d %5.0f %6.0f %9.2f %10.1f %10.1f %5.0f%%\n", g->bf16 ? "bf" : "  ", g->transA ? "T" : "N",
                g->transB ? "T" : "N", g->M, g->N, g->K, g->beta, calls, ms, f * calls / ms / 1e6, f / bare / 1e6,

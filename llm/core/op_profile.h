@@ -70,15 +70,17 @@ static inline double op_profile_total_ms(const OpProfile* p) {
     return s;
 }
 
+// the same product (its calls and time aside)
+static inline int gemm_shape_same(const GemmShape* a, const GemmShape* b) {
+    return a->transA == b->transA && a->transB == b->transB && a->M == b->M && a->N == b->N && a->K == b->K &&
+           a->batch == b->batch && a->beta == b->beta && a->bf16 == b->bf16;
+}
+
 // a GEMM call of SHAPE took MS: its row (added on first sight; past OP_PROFILE_MAX_SHAPES shapes the time
 // still counts in ms[OP_GEMM], and the last row takes the calls)
 static inline void op_profile_gemm(OpProfile* p, GemmShape shape, double ms) {
     int i = 0;
-    for (; i < p->n_shapes; i++) {
-        const GemmShape* s = &p->shapes[i];
-        if (s->transA == shape.transA && s->transB == shape.transB && s->M == shape.M && s->N == shape.N &&
-            s->K == shape.K && s->batch == shape.batch && s->beta == shape.beta && s->bf16 == shape.bf16) break;
-    }
+    while (i < p->n_shapes && !gemm_shape_same(&p->shapes[i], &shape)) i++;
     if (i == p->n_shapes) {
         if (p->n_shapes == OP_PROFILE_MAX_SHAPES) i = OP_PROFILE_MAX_SHAPES - 1;
         else { p->shapes[i] = shape; p->shapes[i].calls = 0; p->shapes[i].ms = 0.0; p->n_shapes++; }
