@@ -19,11 +19,12 @@ static inline int comm_group_rank(const Comm* c, CommGroup g) { return c->group_
 static const char* const COMM_LAUNCHER_VARS[4][2] = {
     {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"},
     {NULL, "PMIX_RANK"}};
+#define COMM_LAUNCHERS ((int)(sizeof(COMM_LAUNCHER_VARS) / sizeof(COMM_LAUNCHER_VARS[0])))
 
 #if COMM_MPI
 // 1 if a launcher started this process
 static int comm_launched(void) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < COMM_LAUNCHERS; i++) {
         if (getenv(COMM_LAUNCHER_VARS[i][1]) != NULL) return 1;
     }
     return 0;
@@ -43,7 +44,7 @@ static void comm_lone_process_start(void) {
 #else
 // the launcher's process count when one started this process (Open MPI, MPICH/Hydra, ...), else 1
 static inline int comm_launcher_size(int* rank) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < COMM_LAUNCHERS; i++) {
         const char* s = COMM_LAUNCHER_VARS[i][0] ? getenv(COMM_LAUNCHER_VARS[i][0]) : NULL;
         if (s != NULL && atoi(s) > 1) {
             const char* r = getenv(COMM_LAUNCHER_VARS[i][1]);
